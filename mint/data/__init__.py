@@ -1,0 +1,1 @@
+"""Episodes: the canonical schema, format readers, PII scrubbing, ingest and dataset versions."""

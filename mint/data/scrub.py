@@ -1,0 +1,121 @@
+"""Scrub PII and secrets from text before anything is stored.
+
+Each finding is replaced by a typed placeholder (``[EMAIL]``, ``[API_KEY]``...)
+and counted per type. Patterns are checked most-specific first (a PEM block
+or a JWT before the generic digit patterns) and only run when a cheap
+trigger is present, so clean text costs a few substring checks.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from typing import Callable
+
+Replacer = Callable[[re.Match], str | None]   # None: a look-alike, keep the text
+
+
+def _luhn_ok(digits: str) -> bool:
+    total, parity = 0, len(digits) % 2
+    for i, ch in enumerate(digits):
+        d = ord(ch) - 48
+        if i % 2 == parity:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def _credit_card(match: re.Match) -> str | None:
+    digits = re.sub(r"[ -]", "", match.group(0))
+    if not 13 <= len(digits) <= 19 or len(set(digits)) == 1 or not _luhn_ok(digits):
+        return None
+    return "[CREDIT_CARD]"
+
+
+def _ipv6(match: re.Match) -> str | None:
+    text = match.group(0)
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return None
+    groups = [g for g in text.split(":") if g]
+    # `ab::cd` is valid IPv6 but reads as a C++/Rust path: require a digit and two groups
+    if len(groups) < 2 or not any(c.isdigit() for c in text):
+        return None
+    return "[IP_ADDRESS]"
+
+
+def _phone(match: re.Match) -> str | None:
+    digits = sum(c.isdigit() for c in match.group(0))
+    return "[PHONE]" if 7 <= digits <= 15 else None   # E.164 allows at most 15 digits
+
+
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+
+# (type, trigger substrings or None for "has a digit", pattern, replacer or None for the placeholder)
+_RULES: list[tuple[str, tuple[str, ...] | None, re.Pattern, Replacer | None]] = [
+    ("PRIVATE_KEY", ("-----BEGIN",), re.compile(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+        re.S), None),
+    ("JWT", ("eyJ",), re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), None),
+    ("API_KEY", ("sk-",), re.compile(r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{20,}"), None),
+    ("AWS_KEY", ("AKIA", "ASIA"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), None),
+    ("GITHUB_TOKEN", ("gh", "github_pat_"), re.compile(
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b"), None),
+    ("SLACK_TOKEN", ("xox",), re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"), None),
+    ("EMAIL", ("@",), re.compile(
+        r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"
+        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}\b"), None),
+    ("CREDIT_CARD", None, re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d.-]?\d)"), _credit_card),
+    ("IP_ADDRESS", None, re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)"), None),
+    ("IP_ADDRESS", (":",), re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:)?(?![\w:])"),
+     _ipv6),
+    ("PHONE", None, re.compile(
+        # +country code, then 2-5 groups: +1 415 555 0132, +44 20 7946 0958, +49-30-901820
+        r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w])"
+        # North-American style with separators: (415) 555-0132, 415-555-0132, 415.555.0132
+        r"|(?<![\w.-])(?:\(\d{3}\)\s?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w]|[.-]\d)"), _phone),
+]
+
+_HAS_DIGIT = re.compile(r"\d")
+
+PLACEHOLDER_TYPES = tuple(dict.fromkeys(rule[0] for rule in _RULES))
+
+
+def scrub_text(text: str, counts: Counter) -> str:
+    """``text`` with every finding replaced by its placeholder; ``counts`` gets one per finding."""
+    has_digit: bool | None = None
+    for kind, triggers, pattern, replacer in _RULES:
+        if triggers is None:
+            if has_digit is None:
+                has_digit = _HAS_DIGIT.search(text) is not None
+            if not has_digit:
+                continue
+        elif not any(t in text for t in triggers):
+            continue
+        placeholder = f"[{kind}]"
+
+        def substitute(match: re.Match, kind=kind, placeholder=placeholder, replacer=replacer) -> str:
+            result = placeholder if replacer is None else replacer(match)
+            if result is None:
+                return match.group(0)
+            counts[kind] += 1
+            return result
+
+        text = pattern.sub(substitute, text)
+        if has_digit:
+            has_digit = None   # a replacement may have removed the last digit
+    return text
+
+
+def scrub_value(value, counts: Counter):
+    """Scrub every string inside a JSON-like value (tool-call arguments, tool results)."""
+    if isinstance(value, str):
+        return scrub_text(value, counts)
+    if isinstance(value, list):
+        return [scrub_value(v, counts) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub_value(v, counts) for k, v in value.items()}
+    return value

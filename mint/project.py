@@ -1,0 +1,147 @@
+"""The project file ``mint.yaml``: the base, the specialists and their routing keywords.
+
+``mint init`` writes it; ``mint ingest`` reads the keywords to label episodes
+that carry no specialist of their own.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mint.errors import BadInput
+from mint.yamlfile import load_yaml
+
+PROJECT_FILE = "mint.yaml"
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Specialist:
+    name: str
+    description: str
+    keywords: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Project:
+    base: str
+    specialists: tuple[Specialist, ...]
+    path: Path | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specialists)
+
+
+DEFAULT_SPECIALISTS = (
+    Specialist("chat", "open conversation, advice, explanations", (
+        "hello", "hi", "thanks", "thank you", "how are you", "opinion", "advice", "recommend",
+        "story", "poem", "joke", "explain", "meaning of", "tell me about", "what do you think",
+    )),
+    Specialist("agent", "tool use: the model calls functions to act for the user", (
+        "book", "schedule", "calendar", "meeting", "reminder", "order", "refund", "weather",
+        "forecast", "flight", "hotel", "send an email", "look up", "search for", "convert",
+        "exchange rate", "stock price", "call the", "use the tool",
+    )),
+    Specialist("coding", "writing, fixing and explaining code", (
+        "python", "javascript", "typescript", "rust", "java", "sql", "regex", "function",
+        "code", "bug", "debug", "compile", "exception", "traceback", "stack trace", "def",
+        "class", "algorithm", "unit test", "implement", "refactor", "script", "return",
+    )),
+    Specialist("genui", "answers as a UI4A JSON component tree that a client renders", (
+        "ui", "form", "button", "card", "component", "layout", "dashboard", "widget",
+        "screen", "page", "table view", "text field", "dropdown", "select", "chart",
+        "render", "mockup", "interface",
+    )),
+)
+
+DEFAULT_PROJECT = Project(base="smollm2-135m", specialists=DEFAULT_SPECIALISTS)
+
+
+def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
+    out = [
+        "# mint project file: the base model and the specialists the router picks from.",
+        "# `mint ingest` labels an episode that has no specialist of its own with the",
+        "# specialist whose keywords its user turns mention most (whole words, any case);",
+        "# an episode that mentions none stays `unlabeled`.",
+        f"base: {project.base}",
+        "specialists:",
+    ]
+    for s in project.specialists:
+        out.append(f"  {s.name}:")
+        out.append(f"    description: {s.description}")
+        out.append("    keywords: [" + ", ".join(_yaml_str(k) for k in s.keywords) + "]")
+    return "\n".join(out) + "\n"
+
+
+def _yaml_str(value: str) -> str:
+    return value if re.fullmatch(r"[a-z][a-z0-9 _-]*", value) else '"' + value.replace('"', '\\"') + '"'
+
+
+def load_project(path: Path | None = None) -> Project:
+    """Read ``path`` (default ``./mint.yaml``); with no file, the default project."""
+    if path is None:
+        path = Path(PROJECT_FILE)
+        if not path.exists():
+            return DEFAULT_PROJECT
+    doc = load_yaml(path)
+    data = doc.data
+    if not isinstance(data, dict):
+        raise doc.error("", "expected a mapping with `base` and `specialists`")
+    unknown = set(data) - {"base", "specialists"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise doc.error(key, "unknown key (expected base, specialists)")
+    base = data.get("base", DEFAULT_PROJECT.base)
+    if not isinstance(base, str) or not base:
+        raise doc.error("base", "expected a base name or path")
+    raw = data.get("specialists")
+    if not isinstance(raw, dict) or not raw:
+        raise doc.error("specialists", "expected a mapping of specialist names to {description, keywords}")
+    specialists = []
+    for name, spec in raw.items():
+        where = f"specialists.{name}"
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise doc.error(where, "a specialist name is lowercase letters, digits, - or _, starting with a letter")
+        spec = spec or {}
+        if not isinstance(spec, dict):
+            raise doc.error(where, "expected a mapping with description and keywords")
+        extra = set(spec) - {"description", "keywords"}
+        if extra:
+            raise doc.error(f"{where}.{sorted(extra)[0]}", "unknown key (expected description, keywords)")
+        keywords = spec.get("keywords", [])
+        if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
+            raise doc.error(f"{where}.keywords", "expected a list of non-empty strings")
+        description = spec.get("description", "")
+        if not isinstance(description, str):
+            raise doc.error(f"{where}.description", "expected a string")
+        specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords)))
+    return Project(base=base, specialists=tuple(specialists), path=path)
+
+
+@dataclass(frozen=True)
+class InitResult:
+    directory: str
+    created: list[str]
+    kept: list[str]
+
+
+def init_project(directory: Path) -> InitResult:
+    """Write ``mint.yaml`` and the ``contracts/`` and ``recipes/`` folders where missing; never overwrite."""
+    if directory.exists() and not directory.is_dir():
+        raise BadInput("exists and is not a directory", file=str(directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    created, kept = [], []
+    for folder in ("contracts", "recipes"):
+        target = directory / folder
+        (kept if target.exists() else created).append(f"{folder}/")
+        target.mkdir(exist_ok=True)
+    project_file = directory / PROJECT_FILE
+    try:
+        with open(project_file, "x", encoding="utf-8") as f:   # "x": never overwrite
+            f.write(render_project_yaml())
+        created.append(PROJECT_FILE)
+    except FileExistsError:
+        kept.append(PROJECT_FILE)
+    return InitResult(directory=str(directory), created=created, kept=kept)

@@ -1,0 +1,68 @@
+"""Safe YAML loading that remembers where each value came from.
+
+Config errors must name ``file:line: field``; PyYAML's safe loader drops the
+marks, so the document is composed once more to map each field path
+(``specialists.coding.keywords``) to its line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mint.errors import BadInput
+
+
+@dataclass
+class YamlDoc:
+    path: Path
+    data: Any
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def line(self, dotted: str) -> int | None:
+        """The line of ``dotted``, or of its nearest parent that has one."""
+        while dotted:
+            if dotted in self.lines:
+                return self.lines[dotted]
+            dotted = dotted.rpartition(".")[0]
+        return self.lines.get("", 1)
+
+    def error(self, dotted: str, message: str) -> BadInput:
+        return BadInput(message, file=str(self.path), line=self.line(dotted), field=dotted or None)
+
+
+def _index(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+    lines.setdefault(prefix, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            name = f"{prefix}.{key.value}" if prefix else str(key.value)
+            lines[name] = key.start_mark.line + 1
+            _index(value, name, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index(item, f"{prefix}[{i}]", lines)
+
+
+def load_yaml(path: Path) -> YamlDoc:
+    """Load ``path`` with the safe loader; a syntax error is BadInput at its line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput("no such file", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read: {exc}", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise BadInput(f"invalid YAML: {exc.problem or exc}", file=str(path),
+                       line=mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as exc:
+        raise BadInput(f"invalid YAML: {exc}", file=str(path)) from None
+    lines: dict[str, int] = {}
+    if node is not None:
+        _index(node, "", lines)
+    return YamlDoc(path=path, data=data, lines=lines)
