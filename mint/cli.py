@@ -131,7 +131,8 @@ def ingest(
         return _print_json(result)
     table = Table(title=f"ingest → {result.dataset}")
     for column in ("source", "read", "kept", "duplicate", "quarantined", "scrubbed"):
-        table.add_column(column, justify="left" if column == "source" else "right")
+        table.add_column(column, justify="left" if column == "source" else "right",
+                         overflow="fold" if column == "source" else "ellipsis")
     for s in result.sources:
         table.add_row(s.path, f"{s.read:,}", f"{s.kept:,}", f"{s.duplicate:,}",
                       f"[red]{s.quarantined:,}[/]" if s.quarantined else "0", f"{s.scrubbed:,}")

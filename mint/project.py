@@ -21,6 +21,7 @@ class Specialist:
     name: str
     description: str
     keywords: tuple[str, ...]
+    tool_use: bool = False     # episodes with tool calls or tool definitions go to this specialist
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ DEFAULT_SPECIALISTS = (
         "book", "schedule", "calendar", "meeting", "reminder", "order", "refund", "weather",
         "forecast", "flight", "hotel", "send an email", "look up", "search for", "convert",
         "exchange rate", "stock price", "call the", "use the tool",
-    )),
+    ), tool_use=True),
     Specialist("coding", "writing, fixing and explaining code", (
         "python", "javascript", "typescript", "rust", "java", "sql", "regex", "function",
         "code", "bug", "debug", "compile", "exception", "traceback", "stack trace", "def",
@@ -63,14 +64,17 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
     out = [
         "# mint project file: the base model and the specialists the router picks from.",
         "# `mint ingest` labels an episode that has no specialist of its own with the",
+        "# specialist marked `tool_use: true` when it calls tools or defines them, else with the",
         "# specialist whose keywords its user turns mention most (whole words, any case);",
-        "# an episode that mentions none stays `unlabeled`.",
+        "# an episode that matches none stays `unlabeled`.",
         f"base: {project.base}",
         "specialists:",
     ]
     for s in project.specialists:
         out.append(f"  {s.name}:")
         out.append(f"    description: {s.description}")
+        if s.tool_use:
+            out.append("    tool_use: true")
         out.append("    keywords: [" + ", ".join(_yaml_str(k) for k in s.keywords) + "]")
     return "\n".join(out) + "\n"
 
@@ -107,16 +111,19 @@ def load_project(path: Path | None = None) -> Project:
         spec = spec or {}
         if not isinstance(spec, dict):
             raise doc.error(where, "expected a mapping with description and keywords")
-        extra = set(spec) - {"description", "keywords"}
+        extra = set(spec) - {"description", "keywords", "tool_use"}
         if extra:
-            raise doc.error(f"{where}.{sorted(extra)[0]}", "unknown key (expected description, keywords)")
+            raise doc.error(f"{where}.{sorted(extra)[0]}", "unknown key (expected description, keywords, tool_use)")
+        tool_use = spec.get("tool_use", False)
+        if not isinstance(tool_use, bool):
+            raise doc.error(f"{where}.tool_use", "expected true or false")
         keywords = spec.get("keywords", [])
         if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
             raise doc.error(f"{where}.keywords", "expected a list of non-empty strings")
         description = spec.get("description", "")
         if not isinstance(description, str):
             raise doc.error(f"{where}.description", "expected a string")
-        specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords)))
+        specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords), tool_use))
     return Project(base=base, specialists=tuple(specialists), path=path)
 
 

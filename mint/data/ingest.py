@@ -165,7 +165,7 @@ def _episode(record: RawRecord, fmt: str, labeler: Labeler, scrub: bool, scrubbe
         episode = normalize(record.data, fmt)
     except RecordError as exc:
         return None, str(exc)
-    specialist, how = labeler.label(episode.pop("label"), episode["messages"])
+    specialist, how = labeler.label(episode.pop("label"), episode["messages"], episode["tools"])
     if how == "record" and specialist not in labeler.names:
         return None, (f"specialist: {specialist!r} is not a specialist in mint.yaml "
                       f"({', '.join(sorted(labeler.names))})")
@@ -189,12 +189,11 @@ def _episode(record: RawRecord, fmt: str, labeler: Labeler, scrub: bool, scrubbe
 
 
 def _reason_kind(reason: str) -> str:
-    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role``."""
+    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
     for prefix in ("invalid JSON", "record over the size cap", "not UTF-8", "unreadable"):
         if reason.startswith(prefix):
             return prefix
-    reason = re.sub(r"\[\d+\]", "[]", reason)
-    return re.sub(r" (?:'[^']*'|\"[^\"]*\"|-?[\d.]+)(?=\W|$).*$", "", reason)
+    return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
 def _quarantined(record: RawRecord, reason: str, scrub: bool, scrubbed: Counter, stats: SourceStats) -> dict:

@@ -41,8 +41,9 @@ def _ipv6(match: re.Match) -> str | None:
     except ValueError:
         return None
     groups = [g for g in text.split(":") if g]
-    # `ab::cd` is valid IPv6 but reads as a C++/Rust path: require a digit and two groups
-    if len(groups) < 2 or not any(c.isdigit() for c in text):
+    # `ab::cd` (a C++/Rust path) and `1::2` (a Python slice) are valid IPv6 too: require a digit,
+    # two groups and one group of 3+ hex digits, as real addresses (fe80::1, 2001:db8::7) have
+    if len(groups) < 2 or not any(c.isdigit() for c in text) or max(map(len, groups)) < 3:
         return None
     return "[IP_ADDRESS]"
 

