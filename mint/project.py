@@ -5,6 +5,7 @@ that carry no specialist of their own.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,7 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
     ]
     for s in project.specialists:
         out.append(f"  {s.name}:")
-        out.append(f"    description: {s.description}")
+        out.append(f"    description: {_yaml_str(s.description)}")
         if s.tool_use:
             out.append("    tool_use: true")
         out.append("    keywords: [" + ", ".join(_yaml_str(k) for k in s.keywords) + "]")
@@ -80,7 +81,8 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
 
 
 def _yaml_str(value: str) -> str:
-    return value if re.fullmatch(r"[a-z][a-z0-9 _-]*", value) else '"' + value.replace('"', '\\"') + '"'
+    # always quoted: a bare `no` or `on` would load as a boolean
+    return json.dumps(value, ensure_ascii=False)
 
 
 def load_project(path: Path | None = None) -> Project:

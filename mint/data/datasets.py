@@ -235,7 +235,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
                     count += 1
             final_tmp = target
         else:
-            count = _save_hf(episodes, tmp / "dataset")
+            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset")
             final_tmp = tmp / "dataset"
         if out.exists():
             (shutil.rmtree if out.is_dir() else Path.unlink)(out)
@@ -247,27 +247,28 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
     return ExportResult(name, manifest["version"], fmt, str(out), count)
 
 
-def _save_hf(episodes: Iterator[dict], target: Path) -> int:
-    """A ``datasets.Dataset`` saved with ``save_to_disk``: messages, tools (JSON text), feedback, ids."""
+def _hf_rows(home: str, name: str, version: str, specialist: str | None) -> Iterator[dict]:
+    for episode in iter_episodes(Workspace(Path(home)), name, version, specialist):
+        record = to_openai(episode)
+        yield {
+            "id": episode["id"], "specialist": episode["specialist"],
+            "messages": [{"role": m["role"], "content": m["content"],
+                          "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if "tool_calls" in m else None,
+                          "name": m.get("name"), "tool_call_id": m.get("tool_call_id")}
+                         for m in record["messages"]],
+            "tools": json.dumps(episode["tools"], ensure_ascii=False) if episode["tools"] else None,
+            "rating": episode["feedback"]["rating"], "correction": episode["feedback"]["correction"],
+            "source": episode["source"],
+        }
+
+
+def _save_hf(ws: Workspace, name: str, version: str, specialist: str | None, target: Path) -> int:
+    """A ``datasets.Dataset`` saved with ``save_to_disk``; tool calls and tools as JSON text, since
+    Arrow needs one schema for arguments whose keys differ from call to call."""
     from datasets import Dataset
 
-    counter = {"n": 0}
-
-    def rows():
-        for episode in episodes:
-            counter["n"] += 1
-            record = to_openai(episode)
-            yield {
-                "id": episode["id"], "specialist": episode["specialist"],
-                "messages": [{"role": m["role"], "content": m["content"],
-                              "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if "tool_calls" in m else None,
-                              "name": m.get("name"), "tool_call_id": m.get("tool_call_id")}
-                             for m in record["messages"]],
-                "tools": json.dumps(episode["tools"], ensure_ascii=False) if episode["tools"] else None,
-                "rating": episode["feedback"]["rating"], "correction": episode["feedback"]["correction"],
-                "source": episode["source"],
-            }
-
-    dataset = Dataset.from_generator(rows, cache_dir=str(target.parent / "cache"))
+    dataset = Dataset.from_generator(
+        _hf_rows, gen_kwargs={"home": str(ws.home), "name": name, "version": version, "specialist": specialist},
+        cache_dir=str(target.parent / "cache"))
     dataset.save_to_disk(str(target))
-    return counter["n"]
+    return len(dataset)

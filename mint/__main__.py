@@ -1,0 +1,3 @@
+from mint.cli import entry
+
+entry()

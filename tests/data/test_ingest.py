@@ -1,0 +1,196 @@
+import json
+
+import pytest
+
+from mint.data import datasets
+from mint.data.ingest import ingest
+from mint.errors import BadInput
+from tests.conftest import chat_row, run_mint, write_jsonl
+
+MIXED = [
+    chat_row("Write a python function that adds two numbers", "def add(a, b): return a + b",
+             feedback={"thumbs": "up"}),
+    {"conversations": [{"from": "human", "value": "hello, how are you?"}, {"from": "gpt", "value": "fine"}],
+     "rating": 5},
+    "{not json at all",
+    {"messages": []},
+    {"conversations": [{"from": "narrator", "value": "once"}]},
+    {"messages": [{"role": "user", "content": 42}]},
+    chat_row("Book a flight to Rome", "done", specialist="agent"),
+    chat_row("Write a python function that adds two numbers", "def add(a, b): return a + b",
+             feedback={"thumbs": "up"}),   # duplicate of line 1
+]
+
+
+def test_mixed_file_keeps_good_records_and_quarantines_bad_ones_with_line_and_reason(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "mixed.jsonl", MIXED)
+    result = ingest(ws, [path], dataset="d", project=project)
+    stats = result.sources[0]
+    assert (stats.read, stats.kept, stats.duplicate, stats.quarantined) == (8, 3, 1, 4)
+    quarantine = [json.loads(l) for l in open(result.quarantine_file)]
+    assert [(q["source"].rsplit(":", 1)[1], q["reason"].split(":")[0]) for q in quarantine] == [
+        ("3", "invalid JSON"), ("4", "messages"), ("5", "conversations[0].from"), ("6", "messages[0].content")]
+    assert quarantine[2]["reason"] == "conversations[0].from: unknown role 'narrator'"
+    episodes = list(datasets.iter_episodes(ws, "d"))
+    assert [e["source"].rsplit(":", 1)[1] for e in episodes] == ["1", "2", "7"]
+    assert [e["specialist"] for e in episodes] == ["coding", "chat", "agent"]
+    assert [e["feedback"]["rating"] for e in episodes] == [1, 1, None]
+
+
+def test_episodes_are_canonical(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", session="s-1", ts="2026-11-29T10:00:00Z")])
+    ingest(ws, [path], dataset="d", project=project)
+    (episode,) = datasets.iter_episodes(ws, "d")
+    assert list(episode) == ["id", "session", "ts", "specialist", "messages", "tools", "feedback", "served_by",
+                             "source"]
+    assert episode["session"] == "s-1" and episode["source"] == f"{path}:1"
+    assert len(episode["id"]) == 64
+
+
+def test_reingesting_the_same_input_makes_no_new_version_and_no_duplicates(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", MIXED)
+    first = ingest(ws, [path], dataset="d", project=project)
+    again = ingest(ws, [path], dataset="d", project=project)
+    assert first.created and not again.created
+    assert again.version == first.version
+    assert again.sources[0].duplicate == 4 and again.quarantined_new == 0
+    assert len(list(datasets.iter_episodes(ws, "d"))) == 3
+    assert len(open(first.quarantine_file).readlines()) == 4
+
+
+def test_new_records_make_a_child_version_and_old_ones_are_deduplicated_across_ingests(ws, project, tmp_path):
+    first = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("one"), chat_row("two")])],
+                   dataset="d", project=project)
+    second = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [chat_row("two"), chat_row("three")])],
+                    dataset="d", project=project)
+    assert second.parent == first.version and second.episodes_added == 1 and second.total_episodes == 3
+    assert [e["messages"][0]["content"] for e in datasets.iter_episodes(ws, "d")] == ["one", "two", "three"]
+    assert [e["messages"][0]["content"] for e in datasets.iter_episodes(ws, "d", "v1")] == ["one", "two"]
+
+
+def test_version_is_content_addressed(ws, project, tmp_path):
+    rows = [chat_row("one"), chat_row("two")]
+    a = ingest(ws, [write_jsonl(tmp_path / "x.jsonl", rows)], dataset="a", project=project)
+    b = ingest(ws, [write_jsonl(tmp_path / "x.jsonl", rows)], dataset="b", project=project)
+    assert a.version == b.version
+
+
+def test_pii_is_scrubbed_before_storage_and_counted(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [
+        chat_row("mail bob@example.com", "key sk-abcdefghijklmnopqrstuvwx1234"),
+        "{\"messages\": \"call +1 415 555 0132\"}",
+    ])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert result.scrubbed == {"EMAIL": 1, "API_KEY": 1, "PHONE": 1}
+    stored = (ws.datasets / "d").glob("*/episodes.jsonl")
+    text = "".join(p.read_text() for p in stored) + open(result.quarantine_file).read()
+    assert "bob@example.com" not in text and "sk-abc" not in text and "555 0132" not in text
+    assert "[EMAIL]" in text and "[PHONE]" in text
+
+
+def test_no_scrub_keeps_text(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("mail bob@example.com")])
+    result = ingest(ws, [path], dataset="d", project=project, scrub=False)
+    assert result.scrubbed == {}
+    assert next(datasets.iter_episodes(ws, "d"))["messages"][0]["content"] == "mail bob@example.com"
+
+
+def test_labels_come_from_record_then_tools_then_keywords(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [
+        chat_row("anything", specialist="genui"),
+        {**chat_row("what now"), "tools": [{"type": "function", "function": {"name": "f"}}]},
+        chat_row("Please design a dashboard layout with a button"),
+        chat_row("Who was the 37th president?"),
+    ])
+    ingest(ws, [path], dataset="d", project=project)
+    assert [e["specialist"] for e in datasets.iter_episodes(ws, "d")] == ["genui", "agent", "genui", "unlabeled"]
+
+
+def test_unknown_record_label_is_quarantined(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("x", specialist="poetry"), chat_row("y")])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert result.sources[0].quarantined == 1
+    assert "'poetry' is not a specialist" in open(result.quarantine_file).read()
+
+
+def test_missing_path_writes_nothing(ws, project, tmp_path):
+    good = write_jsonl(tmp_path / "a.jsonl", [chat_row("x")])
+    with pytest.raises(BadInput, match="no such file"):
+        ingest(ws, [good, tmp_path / "missing.jsonl"], dataset="d", project=project)
+    assert not (ws.datasets / "d").exists()
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "", ".hidden", "x\ny"])
+def test_bad_dataset_names_are_refused(ws, project, tmp_path, name):
+    with pytest.raises(BadInput, match="invalid dataset name"):
+        ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("x")])], dataset=name, project=project)
+
+
+def test_only_bad_records_make_no_version_but_fill_the_quarantine(ws, project, tmp_path):
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", ["nope", "{}"])], dataset="d", project=project)
+    assert result.version is None and not result.created
+    assert len(open(result.quarantine_file).readlines()) == 2
+
+
+@pytest.mark.parametrize("point", ["ingest.episodes_written", "ingest.version_published", "ingest.head_written"])
+def test_a_kill_at_each_step_leaves_the_previous_version_intact(ws, tmp_path, point):
+    first = write_jsonl(tmp_path / "a.jsonl", [chat_row("one")])
+    assert run_mint("ingest", str(first), "--dataset", "d").returncode == 0
+    before = datasets.read_head(ws.datasets / "d")
+    second = write_jsonl(tmp_path / "b.jsonl", [chat_row("two")])
+
+    killed = run_mint("ingest", str(second), "--dataset", "d", env={"MINT_FAULT": point})
+    assert killed.returncode == -9
+
+    head = datasets.read_head(ws.datasets / "d")
+    expected = [["one"], ["one", "two"]][point == "ingest.head_written"]
+    assert head == before or point == "ingest.head_written"
+    assert [e["messages"][0]["content"] for e in datasets.iter_episodes(ws, "d")] == expected
+    listed = json.loads(run_mint("data", "ls", "--json").stdout)["datasets"]
+    assert [d["episodes"] for d in listed] == [len(expected)]
+
+    # the next run finishes the job exactly once, whatever the kill left behind
+    again = json.loads(run_mint("ingest", str(first), str(second), "--dataset", "d", "--json").stdout)
+    assert again["total_episodes"] == 2
+    assert [e["messages"][0]["content"] for e in datasets.iter_episodes(ws, "d")] == ["one", "two"]
+    assert not [p for p in (ws.datasets / "d").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_export_openai_jsonl_has_tool_arguments_as_strings(ws, project, tmp_path):
+    row = {"messages": [{"role": "user", "content": "weather?"}, {"role": "assistant", "tool_calls": [
+        {"type": "function", "function": {"name": "w", "arguments": {"city": "Oslo"}}}]}],
+           "tools": [{"type": "function", "function": {"name": "w"}}]}
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [row, chat_row("hi")])], dataset="d", project=project)
+    result = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
+    lines = [json.loads(l) for l in open(result.out)]
+    assert result.episodes == 2
+    assert lines[0]["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
+    assert lines[0]["tools"][0]["function"]["name"] == "w" and "tools" not in lines[1]
+
+
+def test_export_hf_loads_with_datasets(ws, project, tmp_path):
+    from datasets import load_from_disk
+
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", feedback={"thumbs": "down"}),
+                                                   chat_row("python code please")])],
+           dataset="d", project=project)
+    datasets.export_dataset(ws, "d", "hf", tmp_path / "hf", specialist="coding")
+    loaded = load_from_disk(str(tmp_path / "hf"))
+    assert len(loaded) == 1 and loaded[0]["messages"][0]["content"] == "python code please"
+
+
+def test_export_refuses_to_overwrite(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("hi")])], dataset="d", project=project)
+    (tmp_path / "out.jsonl").write_text("keep me")
+    with pytest.raises(BadInput, match="already exists"):
+        datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
+    assert (tmp_path / "out.jsonl").read_text() == "keep me"
+
+
+def test_show_resolves_versions_by_number_and_prefix(ws, project, tmp_path):
+    a = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("one")])], dataset="d", project=project)
+    ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [chat_row("two")])], dataset="d", project=project)
+    assert datasets.show_dataset(ws, "d", "v1").manifest["version"] == a.version
+    assert datasets.show_dataset(ws, "d", a.version[:6], head=0).head == []
+    with pytest.raises(BadInput, match="matches no version"):
+        datasets.show_dataset(ws, "d", "v9")

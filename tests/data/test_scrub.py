@@ -1,0 +1,77 @@
+from collections import Counter
+
+import pytest
+
+from mint.data.scrub import scrub_text, scrub_value
+
+
+def scrub(text):
+    counts = Counter()
+    return scrub_text(text, counts), dict(counts)
+
+
+@pytest.mark.parametrize("secret, kind", [
+    ("jane.doe+news@mail.example.co.uk", "EMAIL"),
+    ("+1 415 555 0132", "PHONE"),
+    ("(415) 555-0132", "PHONE"),
+    ("415.555.0132", "PHONE"),
+    ("+44 20 7946 0958", "PHONE"),
+    ("4111 1111 1111 1111", "CREDIT_CARD"),
+    ("5500-0000-0000-0004", "CREDIT_CARD"),
+    ("378282246310005", "CREDIT_CARD"),
+    ("192.168.10.20", "IP_ADDRESS"),
+    ("2001:db8:85a3::8a2e:370:7334", "IP_ADDRESS"),
+    ("fe80::1ff:fe23:4567:890a", "IP_ADDRESS"),
+    ("sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z", "API_KEY"),
+    ("sk-abcdefghijklmnopqrstuvwxyz0123456789", "API_KEY"),
+    ("AKIAIOSFODNN7EXAMPLE", "AWS_KEY"),
+    ("ghp_" + "A1b2C3d4E5" * 4, "GITHUB_TOKEN"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "GITHUB_TOKEN"),
+    ("xoxb-2401234567-abcdefGHIJKL", "SLACK_TOKEN"),
+    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "JWT"),
+])
+def test_each_secret_type_is_replaced_by_its_placeholder(secret, kind):
+    text, counts = scrub(f"before {secret} after")
+    assert text == f"before [{kind}] after"
+    assert counts == {kind: 1}
+
+
+def test_pem_private_key_block_is_replaced_whole():
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nabc+/=\n-----END RSA PRIVATE KEY-----"
+    text, counts = scrub(f"key:\n{pem}\nthanks")
+    assert text == "key:\n[PRIVATE_KEY]\nthanks"
+    assert counts == {"PRIVATE_KEY": 1}
+
+
+@pytest.mark.parametrize("lookalike", [
+    "order 4111 1111 1111 1112",          # fails the Luhn check
+    "0000 0000 0000 0000",                # one repeated digit
+    "released on 2026-11-29 at 12:30:45",
+    "pi is 3.14159 and e is 2.71828",
+    "version v1.2.3 and 999.1.1.1",
+    "std::vector<int> and ab::cd",
+    "evens = l[::2]; odds = l[1::2]",
+    "call me maybe 12345",
+    "id 1234567890",
+    "user@localhost",
+    "sk-short",
+    "the skeleton key",
+    "AKIA is a prefix",
+    "price +5 10",
+    "a ghp_ prefix alone",
+])
+def test_lookalikes_are_kept(lookalike):
+    assert scrub(lookalike) == (lookalike, {})
+
+
+def test_counts_every_finding_in_one_text():
+    text, counts = scrub("a@b.io, c@d.io and 10.0.0.1")
+    assert text == "[EMAIL], [EMAIL] and [IP_ADDRESS]"
+    assert counts == {"EMAIL": 2, "IP_ADDRESS": 1}
+
+
+def test_scrub_value_reaches_nested_tool_arguments():
+    counts = Counter()
+    value = scrub_value({"to": ["x@y.com"], "n": 3, "meta": {"ip": "8.8.8.8"}}, counts)
+    assert value == {"to": ["[EMAIL]"], "n": 3, "meta": {"ip": "[IP_ADDRESS]"}}
+    assert counts == {"EMAIL": 1, "IP_ADDRESS": 1}

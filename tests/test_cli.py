@@ -1,0 +1,80 @@
+import json
+
+from mint import __version__
+from mint.cli import main
+from tests.conftest import chat_row, run_mint, write_jsonl
+
+
+def test_version_and_help(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"mint {__version__}"
+    assert main(["--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "Examples:" in help_text and "mint ingest logs/ --dataset prod" in help_text
+
+
+def test_usage_error_exits_2(capsys):
+    assert main(["ingest"]) == 2
+    assert main(["ingest", "x", "--bogus"]) == 2
+
+
+def test_init_writes_project_and_never_overwrites(tmp_path, capsys):
+    assert main(["init", "--dir", str(tmp_path), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert sorted(first["created"]) == ["contracts/", "mint.yaml", "recipes/"]
+    (tmp_path / "mint.yaml").write_text("base: tiny-random\nspecialists: {chat: {keywords: [hi]}}\n")
+    assert main(["init", "--dir", str(tmp_path), "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["created"] == [] and "mint.yaml" in second["kept"]
+    assert (tmp_path / "mint.yaml").read_text().startswith("base: tiny-random")
+
+
+def test_ingest_json_summary_and_exit_0(ws, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hi there"), "garbage"])
+    assert main(["ingest", str(path), "--dataset", "d", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["created"] is True and summary["episodes_added"] == 1
+    assert summary["sources"][0] | {"path": None} == {"path": None, "format": "jsonl", "bytes": path.stat().st_size,
+                                                      "read": 2, "kept": 1, "duplicate": 0, "quarantined": 1,
+                                                      "scrubbed": 0}
+    assert summary["reasons"] == {"invalid JSON": 1}
+
+
+def test_ingest_human_summary(ws, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("mail me at a@b.io")])
+    assert main(["ingest", str(path), "--dataset", "d"]) == 0
+    text = capsys.readouterr().out
+    assert "kept" in text and "EMAIL 1" in text and "+1 episodes" in text
+
+
+def test_ingest_nonexistent_path_exits_2_and_writes_nothing(ws, tmp_path):
+    result = run_mint("ingest", str(tmp_path / "nope.jsonl"), "--dataset", "d")
+    assert result.returncode == 2
+    assert "nope.jsonl: no such file or directory" in result.stderr
+    assert not ws.home.exists()
+
+
+def test_bad_project_file_names_file_line_and_field(ws, tmp_path, capsys):
+    (tmp_path / "mint.yaml").write_text("base: smollm2-135m\nspecialists:\n  coding:\n    keywords: python\n")
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("x")])
+    assert main(["ingest", str(path)]) == 2
+    assert "mint.yaml:4: specialists.coding.keywords: expected a list" in capsys.readouterr().err
+    assert not ws.home.exists()
+
+
+def test_data_commands(ws, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("python bug"), chat_row("hello")])
+    assert main(["ingest", str(path), "--dataset", "d"]) == 0
+    capsys.readouterr()
+    assert main(["data", "ls", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["datasets"]
+    assert listed["name"] == "d" and listed["episodes"] == 2 and listed["by_specialist"] == {"coding": 1, "chat": 1}
+    assert main(["data", "show", "d", "--head", "1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert len(shown["head"]) == 1 and shown["manifest"]["total_episodes"] == 2
+    assert main(["data", "show", "d", "--head", "1"]) == 0
+    assert "python bug" in capsys.readouterr().out
+    assert main(["data", "export", "d", str(tmp_path / "o.jsonl"), "--format", "openai", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 2
+    assert main(["data", "show", "nope"]) == 2
+    assert main(["data", "export", "d", str(tmp_path / "o2"), "--format", "csv"]) == 2

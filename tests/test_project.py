@@ -1,0 +1,32 @@
+import pytest
+
+from mint.errors import BadInput
+from mint.project import DEFAULT_PROJECT, init_project, load_project
+
+
+def test_init_project_round_trips_the_defaults(tmp_path):
+    init_project(tmp_path)
+    loaded = load_project(tmp_path / "mint.yaml")
+    assert loaded.names == ("chat", "agent", "coding", "genui")
+    assert [s.keywords for s in loaded.specialists] == [s.keywords for s in DEFAULT_PROJECT.specialists]
+    assert [s.tool_use for s in loaded.specialists] == [False, True, False, False]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("base: x\nspecialists:\n  coding:\n    keywordz: [a]\n", "mint.yaml:4: specialists.coding.keywordz: unknown key"),
+    ("base: x\nspecialists: [coding]\n", "mint.yaml:2: specialists: expected a mapping"),
+    ("base: x\nspecialists:\n  Bad/Name: {}\n", "mint.yaml:3: specialists.Bad/Name: a specialist name"),
+    ("base: x\nspecialists: {a: {keywords: [b]}\n", "mint.yaml:3: invalid YAML"),
+    ("bases: x\n", "mint.yaml:1: bases: unknown key"),
+])
+def test_bad_project_files_name_file_line_and_field(tmp_path, text, where):
+    (tmp_path / "mint.yaml").write_text(text)
+    with pytest.raises(BadInput) as info:
+        load_project(tmp_path / "mint.yaml")
+    assert str(info.value).startswith(str(tmp_path / where.split(":")[0]) + ":" + where.split(":", 1)[1])
+
+
+def test_yaml_tags_are_refused(tmp_path):
+    (tmp_path / "mint.yaml").write_text("base: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(BadInput, match="invalid YAML"):
+        load_project(tmp_path / "mint.yaml")
