@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from mint.errors import BadInput
-from mint.workspace import Workspace, atomic_write_text, publish_dir, staging_dir
+from mint.workspace import Workspace, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
 EPISODES_FILE = "episodes.jsonl"
@@ -65,24 +66,36 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def append_quarantine(directory: Path, entries: list[dict]) -> int:
-    """Add entries not already quarantined (same source and reason); returns how many were new."""
+def append_quarantine(directory: Path, entries: Iterable[str]) -> int:
+    """Add JSON-line entries not already quarantined (same source and reason); returns how many were new.
+
+    The file is rewritten whole and renamed into place, so a kill never leaves a torn line.
+    """
     path = directory / QUARANTINE_FILE
-    existing_lines: list[str] = []
     seen = set()
     if path.exists():
-        existing_lines = path.read_text(encoding="utf-8").splitlines()
-        for line in existing_lines:
-            entry = json.loads(line)
-            seen.add((entry["source"], entry["reason"]))
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                entry = json.loads(line)
+                seen.add((entry["source"], entry["reason"]))
     new = []
-    for entry in entries:
+    for line in entries:
+        entry = json.loads(line)
         key = (entry["source"], entry["reason"])
         if key not in seen:
             seen.add(key)
-            new.append(json.dumps(entry, ensure_ascii=False))
+            new.append(line if line.endswith("\n") else line + "\n")
     if new:
-        atomic_write_text(path, "\n".join(existing_lines + new) + "\n")
+        with staging_dir(directory, "quarantine") as tmp:
+            with open(tmp / QUARANTINE_FILE, "w", encoding="utf-8") as out:
+                if path.exists():
+                    with open(path, encoding="utf-8") as old:
+                        shutil.copyfileobj(old, out)
+                out.writelines(new)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp / QUARANTINE_FILE, path)
+        shutil.rmtree(tmp, ignore_errors=True)
     return len(new)
 
 

@@ -12,10 +12,15 @@ only an unreferenced directory that readers never see.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
+import multiprocessing
+import os
+from json.encoder import encode_basestring  # the C string escaper json.dumps uses
 import re
 import sqlite3
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,7 +30,8 @@ from typing import Callable
 from mint.data import datasets
 from mint.data.episode import FORMATS, RecordError, episode_id, normalize
 from mint.data.labels import Labeler
-from mint.data.readers import DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, discover, read_source
+from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, discover, parse_line,
+                               read_line_batches, read_source)
 from mint.data.scrub import scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.faults import checkpoint
@@ -68,7 +74,9 @@ class IngestResult:
 
 def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: str = "auto",
            project: Project, scrub: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-           progress: IngestProgress | None = None) -> IngestResult:
+           progress: IngestProgress | None = None, workers: int | None = None) -> IngestResult:
+    """Ingest ``paths`` into ``dataset``. ``workers``: processes that parse and scrub big JSON Lines
+    files (default: one per core when there are several; 0 or 1 parses in this process)."""
     started = time.perf_counter()
     datasets.check_name(dataset)
     if fmt not in FORMATS:
@@ -78,7 +86,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
     if not paths:
         raise BadInput("give at least one file or folder to ingest")
     sources = discover(paths, fmt)   # missing or unreadable paths fail here, before any write
-    labeler = Labeler(project)
+    settings = _Settings(fmt, Labeler(project), scrub)
     directory = ws.datasets / dataset
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -92,8 +100,11 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         labeled_by: Counter = Counter()
         scrubbed: Counter = Counter()
         reasons: Counter = Counter()
-        quarantine: list[dict] = []
-        new_ids: list[str] = []
+        added = 0
+        # bad records stream to a scratch file beside the versions, merged into quarantine.jsonl at the end
+        quarantine_scratch = tempfile.NamedTemporaryFile("w+", encoding="utf-8", dir=directory,
+                                                         prefix=".tmp-quarantine-", suffix=".jsonl")
+        quarantine = quarantine_scratch.file
         try:
             with staging_dir(directory, "version") as tmp:
                 with open(tmp / datasets.EPISODES_FILE, "w", encoding="utf-8") as out:
@@ -103,30 +114,32 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                         stats.append(source_stats)
                         report = (lambda n, label=label, size=source.size: progress(label, n, size)) \
                             if progress else None
-                        for record in read_source(source, label, max_record_bytes=max_record_bytes,
-                                                  progress=report):
+                        for line, specialist, how, found in _outcomes(source, label, settings, max_record_bytes,
+                                                                      report, workers):
                             source_stats.read += 1
-                            episode, reason = _episode(record, fmt, labeler, scrub, scrubbed, source_stats)
-                            if episode is None:
+                            if found:
+                                scrubbed.update(found)
+                                source_stats.scrubbed += sum(found.values())
+                            if how == "quarantine":
                                 source_stats.quarantined += 1
-                                reasons[_reason_kind(reason)] += 1
-                                quarantine.append(_quarantined(record, reason, scrub, scrubbed, source_stats))
+                                reasons[_reason_kind(specialist)] += 1
+                                quarantine.write(line)
                                 continue
-                            key = bytes.fromhex(episode["id"][:32])
+                            key = bytes.fromhex(line[7:39])   # the first 128 bits of the id
                             if index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,)).rowcount == 0:
                                 source_stats.duplicate += 1
                                 continue
                             source_stats.kept += 1
-                            by_specialist[episode["specialist"]] += 1
-                            labeled_by[episode.pop("_labeled_by")] += 1
-                            new_ids.append(episode["id"])
-                            out.write(json.dumps(episode, ensure_ascii=False, separators=(",", ":")) + "\n")
+                            added += 1
+                            by_specialist[specialist] += 1
+                            labeled_by[how] += 1
+                            out.write(line)
                 checkpoint("ingest.episodes_written")
-                if not new_ids:
+                if not added:
                     raise _NothingNew
                 version = _version_hash(parent, tmp / datasets.EPISODES_FILE)
                 manifest = _manifest(dataset, version, parent, parent_manifest, fmt, scrub, stats,
-                                     by_specialist, scrubbed, len(new_ids))
+                                     by_specialist, scrubbed, added)
                 (tmp / datasets.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
                 if (directory / version).exists():   # an unreferenced leftover of a killed ingest
                     datasets.remove_tree(directory / version)
@@ -143,11 +156,14 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
             head, created = parent, False
         finally:
             index.close()
-        quarantined_new = datasets.append_quarantine(directory, quarantine)
+        with quarantine_scratch:
+            quarantine.flush()
+            quarantine.seek(0)
+            quarantined_new = datasets.append_quarantine(directory, quarantine)
 
-    total = (parent_manifest or {}).get("total_episodes", 0) + len(new_ids)
+    total = (parent_manifest or {}).get("total_episodes", 0) + added
     return IngestResult(
-        dataset=dataset, version=head, created=created, parent=parent, episodes_added=len(new_ids),
+        dataset=dataset, version=head, created=created, parent=parent, episodes_added=added,
         total_episodes=total, sources=stats, by_specialist=dict(by_specialist), labeled_by=dict(labeled_by),
         scrubbed=dict(scrubbed), quarantine_file=str(directory / datasets.QUARANTINE_FILE),
         quarantined_new=quarantined_new, seconds=time.perf_counter() - started, reasons=dict(reasons))
@@ -157,35 +173,108 @@ class _NothingNew(Exception):
     """Every record was a duplicate or bad: no version is made."""
 
 
-def _episode(record: RawRecord, fmt: str, labeler: Labeler, scrub: bool, scrubbed: Counter,
-             stats: SourceStats) -> tuple[dict | None, str]:
+@dataclass(frozen=True)
+class _Settings:
+    fmt: str
+    labeler: Labeler
+    scrub: bool
+
+
+# What one record became: (line, specialist, how, scrub counts). ``how`` is the labeling rule for an
+# episode, whose line is its JSON; for a bad record it is "quarantine", ``line`` is the quarantine
+# entry and ``specialist`` the reason.
+Outcome = tuple[str, str, str, Counter | None]
+
+PARALLEL_MIN_BYTES = 4 << 20     # smaller files are done before worker processes would have started
+_BATCH_LINES = 2000
+
+
+def _process(record: RawRecord, settings: _Settings) -> Outcome:
+    found: Counter = Counter()
     if record.error:
-        return None, record.error
+        return _quarantine_outcome(record, record.error, settings, found)
     try:
-        episode = normalize(record.data, fmt)
+        episode = normalize(record.data, settings.fmt)
     except RecordError as exc:
-        return None, str(exc)
+        return _quarantine_outcome(record, str(exc), settings, found)
+    labeler = settings.labeler
     specialist, how = labeler.label(episode.pop("label"), episode["messages"], episode["tools"])
     if how == "record" and specialist not in labeler.names:
-        return None, (f"specialist: {specialist!r} is not a specialist in mint.yaml "
-                      f"({', '.join(sorted(labeler.names))})")
-    if scrub:
-        found: Counter = Counter()
+        reason = (f"specialist: {specialist!r} is not a specialist in mint.yaml "
+                  f"({', '.join(sorted(labeler.names))})")
+        return _quarantine_outcome(record, reason, settings, found)
+    if settings.scrub:
         for message in episode["messages"]:
             message["content"] = scrub_text(message["content"], found)
             for call in message.get("tool_calls", ()):
                 call["function"]["arguments"] = scrub_value(call["function"]["arguments"], found)
         if episode["feedback"]["correction"]:
             episode["feedback"]["correction"] = scrub_text(episode["feedback"]["correction"], found)
-        if found:
-            scrubbed.update(found)
-            stats.scrubbed += sum(found.values())
-    return {
-        "id": episode_id(episode["messages"], episode["tools"], episode["feedback"]),
-        "session": episode["session"], "ts": episode["ts"], "specialist": specialist,
-        "messages": episode["messages"], "tools": episode["tools"], "feedback": episode["feedback"],
-        "served_by": episode["served_by"], "source": record.source, "_labeled_by": how,
-    }, ""
+    return _episode_line(episode, specialist, record.source), specialist, how, found or None
+
+
+def _quarantine_outcome(record: RawRecord, reason: str, settings: _Settings, found: Counter) -> Outcome:
+    raw = record.raw
+    if raw is None and record.data is not None:
+        raw = json.dumps(record.data, ensure_ascii=False, default=str)[:RAW_KEEP_CHARS]
+    if raw and settings.scrub:
+        raw = scrub_text(raw, found)
+    entry = json.dumps({"source": record.source, "reason": reason, "raw": raw}, ensure_ascii=False) + "\n"
+    return entry, reason, "quarantine", found or None
+
+
+def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progress, workers: int | None):
+    """The outcome of every record of ``source``, in file order."""
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if source.kind != "jsonl" or workers < 2 or source.size < PARALLEL_MIN_BYTES:
+        for record in read_source(source, label, max_record_bytes=cap, progress=progress):
+            yield _process(record, settings)
+        return
+    # Parse, normalize, scrub and serialize in worker processes; this process only deduplicates and
+    # writes. At most 2 batches per worker are in flight, so memory stays flat whatever the file size.
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, initializer=_init_worker, initargs=(settings,)) as pool:
+        pending: collections.deque = collections.deque()
+        for batch in read_line_batches(source, max_record_bytes=cap, progress=progress, batch=_BATCH_LINES):
+            pending.append(pool.apply_async(_process_batch, (label, batch)))
+            if len(pending) >= 2 * workers:
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+
+
+_worker_settings: _Settings | None = None
+
+
+def _init_worker(settings: _Settings) -> None:
+    global _worker_settings
+    _worker_settings = settings
+
+
+def _process_batch(label: str, batch: list) -> list[Outcome]:
+    out = []
+    for item in batch:
+        record = parse_line(label, item)
+        if record is not None:
+            out.append(_process(record, _worker_settings))
+    return out
+
+
+def _episode_line(episode: dict, specialist: str, source: str) -> str:
+    """The canonical episode as one JSON line; each part is serialized once, for the id and the line."""
+    parts = [_dumps(episode["messages"]), _dumps(episode["tools"]), _dumps(episode["feedback"])]
+    digest = hashlib.sha256(("[" + ",".join(parts) + "]").encode("utf-8")).hexdigest()
+    return (f'{{"id":"{digest}","session":{_string(episode["session"])},"ts":{_string(episode["ts"])},'
+            f'"specialist":{_string(specialist)},"messages":{parts[0]},"tools":{parts[1]},"feedback":{parts[2]},'
+            f'"served_by":{_string(episode["served_by"])},"source":{_string(source)}}}\n')
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
+
+def _string(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
 
 
 def _reason_kind(reason: str) -> str:
@@ -196,21 +285,11 @@ def _reason_kind(reason: str) -> str:
     return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
-def _quarantined(record: RawRecord, reason: str, scrub: bool, scrubbed: Counter, stats: SourceStats) -> dict:
-    raw = record.raw
-    if raw is None and record.data is not None:
-        raw = json.dumps(record.data, ensure_ascii=False, default=str)[:RAW_KEEP_CHARS]
-    if raw and scrub:
-        found: Counter = Counter()
-        raw = scrub_text(raw, found)
-        scrubbed.update(found)
-        stats.scrubbed += sum(found.values())
-    return {"source": record.source, "reason": reason, "raw": raw}
-
-
 def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
     index = sqlite3.connect(directory / "index.sqlite", isolation_level="DEFERRED")
     index.execute("PRAGMA synchronous=NORMAL")
+    index.execute("PRAGMA journal_mode=WAL")
+    index.execute("PRAGMA cache_size=-32000")   # 32 MB: random 128-bit keys touch pages all over the tree
     index.execute("CREATE TABLE IF NOT EXISTS seen (id BLOB PRIMARY KEY) WITHOUT ROWID")
     index.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     index.commit()

@@ -16,23 +16,42 @@ class Labeler:
     def __init__(self, project: Project) -> None:
         self.names = set(project.names)
         self.tool_specialist = next((s.name for s in project.specialists if s.tool_use), None)
-        self.patterns = []
-        for spec in project.specialists:
-            if spec.keywords:
-                words = sorted(spec.keywords, key=len, reverse=True)
-                alternation = "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in words)
-                self.patterns.append((spec.name, re.compile(rf"(?<!\w)(?:{alternation})(?!\w)", re.I)))
+        # single words are looked up in a set of the text's words; phrases by substring
+        self.words: dict[str, list[int]] = {}
+        self.phrases: list[tuple[str, int]] = []
+        self.specialists = [spec.name for spec in project.specialists]
+        for rank, spec in enumerate(project.specialists):
+            for keyword in spec.keywords:
+                tokens = _WORD.findall(keyword.lower())
+                phrase = " ".join(tokens)
+                if len(tokens) == 1:
+                    self.words.setdefault(phrase, []).append(rank)
+                else:
+                    self.phrases.append((f" {phrase} ", rank))
 
     def label(self, own: str | None, messages: list[dict], tools: list[dict]) -> tuple[str, str]:
-        """(specialist, how): how is ``record``, ``tools``, ``keywords`` or ``none``."""
+        """(specialist, how): how is ``record``, ``tools``, ``keywords`` or ``none``.
+
+        The keyword winner is the specialist with the most distinct keywords in the user turns.
+        """
         if own is not None:
             return own, "record"
         if self.tool_specialist and (tools or any("tool_calls" in m or m["role"] == "tool" for m in messages)):
             return self.tool_specialist, "tools"
-        text = "\n".join(m["content"] for m in messages if m["role"] == "user")
-        best, best_hits = UNLABELED, 0
-        for name, pattern in self.patterns:
-            hits = len(pattern.findall(text))
-            if hits > best_hits:
-                best, best_hits = name, hits
-        return best, ("keywords" if best_hits else "none")
+        words = _WORD.findall("\n".join(m["content"] for m in messages if m["role"] == "user").lower())
+        hits = [0] * len(self.specialists)
+        for word in set(words):
+            for rank in self.words.get(word, ()):
+                hits[rank] += 1
+        if self.phrases:
+            spaced = " " + " ".join(words) + " "
+            for phrase, rank in self.phrases:
+                if phrase in spaced:
+                    hits[rank] += 1
+        best = max(range(len(hits)), key=lambda r: (hits[r], -r)) if hits else 0
+        if not hits or hits[best] == 0:
+            return UNLABELED, "none"
+        return self.specialists[best], "keywords"
+
+
+_WORD = re.compile(r"\w+")

