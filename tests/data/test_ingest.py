@@ -194,3 +194,17 @@ def test_show_resolves_versions_by_number_and_prefix(ws, project, tmp_path):
     assert datasets.show_dataset(ws, "d", a.version[:6], head=0).head == []
     with pytest.raises(BadInput, match="matches no version"):
         datasets.show_dataset(ws, "d", "v9")
+
+
+def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_path, monkeypatch):
+    from mint.data import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(ingest_module, "_BATCH_LINES", 3)
+    rows = [chat_row(f"python question {i} from a{i}@example.com") for i in range(20)] + MIXED
+    path = write_jsonl(tmp_path / "a.jsonl", rows)
+    one = ingest(ws, [path], dataset="one", project=project, workers=1)
+    many = ingest(ws, [path], dataset="many", project=project, workers=2)
+    assert many.version == one.version
+    assert many.sources[0] == one.sources[0] and many.scrubbed == one.scrubbed == {"EMAIL": 20}
+    assert open(many.quarantine_file).read() == open(one.quarantine_file).read()
