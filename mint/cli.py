@@ -20,6 +20,7 @@ try:   # newer typer vendors its own copy of click, with its own exception class
 except ImportError:  # pragma: no cover
     _TyperClickException = click.ClickException
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -134,7 +135,7 @@ def ingest(
         table.add_column(column, justify="left" if column == "source" else "right",
                          overflow="fold" if column == "source" else "ellipsis")
     for s in result.sources:
-        table.add_row(s.path, f"{s.read:,}", f"{s.kept:,}", f"{s.duplicate:,}",
+        table.add_row(escape(s.path), f"{s.read:,}", f"{s.kept:,}", f"{s.duplicate:,}",
                       f"[red]{s.quarantined:,}[/]" if s.quarantined else "0", f"{s.scrubbed:,}")
     out.print(table)
     if result.by_specialist:
@@ -143,8 +144,8 @@ def ingest(
     if result.scrubbed:
         out.print("scrubbed: " + ", ".join(f"{k} {v:,}" for k, v in sorted(result.scrubbed.items())))
     if result.reasons:
-        out.print("quarantined: " + "; ".join(f"{k} ×{v}" for k, v in sorted(result.reasons.items()))
-                  + f"  → {result.quarantine_file}")
+        out.print("quarantined: " + "; ".join(f"{escape(k)} ×{v}" for k, v in sorted(result.reasons.items()))
+                  + f"  → {escape(result.quarantine_file)}")
     if result.created:
         out.print(f"[green]version {result.version}[/] of {result.dataset}: +{result.episodes_added:,} episodes, "
                   f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
@@ -231,11 +232,11 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
                         str(v["total_episodes"]), v["created_at"])
     out.print(history)
     for episode in view.head:
-        out.print(f"[cyan]{episode['id'][:12]}[/] {episode['specialist']} {episode['source']} "
+        out.print(f"[cyan]{episode['id'][:12]}[/] {episode['specialist']} {escape(episode['source'])} "
                   f"rating={episode['feedback']['rating']}")
         for message in episode["messages"]:
             text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
-            out.print(f"  [bold]{message['role']}:[/] {text[:200]}", markup=True, highlight=False)
+            out.print(f"  [bold]{message['role']}:[/] {escape(text[:200])}", highlight=False)
 
 
 @data_app.command("export")
@@ -308,8 +309,8 @@ def chat(prompt: str = typer.Argument(..., help="The user's message."),
                       max_new_tokens=max_new_tokens)
     if json_out:
         return _print_json(reply)
-    out.print(f"[bold]user:[/] {reply.prompt}", highlight=False)
-    out.print(f"[bold]{reply.served_by} ({reply.base}):[/] {reply.reply}", highlight=False)
+    out.print(f"[bold]user:[/] {escape(reply.prompt)}", highlight=False)
+    out.print(f"[bold]{reply.served_by} ({escape(reply.base)}):[/] {escape(reply.reply)}", highlight=False)
     err.print(f"{reply.new_tokens} tokens in {reply.seconds:.2f}s (load {reply.load_seconds:.1f}s)")
 
 
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, standalone_mode=False, prog_name="mint")
         return 0
     except MintError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except (click.exceptions.Exit, typer.Exit) as exc:
         return exc.exit_code

@@ -78,3 +78,11 @@ def test_data_commands(ws, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["episodes"] == 2
     assert main(["data", "show", "nope"]) == 2
     assert main(["data", "export", "d", str(tmp_path / "o2"), "--format", "csv"]) == 2
+
+
+def test_show_prints_placeholders_and_brackets_literally(ws, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("mail x@y.io about l[1::2] and [bold]")])
+    assert main(["ingest", str(path), "--dataset", "d"]) == 0
+    capsys.readouterr()
+    assert main(["data", "show", "d"]) == 0
+    assert "mail [EMAIL] about l[1::2] and [bold]" in capsys.readouterr().out

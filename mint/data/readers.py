@@ -69,6 +69,9 @@ def discover(paths: list[Path], fmt: str) -> list[Source]:
             raise BadInput("no such file or directory", file=str(path))
         if path.is_dir():
             if fmt == "hf" or _is_hf_dataset_dir(path):
+                if not _is_hf_dataset_dir(path):
+                    raise BadInput("not a dataset saved with save_to_disk (no dataset_info.json or "
+                                   "dataset_dict.json)", file=str(path))
                 sources.append(Source(path, "hf", _tree_size(path)))
                 continue
             found = []
@@ -102,6 +105,8 @@ def _check_readable(path: Path) -> None:
     try:
         if path.is_dir():
             os.listdir(path)
+            if _is_hf_dataset_dir(path):
+                _load_hf(path)   # memory-mapped: cheap, and a broken folder fails before any write
         else:
             with open(path, "rb") as f:
                 head = f.read(2)
@@ -311,12 +316,9 @@ def _read_parquet(path: Path, label: str, progress: ProgressFn | None) -> Iterat
 
 
 def _read_hf(path: Path, label: str, progress: ProgressFn | None) -> Iterator[RawRecord]:
-    from datasets import Dataset, DatasetDict, load_from_disk
+    from datasets import Dataset, DatasetDict
 
-    try:
-        loaded = load_from_disk(str(path))
-    except Exception as exc:  # noqa: BLE001 - datasets raises several types for a bad folder
-        raise BadInput(f"not a dataset saved with save_to_disk: {exc}", file=str(path)) from None
+    loaded = _load_hf(path)
     splits = loaded.items() if isinstance(loaded, DatasetDict) else [(None, loaded)]
     total = max(1, sum(len(split) for _name, split in splits))
     per_row = max(1, _tree_size(path) // total)
@@ -328,6 +330,15 @@ def _read_hf(path: Path, label: str, progress: ProgressFn | None) -> Iterator[Ra
                 progress(per_row)
             # Arrow fills absent struct fields with None: drop them so sniffing sees the real shape
             yield RawRecord(f"{where}:{row}", data=_drop_nones(record))
+
+
+def _load_hf(path: Path):
+    from datasets import load_from_disk
+
+    try:
+        return load_from_disk(str(path))
+    except Exception as exc:  # noqa: BLE001 - datasets raises several types for a bad folder
+        raise BadInput(f"not a dataset saved with save_to_disk: {exc}", file=str(path)) from None
 
 
 def _drop_nones(value: Any) -> Any:

@@ -208,3 +208,24 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
     assert many.version == one.version
     assert many.sources[0] == one.sources[0] and many.scrubbed == one.scrubbed == {"EMAIL": 20}
     assert open(many.quarantine_file).read() == open(one.quarantine_file).read()
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("{oops", "invalid JSON: Expecting property name enclosed in double quotes at column 2"),
+    ('{"messages": []}', "messages: empty"),
+    ('{"session": "s1"}', "unknown record shape: expected `messages` (OpenAI/mint) or `conversations` (ShareGPT)"),
+    ('{"messages": {"role": "user"}}', "messages: expected a list, got dict"),
+    ('{"messages": [{"role": "user", "content": ["x", 3]}]}', "messages[0].content[1]: expected a text part"),
+    ('{"messages": [{"role": "wizard", "content": "x"}]}', "messages[0].role: unknown role 'wizard'"),
+    ('{"messages": [{"role": "user", "content": "x"}], "feedback": {"stars": 0}}',
+     "feedback.stars: 0 is not -1, 0, 1 or a 1-5 star value"),
+    ('"just a string"', "expected a JSON object, got str"),
+    ('{"messages": [{"role": "user", "content": "' + "x" * 3000 + '"}]}', "record over the size cap"),
+])
+def test_every_quarantine_reason_is_recorded_with_its_line(ws, project, tmp_path, line, reason):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("good one"), line])
+    result = ingest(ws, [path], dataset="d", project=project, max_record_bytes=2000)
+    (entry,) = [json.loads(l) for l in open(result.quarantine_file)]
+    assert entry["source"] == f"{path}:2"
+    assert entry["reason"].startswith(reason)
+    assert result.sources[0].kept == 1 and result.created
