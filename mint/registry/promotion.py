@@ -1,0 +1,228 @@
+"""Alias moves: promote (compare-and-set against the report's baseline), reject and rollback.
+
+Each move is one ``BEGIN IMMEDIATE`` transaction that re-reads the champion,
+checks it, moves the aliases, updates statuses and appends the event, so two
+promotions racing on one specialist can never both win.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mint.errors import BadInput, Refused
+from mint.faults import checkpoint
+from mint.registry import store
+from mint.registry.refs import check_name
+from mint.registry.store import StaleBaseline
+from mint.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Report:
+    """The part of an evaluation report (DESIGN.md) that promotion relies on."""
+
+    path: str
+    revision_id: str
+    contract_name: str
+    contract_version: int
+    contract_sha256: str
+    contract_path: str | None
+    verdict: str
+    baseline_revision_id: str | None
+    created_at: str
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(f"{self.path}:{self.revision_id}:{self.created_at}".encode()).hexdigest()[:32]
+
+    @property
+    def contract(self) -> dict:
+        return {"name": self.contract_name, "version": self.contract_version, "sha256": self.contract_sha256}
+
+
+def read_report(path: Path) -> Report:
+    """Parse and check a report file; every problem names the file and the field."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput("no such report", file=str(path)) from None
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"not a JSON report: {exc}", file=str(path)) from None
+
+    def need(value, kind, field):
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise BadInput(f"expected {kind.__name__ if isinstance(kind, type) else 'a value'}", file=str(path),
+                           field=field)
+        return value
+
+    if not isinstance(data, dict):
+        raise BadInput("expected a JSON object", file=str(path))
+    contract = need(data.get("contract"), dict, "contract")
+    baseline = data.get("baseline") or {}
+    if not isinstance(baseline, dict):
+        raise BadInput("expected an object", file=str(path), field="baseline")
+    verdict = need(data.get("verdict"), str, "verdict")
+    if verdict not in ("pass", "fail"):
+        raise BadInput(f"{verdict!r} is not pass or fail", file=str(path), field="verdict")
+    baseline_id = baseline.get("revision_id")
+    if baseline_id is not None and not isinstance(baseline_id, str):
+        raise BadInput("expected a revision id or null", file=str(path), field="baseline.revision_id")
+    return Report(
+        path=str(path.absolute()), revision_id=need(data.get("revision_id"), str, "revision_id"),
+        contract_name=need(contract.get("name"), str, "contract.name"),
+        contract_version=need(contract.get("version"), int, "contract.version"),
+        contract_sha256=need(contract.get("sha256"), str, "contract.sha256"),
+        contract_path=contract.get("path") if isinstance(contract.get("path"), str) else None,
+        verdict=verdict, baseline_revision_id=baseline_id,
+        created_at=data.get("created_at") if isinstance(data.get("created_at"), str) else store.now())
+
+
+def record_report(conn, report: Report) -> None:
+    """Keep a report in the registry (idempotent); ``mint eval`` calls this for every report it writes."""
+    conn.execute("INSERT OR IGNORE INTO reports (id, revision_id, contract_name, contract_version, contract_sha256, "
+                 "verdict, baseline_revision_id, path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (report.id, report.revision_id, report.contract_name, report.contract_version,
+                  report.contract_sha256, report.verdict, report.baseline_revision_id, report.path,
+                  report.created_at))
+
+
+def _newest_registered_report(conn, revision_id: str) -> Report | None:
+    row = conn.execute("SELECT path FROM reports WHERE revision_id = ? AND verdict = 'pass' "
+                       "ORDER BY created_at DESC LIMIT 1", (revision_id,)).fetchone()
+    return read_report(Path(row[0])) if row else None
+
+
+def _check_contract_is_current(conn, report: Report, ref: str) -> None:
+    newer = conn.execute("SELECT MAX(contract_version) FROM reports WHERE contract_name = ?",
+                         (report.contract_name,)).fetchone()[0]
+    if newer is not None and newer > report.contract_version:
+        raise Refused(f"the report is under contract {report.contract_name} v{report.contract_version}, but "
+                      f"v{newer} is current; re-run `mint eval {ref}`")
+    if report.contract_path:
+        path = Path(report.contract_path)
+        if not path.is_file():
+            raise Refused(f"the report's contract {path} no longer exists; re-run `mint eval {ref}`")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != report.contract_sha256:
+            raise Refused(f"contract {path} changed since this report; re-run `mint eval {ref}`")
+
+
+@dataclass(frozen=True)
+class AliasMove:
+    action: str
+    specialist: str
+    old: str | None
+    new: str
+    new_ref: str
+    report: str | None
+    reason: str | None
+
+
+def _describe(conn, revision_id: str | None) -> str:
+    if revision_id is None:
+        return "none"
+    revision = store.get_revision(conn, revision_id)
+    return f"{revision.ref} ({revision_id[:12]})" if revision else revision_id[:12]
+
+
+def _move_champion(conn, specialist: str, current: str | None, target: store.Revision) -> None:
+    conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'champion', ?)",
+                 (specialist, target.id))
+    if current:
+        conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'previous', ?)",
+                     (specialist, current))
+        conn.execute("UPDATE revisions SET status = 'retired' WHERE id = ?", (current,))
+    conn.execute("UPDATE revisions SET status = 'champion' WHERE id = ?", (target.id,))
+
+
+def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: bool = False,
+            why: str | None = None) -> AliasMove:
+    """Make ``ref`` its specialist's champion if its passing report was measured against the current one."""
+    if force and not (why and why.strip()):
+        raise BadInput("--force needs --why TEXT, which the event log keeps", field="--why")
+    conn = store.open_store(ws, create=False)
+    try:
+        revision = store.resolve(conn, ref)
+        report = read_report(report_path) if report_path else _newest_registered_report(conn, revision.id)
+        if not force:
+            if report is None:
+                raise Refused(f"no passing report for {revision.ref}; run `mint eval {revision.ref} --contract FILE` "
+                              "or pass --report FILE")
+            if report.revision_id != revision.id:
+                raise BadInput(f"the report is for revision {report.revision_id[:12]}, not {revision.ref} "
+                               f"({revision.id[:12]})", file=report.path, field="revision_id")
+            if report.verdict != "pass":
+                raise Refused(f"{revision.ref} failed its gates under {report.contract_name} "
+                              f"v{report.contract_version}; see {report.path}")
+            if revision.status == "rejected":
+                raise Refused(f"{revision.ref} was rejected; promote it with --force --why TEXT if you mean it")
+            _check_contract_is_current(conn, report, revision.ref)
+        checkpoint("promote.checked")
+        with store.write(conn):
+            current = store.alias_target(conn, revision.specialist, "champion")
+            if current == revision.id:
+                raise Refused(f"{revision.ref} is already the champion of {revision.specialist}")
+            if not force and report.baseline_revision_id != current:
+                raise StaleBaseline(f"champion moved from {_describe(conn, report.baseline_revision_id)} to "
+                                    f"{_describe(conn, current)} since this report; re-run `mint eval {revision.ref}`")
+            if report:
+                record_report(conn, report)
+            _move_champion(conn, revision.specialist, current, revision)
+            store.record_event(conn, action="force-promote" if force else "promote", specialist=revision.specialist,
+                               alias="champion", old=current, new=revision.id,
+                               report=report.path if report else None,
+                               contract=report.contract if report else None, reason=why)
+            checkpoint("promote.before_commit")
+        checkpoint("promote.committed")
+        return AliasMove("force-promote" if force else "promote", revision.specialist, current, revision.id,
+                         revision.ref, report.path if report else None, why)
+    finally:
+        conn.close()
+
+
+def reject(ws: Workspace, ref: str, *, why: str) -> AliasMove:
+    if not (why and why.strip()):
+        raise BadInput("say why with --why TEXT; the event log keeps it", field="--why")
+    conn = store.open_store(ws, create=False)
+    try:
+        with store.write(conn):
+            revision = store.resolve(conn, ref)
+            if store.alias_target(conn, revision.specialist, "champion") == revision.id:
+                raise Refused(f"{revision.ref} is the champion of {revision.specialist}; "
+                              f"`mint rollback {revision.specialist}` first")
+            if revision.status == "rejected":
+                raise Refused(f"{revision.ref} is already rejected")
+            conn.execute("UPDATE revisions SET status = 'rejected' WHERE id = ?", (revision.id,))
+            store.record_event(conn, action="reject", specialist=revision.specialist, new=revision.id, reason=why)
+        return AliasMove("reject", revision.specialist, None, revision.id, revision.ref, None, why)
+    finally:
+        conn.close()
+
+
+def rollback(ws: Workspace, specialist: str, *, to: str | None = None, why: str | None = None) -> AliasMove:
+    """Re-point the champion to the previous champion (from the log) or to ``to``."""
+    check_name(specialist)
+    conn = store.open_store(ws, create=False)
+    try:
+        with store.write(conn):
+            current = store.alias_target(conn, specialist, "champion")
+            if to is not None:
+                target = store.resolve(conn, to)
+                if target.specialist != specialist:
+                    raise BadInput(f"{target.ref} is a revision of {target.specialist}, not {specialist}", field="--to")
+            else:
+                previous = store.alias_target(conn, specialist, "previous")
+                if previous is None:
+                    raise Refused(f"{specialist} has no previous champion to roll back to")
+                target = store.get_revision(conn, previous)
+            if target.id == current:
+                raise Refused(f"{target.ref} is already the champion of {specialist}")
+            if target.status == "rejected":
+                raise Refused(f"{target.ref} was rejected; pick another revision with --to")
+            _move_champion(conn, specialist, current, target)
+            store.record_event(conn, action="rollback", specialist=specialist, alias="champion", old=current,
+                               new=target.id, reason=why)
+        return AliasMove("rollback", specialist, current, target.id, target.ref, None, why)
+    finally:
+        conn.close()

@@ -1,0 +1,75 @@
+import json
+
+import pytest
+
+from mint.cli import main
+from mint.errors import BadInput
+from mint.registry import store
+
+
+def test_register_numbers_versions_per_specialist(ws, candidate):
+    first, second, other = candidate("coding"), candidate("coding"), candidate("chat")
+    assert (first.ref, second.ref, other.ref) == ("coding:v1", "coding:v2", "chat:v1")
+    assert first.status == "candidate" and first.base == "tiny-random"
+    stored = json.loads((ws.adapters / first.id / "mint.json").read_text())
+    assert stored["specialist"] == "coding" and set(stored["files"]) == {"adapter_config.json",
+                                                                         "adapter_model.safetensors", "README.md"}
+
+
+def test_resolve_every_reference_form(ws, candidate):
+    revision = candidate()
+    conn = store.open_store(ws)
+    assert store.resolve(conn, "coding:v1") == revision
+    assert store.resolve(conn, revision.id[:8]) == revision
+    with pytest.raises(BadInput, match="coding has no champion yet"):
+        store.resolve(conn, "coding:champion")
+    with pytest.raises(BadInput, match=r"no such revision \(coding has versions v1..v1\)"):
+        store.resolve(conn, "coding:v9")
+
+
+def test_ambiguous_prefix_is_exit_2_listing_the_matches(ws, candidate, capsys):
+    first, second = candidate(), candidate()
+    conn = store.open_store(ws)
+    conn.execute("UPDATE revisions SET id = 'abcd1111' || substr(id, 9) WHERE id = ?", (first.id,))
+    conn.execute("UPDATE revisions SET id = 'abcd2222' || substr(id, 9) WHERE id = ?", (second.id,))
+    with pytest.raises(BadInput, match="ambiguous id prefix"):
+        store.resolve(conn, "abcd")
+    assert store.resolve(conn, "abcd1").version == 1
+    assert main(["registry", "show", "abcd"]) == 2
+    message = capsys.readouterr().err
+    assert "abcd1111" in message and "abcd2222" in message
+
+
+def test_ls_pages_filters_and_reaches_the_last_page(ws, candidate, capsys):
+    for _ in range(7):
+        candidate("coding")
+    candidate("chat")
+    conn = store.open_store(ws)
+    first = store.list_revisions(conn, limit=3)
+    assert [r.ref for r in first.revisions] == ["chat:v1", "coding:v7", "coding:v6"] and first.total == 8
+    last = store.list_revisions(conn, limit=3, offset=6)
+    assert [r.ref for r in last.revisions] == ["coding:v2", "coding:v1"]
+    only = store.list_revisions(conn, specialist="coding", status="candidate", limit=100)
+    assert len(only.revisions) == 7
+    assert main(["registry", "ls", "--specialist", "chat", "--json"]) == 0
+    assert [r["specialist"] for r in json.loads(capsys.readouterr().out)["revisions"]] == ["chat"]
+    assert main(["registry", "ls", "--status", "bogus"]) == 2
+
+
+def test_lineage_follows_parents(ws, candidate):
+    root = candidate(dataset="logs@aaa")
+    child = candidate(parent=root.id, dataset="logs@bbb")
+    steps = store.lineage(store.open_store(ws), child.ref)
+    assert [(s.revision.ref, s.revision.dataset) for s in steps] == [("coding:v2", "logs@bbb"), ("coding:v1", "logs@aaa")]
+
+
+def test_event_log_is_append_only(ws, candidate, report_for):
+    from mint.registry.promotion import promote
+
+    revision = candidate()
+    promote(ws, revision.ref, report_path=report_for(revision))
+    conn = store.open_store(ws)
+    with pytest.raises(Exception, match="append-only"):
+        conn.execute("DELETE FROM events")
+    with pytest.raises(Exception, match="append-only"):
+        conn.execute("UPDATE events SET reason = 'x'")
