@@ -523,8 +523,8 @@ def _render_move(move, json_out: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map MintError to its exit code, anything unexpected to 3."""
     try:
-        app(args=argv, standalone_mode=False, prog_name="mint")
-        return 0
+        code = app(args=argv, standalone_mode=False, prog_name="mint")
+        return code if isinstance(code, int) else 0   # a raised typer.Exit comes back as its code
     except MintError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code

@@ -315,7 +315,7 @@ def lineage(conn: sqlite3.Connection, ref: str) -> list[LineageStep]:
 def ever_aliased(conn: sqlite3.Connection) -> set[str]:
     """Every revision an alias has pointed at: the event log's old and new ends, and current aliases."""
     ids = {r[0] for r in conn.execute("SELECT revision_id FROM aliases")}
-    for old, new in conn.execute("SELECT old, new FROM events"):
+    for old, new in conn.execute("SELECT old, new FROM events WHERE alias IS NOT NULL"):
         ids.update(x for x in (old, new) if x)
     return ids
 

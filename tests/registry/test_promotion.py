@@ -1,0 +1,146 @@
+import hashlib
+import json
+
+import pytest
+
+from mint.cli import main
+from mint.errors import BadInput, Refused
+from mint.registry import store
+from mint.registry.promotion import promote, reject, rollback
+from mint.registry.store import StaleBaseline
+
+
+def test_first_revision_is_promoted_against_an_empty_baseline(ws, candidate, report_for):
+    revision = candidate()
+    move = promote(ws, revision.ref, report_path=report_for(revision, baseline=None))
+    assert (move.old, move.new) == (None, revision.id)
+    conn = store.open_store(ws)
+    assert store.resolve(conn, "coding:champion").id == revision.id
+    assert store.resolve(conn, "coding:v1").status == "champion"
+    (event,) = store.history(conn, "coding")
+    assert (event.action, event.old, event.new, event.contract_version) == ("promote", None, revision.id, 3)
+    assert event.report.endswith(".json") and event.pid > 0 and event.host
+
+
+def test_promote_refuses_when_champion_moved(ws, candidate, report_for):
+    v1, v2, v3 = candidate(), candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    with pytest.raises(StaleBaseline, match=r"champion moved from coding:v1 \(.*\) to coding:v2 .* re-run `mint eval"):
+        promote(ws, v3.ref, report_path=report_for(v3, baseline=v1.id))
+    conn = store.open_store(ws)
+    assert store.resolve(conn, "coding:champion").id == v2.id
+    assert store.resolve(conn, "coding:previous").id == v1.id
+    assert [e.new for e in store.history(conn, "coding")] == [v1.id, v2.id]
+
+
+def test_failing_report_is_refused(ws, candidate, report_for):
+    revision = candidate()
+    with pytest.raises(Refused, match="failed its gates"):
+        promote(ws, revision.ref, report_path=report_for(revision, verdict="fail"))
+
+
+def test_missing_report_is_refused(ws, candidate):
+    revision = candidate()
+    with pytest.raises(Refused, match="no passing report for coding:v1"):
+        promote(ws, revision.ref)
+
+
+def test_report_of_another_revision_is_bad_input(ws, candidate, report_for):
+    v1, v2 = candidate(), candidate()
+    with pytest.raises(BadInput, match="the report is for revision"):
+        promote(ws, v2.ref, report_path=report_for(v1))
+
+
+def test_malformed_report_names_the_field(ws, candidate, tmp_path):
+    revision = candidate()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"revision_id": revision.id, "contract": {"name": "coding", "version": "three",
+                                                                        "sha256": "x"}, "verdict": "pass"}))
+    with pytest.raises(BadInput, match="bad.json: contract.version: expected int"):
+        promote(ws, revision.ref, report_path=bad)
+
+
+def test_changed_contract_file_is_refused(ws, candidate, report_for, tmp_path):
+    contract = tmp_path / "coding.yaml"
+    contract.write_text("contract: coding\nversion: 3\n")
+    revision = candidate()
+    report = report_for(revision, contract_path=contract)
+    data = json.loads(report.read_text())
+    data["contract"]["sha256"] = hashlib.sha256(contract.read_bytes()).hexdigest()
+    report.write_text(json.dumps(data))
+    contract.write_text("contract: coding\nversion: 3\n# edited\n")
+    with pytest.raises(Refused, match="changed since this report"):
+        promote(ws, revision.ref, report_path=report)
+
+
+def test_report_under_an_older_contract_version_is_refused(ws, candidate, report_for):
+    v1, v2 = candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1, version=4))
+    with pytest.raises(Refused, match="v4 is current"):
+        promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id, version=3))
+
+
+def test_force_needs_a_reason_and_is_logged(ws, candidate):
+    revision = candidate()
+    with pytest.raises(BadInput, match="--why"):
+        promote(ws, revision.ref, force=True)
+    promote(ws, revision.ref, force=True, why="hotfix for incident 42")
+    (event,) = store.history(store.open_store(ws), "coding")
+    assert (event.action, event.reason) == ("force-promote", "hotfix for incident 42")
+
+
+def test_registered_report_is_found_without_the_flag(ws, candidate, report_for):
+    v1, v2 = candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    from mint.registry.promotion import read_report, record_report
+    conn = store.open_store(ws)
+    record_report(conn, read_report(report_for(v2, baseline=v1.id)))
+    assert promote(ws, v2.ref).new == v2.id
+
+
+def test_rollback_to_previous_and_to_a_ref(ws, candidate, report_for):
+    v1, v2, v3 = candidate(), candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    move = rollback(ws, "coding", why="v2 breaks JSON output")
+    assert (move.old, move.new) == (v2.id, v1.id)
+    conn = store.open_store(ws)
+    assert store.resolve(conn, "coding:champion").id == v1.id
+    assert store.resolve(conn, "coding:v2").status == "retired"
+    rollback(ws, "coding", to=v3.ref)
+    assert store.resolve(conn, "coding:champion").id == v3.id
+    assert [e.action for e in store.history(conn, "coding")] == ["promote", "promote", "rollback", "rollback"]
+
+
+def test_rollback_without_history_is_refused(ws, candidate, report_for):
+    v1 = candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    with pytest.raises(Refused, match="no previous champion"):
+        rollback(ws, "coding")
+
+
+def test_reject(ws, candidate, report_for):
+    v1, v2 = candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    with pytest.raises(Refused, match="is the champion"):
+        reject(ws, v1.ref, why="bad")
+    reject(ws, v2.ref, why="leaks secrets")
+    conn = store.open_store(ws)
+    assert store.resolve(conn, "coding:v2").status == "rejected"
+    with pytest.raises(Refused, match="was rejected"):
+        promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+
+
+def test_cli_exit_codes_and_json(ws, candidate, report_for, capsys):
+    v1, v2 = candidate(), candidate()
+    assert main(["promote", v1.ref, "--report", str(report_for(v1)), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["new"] == v1.id
+    assert main(["promote", v2.ref, "--report", str(report_for(v2, baseline=None))]) == 1
+    assert "champion moved from none to coding:v1" in capsys.readouterr().err
+    assert main(["promote", v2.ref, "--report", str(report_for(v2, verdict="fail"))]) == 1
+    assert main(["promote", "coding:v9"]) == 2
+    assert main(["reject", v2.ref, "--why", "worse", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "reject"
+    assert main(["registry", "history", "coding", "--json"]) == 0
+    assert [e["action"] for e in json.loads(capsys.readouterr().out)["events"]] == ["promote", "reject"]
