@@ -42,6 +42,7 @@ demo: setup
 
 bench: setup
 	$(PY) scripts/bench_ingest.py
+	$(PY) scripts/bench_registry.py
 
 # Regenerate examples/logs and examples/heldout from the public data packages.
 examples: setup

@@ -1,0 +1,122 @@
+"""Registry at scale: 1,000,000 revisions (metadata only), then reference resolution, the last page of
+`registry ls`, and promotion, each measured against its goal in one run.
+
+Run: make bench   (or: python scripts/bench_registry.py [--revisions N])
+
+Goals (issue #3): resolve p99 under 1 ms, a 20-row page under 50 ms (the last one included),
+promote under 10 ms; the database size per revision is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from mint.registry import store
+from mint.registry.promotion import promote
+from mint.workspace import workspace
+
+SPECIALISTS = ("chat", "agent", "coding", "genui")
+
+
+def fill(ws, n: int) -> list[tuple[str, int, str]]:
+    """n revisions spread over the four specialists, inserted in batches of 50,000."""
+    conn = store.open_store(ws)
+    rng = random.Random(0)
+    made, versions = [], {s: 0 for s in SPECIALISTS}
+    batch = []
+    for i in range(n):
+        specialist = SPECIALISTS[i % 4]
+        versions[specialist] += 1
+        revision_id = "%032x" % rng.getrandbits(128)
+        made.append((specialist, versions[specialist], revision_id))
+        batch.append((revision_id, specialist, versions[specialist], None, "candidate", "smollm2-135m",
+                      "sha256:" + "5" * 64, "prod@" + "%012x" % (i // 1000), "sft", None, "%064x" % i,
+                      "%064x" % (i * 7), '{"train_loss": 0.1}', store.now()))
+        if len(batch) == 50_000 or i == n - 1:
+            with store.write(conn):
+                conn.executemany(f"INSERT INTO revisions ({', '.join(store._COLUMNS)}) VALUES "
+                                 f"({', '.join('?' * len(store._COLUMNS))})", batch)
+            batch = []
+    conn.close()
+    return made
+
+
+def percentile(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--revisions", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mint-bench-registry-") as tmp:
+        ws = workspace(Path(tmp))
+        started = time.perf_counter()
+        made = fill(ws, args.revisions)
+        fill_s = time.perf_counter() - started
+        conn = store.open_store(ws)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = os.path.getsize(store.db_path(ws))
+
+        rng = random.Random(1)
+        samples = [rng.choice(made) for _ in range(10_000)]
+        refs = [f"{s}:v{v}" if i % 2 else rid[:10] for i, (s, v, rid) in enumerate(samples)]
+        resolve_ms = []
+        for ref in refs:
+            start = time.perf_counter()
+            store.resolve(conn, ref)
+            resolve_ms.append((time.perf_counter() - start) * 1000)
+
+        total = args.revisions
+        first_page = timed(lambda: store.list_revisions(conn, limit=20, offset=0), 20)
+        last_page = timed(lambda: store.list_revisions(conn, limit=20, offset=total - 20), 20)
+        filtered_last = timed(lambda: store.list_revisions(conn, specialist="coding", status="candidate", limit=20,
+                                                           offset=total // 4 - 20), 20)
+
+        # promotion: each candidate's report was measured against the champion it replaces
+        promote_ms, champion = [], None
+        for i in range(30):
+            specialist, version, revision_id = made[-4 * (i + 1) + 2]   # coding revisions
+            report = Path(tmp) / f"report-{i}.json"
+            report.write_text(json.dumps({"revision_id": revision_id, "verdict": "pass", "baseline": {
+                "revision_id": champion}, "contract": {"name": "coding", "version": 1, "sha256": "0" * 64}}))
+            start = time.perf_counter()
+            promote(ws, f"{specialist}:v{version}", report_path=report)
+            promote_ms.append((time.perf_counter() - start) * 1000)
+            champion = revision_id
+        conn.close()
+
+    def row(name, values, goal):
+        value = percentile(values, 0.99) if name.endswith("p99") else statistics.median(values)
+        print(f"{name:<34} {value:>9.3f} ms   goal < {goal:>5} ms   {goal / value:>7.1f}x under the goal"
+              f"   {'MET' if value < goal else 'MISSED'}")
+
+    print(f"{args.revisions:,} revisions inserted in {fill_s:.1f} s; database {size / 1e6:.0f} MB, "
+          f"{size / args.revisions:.0f} bytes per revision\n")
+    print(f"{'measure':<34} {'value':>12}   {'goal':>12}")
+    print(f"{'resolve p50':<34} {statistics.median(resolve_ms):>9.3f} ms")
+    row("resolve p99", resolve_ms, 1)
+    print(f"{'ls --limit 20, first page (median)':<34} {statistics.median(first_page):>9.3f} ms")
+    row("ls --limit 20, last page (median)", last_page, 50)
+    row("ls coding/candidate, last page", filtered_last, 50)
+    row("promote (median of 30)", promote_ms, 10)
+    print(f"{'promote p99':<34} {percentile(promote_ms, 0.99):>9.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
