@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import io
 import json
 import random
 from pathlib import Path
@@ -26,6 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "examples" / "logs"
 HELDOUT = ROOT / "examples" / "heldout"
+SUITES = ROOT / "contracts" / "suites"   # retention suites: what earlier generations learned from the logs
 
 
 def package_dir(name: str) -> Path:
@@ -33,6 +35,11 @@ def package_dir(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"{name} is not installed: run `make examples` (pip install --no-deps ...)")
     return Path(spec.submodule_search_locations[0])
+
+
+def _gzip_text(path: Path, mode: str, encoding: str):
+    # mtime=0: the same input makes byte-identical files, so regenerating changes nothing in git
+    return io.TextIOWrapper(gzip.GzipFile(path, "wb", mtime=0), encoding=encoding)
 
 
 def dump_jsonl(path: Path, rows, opener=open) -> None:
@@ -241,6 +248,23 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
 
 GENUI_SYSTEM = "Answer with one UI4A JSON component tree and nothing else."
 
+# Team-written chat requests with checks a program can verify (length, format, words that must appear).
+CHAT_INSTRUCTIONS = [
+    ("In one line, what is the capital of Italy?", {"format": "one_line", "must_include": ["Rome"]}),
+    ("Name three primary colors as a bulleted list.", {"format": "bullets", "min_words": 3}),
+    ("Say hello in at most five words.", {"max_words": 5, "must_include": ["hello"]}),
+    ("Reply in lowercase only: what color is the sky on a clear day?", {"format": "lowercase", "must_include": ["blue"]}),
+    ("Give a JSON object with keys name and age for a person called Ana who is 30.",
+     {"format": "json", "must_include": ["Ana", "30"]}),
+    ("Explain what a noun is in under 30 words.", {"max_words": 30, "must_include": ["noun"]}),
+    ("List the days of the weekend as bullets.", {"format": "bullets", "must_include": ["Saturday", "Sunday"]}),
+    ("What is 2 plus 2? Answer with the number only.", {"max_words": 1, "must_include": ["4"]}),
+    ("Write a one-line greeting for a birthday card.", {"format": "one_line", "min_words": 3}),
+    ("Describe the sun in at least ten words.", {"min_words": 10, "must_include": ["sun"]}),
+    ("Without using commas, name two fruits.", {"format": "no_commas", "min_words": 2}),
+    ("Tell me the opposite of hot in one word.", {"max_words": 1, "must_include": ["cold"]}),
+]
+
 
 def genui_log(request: str, tree: dict, rng: random.Random, i: int) -> dict:
     """A server-log record: request/response as the serving stack wrote them."""
@@ -313,7 +337,7 @@ def main() -> None:
     for i, (request, tree) in enumerate(genui_logs * 3):
         phrasing = ["", "Please: ", "Quick one. "][i // len(genui_logs)]
         server.append(genui_log(phrasing + request, tree, rng, i))
-    dump_jsonl(LOGS / "server_log.jsonl.gz", server, opener=gzip.open)
+    dump_jsonl(LOGS / "server_log.jsonl.gz", server, opener=_gzip_text)
 
     # held-out split for the contracts: never in the logs
     dump_jsonl(HELDOUT / "coding.jsonl", ({k: p[k] for k in ("task_id", "prompt", "entry_point", "test",
@@ -324,6 +348,18 @@ def main() -> None:
     dump_jsonl(HELDOUT / "genui.jsonl", ({"messages": [{"role": "system", "content": GENUI_SYSTEM},
                                                        {"role": "user", "content": r}], "reference": tree}
                                          for r, tree in genui_held))
+    dump_jsonl(SUITES / "chat_instructions.jsonl", ({"messages": [{"role": "user", "content": q}], "checks": c}
+                                                    for q, c in CHAT_INSTRUCTIONS))
+    # retention suites for the contracts: examples the specialists were trained on, kept so a new
+    # adapter is caught forgetting them
+    dump_jsonl(SUITES / "coding_retention.jsonl", ({k: p[k] for k in ("task_id", "prompt", "entry_point", "test",
+                                                                     "canonical_solution")} for p in coding_logs[:20]))
+    dump_jsonl(SUITES / "agent_retention.jsonl", (bfcl_heldout(q) for q in agent_logs[:20]))
+    dump_jsonl(SUITES / "chat_retention.jsonl", ({"messages": [{"role": "user", "content": t[0]}], "reference": t[1]}
+                                                 for t in chat_logs[:20]))
+    dump_jsonl(SUITES / "genui_retention.jsonl", ({"messages": [{"role": "system", "content": GENUI_SYSTEM},
+                                                                {"role": "user", "content": r}], "reference": tree}
+                                                  for r, tree in genui_logs[:12]))
     print(f"logs: {len(openai_rows)} OpenAI lines, {len(sharegpt)} ShareGPT records, {len(server)} server-log "
           f"records; held out: {len(coding_held)} coding, {len(agent_held)} agent, {len(chat_held)} chat, "
           f"{len(genui_held)} genui")

@@ -1,0 +1,241 @@
+"""Contract files: load, validate every field with its line, and check the suites' data.
+
+``mint contract check FILE`` runs all of this without loading a model.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mint.errors import BadInput
+from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
+from mint.harness.base import Harness, RecordProblem
+from mint.registry.refs import check_name
+from mint.yamlfile import YamlDoc, load_yaml
+
+TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
+HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
+DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size")
+SUITE_KEYS = ("name", "data", "metrics", "limit")
+GATE_KEYS = ("metric", "min", "max", "no_regression")
+PROMOTION_KEYS = ("min_examples", "auto")
+LATENCY_METRICS = ("latency.p50_ms", "latency.p95_ms")
+_SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    data: Path
+    metrics: tuple[str, ...]
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class Gate:
+    metric: str
+    min: float | None = None
+    max: float | None = None
+    no_regression: float | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    version: int
+    specialist: str
+    harness_name: str
+    settings: HarnessSettings
+    suites: tuple[Suite, ...]
+    gates: tuple[Gate, ...]
+    min_examples: int
+    auto_promote: bool
+    path: Path
+    sha256: str
+    doc: YamlDoc = field(repr=False, compare=False, default=None)
+
+    def harness(self) -> Harness:
+        return harness_for(self.harness_name, self.settings)
+
+    def produced_metrics(self) -> set[str]:
+        return {f"{s.name}.{m}" for s in self.suites for m in s.metrics} | set(LATENCY_METRICS)
+
+    @property
+    def ref(self) -> dict:
+        return {"name": self.name, "version": self.version, "sha256": self.sha256, "path": str(self.path)}
+
+
+def _closest(key: str, allowed) -> str:
+    match = difflib.get_close_matches(key, allowed, n=1)
+    return f" (did you mean {match[0]}?)" if match else f" (expected one of {', '.join(allowed)})"
+
+
+def _keys(doc: YamlDoc, value, where: str, allowed) -> dict:
+    if not isinstance(value, dict):
+        raise doc.error(where, "expected a mapping")
+    for key in value:
+        if key not in allowed:
+            raise doc.error(f"{where}.{key}" if where else str(key), "unknown key" + _closest(str(key), allowed))
+    return value
+
+
+def _number(doc, value, where, *, minimum=None, integer=False, exclusive=False):
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool):
+        raise doc.error(where, f"expected {'an integer' if integer else 'a number'}, got {type(value).__name__}")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise doc.error(where, f"must be {'greater than' if exclusive else 'at least'} {minimum}")
+    return value
+
+
+def _string(doc, value, where):
+    if not isinstance(value, str) or not value.strip():
+        raise doc.error(where, "expected a non-empty string")
+    return value
+
+
+def load_contract(path: Path, *, check_data: bool = True) -> Contract:
+    """Parse and validate ``path``; every problem is BadInput at ``file:line: field``."""
+    doc = load_yaml(path)
+    data = _keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
+    for key in ("contract", "version", "specialist", "suites"):
+        if key not in data:
+            raise doc.error("", f"missing required field `{key}`")
+    name = _string(doc, data["contract"], "contract")
+    version = _number(doc, data["version"], "version", minimum=1, integer=True)
+    try:
+        specialist = check_name(data["specialist"]) if isinstance(data["specialist"], str) else None
+    except BadInput:
+        specialist = None
+    if specialist is None:
+        raise doc.error("specialist", "expected a specialist name (lowercase letters, digits, - or _)")
+
+    harness = _keys(doc, data.get("harness") or {}, "harness", HARNESS_KEYS)
+    harness_name = harness.get("name", specialist)
+    if harness_name not in HARNESS_NAMES:
+        raise doc.error("harness.name" if "name" in harness else "specialist",
+                        f"no harness named {harness_name!r} (harnesses: {', '.join(HARNESS_NAMES)})")
+    decoding = _keys(doc, harness.get("decoding") or {}, "harness.decoding", DECODING_KEYS)
+    template = harness.get("template", "{prompt}")
+    if not isinstance(template, str) or "{prompt}" not in template:
+        raise doc.error("harness.template", "expected a string containing {prompt}")
+    tools = harness.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+        raise doc.error("harness.tools", "expected a list of tool names")
+    catalog = None
+    if "catalog" in harness:
+        catalog = (path.parent / _string(doc, harness["catalog"], "harness.catalog")).resolve()
+        if not catalog.is_file():
+            raise doc.error("harness.catalog", f"no such file: {catalog}")
+    system = harness.get("system")
+    if system is not None and not isinstance(system, str):
+        raise doc.error("harness.system", "expected a string")
+    settings = HarnessSettings(
+        system=system, template=template, tools=tuple(tools) if tools is not None else None,
+        max_new_tokens=_number(doc, decoding.get("max_new_tokens", 256), "harness.decoding.max_new_tokens",
+                               minimum=1, integer=True),
+        temperature=_number(doc, decoding.get("temperature", 0.0), "harness.decoding.temperature", minimum=0),
+        top_p=_number(doc, decoding.get("top_p", 1.0), "harness.decoding.top_p", minimum=0, exclusive=True),
+        samples=_number(doc, decoding.get("samples", 1), "harness.decoding.samples", minimum=1, integer=True),
+        batch_size=_number(doc, decoding.get("batch_size", 8), "harness.decoding.batch_size", minimum=1,
+                           integer=True),
+        timeout_s=_number(doc, harness.get("timeout_s", 10.0), "harness.timeout_s", minimum=0, exclusive=True),
+        catalog=catalog)
+    if settings.samples > 1 and settings.temperature == 0:
+        raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
+    available = harness_for(harness_name, settings).metrics
+
+    raw_suites = data["suites"]
+    if not isinstance(raw_suites, list) or not raw_suites:
+        raise doc.error("suites", "expected a non-empty list of suites")
+    suites, names = [], set()
+    for i, raw in enumerate(raw_suites):
+        where = f"suites[{i}]"
+        raw = _keys(doc, raw, where, SUITE_KEYS)
+        for key in ("name", "data"):
+            if key not in raw:
+                raise doc.error(where, f"missing required field `{key}`")
+        suite_name = raw["name"]
+        if not isinstance(suite_name, str) or not _SUITE_NAME.match(suite_name) or suite_name == "latency":
+            raise doc.error(f"{where}.name", "a suite name is lowercase letters, digits and _ (not `latency`)")
+        if suite_name in names:
+            raise doc.error(f"{where}.name", f"suite {suite_name!r} appears twice")
+        names.add(suite_name)
+        data_path = (path.parent / _string(doc, raw["data"], f"{where}.data")).resolve()
+        if not data_path.is_file():
+            raise doc.error(f"{where}.data", f"no such file: {data_path}")
+        metrics = raw.get("metrics", list(available))
+        if not isinstance(metrics, list) or not metrics:
+            raise doc.error(f"{where}.metrics", "expected a non-empty list of metric names")
+        for j, metric in enumerate(metrics):
+            if metric not in available:
+                raise doc.error(f"{where}.metrics[{j}]", f"the {harness_name} harness has no metric {metric!r}"
+                                + _closest(str(metric), available))
+        limit = raw.get("limit")
+        if limit is not None:
+            _number(doc, limit, f"{where}.limit", minimum=1, integer=True)
+        suites.append(Suite(suite_name, data_path, tuple(metrics), limit))
+
+    gates = []
+    raw_gates = data.get("gates") or []
+    if not isinstance(raw_gates, list):
+        raise doc.error("gates", "expected a list of gates")
+    produced = {f"{s.name}.{m}" for s in suites for m in s.metrics} | set(LATENCY_METRICS)
+    for i, raw in enumerate(raw_gates):
+        where = f"gates[{i}]"
+        raw = _keys(doc, raw, where, GATE_KEYS)
+        metric = raw.get("metric")
+        if not isinstance(metric, str):
+            raise doc.error(where, "missing required field `metric`")
+        if metric not in produced:
+            raise doc.error(f"{where}.metric", f"no suite produces {metric!r}" + _closest(metric, sorted(produced)))
+        bounds = {k: _number(doc, raw[k], f"{where}.{k}") for k in ("min", "max") if k in raw}
+        no_regression = raw.get("no_regression")
+        if no_regression is not None:
+            _number(doc, no_regression, f"{where}.no_regression", minimum=0)
+        if not bounds and no_regression is None:
+            raise doc.error(where, "a gate needs min, max or no_regression")
+        if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+            raise doc.error(f"{where}.max", "is below min")
+        gates.append(Gate(metric, bounds.get("min"), bounds.get("max"), no_regression))
+
+    promotion = _keys(doc, data.get("promotion") or {}, "promotion", PROMOTION_KEYS)
+    min_examples = _number(doc, promotion.get("min_examples", 1), "promotion.min_examples", minimum=0, integer=True)
+    auto = promotion.get("auto", True)
+    if not isinstance(auto, bool):
+        raise doc.error("promotion.auto", "expected true or false")
+
+    contract = Contract(name, version, specialist, harness_name, settings, tuple(suites), tuple(gates), min_examples,
+                        auto, path.absolute(), hashlib.sha256(path.read_bytes()).hexdigest(), doc)
+    if check_data:
+        for suite in contract.suites:
+            read_suite(contract, suite)
+    return contract
+
+
+def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> list[dict]:
+    """The suite's records (up to the smaller of its limit and ``limit``); a bad line is BadInput at its line."""
+    harness = contract.harness()
+    cap = min(x for x in (suite.limit, limit) if x is not None) if (suite.limit or limit) else None
+    records = []
+    with open(suite.data, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                harness.check_record(record)
+            except ValueError as exc:
+                raise BadInput(f"invalid JSON: {exc}", file=str(suite.data), line=number) from None
+            except RecordProblem as exc:
+                raise BadInput(str(exc), file=str(suite.data), line=number) from None
+            records.append(record)
+            if cap is not None and len(records) >= cap:
+                break
+    if not records:
+        raise BadInput("the suite has no records", file=str(suite.data))
+    return records

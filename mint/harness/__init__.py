@@ -1,0 +1,22 @@
+"""Specialist harnesses: each turns a suite record into a prompt and scores the model's output.
+
+``HARNESSES`` maps a harness name (normally the specialist's) to its class.
+"""
+from __future__ import annotations
+
+from mint.harness.base import Harness, HarnessSettings
+
+
+def harness_for(name: str, settings: HarnessSettings) -> Harness:
+    from mint.harness.agent import AgentHarness
+    from mint.harness.chat import ChatHarness
+    from mint.harness.coding import CodingHarness
+    from mint.harness.genui import GenuiHarness
+
+    classes = {"coding": CodingHarness, "agent": AgentHarness, "genui": GenuiHarness, "chat": ChatHarness}
+    return classes[name](settings)
+
+
+HARNESS_NAMES = ("coding", "agent", "genui", "chat")
+
+__all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for"]

@@ -1,0 +1,79 @@
+"""What every harness shares: the settings a contract gives it, the prompt, the scoring protocol."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """The ``harness:`` block of a contract."""
+
+    system: str | None = None
+    template: str = "{prompt}"          # how the user turn is written; {prompt} is the record's request
+    tools: tuple[str, ...] | None = None   # agent: the only tools the model is shown and may call
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    samples: int = 1                    # outputs drawn per record (pass@k needs k <= samples)
+    batch_size: int = 8
+    timeout_s: float = 10.0             # coding: wall-clock limit per program
+    catalog: Path | None = None         # genui: the UI4A catalog (JSON Schema)
+
+
+class RecordProblem(Exception):
+    """A suite record the harness cannot use: names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass
+class Harness:
+    settings: HarnessSettings
+    name: str = ""
+    metrics: tuple[str, ...] = field(default=())
+    lower_is_better: tuple[str, ...] = field(default=())
+
+    def check_record(self, record: dict) -> None:
+        """Raise RecordProblem when ``record`` lacks what this harness needs."""
+        if not isinstance(record, dict):
+            raise RecordProblem("", "expected a JSON object")
+
+    def request(self, record: dict) -> str:
+        """The user's request in the record (the last user message, or a prompt field)."""
+        messages = record.get("messages")
+        if isinstance(messages, list):
+            for message in reversed(messages):
+                if isinstance(message, dict) and message.get("role") == "user":
+                    return str(message.get("content") or "")
+        return str(record.get("prompt") or "")
+
+    def system(self, record: dict) -> str | None:
+        messages = record.get("messages")
+        own = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"),
+                   None) if isinstance(messages, list) else None
+        return self.settings.system or own
+
+    def messages(self, record: dict) -> list[dict]:
+        """The chat the model is given for ``record``."""
+        system = self.system(record)
+        user = self.settings.template.replace("{prompt}", self.request(record))
+        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+
+    def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
+        """Per-example scores for the samples drawn for ``record``."""
+        raise NotImplementedError
+
+    def score_many(self, records: list[dict], outputs: list[list[str]]) -> list[dict[str, float | None]]:
+        return [self.score(r, o) for r, o in zip(records, outputs)]
+
+    def aggregate(self, scores: list[dict[str, float | None]]) -> dict[str, float]:
+        """Mean of each metric over the examples that have it."""
+        out = {}
+        for metric in self.metrics:
+            values = [s[metric] for s in scores if s.get(metric) is not None]
+            if values:
+                out[metric] = sum(values) / len(values)
+        return out
