@@ -1,0 +1,100 @@
+"""mint eval end to end on the tiny base: reports, predictions, gates, the champion baseline."""
+import json
+
+import pytest
+
+from mint.cli import main
+from mint.contract.evaluate import evaluate
+from mint.registry import store
+from mint.registry.promotion import promote
+from tests.contract.test_schema import GOOD
+
+
+@pytest.fixture
+def ui_contract(tmp_path):
+    rows = [{"messages": [{"role": "user", "content": f"Show a card titled {i}"}],
+             "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(3)]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = tmp_path / "ui.yaml"
+    path.write_text(GOOD)
+    return path
+
+
+def test_eval_writes_a_report_in_the_design_shape(ws, candidate, ui_contract, capsys):
+    revision = candidate("genui")
+    assert main(["eval", revision.ref, "--contract", str(ui_contract), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"revision", "revision_id", "contract", "baseline", "metrics", "gates", "verdict", "predictions",
+            "created_at", "duration_s"} <= set(report)
+    assert report["revision"] == "genui:v1" and report["revision_id"] == revision.id
+    assert report["contract"]["name"] == "ui" and report["contract"]["version"] == 2
+    assert report["baseline"] == {"revision_id": None, "metrics": {}}
+    assert set(report["metrics"]) == {"core.parse_rate", "core.schema_valid_rate", "core.required_props_rate",
+                                      "core.root_type_match", "latency.p50_ms", "latency.p95_ms"}
+    assert report["verdict"] == "pass" and all(g["passed"] for g in report["gates"])
+    predictions = [json.loads(l) for l in open(report["predictions_path"])]
+    assert [p["index"] for p in predictions] == [0, 1, 2] and all(len(p["outputs"]) == 1 for p in predictions)
+    registered = store.reports_for(store.open_store(ws), revision.id)
+    assert [r["verdict"] for r in registered] == ["pass"]
+
+
+def test_a_failing_gate_exits_1(ws, candidate, ui_contract, capsys):
+    ui_contract.write_text(GOOD.replace("{metric: core.parse_rate, min: 0.0, no_regression: 0.0}",
+                                        "{metric: core.schema_valid_rate, min: 0.9}"))
+    revision = candidate("genui")
+    assert main(["eval", revision.ref, "--contract", str(ui_contract)]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_base_is_evaluated_without_a_revision(ws, ui_contract):
+    result = evaluate(ws, "base", ui_contract, base="tiny-random")
+    assert result.report["revision"] == "base" and result.report["revision_id"] is None
+
+
+def test_candidate_is_gated_against_the_champions_report_then_promoted(ws, candidate, ui_contract):
+    v1, v2 = candidate("genui"), candidate("genui")
+    first = evaluate(ws, v1.ref, ui_contract)
+    promote(ws, v1.ref)                                    # finds v1's registered passing report
+    second = evaluate(ws, v2.ref, ui_contract)
+    assert second.report["baseline"]["revision_id"] == v1.id
+    assert second.report["baseline"]["metrics"] == first.report["metrics"]
+    assert not second.baseline_evaluated
+    gate = next(g for g in second.report["gates"] if g["metric"] == "core.parse_rate")
+    assert "no_regression 0 vs" in gate["rule"]
+    assert promote(ws, v2.ref).new == v2.id                # the report's baseline is the champion: CAS holds
+
+
+def test_champion_without_a_report_under_this_version_is_evaluated_first(ws, candidate, ui_contract):
+    v1, v2 = candidate("genui"), candidate("genui")
+    promote(ws, v1.ref, force=True, why="bootstrap")
+    result = evaluate(ws, v2.ref, ui_contract)
+    assert result.baseline_evaluated and result.report["baseline"]["revision_id"] == v1.id
+    assert [r["verdict"] for r in store.reports_for(store.open_store(ws), v1.id)] == ["pass"]
+
+
+def test_a_contract_edited_without_a_new_version_is_refused_at_its_line(ws, candidate, ui_contract, capsys):
+    revision = candidate("genui")
+    evaluate(ws, revision.ref, ui_contract)
+    ui_contract.write_text(GOOD.replace("max: 60000", "max: 50000"))
+    assert main(["eval", revision.ref, "--contract", str(ui_contract)]) == 2
+    assert f"{ui_contract}:2: version: contract ui changed since its v2 reports" in capsys.readouterr().err
+    ui_contract.write_text(GOOD.replace("version: 2", "version: 1"))
+    assert main(["eval", revision.ref, "--contract", str(ui_contract)]) == 2
+    assert "is stale: reports under v2 exist" in capsys.readouterr().err
+
+
+def test_wrong_specialist_and_missing_predictions_are_bad_input(ws, candidate, ui_contract, tmp_path, capsys):
+    revision = candidate("coding")
+    assert main(["eval", revision.ref, "--contract", str(ui_contract)]) == 2
+    (tmp_path / "p.jsonl").write_text(json.dumps({"suite": "core", "index": 0, "output": "{}"}) + "\n")
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl")]) == 2
+    assert "no output for suite 'core' record 1" in capsys.readouterr().err
+
+
+def test_predictions_made_elsewhere_are_scored_with_the_same_gates(ws, ui_contract, tmp_path, capsys):
+    rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
+             "latency_ms": 120.0} for i in range(3)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["metrics"]["core.schema_valid_rate"] == 1.0 and report["metrics"]["latency.p95_ms"] == 120.0

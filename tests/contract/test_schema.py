@@ -1,0 +1,77 @@
+import json
+
+import pytest
+
+from mint.cli import main
+from mint.contract.schema import load_contract
+from mint.errors import BadInput
+
+GOOD = """\
+contract: ui
+version: 2
+specialist: genui
+harness:
+  system: "Answer with JSON."
+  decoding: {max_new_tokens: 8, batch_size: 2}
+suites:
+  - {name: core, data: core.jsonl}
+gates:
+  - {metric: core.parse_rate, min: 0.0, no_regression: 0.0}
+  - {metric: latency.p95_ms, max: 60000}
+promotion: {min_examples: 1}
+"""
+
+
+@pytest.fixture
+def contract_dir(tmp_path):
+    rows = [{"messages": [{"role": "user", "content": f"Show a card titled {i}"}],
+             "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(3)]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "c.yaml").write_text(GOOD)
+    return tmp_path
+
+
+def test_a_good_contract_loads(contract_dir, capsys):
+    contract = load_contract(contract_dir / "c.yaml")
+    assert (contract.name, contract.version, contract.harness_name) == ("ui", 2, "genui")
+    assert contract.settings.max_new_tokens == 8 and len(contract.sha256) == 64
+    assert main(["contract", "check", str(contract_dir / "c.yaml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["suites"][0]["records"] == 3
+
+
+@pytest.mark.parametrize("old, new, where", [
+    ("version: 2", "version: two", "c.yaml:2: version: expected an integer"),
+    ("specialist: genui\n", "specialist: genui\nowner: me\n", "c.yaml:4: owner: unknown key"),
+    ("{metric: core.parse_rate, min: 0.0, no_regression: 0.0}", "{metric: core.parse_rate, min: 0.0, no_regresion: 0.0}",
+     "c.yaml:10: gates[0].no_regresion: unknown key (did you mean no_regression?)"),
+    ("metric: core.parse_rate,", "metric: core.pass_at_1,", "c.yaml:10: gates[0].metric: no suite produces 'core.pass_at_1'"),
+    ("data: core.jsonl", "data: missing.jsonl", "c.yaml:8: suites[0].data: no such file"),
+    ("contract: ui\n", "", "c.yaml:1: missing required field `contract`"),
+    ("max_new_tokens: 8", "max_new_tokens: -1", "c.yaml:6: harness.decoding.max_new_tokens: must be at least 1"),
+    ("suites:\n  - {name: core, data: core.jsonl}", "suites:\n  - {name: core, data: core.jsonl, metrics: [accuracy]}",
+     "c.yaml:8: suites[0].metrics[0]: the genui harness has no metric 'accuracy'"),
+    ("{metric: latency.p95_ms, max: 60000}", "{metric: latency.p95_ms}", "c.yaml:11: gates[1]: a gate needs min, max"),
+    ("version: 2", "version: 2\n  nested: [", "c.yaml:3: invalid YAML"),
+])
+def test_malformed_contracts_name_file_line_and_field(contract_dir, old, new, where):
+    path = contract_dir / "c.yaml"
+    assert old in GOOD
+    path.write_text(GOOD.replace(old, new))
+    with pytest.raises(BadInput) as info:
+        load_contract(path)
+    assert str(info.value).startswith(str(contract_dir / where.split(":")[0]) + ":" + where.split(":", 1)[1]), \
+        str(info.value)
+
+
+def test_bad_suite_record_names_the_data_file_line(contract_dir, capsys):
+    with open(contract_dir / "core.jsonl", "a") as f:
+        f.write('{"messages": [], "reference": "not a tree"}\n')
+    assert main(["contract", "check", str(contract_dir / "c.yaml")]) == 2
+    assert "core.jsonl:4: messages: no user message" in capsys.readouterr().err
+
+
+def test_the_shipped_contracts_check(capsys):
+    from pathlib import Path
+    for name in ("coding", "agent", "genui", "chat"):
+        path = Path(__file__).parents[2] / "contracts" / f"{name}.yaml"
+        assert main(["contract", "check", str(path)]) == 0, capsys.readouterr().err
