@@ -43,6 +43,7 @@ demo: setup
 bench: setup
 	$(PY) scripts/bench_ingest.py
 	$(PY) scripts/bench_registry.py
+	$(PY) scripts/bench_eval.py
 
 # Regenerate examples/logs and examples/heldout from the public data packages.
 examples: setup
