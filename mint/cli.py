@@ -37,6 +37,7 @@ Examples:
   mint data export prod --format openai out.jsonl
   mint base show smollm2-135m                 # the embedded default base
   mint chat "What is the capital of France?"  # one turn on the base
+  mint train --specialist coding --data prod --method sft --set max_steps=20
   mint contract check contracts/coding.yaml   # validate without running
   mint eval coding:v2 --contract contracts/coding.yaml
   mint registry import ./my-lora --specialist coding
@@ -326,8 +327,12 @@ def chat(prompt: str = typer.Argument(..., help="The user's message."),
 
 
 def _quiet_transformers() -> None:
+    import warnings
+
     from transformers.utils import logging as hf_logging
 
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="trl")
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
@@ -522,6 +527,49 @@ def _render_move(move, json_out: bool) -> None:
     else:
         out.print(f"{move.specialist}:champion → [bold]{move.new_ref}[/] ({move.new[:12]}), "
                   f"was {(move.old or 'none')[:12]} [{move.action}]")
+
+
+# --- train -----------------------------------------------------------------------------------------
+
+@app.command("train")
+def train_command(
+    specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+    data: Optional[str] = typer.Option(None, "--data", "-d", help="DATASET or DATASET@VERSION."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help="sft | dpo | kto | grpo"),
+    from_ref: Optional[str] = typer.Option(None, "--from", help="Start from this revision's adapter (e.g. coding:champion)."),
+    base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: the parent's, else mint.yaml's)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML with lora:, trl:, rewards: blocks."),
+    sets: list[str] = typer.Option([], "--set", help="KEY=VALUE, e.g. trl.max_steps=20 or lora.r=8 (repeatable)."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run from its last checkpoint."),
+    num_processes: int = typer.Option(1, "--num-processes", help="Processes (torchrun; gloo on CPU)."),
+    accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config",
+                                                     help="An accelerate config file (GPUs, FSDP, DeepSpeed)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Train a specialist's LoRA adapter from its episodes and register it as a candidate revision."""
+    from mint.train.run import train
+
+    _quiet_transformers()
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
+                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=err, transient=True,
+                   disable=json_out or not err.is_terminal)
+    task = bar.add_task("train", total=None, status="")
+
+    def progress(step: int, total: int, logged: dict) -> None:
+        status = "  ".join(f"{k} {logged[k]:.4g}" for k in ("loss", "reward", "tokens_per_s") if k in logged)
+        bar.update(task, completed=step, total=total, status=status)
+
+    with bar:
+        result = train(_ws(), specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,
+                       config=config, sets=sets, resume=resume, num_processes=num_processes,
+                       accelerate_config=accelerate_config, progress=progress)
+    if json_out:
+        return _print_json(result)
+    resumed = f", resumed from step {result.resumed_from_step}" if result.resumed_from_step else ""
+    loss = result.metrics.get("train_loss")
+    out.print(f"[bold]{result.ref}[/] ({result.revision_id[:12]}): {result.method} on {result.examples} examples, "
+              f"{result.steps} steps{resumed}, train loss {loss:.4g}" if loss is not None else f"[bold]{result.ref}[/]")
+    out.print(f"run: {escape(result.run_dir)}")
 
 
 # --- contracts and eval ----------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""GRPO rewards: the specialist's harness by default, or any ``module:function``.
+
+A reward function takes TRL's arguments (``prompts``, ``completions`` and the dataset's columns,
+here ``reference`` and ``tools``) and returns one float per completion.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+from mint.errors import BadInput
+
+_DOCTEST = re.compile(r"^\s*>>> (.+)\n\s*([^\n>][^\n]*)$", re.M)
+_DEF = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):   # conversational: a list of messages
+        return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
+    return str(completion)
+
+
+def _last_user(prompt) -> str:
+    if isinstance(prompt, list):
+        return next((m.get("content") or "" for m in reversed(prompt) if m.get("role") == "user"), "")
+    return str(prompt)
+
+
+def coding_reward(prompts, completions, **_) -> list[float]:
+    """1 when the answer passes the doctest examples of the prompt's function (run in the sandbox);
+    with no examples to run, 1 when it at least parses as Python."""
+    from mint.harness.coding import extract_program
+    from mint.harness.sandbox import Limits, run_tests
+
+    rewards = []
+    for prompt, completion in zip(prompts, completions):
+        request = _last_user(prompt)
+        code_in_prompt = re.search(r"```(?:python)?\n(.*?)```", request, re.S)
+        source = code_in_prompt.group(1) if code_in_prompt else request
+        entry = _DEF.findall(source)
+        examples = _DOCTEST.findall(source)
+        text = _text(completion)
+        if not entry:
+            rewards.append(0.0)
+            continue
+        program = extract_program(text, {"prompt": source, "entry_point": entry[-1]})
+        try:
+            ast.parse(program)
+        except SyntaxError:
+            rewards.append(0.0)
+            continue
+        if not examples:
+            rewards.append(1.0)
+            continue
+        test = "def check(candidate):\n    " + f"{entry[-1]} = candidate\n" + "".join(
+            f"    assert ({call}) == ({expected})\n" for call, expected in examples)
+        result = run_tests(program, test, entry[-1], Limits(timeout_s=5, cpu_s=5))
+        rewards.append(1.0 if result.passed else 0.0)
+    return rewards
+
+
+def agent_reward(prompts, completions, reference=None, **_) -> list[float]:
+    """1 for the logged (or corrected) tool calls, name for name and argument for argument; 0.2 for
+    calls that at least parse; 0 otherwise."""
+    from mint.harness.agent import calls_match, parse_tool_calls
+
+    rewards = []
+    for i, completion in enumerate(completions):
+        calls = parse_tool_calls(_text(completion))
+        expected = parse_tool_calls(reference[i]) if reference and reference[i] else None
+        if calls is None:
+            rewards.append(0.0)
+        elif expected and calls_match(calls, [{name: {k: [v] for k, v in args.items()}} for name, args in expected]):
+            rewards.append(1.0)
+        else:
+            rewards.append(0.2)
+    return rewards
+
+
+def genui_reward(prompts, completions, **_) -> list[float]:
+    """1 for a component tree the UI4A catalog accepts, 0.3 for JSON that parses but does not validate."""
+    from mint.harness.genui import load_catalog, parse_tree
+
+    _schema, validator, _required = load_catalog()
+    rewards = []
+    for completion in completions:
+        tree = parse_tree(_text(completion))
+        rewards.append(0.0 if tree is None else 1.0 if validator.is_valid(tree) else 0.3)
+    return rewards
+
+
+def chat_reward(prompts, completions, reference=None, **_) -> list[float]:
+    """Token F1 against the logged answer; an empty answer earns nothing."""
+    from mint.harness.chat import token_f1
+
+    return [token_f1(_text(c), reference[i]) if reference and reference[i] and _text(c).strip() else 0.0
+            for i, c in enumerate(completions)]
+
+
+DEFAULT_REWARDS: dict[str, Callable] = {"coding": coding_reward, "agent": agent_reward, "genui": genui_reward,
+                                        "chat": chat_reward}
+
+
+def load_reward(spec: str) -> Callable:
+    """``module:function``, importable from the current directory too."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise BadInput(f"expected module:function, got {spec!r}", field="rewards")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"cannot load reward {spec}: {exc}", field="rewards") from None
+    if not callable(function):
+        raise BadInput(f"{spec} is not callable", field="rewards")
+    return function
+
+
+def reward_functions(specialist: str, specs: tuple[str, ...]) -> list[Callable]:
+    functions = [load_reward(s) for s in specs]
+    if specialist in DEFAULT_REWARDS:
+        functions.insert(0, DEFAULT_REWARDS[specialist])
+    if not functions:
+        raise BadInput(f"no default reward for specialist {specialist!r}: give one with rewards: [module:function]",
+                       field="rewards")
+    return functions

@@ -1,0 +1,120 @@
+"""mint train on the tiny base: every method registers a candidate; resume, --from, two processes."""
+import json
+import os
+
+import pytest
+
+from mint.cli import main
+from mint.data.ingest import ingest
+from mint.errors import BadInput
+from mint.registry import store
+from mint.train.run import RESULT_FILE, train
+from tests.conftest import run_mint, write_jsonl
+
+FAST = ["max_steps=2", "save_steps=2", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
+
+
+def episodes():
+    rows = []
+    for i in range(6):
+        question = f"Write a python function that returns {i}"
+        good = f"def f():\n    return {i}"
+        rows.append({"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": good}],
+                     "feedback": {"thumbs": "up"}, "specialist": "coding"})
+        rows.append({"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": "no idea"}],
+                     "feedback": {"thumbs": "down", "correction": good}, "specialist": "coding"})
+    return rows
+
+
+@pytest.fixture
+def dataset(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "logs.jsonl", episodes())], dataset="logs", project=project)
+    return "logs"
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("sft", []), ("dpo", []), ("kto", []),
+    ("grpo", ["max_completion_length=8", "num_generations=2", "per_device_train_batch_size=2"]),
+])
+def test_each_method_trains_the_tiny_base_and_registers_a_candidate(ws, dataset, method, extra):
+    result = train(ws, specialist="coding", data=dataset, method=method, base="tiny-random", sets=FAST + extra)
+    assert result.ref == "coding:v1" and result.steps == 2
+    conn = store.open_store(ws)
+    revision = store.resolve(conn, "coding:v1")
+    assert revision.status == "candidate" and revision.method == method
+    assert revision.dataset.startswith("logs@") and revision.base == "tiny-random"
+    assert revision.base_fingerprint.startswith("sha256:") and revision.config_hash
+    lines = [json.loads(l) for l in open(os.path.join(result.run_dir, "metrics.jsonl"))]
+    assert lines[0]["event"] == "start" and any("loss" in l for l in lines[1:])
+    run = json.load(open(os.path.join(result.run_dir, "run.json")))
+    assert run["settings"]["trl"]["max_steps"] == 2 and run["settings"]["trl"]["gradient_checkpointing"] is False
+
+
+def test_sft_uses_corrections_and_drops_thumbs_down(ws, dataset):
+    from mint.data.datasets import iter_episodes
+    from mint.train.examples import build_examples
+
+    rows = build_examples("sft", iter_episodes(ws, dataset, specialist="coding"), dataset=dataset)
+    answers = [r["messages"][-1]["content"] for r in rows]
+    assert "no idea" not in answers and len(rows) == 12
+
+
+def test_too_few_examples_is_exit_2_saying_how_many(ws, dataset, capsys):
+    assert main(["train", "--specialist", "agent", "--data", dataset, "--method", "dpo", "--base", "tiny-random"]) == 2
+    assert "has 0 usable example(s) for dpo; it needs at least 1" in capsys.readouterr().err
+
+
+def test_unknown_trl_key_names_the_closest(ws, dataset, capsys):
+    assert main(["train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base", "tiny-random",
+                 "--set", "learning_rat=1e-4"]) == 2
+    assert "trl.learning_rat: not a SFTConfig field (did you mean learning_rate?)" in capsys.readouterr().err
+
+
+def test_bad_config_file_names_its_line(ws, dataset, tmp_path):
+    (tmp_path / "train.yaml").write_text("lora:\n  r: 8\ntrl:\n  max_step: 3\n")
+    with pytest.raises(BadInput, match=r"train.yaml:4: trl.max_step: not a SFTConfig field \(did you mean max_steps"):
+        train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", config=tmp_path / "train.yaml")
+
+
+def test_from_champion_starts_from_its_weights_and_records_the_parent(ws, dataset):
+    from mint.train.run import runs_dir
+
+    first = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST)
+    second = train(ws, specialist="coding", data=dataset, method="sft", from_ref="coding:v1", sets=FAST)
+    conn = store.open_store(ws)
+    assert store.resolve(conn, second.ref).parent == first.revision_id
+    start = json.loads(open(os.path.join(second.run_dir, "metrics.jsonl")).readline())
+    finished = json.load(open(runs_dir(ws) / first.run / RESULT_FILE))
+    assert start["adapter_sha256"] == finished["adapter_sha256"]   # not a fresh adapter
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_with_the_same_weights(ws, dataset):
+    from peft import PeftModel
+
+    from mint.base import load_base
+    from mint.train.run import _adapter_digest
+
+    sets = ["max_steps=4", "save_steps=2", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
+    killed = run_mint("train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base",
+                      "tiny-random", *[x for s in sets for x in ("--set", s)], env={"MINT_FAULT": "train.step_3"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (run_dir,) = (ws.home / "runs").iterdir()
+    saved = run_dir / "checkpoints" / "checkpoint-2"
+    assert (saved / "optimizer.pt").is_file() and (saved / "adapter_model.safetensors").is_file()
+    assert not store.db_path(ws).exists() or not store.list_revisions(store.open_store(ws)).revisions
+
+    resumed = train(ws, resume=run_dir.name)
+    assert resumed.resumed_from_step == 2 and resumed.steps == 4 and resumed.ref == "coding:v1"
+    starts = [json.loads(l) for l in open(run_dir / "metrics.jsonl") if '"event"' in l]
+    assert [s["step"] for s in starts] == [0, 2]
+    checkpoint_model = PeftModel.from_pretrained(load_base("tiny-random").model, str(saved))
+    assert starts[1]["adapter_sha256"] == _adapter_digest(checkpoint_model)
+    assert starts[1]["adapter_sha256"] != starts[0]["adapter_sha256"]
+
+
+def test_two_processes_end_with_identical_adapters_and_one_revision(ws, dataset):
+    result = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST,
+                   num_processes=2)
+    ranks = [json.load(open(os.path.join(result.run_dir, f"rank{r}.json"))) for r in (0, 1)]
+    assert ranks[0]["adapter_sha256"] == ranks[1]["adapter_sha256"] and ranks[0]["steps"] == 2
+    assert [r.ref for r in store.list_revisions(store.open_store(ws)).revisions] == ["coding:v1"]
