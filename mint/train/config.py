@@ -71,10 +71,7 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
             block, name = "trl", block
         if block not in ("lora", "trl"):
             raise BadInput(f"{key}: --set takes lora.KEY or trl.KEY (or a bare TRL key)", field="--set")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        value = _scalar(raw)
         out.setdefault(block, {})[name] = value
     return out
 
@@ -110,7 +107,8 @@ def resolve_settings(method: str, config: Path | None, sets: list[str]) -> Train
             raise (doc.error(where, message) if doc and key in (file_blocks.get("lora") or {})
                    else BadInput(message, field=where))
     trl_values = {**hardware_defaults(method), **(file_blocks.get("trl") or {}), **overrides.get("trl", {})}
-    valid = {f.name for f in dataclasses.fields(trl_config_class(method))}
+    fields = {f.name: f.type for f in dataclasses.fields(trl_config_class(method))}
+    valid = set(fields)
     for key in trl_values:
         if key not in valid:
             where = f"trl.{key}"
@@ -119,11 +117,38 @@ def resolve_settings(method: str, config: Path | None, sets: list[str]) -> Train
                    else BadInput(message, field=where))
         if key in MANAGED and key in {**(file_blocks.get("trl") or {}), **overrides.get("trl", {})}:
             raise BadInput("mint manages this (runs live under $MINT_HOME/runs)", field=f"trl.{key}")
+    trl_values = {key: _coerce(fields[key], value) for key, value in trl_values.items()}
     rewards = file_blocks.get("rewards") or []
     if not isinstance(rewards, list) or not all(isinstance(r, str) and ":" in r for r in rewards):
         raise (doc.error("rewards", "expected a list of module:function") if doc else
                BadInput("expected a list of module:function", field="rewards"))
     return TrainSettings(method, lora, trl_values, tuple(rewards))
+
+
+def _scalar(raw: str) -> Any:
+    """``--set`` values: numbers as numbers (YAML would keep ``1e-4`` a string), else YAML."""
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def _coerce(field_type: Any, value: Any) -> Any:
+    """A string where the TRL field wants a number (``learning_rate: 1e-4`` in YAML) becomes one."""
+    if isinstance(value, str):
+        text = str(field_type)
+        for kind in (("int", int), ("float", float)):
+            if kind[0] in text:
+                try:
+                    return kind[1](value)
+                except ValueError:
+                    pass
+    return value
 
 
 def _closest(key: str, allowed) -> str:

@@ -11,7 +11,7 @@ from mint.registry import store
 from mint.train.run import RESULT_FILE, train
 from tests.conftest import run_mint, write_jsonl
 
-FAST = ["max_steps=2", "save_steps=2", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
+FAST = ["max_steps=2", "save_steps=2", "per_device_train_batch_size=2", "lora.r=4"]
 
 
 def episodes():
@@ -33,7 +33,7 @@ def dataset(ws, project, tmp_path):
 
 
 @pytest.mark.parametrize("method, extra", [
-    ("sft", []), ("dpo", []), ("kto", []),
+    ("sft", ["max_length=128"]), ("dpo", ["max_length=128"]), ("kto", ["max_length=128"]),
     ("grpo", ["max_completion_length=8", "num_generations=2", "per_device_train_batch_size=2"]),
 ])
 def test_each_method_trains_the_tiny_base_and_registers_a_candidate(ws, dataset, method, extra):
@@ -118,3 +118,17 @@ def test_two_processes_end_with_identical_adapters_and_one_revision(ws, dataset)
     ranks = [json.load(open(os.path.join(result.run_dir, f"rank{r}.json"))) for r in (0, 1)]
     assert ranks[0]["adapter_sha256"] == ranks[1]["adapter_sha256"] and ranks[0]["steps"] == 2
     assert [r.ref for r in store.list_revisions(store.open_store(ws)).revisions] == ["coding:v1"]
+
+
+@pytest.mark.slow
+def test_sft_on_the_embedded_base_lowers_the_training_loss(ws, project):
+    from pathlib import Path
+
+    logs = Path(__file__).parents[2] / "examples" / "logs" / "server_log.jsonl.gz"
+    ingest(ws, [logs], dataset="ui", project=project)
+    result = train(ws, specialist="genui", data="ui", method="sft", base="smollm2-135m",
+                   sets=["max_steps=8", "save_steps=100", "per_device_train_batch_size=2", "learning_rate=1e-3",
+                         "max_length=384", "lora.r=8"])
+    losses = [json.loads(l)["loss"] for l in open(os.path.join(result.run_dir, "metrics.jsonl")) if '"loss"' in l]
+    assert len(losses) == 8
+    assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:2]) / 2, losses
