@@ -44,6 +44,7 @@ bench: setup
 	$(PY) scripts/bench_ingest.py
 	$(PY) scripts/bench_registry.py
 	$(PY) scripts/bench_eval.py
+	$(PY) scripts/bench_train.py
 
 # Regenerate examples/logs and examples/heldout from the public data packages.
 examples: setup

@@ -544,6 +544,7 @@ def train_command(
     num_processes: int = typer.Option(1, "--num-processes", help="Processes (torchrun; gloo on CPU)."),
     accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config",
                                                      help="An accelerate config file (GPUs, FSDP, DeepSpeed)."),
+    env: Optional[str] = typer.Option(None, "--env", help="GRPO in a tool environment: orders, or module:Class."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """Train a specialist's LoRA adapter from its episodes and register it as a candidate revision."""
@@ -562,7 +563,7 @@ def train_command(
     with bar:
         result = train(_ws(), specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,
                        config=config, sets=sets, resume=resume, num_processes=num_processes,
-                       accelerate_config=accelerate_config, progress=progress)
+                       accelerate_config=accelerate_config, env=env, progress=progress)
     if json_out:
         return _print_json(result)
     resumed = f", resumed from step {result.resumed_from_step}" if result.resumed_from_step else ""

@@ -50,14 +50,15 @@ def runs_dir(ws: Workspace) -> Path:
 def train(ws: Workspace, *, specialist: str | None = None, data: str | None = None, method: str | None = None,
           from_ref: str | None = None, base: str | None = None, config: Path | None = None,
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
-          accelerate_config: Path | None = None, progress: TrainProgress | None = None) -> TrainResult:
+          accelerate_config: Path | None = None, env: str | None = None,
+          progress: TrainProgress | None = None) -> TrainResult:
     if num_processes < 1:
         raise BadInput("must be at least 1", field="--num-processes")
     if resume:
         run_dir = _find_run(ws, resume)
     else:
         run_dir = prepare_run(ws, specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,
-                              config=config, sets=sets or [])
+                              config=config, sets=sets or [], env=env)
     if num_processes > 1 or accelerate_config:
         _launch(run_dir, num_processes, accelerate_config, resume=bool(resume))
         result = json.loads((run_dir / RESULT_FILE).read_text())
@@ -78,20 +79,30 @@ def _find_run(ws: Workspace, run: str) -> Path:
     return path
 
 
-def prepare_run(ws: Workspace, *, specialist, data, method, from_ref, base, config, sets) -> Path:
+def prepare_run(ws: Workspace, *, specialist, data, method, from_ref, base, config, sets, env=None) -> Path:
     from mint.data.datasets import iter_episodes, resolve_version
     from mint.registry.refs import check_name
 
-    if not (specialist and data and method):
+    if env is not None and method != "grpo":
+        raise BadInput("--env trains with --method grpo", field="--env")
+    environment = None
+    if env is not None:
+        from mint.train.envs import load_environment
+        environment = load_environment(env)
+    if not (specialist and method and (data or (environment and hasattr(environment, "tasks")))):
         raise BadInput("--specialist, --data and --method are required (or --resume RUN)")
     check_name(specialist)
     if method not in METHODS:
         raise BadInput(f"unknown method {method!r} (expected {', '.join(METHODS)})", field="--method")
     settings = resolve_settings(method, config, sets)
-    name, _, version = data.partition("@")
-    _directory, manifest = resolve_version(ws, name, version or None)
-    rows = build_examples(method, iter_episodes(ws, name, manifest["version"], specialist),
-                          dataset=f"{name}@{manifest['version']} ({specialist})")
+    if environment is not None and hasattr(environment, "tasks") and not data:
+        rows, dataset_label = environment.tasks(), f"env:{env}"
+    else:
+        name, _, version = data.partition("@")
+        _directory, manifest = resolve_version(ws, name, version or None)
+        dataset_label = f"{name}@{manifest['version']}"
+        rows = build_examples(method, iter_episodes(ws, name, manifest["version"], specialist),
+                              dataset=f"{dataset_label} ({specialist})")
     parent = None
     if from_ref:
         from mint.registry.artifacts import load_revision
@@ -111,7 +122,7 @@ def prepare_run(ws: Workspace, *, specialist, data, method, from_ref, base, conf
     with open(run_dir / EXAMPLES_FILE, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    record = {"run": run_dir.name, "specialist": specialist, "dataset": f"{name}@{manifest['version']}",
+    record = {"run": run_dir.name, "specialist": specialist, "dataset": dataset_label, "env": env,
               "method": method, "base": base, "parent": parent, "examples": len(rows),
               "settings": asdict(settings), "config_hash": settings.digest(), "created_at": stamp}
     atomic_write_json(run_dir / RUN_FILE, record)
@@ -153,6 +164,7 @@ def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")   # environment_factory is experimental in TRL 1.x
     run = json.loads((run_dir / RUN_FILE).read_text())
     settings = TrainSettings(**{**run["settings"], "rewards": tuple(run["settings"]["rewards"])})
     method = run["method"]
@@ -185,6 +197,8 @@ def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume
     config_class = trl_config_class(method)
     if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():
         trl_values.setdefault("ddp_backend", "gloo")
+    if run.get("env"):
+        trl_values.setdefault("max_tool_calling_iterations", 4)
     args = config_class(output_dir=str(run_dir / "checkpoints"), **trl_values)
     dataset = Dataset.from_list(rows)
     callback = _RunCallback(run_dir, progress)
@@ -200,6 +214,19 @@ def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume
     elif method == "kto":
         from trl import KTOTrainer
         trainer = KTOTrainer(**common)
+    elif run.get("env"):
+        from trl import GRPOTrainer
+        from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
+
+        from mint.train.envs import load_environment, recorded
+        from mint.train.rewards import load_reward
+        # ChatML that renders tool calls as <tool_call>{json}</tool_call> (the agent harness's form), with the
+        # response parser TRL knows for it
+        tokenizer.chat_template = qwen2_5_chat_template
+        add_response_schema(tokenizer)
+        factory = recorded(load_environment(run["env"]), run_dir / "rollouts.jsonl")
+        extra = [load_reward(r) for r in settings.rewards]
+        trainer = GRPOTrainer(reward_funcs=extra or None, environment_factory=factory, **common)
     else:
         from trl import GRPOTrainer
 

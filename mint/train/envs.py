@@ -1,0 +1,215 @@
+"""Stateful tool environments for agentic GRPO (the "action substrate").
+
+The model calls an environment's tools over several turns; every episode starts from a fresh state
+and the reward is computed from the final state and the calls made. Environments plug into TRL's
+``GRPOTrainer(environment_factory=...)``: public methods are the tools (type hints and a Google-style
+docstring describe them), ``reset(**row)`` starts an episode from a dataset row, ``get_reward()``
+scores it. A class with a ``tasks()`` classmethod brings its own training prompts.
+
+``--env orders`` is the built-in world; ``--env mypkg.envs:Warehouse`` plugs in your own class.
+Every rollout is written to the run's ``rollouts.jsonl`` as a canonical episode, so ``mint ingest``
+can feed it back into the loop.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import inspect
+import json
+import random
+import sys
+from pathlib import Path
+
+from mint.errors import BadInput
+
+SYSTEM = ("You help customers with their orders and calendar by calling tools. Call one tool at a time as "
+          '<tool_call>{"name": ..., "arguments": {...}}</tool_call>; when the task is done, say so briefly.')
+
+_ITEMS = ["desk lamp", "rain jacket", "coffee grinder", "yoga mat", "phone case", "wool scarf", "kettle", "backpack"]
+_STREETS = ["5 Elm St", "12 Harbor Rd", "48 Maple Ave", "9 Quay Lane", "77 Birch Way", "3 Mill Court"]
+
+
+def _world(seed: int) -> dict:
+    rng = random.Random(seed)
+    orders = {}
+    for n in range(4):
+        order_id = f"{rng.choice('ABCDEFGH')}{rng.randint(10, 99)}"
+        orders[order_id] = {"item": rng.choice(_ITEMS), "status": rng.choice(["placed", "placed", "shipped"]),
+                            "address": rng.choice(_STREETS)}
+    return {"orders": orders, "events": []}
+
+
+class OrdersCalendar:
+    """A small shop-and-calendar world: four orders (some shipped) and an empty calendar."""
+
+    def __init__(self) -> None:
+        self.state: dict = {"orders": {}, "events": []}
+        self.goal: dict = {}
+        self.errors = 0
+
+    @classmethod
+    def tasks(cls, count: int = 24, seed: int = 0) -> list[dict]:
+        rng = random.Random(seed)
+        rows = []
+        for i in range(count):
+            world = _world(seed * 1000 + i)
+            placed = [o for o, v in world["orders"].items() if v["status"] == "placed"]
+            kind = rng.choice(["cancel", "address", "event", "cancel_all"]) if placed else "event"
+            if kind == "cancel":
+                target = rng.choice(placed)
+                text, goal = f"Please cancel my order {target}.", {"cancelled": [target]}
+            elif kind == "address":
+                target, street = rng.choice(placed), rng.choice(_STREETS)
+                text, goal = f"Ship order {target} to {street} instead.", {"address": [target, street]}
+            elif kind == "cancel_all":
+                text, goal = "Cancel every order of mine that has not shipped yet.", {"cancelled": sorted(placed)}
+            else:
+                day, hour = rng.randint(1, 28), rng.choice(["09:00", "13:30", "16:00"])
+                title = rng.choice(["dentist", "team sync", "yoga class", "call with Ana"])
+                date = f"2026-12-{day:02d}"
+                text, goal = f"Put '{title}' in my calendar on {date} at {hour}.", {"event": [title, date, hour]}
+            rows.append({"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+                         "task": json.dumps({"seed": seed * 1000 + i, "goal": goal})})
+        return rows
+
+    def reset(self, task: str = "{}", **_) -> str | None:
+        spec = json.loads(task) if isinstance(task, str) else dict(task or {})
+        self.state = _world(int(spec.get("seed", 0)))
+        self.goal = spec.get("goal", {})
+        self.errors = 0
+        return None
+
+    def list_orders(self) -> str:
+        """List the customer's orders with their item, status and shipping address.
+
+        Returns:
+            The orders as JSON.
+        """
+        return json.dumps(self.state["orders"])
+
+    def cancel_order(self, order_id: str) -> str:
+        """Cancel an order that has not shipped yet.
+
+        Args:
+            order_id: The order's id, for example "B42".
+
+        Returns:
+            What happened.
+        """
+        order = self.state["orders"].get(order_id)
+        if order is None:
+            self.errors += 1
+            return f"error: no order {order_id}"
+        if order["status"] == "shipped":
+            self.errors += 1
+            return f"error: order {order_id} has shipped and cannot be cancelled"
+        order["status"] = "cancelled"
+        return f"order {order_id} cancelled"
+
+    def update_address(self, order_id: str, address: str) -> str:
+        """Change where an order that has not shipped yet will be delivered.
+
+        Args:
+            order_id: The order's id.
+            address: The new street address.
+
+        Returns:
+            What happened.
+        """
+        order = self.state["orders"].get(order_id)
+        if order is None or order["status"] != "placed":
+            self.errors += 1
+            return f"error: order {order_id} cannot be changed"
+        order["address"] = address
+        return f"order {order_id} will ship to {address}"
+
+    def add_event(self, title: str, date: str, time: str) -> str:
+        """Add an event to the calendar.
+
+        Args:
+            title: What the event is.
+            date: The day, as YYYY-MM-DD.
+            time: The start, as HH:MM.
+
+        Returns:
+            What happened.
+        """
+        self.state["events"].append({"title": title, "date": date, "time": time})
+        return f"added {title} on {date} at {time}"
+
+    def get_reward(self) -> float:
+        """1 when the final state meets the task's goal (and nothing else changed), less 0.1 per failed call."""
+        goal, orders = self.goal, self.state["orders"]
+        done = True
+        if "cancelled" in goal:
+            wanted = set(goal["cancelled"])
+            done = all(orders[o]["status"] == "cancelled" for o in wanted if o in orders) and \
+                all(v["status"] != "cancelled" for o, v in orders.items() if o not in wanted)
+        if "address" in goal:
+            order_id, street = goal["address"]
+            done = order_id in orders and orders[order_id]["address"].lower() == street.lower()
+        if "event" in goal:
+            title, date, time = goal["event"]
+            done = any(e["title"].lower() == title.lower() and e["date"] == date and e["time"] == time
+                       for e in self.state["events"])
+        return max(0.0, (1.0 if done else 0.0) - 0.1 * self.errors)
+
+
+BUILTIN = {"orders": OrdersCalendar}
+
+
+def load_environment(name: str) -> type:
+    if name in BUILTIN:
+        return BUILTIN[name]
+    module_name, _, class_name = name.partition(":")
+    if not module_name or not class_name:
+        raise BadInput(f"unknown environment {name!r}: use {', '.join(BUILTIN)} or module:Class", field="--env")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"cannot load environment {name}: {exc}", field="--env") from None
+    if not inspect.isclass(cls) or not callable(getattr(cls, "reset", None)):
+        raise BadInput(f"{name} is not an environment class with a reset method", field="--env")
+    return cls
+
+
+def recorded(cls: type, rollouts: Path) -> type:
+    """``cls`` with every tool call logged and each finished rollout written as a canonical episode."""
+
+    def wrap(name, method):
+        @functools.wraps(method)
+        def tool(self, *args, **kwargs):
+            result = method(self, *args, **kwargs)
+            self._mint_calls.append((name, dict(zip(list(inspect.signature(method).parameters)[1:], args)) | kwargs,
+                                     result))
+            return result
+        return tool
+
+    members = {}
+    for name, method in inspect.getmembers(cls, predicate=inspect.isfunction):
+        if name not in ("reset", "get_reward", "tasks") and not name.startswith("_"):
+            members[name] = wrap(name, method)
+
+    def reset(self, **row):
+        self._mint_calls, self._mint_row = [], copy.deepcopy(row)
+        return cls.reset(self, **row)
+
+    def get_reward(self):
+        reward = float(cls.get_reward(self)) if hasattr(cls, "get_reward") else 0.0
+        messages = [m for m in self._mint_row.get("prompt", []) if isinstance(m, dict)]
+        for i, (name, arguments, result) in enumerate(getattr(self, "_mint_calls", [])):
+            call_id = f"call_{i}"
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]})
+            messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": str(result)})
+        episode = {"messages": messages, "specialist": "agent", "served_by": "grpo-rollout",
+                   "feedback": {"score": max(0.0, min(1.0, reward))}, "reward": reward}
+        with open(rollouts, "a", encoding="utf-8") as f:
+            f.write(json.dumps(episode, ensure_ascii=False, default=str) + "\n")
+        return reward
+
+    members.update(reset=reset, get_reward=get_reward)
+    return type(f"Recorded{cls.__name__}", (cls,), members)
