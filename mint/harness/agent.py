@@ -122,17 +122,23 @@ def value_matches(value: Any, acceptable: Any) -> bool:
         return isinstance(value, (list, tuple)) and len(value) == len(acceptable) and \
             all(value_matches(v, a) for v, a in zip(value, acceptable))
     if isinstance(acceptable, dict):
-        if not isinstance(value, dict) or set(value) - set(acceptable):
-            return False
-        for key, options in acceptable.items():
-            options = options if isinstance(options, list) else [options]
-            if key not in value:
-                if "" not in options:
-                    return False
-            elif not any(value_matches(value[key], o) for o in options if o != ""):
-                return False
-        return True
+        return isinstance(value, dict) and arguments_match(value, acceptable)
     return value == acceptable
+
+
+def arguments_match(given: dict, expected: dict) -> bool:
+    """Every given argument expected, each with an acceptable value; ``""`` among the options marks one
+    that may be left out."""
+    if set(given) - set(expected):
+        return False
+    for argument, options in expected.items():
+        options = options if isinstance(options, list) else [options]
+        if argument not in given:
+            if "" not in options:
+                return False
+        elif not any(value_matches(given[argument], o) for o in options if o != ""):
+            return False
+    return True
 
 
 def _same_name(predicted: str, expected: str) -> bool:
@@ -142,16 +148,7 @@ def _same_name(predicted: str, expected: str) -> bool:
 def call_matches(call: Call, expected: dict) -> bool:
     (name, arguments), = expected.items()
     predicted_name, predicted_args = call
-    if not _same_name(predicted_name, name) or set(predicted_args) - set(arguments):
-        return False
-    for argument, options in arguments.items():
-        options = options if isinstance(options, list) else [options]
-        if argument not in predicted_args:
-            if "" not in options:
-                return False
-        elif not any(value_matches(predicted_args[argument], o) for o in options if o != ""):
-            return False
-    return True
+    return _same_name(predicted_name, name) and arguments_match(predicted_args, arguments)
 
 
 def calls_match(calls: list[Call], ground_truth: list[dict]) -> bool:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import inspect
 import json
 import random
-import sys
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.plugins import load_object
 
 SYSTEM = ("You help customers with their orders and calendar by calling tools. Call one tool at a time as "
           '<tool_call>{"name": ..., "arguments": {...}}</tool_call>; when the task is done, say so briefly.')
@@ -160,17 +159,12 @@ BUILTIN = {"orders": OrdersCalendar}
 
 
 def load_environment(name: str) -> type:
+    """A built-in environment by name, or your class by ``module:Class``."""
     if name in BUILTIN:
         return BUILTIN[name]
-    module_name, _, class_name = name.partition(":")
-    if not module_name or not class_name:
+    if ":" not in name:
         raise BadInput(f"unknown environment {name!r}: use {', '.join(BUILTIN)} or module:Class", field="--env")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise BadInput(f"cannot load environment {name}: {exc}", field="--env") from None
+    cls = load_object(name, what="Class", field="--env")
     if not inspect.isclass(cls) or not callable(getattr(cls, "reset", None)):
         raise BadInput(f"{name} is not an environment class with a reset method", field="--env")
     return cls

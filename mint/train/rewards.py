@@ -6,14 +6,11 @@ here ``reference`` and ``tools``) and returns one float per completion.
 from __future__ import annotations
 
 import ast
-import importlib
-import json
 import re
-import sys
-from pathlib import Path
 from typing import Callable
 
 from mint.errors import BadInput
+from mint.plugins import load_object
 
 _DOCTEST = re.compile(r"^\s*>>> (.+)\n\s*([^\n>][^\n]*)$", re.M)
 _DEF = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
@@ -107,16 +104,8 @@ DEFAULT_REWARDS: dict[str, Callable] = {"coding": coding_reward, "agent": agent_
 
 
 def load_reward(spec: str) -> Callable:
-    """``module:function``, importable from the current directory too."""
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise BadInput(f"expected module:function, got {spec!r}", field="rewards")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        function = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise BadInput(f"cannot load reward {spec}: {exc}", field="rewards") from None
+    """A reward function named ``module:function``."""
+    function = load_object(spec, what="function", field="rewards")
     if not callable(function):
         raise BadInput(f"{spec} is not callable", field="rewards")
     return function

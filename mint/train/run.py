@@ -246,7 +246,8 @@ def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume
     result = {"steps": trainer.state.global_step, "train_loss": output.training_loss,
               "last": {k: v for k, v in (logged[-1] if logged else {}).items() if isinstance(v, (int, float))},
               "summary": final, "resumed_from_step": int(last.name.split("-")[-1]) if last else None,
-              "adapter_sha256": _adapter_digest(trainer.model), "registered": False}
+              "adapter_sha256": _adapter_digest(trainer.model), "base_fingerprint": loaded.fingerprint,
+              "registered": False}
     rank = int(os.environ.get("RANK", "0"))
     atomic_write_json(run_dir / f"rank{rank}.json", {"adapter_sha256": result["adapter_sha256"],
                                                       "steps": result["steps"]})
@@ -309,11 +310,10 @@ class _RunCallback(_Base):
 
 
 def _register(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
-    from mint.base import load_base
     from mint.registry.artifacts import register
 
     run = json.loads((run_dir / RUN_FILE).read_text())
-    fingerprint = load_base(run["base"]).fingerprint if run["base"] else None
+    fingerprint = result.get("base_fingerprint")
     metrics = {"train_loss": result.get("train_loss"), "steps": result.get("steps"),
                **{f"last_{k}": v for k, v in result.get("last", {}).items() if k in ("loss", "reward")}}
     revision = register(ws, run_dir / "adapter", specialist=run["specialist"], parent=run["parent"],

@@ -56,7 +56,7 @@ def test_recorded_environment_writes_each_rollout_as_an_episode(tmp_path):
 def test_unknown_environment_is_bad_input():
     with pytest.raises(BadInput, match="unknown environment"):
         load_environment("warehouse")
-    with pytest.raises(BadInput, match="cannot load environment"):
+    with pytest.raises(BadInput, match="cannot load no_such_module:Env"):
         load_environment("no_such_module:Env")
 
 
