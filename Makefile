@@ -29,15 +29,22 @@ $(STAMP): pyproject.toml
 test: setup
 	$(PY) -m pytest -q
 
-# The main job, until the loop exists: a project, the example logs ingested into a
-# versioned dataset, and one answer from the embedded base (converted once to the cache).
+# The main job, one turn of the self-improvement cycle on the embedded base (SmolLM2-135M,
+# converted once to the cache): a project, the example logs ingested into a versioned dataset,
+# a GenUI LoRA trained from them, evaluated under contracts/genui.yaml, promoted, and one answer.
 DEMO_DIR ?= $(CURDIR)/.mint-demo
+DEMO := $(MINT) --home $(DEMO_DIR)/.mint
 demo: setup
 	rm -rf $(DEMO_DIR)
 	$(MINT) init --dir $(DEMO_DIR)
-	$(MINT) --home $(DEMO_DIR)/.mint ingest examples/logs --dataset demo --config $(DEMO_DIR)/mint.yaml
-	$(MINT) --home $(DEMO_DIR)/.mint data show demo --head 2
+	$(DEMO) ingest examples/logs --dataset demo --config $(DEMO_DIR)/mint.yaml
+	$(DEMO) data show demo --head 1
 	$(MINT) base show smollm2-135m
+	$(DEMO) train --specialist genui --data demo --method sft --base smollm2-135m \
+		--set max_steps=20 --set learning_rate=1e-3 --set per_device_train_batch_size=4 --set max_length=384
+	$(DEMO) eval genui:v1 --contract contracts/genui.yaml --limit 6
+	$(DEMO) promote genui:v1
+	$(DEMO) registry history genui
 	$(MINT) chat "What is the capital of France?" --config $(DEMO_DIR)/mint.yaml --max-new-tokens 32
 
 bench: setup

@@ -526,7 +526,7 @@ def _render_move(move, json_out: bool) -> None:
         out.print(f"rejected {move.new_ref}")
     else:
         out.print(f"{move.specialist}:champion → [bold]{move.new_ref}[/] ({move.new[:12]}), "
-                  f"was {(move.old or 'none')[:12]} [{move.action}]")
+                  f"was {(move.old or 'none')[:12]} ({move.action})")
 
 
 # --- train -----------------------------------------------------------------------------------------
