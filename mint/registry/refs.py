@@ -5,15 +5,15 @@ import re
 from dataclasses import dataclass
 
 from mint.errors import BadInput
+from mint.project import NAME_RE
 
 ALIASES = ("champion", "previous")
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _ID_RE = re.compile(r"^[0-9a-f]{4,64}$")
 
 
 def check_name(name: str, what: str = "specialist") -> str:
     """A specialist name: lowercase letters, digits, ``-`` and ``_``; no separators, dots or control characters."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise BadInput(f"invalid {what} name {name!r}: use lowercase letters, digits, '-' or '_', starting with a "
                        "letter (no path separators, '..' or control characters)", field=f"--{what}")
     return name

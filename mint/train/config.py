@@ -102,19 +102,14 @@ def resolve_settings(method: str, config: Path | None, sets: list[str]) -> Train
     lora = {**DEFAULT_LORA, **(file_blocks.get("lora") or {}), **overrides.get("lora", {})}
     for key in lora:
         if key not in LORA_KEYS:
-            where = f"lora.{key}"
-            message = f"unknown LoRA key{_closest(key, LORA_KEYS)}"
-            raise (doc.error(where, message) if doc and key in (file_blocks.get("lora") or {})
-                   else BadInput(message, field=where))
+            raise _unknown(doc, file_blocks, "lora", key, f"unknown LoRA key{_closest(key, LORA_KEYS)}")
     trl_values = {**hardware_defaults(method), **(file_blocks.get("trl") or {}), **overrides.get("trl", {})}
     fields = {f.name: f.type for f in dataclasses.fields(trl_config_class(method))}
     valid = set(fields)
     for key in trl_values:
         if key not in valid:
-            where = f"trl.{key}"
-            message = f"not a {trl_config_class(method).__name__} field{_closest(key, sorted(valid))}"
-            raise (doc.error(where, message) if doc and key in (file_blocks.get("trl") or {})
-                   else BadInput(message, field=where))
+            raise _unknown(doc, file_blocks, "trl", key,
+                           f"not a {trl_config_class(method).__name__} field{_closest(key, sorted(valid))}")
         if key in MANAGED and key in {**(file_blocks.get("trl") or {}), **overrides.get("trl", {})}:
             raise BadInput("mint manages this (runs live under $MINT_HOME/runs)", field=f"trl.{key}")
     trl_values = {key: _coerce(fields[key], value) for key, value in trl_values.items()}
@@ -123,6 +118,14 @@ def resolve_settings(method: str, config: Path | None, sets: list[str]) -> Train
         raise (doc.error("rewards", "expected a list of module:function") if doc else
                BadInput("expected a list of module:function", field="rewards"))
     return TrainSettings(method, lora, trl_values, tuple(rewards))
+
+
+def _unknown(doc, file_blocks: dict, block: str, key: str, message: str) -> BadInput:
+    """The error for a bad key: at its line when it came from the config file, else naming the --set key."""
+    where = f"{block}.{key}"
+    if doc is not None and key in (file_blocks.get(block) or {}):
+        return doc.error(where, message)
+    return BadInput(message, field=where)
 
 
 def _scalar(raw: str) -> Any:
