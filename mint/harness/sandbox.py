@@ -59,6 +59,7 @@ def run_tests(program: str, test: str, entry_point: str, limits: Limits = Limits
                                      "file_bytes": limits.file_mb << 20, "processes": limits.processes}})
         os.write(nonce_write, nonce)
         os.close(nonce_write)
+        nonce_write = -1   # closed: never close a number another thread's pipe may reuse by now
         with open(os.path.join(workdir, ".stdout"), "w+b") as out:
             child = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(RUNNER), str(nonce_read), str(result_write)],

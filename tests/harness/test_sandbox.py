@@ -92,3 +92,12 @@ def test_hostile_program_is_contained_and_fails(name):
     assert SECRET not in result.detail
     assert result.seconds < FAST.timeout_s + 3
     assert os.getppid() > 1 and os.path.isdir("/tmp")   # still here, and so is /tmp
+
+
+def test_concurrent_runs_keep_their_own_pipes():
+    from concurrent.futures import ThreadPoolExecutor
+
+    programs = ["def square(x):\n    return x * x\n", "def square(x):\n    return x + x\n"] * 12
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda p: run_tests(p, TEST, "square", FAST), programs))
+    assert [r.passed for r in results] == [True, False] * 12
