@@ -45,6 +45,14 @@ def _split(episode: dict) -> tuple[list[dict], dict] | None:
     return None
 
 
+def _answered(episodes):
+    """(episode, prompt, last assistant turn, feedback) for every episode that has an answer to learn from."""
+    for episode in episodes:
+        split = _split(episode)
+        if split is not None:
+            yield episode, split[0], split[1], episode["feedback"]
+
+
 def _prompt_key(prompt: list[dict]) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
@@ -54,25 +62,18 @@ def build_examples(method: str, episodes, *, dataset: str) -> list[dict]:
     if method not in METHODS:
         raise BadInput(f"unknown method {method!r} (expected {', '.join(METHODS)})", field="--method")
     rows: list[dict] = []
+    answered = _answered(episodes)
     if method == "sft":
-        for episode in episodes:
-            rating = episode["feedback"]["rating"]
-            split = _split(episode)
-            if split is None or (rating is not None and rating < 0 and not episode["feedback"]["correction"]):
+        for _episode, prompt, answer, feedback in answered:
+            if feedback["rating"] is not None and feedback["rating"] < 0 and not feedback["correction"]:
                 continue
-            prompt, answer = split
-            if episode["feedback"]["correction"]:
-                answer = {"role": "assistant", "content": episode["feedback"]["correction"]}
+            if feedback["correction"]:
+                answer = {"role": "assistant", "content": feedback["correction"]}
             if answer["content"].strip():
                 rows.append({"messages": prompt + [answer]})
     elif method == "dpo":
         by_prompt: dict[str, dict] = defaultdict(lambda: {"good": [], "bad": [], "prompt": None})
-        for episode in episodes:
-            split = _split(episode)
-            if split is None:
-                continue
-            prompt, answer = split
-            feedback = episode["feedback"]
+        for _episode, prompt, answer, feedback in answered:
             if feedback["correction"] and feedback["correction"].strip() != answer["content"].strip():
                 rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": feedback["correction"]}],
                              "rejected": [answer]})
@@ -87,24 +88,14 @@ def build_examples(method: str, episodes, *, dataset: str) -> list[dict]:
             for good, bad in pairs[:MAX_PAIRS_PER_PROMPT]:
                 rows.append({"prompt": group["prompt"], "chosen": [good], "rejected": [bad]})
     elif method == "kto":
-        for episode in episodes:
-            split = _split(episode)
-            if split is None:
-                continue
-            prompt, answer = split
-            feedback = episode["feedback"]
+        for _episode, prompt, answer, feedback in answered:
             if feedback["rating"] in (1, -1):
                 rows.append({"prompt": prompt, "completion": [answer], "label": feedback["rating"] == 1})
             if feedback["correction"]:
                 rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": feedback["correction"]}],
                              "label": True})
     else:   # grpo
-        for episode in episodes:
-            split = _split(episode)
-            if split is None:
-                continue
-            prompt, answer = split
-            feedback = episode["feedback"]
+        for episode, prompt, answer, feedback in answered:
             reference = feedback["correction"] or (answer["content"] if (feedback["rating"] or 0) >= 0 else None)
             rows.append({"prompt": prompt, "reference": reference or "",
                          "tools": json.dumps(episode.get("tools") or [])})
