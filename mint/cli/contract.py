@@ -1,0 +1,103 @@
+"""mint contract and mint eval."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from mint.cli.common import (
+    JSON_OPT,
+    app,
+    err,
+    out,
+    print_json,
+    quiet_transformers,
+    sub_app,
+    ws,
+)
+
+contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
+
+
+@contract_app.command("check")
+def contract_check(path: Path, json_out: bool = JSON_OPT) -> None:
+    """Validate a contract and its suites' data without running anything (exit 2 with file:line: field)."""
+    from mint.contract.schema import load_contract, read_suite
+
+    contract = load_contract(path)
+    suites = [{"name": s.name, "data": str(s.data), "records": len(read_suite(contract, s)), "limit": s.limit,
+               "metrics": list(s.metrics)} for s in contract.suites]
+    summary = {"contract": contract.name, "version": contract.version, "specialist": contract.specialist,
+               "harness": contract.harness_name, "sha256": contract.sha256, "suites": suites,
+               "gates": [dataclasses.asdict(g) for g in contract.gates], "ok": True}
+    if json_out:
+        return print_json(summary)
+    out.print(f"[green]ok[/] {escape(str(path))}: contract {contract.name} v{contract.version} "
+              f"({contract.harness_name} harness), {len(suites)} suite(s), {len(contract.gates)} gate(s)")
+    for s in suites:
+        out.print(f"  {s['name']}: {s['records']} records from {escape(s['data'])}, metrics {', '.join(s['metrics'])}")
+
+
+@app.command("eval")
+def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or `base` for the bare base."),
+                 contract: Path = typer.Option(..., "--contract", "-c", help="The contract YAML."),
+                 out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for report.json and "
+                                                                               "predictions.jsonl."),
+                 limit: Optional[int] = typer.Option(None, "--limit", help="At most N records per suite."),
+                 predictions: Optional[Path] = typer.Option(None, "--predictions",
+                                                            help="Score outputs produced elsewhere (JSONL)."),
+                 base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
+                 json_out: bool = JSON_OPT) -> None:
+    """Evaluate REF under a contract: generate, score, gate against the champion. Exit 0 pass, 1 fail."""
+    from mint.contract.evaluate import evaluate
+
+    quiet_transformers()
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeRemainingColumn(), console=err, transient=True, disable=json_out or not err.is_terminal)
+    tasks: dict[str, Any] = {}
+
+    def progress(suite: str, done: int, total: int) -> None:
+        if suite not in tasks:
+            tasks[suite] = bars.add_task(suite, total=total)
+        bars.update(tasks[suite], completed=done)
+
+    with bars:
+        result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
+                          progress=progress)
+    report = result.report
+    if json_out:
+        print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
+    else:
+        c = report["contract"]
+        table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
+        for column in ("metric", "value", "baseline", "rule", "result"):
+            table.add_column(column)
+        gated = {g["metric"]: g for g in report["gates"]}
+        for metric, value in sorted(report["metrics"].items()):
+            gate = gated.pop(metric, None)
+            table.add_row(metric, f"{value:.4g}", _fmt(gate and gate["baseline"]), gate["rule"] if gate else "",
+                          ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
+        for metric, gate in gated.items():
+            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), gate["rule"],
+                          "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
+        out.print(table)
+        verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
+        out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
+        if result.baseline_evaluated:
+            out.print("(the champion had no report under this contract version and was evaluated first)")
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,173 @@
+"""mint ingest and mint data: logs in, dataset versions out."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from mint.cli.common import (
+    JSON_OPT,
+    app,
+    err,
+    out,
+    print_json,
+    sub_app,
+    ws,
+)
+
+data_app = sub_app("data", "Dataset versions made by `mint ingest`.")
+
+
+@app.command()
+def ingest(
+    paths: list[Path] = typer.Argument(..., help="Log files or folders (JSONL, JSON, .gz, Parquet, saved HF datasets)."),
+    dataset: str = typer.Option("default", "--dataset", "-d", help="Dataset to add a version to."),
+    fmt: str = typer.Option("auto", "--format", "-f", help="auto | openai | sharegpt | mint | hf"),
+    config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
+    no_scrub: bool = typer.Option(False, "--no-scrub", help="Keep PII and secrets as they are."),
+    max_record_bytes: int = typer.Option(1_000_000, "--max-record-bytes", help="Larger records are quarantined."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Turn interaction logs into a new immutable version of a dataset (scrubbed, deduplicated, labeled)."""
+    from mint.data.ingest import ingest as run_ingest
+    from mint.project import load_project
+
+    project = load_project(config)
+    with _ByteProgress(enabled=not json_out) as progress:
+        result = run_ingest(ws(), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
+                            max_record_bytes=max_record_bytes, progress=progress.advance)
+    if json_out:
+        return print_json(result)
+    table = Table(title=f"ingest → {result.dataset}")
+    for column in ("source", "read", "kept", "duplicate", "quarantined", "scrubbed"):
+        table.add_column(column, justify="left" if column == "source" else "right",
+                         overflow="fold" if column == "source" else "ellipsis")
+    for s in result.sources:
+        table.add_row(escape(s.path), f"{s.read:,}", f"{s.kept:,}", f"{s.duplicate:,}",
+                      f"[red]{s.quarantined:,}[/]" if s.quarantined else "0", f"{s.scrubbed:,}")
+    out.print(table)
+    if result.by_specialist:
+        out.print("new episodes by specialist: " + ", ".join(
+            f"{k} {v:,}" for k, v in sorted(result.by_specialist.items(), key=lambda kv: -kv[1])))
+    if result.scrubbed:
+        out.print("scrubbed: " + ", ".join(f"{k} {v:,}" for k, v in sorted(result.scrubbed.items())))
+    if result.reasons:
+        out.print("quarantined: " + "; ".join(f"{escape(k)} ×{v}" for k, v in sorted(result.reasons.items()))
+                  + f"  → {escape(result.quarantine_file)}")
+    if result.created:
+        out.print(f"[green]version {result.version}[/] of {result.dataset}: +{result.episodes_added:,} episodes, "
+                  f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
+    else:
+        out.print(f"nothing new: {result.dataset} stays at version {result.version or '(empty)'}")
+
+
+class _ByteProgress:
+    """A rich progress bar per source, shown only for sources big enough to take a while."""
+
+    MIN_BYTES = 8 << 20
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and err.is_terminal
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TimeRemainingColumn(), console=err, transient=True)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "_ByteProgress":
+        if self.enabled:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+    def advance(self, label: str, n: int, total: int) -> None:
+        if not self.enabled or total < self.MIN_BYTES:
+            return
+        task = self.tasks.get(label)
+        if task is None:
+            task = self.tasks[label] = self.progress.add_task(label, total=total)
+        self.progress.advance(task, n)
+
+
+@data_app.command("ls")
+def data_ls(json_out: bool = JSON_OPT) -> None:
+    """List datasets with their current version and episode counts."""
+    from mint.data.datasets import list_datasets
+
+    rows = list_datasets(ws())
+    if json_out:
+        return print_json({"datasets": rows})
+    if not rows:
+        out.print("no datasets yet: `mint ingest PATH --dataset NAME` makes one")
+        return
+    table = Table()
+    for column in ("dataset", "version", "#", "episodes", "by specialist", "quarantined", "created"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.name, r.version, f"v{r.number}", f"{r.episodes:,}",
+                      ", ".join(f"{k} {v}" for k, v in sorted(r.by_specialist.items())),
+                      str(r.quarantined), r.created_at)
+    out.print(table)
+
+
+@data_app.command("show")
+def data_show(name: str, version: Optional[str] = typer.Option(None, "--version", "-v",
+                                                               help="Hash prefix or vN (default: latest)."),
+              head: int = typer.Option(5, "--head", "-n", help="How many episodes to print."),
+              json_out: bool = JSON_OPT) -> None:
+    """Show a dataset version's manifest, its history and its first episodes."""
+    from mint.data.datasets import show_dataset
+
+    view = show_dataset(ws(), name, version, head)
+    if json_out:
+        return print_json(view)
+    m = view.manifest
+    out.print(f"[bold]{view.name}[/] version {m['version']} (v{m['number']}, parent {m['parent'] or '-'}) "
+              f"created {m['created_at']}")
+    out.print(f"episodes: {m['total_episodes']:,} ({m['episodes']:,} new in this version); by specialist: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(m["by_specialist"].items())))
+    if m.get("scrubbed"):
+        out.print("scrubbed in this version: " + ", ".join(f"{k} {v}" for k, v in sorted(m["scrubbed"].items())))
+    out.print(f"quarantined records: {view.quarantined} ({view.quarantine_file})")
+    history = Table(title="versions")
+    for column in ("#", "version", "parent", "new", "total", "created"):
+        history.add_column(column)
+    for v in view.versions:
+        history.add_row(f"v{v['number']}", v["version"], v["parent"] or "-", str(v["episodes"]),
+                        str(v["total_episodes"]), v["created_at"])
+    out.print(history)
+    for episode in view.head:
+        out.print(f"[cyan]{episode['id'][:12]}[/] {episode['specialist']} {escape(episode['source'])} "
+                  f"rating={episode['feedback']['rating']}")
+        for message in episode["messages"]:
+            text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
+            out.print(f"  [bold]{message['role']}:[/] {escape(text[:200])}", highlight=False)
+
+
+@data_app.command("export")
+def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
+                fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
+                version: Optional[str] = typer.Option(None, "--version", "-v"),
+                specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+                force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+                json_out: bool = JSON_OPT) -> None:
+    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder."""
+    from mint.data.datasets import export_dataset
+
+    result = export_dataset(ws(), name, fmt, out_path, version, specialist, force)
+    if json_out:
+        return print_json(result)
+    out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} as {result.format} "
+              f"→ {result.out}")

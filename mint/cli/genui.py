@@ -1,0 +1,29 @@
+"""mint genui."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from mint.cli.common import (
+    JSON_OPT,
+    out,
+    print_json,
+    sub_app,
+)
+
+genui_app = sub_app("genui", "UI4A component trees.")
+
+
+@genui_app.command("render")
+def genui_render(path: Path, out_path: Path = typer.Option(..., "-o", "--out", help="The HTML file to write."),
+                 json_out: bool = JSON_OPT) -> None:
+    """Render a UI4A component tree (a JSON file, or a model answer holding one) to static HTML."""
+    from mint.harness.genui import render_file
+
+    result = render_file(path, out_path)
+    if json_out:
+        return print_json(result)
+    out.print(f"wrote {escape(result['out'])} ({result['components']} components, "
+              + ("valid" if result["valid"] else "[red]not valid[/]: " + escape("; ".join(result["problems"]))) + ")")

@@ -1,0 +1,214 @@
+"""mint registry, promote, reject, rollback."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from mint.cli.common import (
+    JSON_OPT,
+    app,
+    err,
+    out,
+    print_json,
+    quiet_transformers,
+    sub_app,
+    ws,
+)
+
+registry_app = sub_app("registry", "Adapter revisions, aliases and the event log.")
+
+
+def _revision_row(r) -> list[str]:
+    return [r.ref, r.id[:12], r.status, r.method or "-", r.dataset or "-", (r.parent or "-")[:12], r.created_at]
+
+
+@registry_app.command("ls")
+def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+                status: Optional[str] = typer.Option(None, "--status", help="candidate | champion | rejected | retired"),
+                limit: int = typer.Option(20, "--limit"), offset: int = typer.Option(0, "--offset"),
+                json_out: bool = JSON_OPT) -> None:
+    """List revisions, newest first."""
+    from mint.registry import store
+
+    conn = store.open_store(ws())
+    try:
+        page = store.list_revisions(conn, specialist=specialist, status=status, limit=limit, offset=offset)
+    finally:
+        conn.close()
+    if json_out:
+        return print_json(page)
+    table = Table(title=f"revisions {offset + 1}-{offset + len(page.revisions)} of {page.total:,}")
+    for column in ("revision", "id", "status", "method", "dataset", "parent", "created"):
+        table.add_column(column)
+    for r in page.revisions:
+        table.add_row(*_revision_row(r))
+    out.print(table)
+
+
+@registry_app.command("show")
+def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
+    """Show one revision: lineage fields, metrics, reports."""
+    from mint.registry import store
+
+    conn = store.open_store(ws(), create=False)
+    try:
+        revision = store.resolve(conn, ref)
+        reports = store.reports_for(conn, revision.id)
+    finally:
+        conn.close()
+    if json_out:
+        return print_json({"revision": revision, "ref": revision.ref, "reports": reports})
+    table = Table(show_header=False, title=revision.ref)
+    for key, value in dataclasses.asdict(revision).items():
+        table.add_row(key, escape(json.dumps(value) if isinstance(value, dict) else str(value)))
+    table.add_row("reports", str(len(reports)))
+    out.print(table)
+
+
+@registry_app.command("lineage")
+def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
+    """The chain of parents of REF, with their datasets, methods and reports."""
+    from mint.registry import store
+
+    conn = store.open_store(ws(), create=False)
+    try:
+        steps = store.lineage(conn, ref)
+    finally:
+        conn.close()
+    if json_out:
+        return print_json({"lineage": steps})
+    table = Table(title=f"lineage of {ref}")
+    for column in ("revision", "id", "status", "method", "dataset", "base", "reports"):
+        table.add_column(column)
+    for step in steps:
+        r = step.revision
+        verdicts = ", ".join(f"{x['contract_name']} v{x['contract_version']}: {x['verdict']}" for x in step.reports)
+        table.add_row(r.ref, r.id[:12], r.status, r.method or "-", r.dataset or "-", r.base or "-", verdicts or "-")
+    out.print(table)
+
+
+@registry_app.command("history")
+def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
+    """Every alias move of SPECIALIST, oldest first."""
+    from mint.registry import store
+
+    conn = store.open_store(ws())
+    try:
+        events = store.history(conn, specialist)
+    finally:
+        conn.close()
+    if json_out:
+        return print_json({"events": events})
+    table = Table(title=f"history of {specialist}")
+    for column in ("#", "when", "who", "action", "old", "new", "contract", "reason"):
+        table.add_column(column)
+    for e in events:
+        contract = f"{e.contract_name} v{e.contract_version}" if e.contract_name else "-"
+        table.add_row(str(e.seq), e.at, f"{e.user}@{e.host}:{e.pid}", e.action, (e.old or "-")[:12],
+                      (e.new or "-")[:12], contract, escape(e.reason or "-"))
+    out.print(table)
+
+
+@registry_app.command("import")
+def registry_import(directory: Path, specialist: str = typer.Option(..., "--specialist", "-s"),
+                    base: Optional[str] = typer.Option(None, "--base", "-b", help="Default: mint.yaml's base."),
+                    config: Optional[Path] = typer.Option(None, "--config"), json_out: bool = JSON_OPT) -> None:
+    """Register an external PEFT adapter (safetensors) after checking it fits the base."""
+    from mint.project import load_project
+    from mint.registry.transfer import import_adapter
+
+    quiet_transformers()
+    revision = import_adapter(ws(), directory, specialist=specialist, base=base or load_project(config).base)
+    if json_out:
+        return print_json({"revision": revision, "ref": revision.ref})
+    out.print(f"registered [bold]{revision.ref}[/] ({revision.id}) as a candidate")
+
+
+@registry_app.command("export")
+def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"),
+                    force: bool = typer.Option(False, "--force"), json_out: bool = JSON_OPT) -> None:
+    """Write REF as a plain PEFT directory (loads with PeftModel.from_pretrained and vLLM --lora-modules)."""
+    from mint.registry.transfer import export_revision
+
+    result = export_revision(ws(), ref, out_path, force=force)
+    if json_out:
+        return print_json(result)
+    out.print(f"exported {result.revision} → {result.out} (base_model_name_or_path: {result.base_model_name_or_path})")
+
+
+@registry_app.command("verify")
+def registry_verify(ref: Optional[str] = typer.Argument(None), json_out: bool = JSON_OPT) -> None:
+    """Recompute the sha256 of every file; exit 1 naming each file that differs or is missing."""
+    from mint.registry.maintenance import verify
+
+    result = verify(ws(), ref)
+    if json_out:
+        print_json({"checked": result.checked, "ok": result.ok, "problems": result.problems})
+    else:
+        for p in result.problems:
+            err.print(f"[red]{p['revision']}[/]: {escape(p['problem'])}")
+        out.print(f"checked {result.checked} revision(s): " + ("[green]all intact[/]" if result.ok
+                                                               else f"[red]{len(result.problems)} problem(s)[/]"))
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@registry_app.command("gc")
+def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected revisions to keep per specialist."),
+                dry_run: bool = typer.Option(False, "--dry-run"), json_out: bool = JSON_OPT) -> None:
+    """Remove old candidate and rejected revisions (never a champion, an aliased revision or a kept one's parent)."""
+    from mint.registry.maintenance import gc
+
+    result = gc(ws(), keep=keep, dry_run=dry_run)
+    if json_out:
+        return print_json(result)
+    verb = "would remove" if dry_run else "removed"
+    for r in result.removed:
+        out.print(f"{verb} {r['revision']} ({r['id'][:12]}, {r['status']})")
+    out.print(f"{verb} {len(result.removed)} revision(s) and {len(result.orphans)} orphan folder(s); "
+              f"{result.kept} kept")
+
+
+@app.command()
+def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", help="The eval report (default: the "
+                                                                                     "newest registered one)."),
+            force: bool = typer.Option(False, "--force", help="Skip the report checks (needs --why)."),
+            why: Optional[str] = typer.Option(None, "--why"), json_out: bool = JSON_OPT) -> None:
+    """Make REF the champion of its specialist if its report passed against the current champion."""
+    from mint.registry.promotion import promote as run_promote
+
+    _render_move(run_promote(ws(), ref, report_path=report, force=force, why=why), json_out)
+
+
+@app.command()
+def reject(ref: str, why: str = typer.Option(..., "--why"), json_out: bool = JSON_OPT) -> None:
+    """Mark REF rejected (it stays in the registry and the log)."""
+    from mint.registry.promotion import reject as run_reject
+
+    _render_move(run_reject(ws(), ref, why=why), json_out)
+
+
+@app.command()
+def rollback(specialist: str, to: Optional[str] = typer.Option(None, "--to", help="A revision (default: the "
+                                                                                   "previous champion)."),
+             why: Optional[str] = typer.Option(None, "--why"), json_out: bool = JSON_OPT) -> None:
+    """Re-point SPECIALIST:champion to the previous champion, or to --to REF."""
+    from mint.registry.promotion import rollback as run_rollback
+
+    _render_move(run_rollback(ws(), specialist, to=to, why=why), json_out)
+
+
+def _render_move(move, json_out: bool) -> None:
+    if json_out:
+        return print_json(move)
+    if move.action == "reject":
+        out.print(f"rejected {move.new_ref}")
+    else:
+        out.print(f"{move.specialist}:champion → [bold]{move.new_ref}[/] ({move.new[:12]}), "
+                  f"was {(move.old or 'none')[:12]} ({move.action})")
