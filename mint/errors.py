@@ -20,6 +20,7 @@ class BadInput(MintError):
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  field: str | None = None) -> None:
         self.file, self.line, self.field = file, line, field
+        self.message = message
         where = ""
         if file is not None:
             where = f"{file}:{line}: " if line is not None else f"{file}: "

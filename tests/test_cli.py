@@ -86,3 +86,40 @@ def test_show_prints_placeholders_and_brackets_literally(ws, tmp_path, capsys):
     capsys.readouterr()
     assert main(["data", "show", "d"]) == 0
     assert "mail [EMAIL] about l[1::2] and [bold]" in capsys.readouterr().out
+
+
+def test_home_and_json_are_accepted_after_the_subcommand(tmp_path, capsys):
+    home = tmp_path / "elsewhere"
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hello there")])
+    assert main(["ingest", str(path), "--dataset", "d", "--home", str(home)]) == 0
+    capsys.readouterr()
+    assert main(["data", "ls", "--home", str(home), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["datasets"]
+    assert listed["name"] == "d"
+    assert main(["--json", "data", "ls", f"--home={home}"]) == 0
+    assert json.loads(capsys.readouterr().out)["datasets"][0]["episodes"] == 1
+
+
+def test_json_errors_are_one_object_with_file_line_and_field(tmp_path, capsys):
+    (tmp_path / "mint.yaml").write_text("base: smollm2-135m\nspecialists:\n  coding:\n    keywords: python\n")
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("x")])
+    code = main(["ingest", str(path), "--config", str(tmp_path / "mint.yaml"), "--home", str(tmp_path / "h"),
+                 "--json"])
+    assert code == 2
+    error = json.loads(capsys.readouterr().out)
+    assert error["exit_code"] == 2 and error["line"] == 4 and error["field"] == "specialists.coding.keywords"
+    assert error["file"].endswith("mint.yaml") and "expected a list" in error["error"]
+
+
+def test_json_usage_errors_are_json_too(capsys):
+    assert main(["--json", "data", "ls", "--bogus"]) == 2
+    error = json.loads(capsys.readouterr().out)
+    assert error["exit_code"] == 2 and "--bogus" in error["error"]
+
+
+def test_arguments_after_double_dash_are_left_alone():
+    from mint.cli import hoist_global_options
+
+    assert hoist_global_options(["chat", "--", "--json"]) == (["chat", "--", "--json"], False)
+    assert hoist_global_options(["chat", "hi", "--json", "--home", "h"]) == (["--home", "h", "chat", "hi", "--json"],
+                                                                            True)

@@ -7,6 +7,7 @@ object instead of tables. Exit codes: 0 success, 1 refused (a gate failed),
 """
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 
@@ -44,25 +45,70 @@ Examples:
 app.info.help = "mint: keep a deployed Mixture-of-LoRA model learning.\n" + EXAMPLES
 
 
+def hoist_global_options(argv: list[str]) -> tuple[list[str], bool]:
+    """Accept ``--home DIR`` and ``--json`` anywhere on the line, as users type them.
+
+    ``--home`` is a root option, so it moves to the front; ``--json`` belongs to every
+    command, so it moves to the end. Arguments after ``--`` are left alone.
+    """
+    head, rest, json_out = [], [], False
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg == "--json":
+            json_out = True
+        elif arg == "--home" and i + 1 < len(args):
+            head += [arg, args[i + 1]]
+            i += 1
+        elif arg.startswith("--home="):
+            head.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    if json_out:
+        cut = rest.index("--") if "--" in rest else len(rest)
+        rest.insert(cut, "--json")
+    return head + rest, json_out
+
+
+def _report_error(json_out: bool, message: str, exit_code: int, exc: BaseException | None = None) -> int:
+    """One line on stderr for people; with --json, one JSON object on stdout for programs."""
+    if json_out:
+        record = {"error": message, "file": getattr(exc, "file", None), "line": getattr(exc, "line", None),
+                  "field": getattr(exc, "field", None), "exit_code": exit_code}
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        err.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map MintError to its exit code, anything unexpected to 3."""
+    argv, json_out = hoist_global_options(sys.argv[1:] if argv is None else argv)
     try:
         code = app(args=argv, standalone_mode=False, prog_name="mint")
         return code if isinstance(code, int) else 0   # a raised typer.Exit comes back as its code
     except MintError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        return exc.exit_code
+        return _report_error(json_out, str(exc), exc.exit_code, exc)
     except (click.exceptions.Exit, typer.Exit) as exc:
         return exc.exit_code
     except (click.ClickException, _TyperClickException) as exc:   # unknown option, missing argument
+        if json_out:
+            return _report_error(True, exc.format_message(), 2)
         exc.show()
         return 2
     except (click.exceptions.Abort, typer.Abort, KeyboardInterrupt):
         err.print("aborted")
         return 130
-    except Exception:  # noqa: BLE001 - the last line of defence: a bug, reported as one
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug, reported as one
         err.print("[red]internal error[/] (a bug in mint; please report it with this trace):")
         err.print(traceback.format_exc(), markup=False, highlight=False)
+        if json_out:
+            _report_error(True, f"internal error: {type(exc).__name__}: {exc}", 3)
         return 3
 
 
