@@ -1,0 +1,78 @@
+"""mint report: look at evaluation reports and compare two of them."""
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from mint.cli.common import JSON_OPT, out, print_json, sub_app, ws
+
+report_app = sub_app("report", "Evaluation reports written by `mint eval`.\n\nExamples:\n\n\b\n"
+                               "  mint report show coding:v3\n  mint report show .mint/reports/genui-v1/abc/report.json\n"
+                               "  mint report diff coding:champion coding:v4")
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _gate(passed) -> str:
+    return "" if passed is None else ("[green]pass[/]" if passed else "[red]FAIL[/]")
+
+
+@report_app.command("show")
+def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
+                                          help="A revision (its newest report) or a report.json / its folder."),
+                json_out: bool = JSON_OPT) -> None:
+    """Show a report: each metric with its baseline, the gate rule and outcome, and the verdict.
+
+    Example: mint report show genui:v1
+    """
+    from mint.reports import load_report
+
+    report = load_report(ws(), ref)
+    if json_out:
+        return print_json(report)
+    contract = report.get("contract") or {}
+    baseline = report.get("baseline") or {}
+    base_metrics = baseline.get("metrics") or {}
+    gates = {g.get("metric"): g for g in report.get("gates") or [] if isinstance(g, dict)}
+    table = Table(title=escape(f"{report.get('revision')} under {contract.get('name')} v{contract.get('version')}"))
+    for column in ("metric", "value", "baseline", "rule", "result"):
+        table.add_column(column, overflow="fold")
+    for metric in sorted(set(report["metrics"]) | set(gates)):
+        gate = gates.get(metric) or {}
+        value = report["metrics"].get(metric, gate.get("value"))
+        table.add_row(escape(metric), _num(value), _num(gate.get("baseline", base_metrics.get(metric))),
+                      escape(str(gate.get("rule", ""))), _gate(gate.get("passed")))
+    out.print(table)
+    out.print(f"verdict: {escape(str(report.get('verdict')))}  baseline: "
+              f"{escape(str(baseline.get('revision_id') or 'none'))}  source: {escape(str(report.get('source')))}")
+    out.print(f"report: {escape(report['path'])}")
+
+
+@report_app.command("diff")
+def report_diff(a: str = typer.Argument(..., metavar="A", help="A revision or a report file."),
+                b: str = typer.Argument(..., metavar="B", help="A revision or a report file."),
+                json_out: bool = JSON_OPT) -> None:
+    """Compare two reports metric by metric: A, B, B − A, and each one's gate outcome.
+
+    Example: mint report diff coding:champion coding:v4
+    """
+    from mint.reports import diff_reports, load_report
+
+    workspace = ws()
+    diff = diff_reports(load_report(workspace, a), load_report(workspace, b))
+    if json_out:
+        return print_json(diff)
+    if not diff.same_contract:
+        out.print("[yellow]note:[/] the two reports were made under different contract versions or files")
+    table = Table(title=escape(f"{diff.a['revision']} ({diff.a['verdict']}) → {diff.b['revision']} "
+                               f"({diff.b['verdict']})"))
+    for column in ("metric", "A", "B", "B − A", "gate A", "gate B", "rule"):
+        table.add_column(column, overflow="fold")
+    for m in diff.metrics:
+        delta = "-" if m.delta is None else f"{m.delta:+.4g}"
+        table.add_row(escape(m.metric), _num(m.a), _num(m.b), delta, _gate(m.gate_a), _gate(m.gate_b),
+                      escape(m.rule or ""))
+    out.print(table)

@@ -1,0 +1,57 @@
+"""mint runs ls/show: what a user sees of finished and killed training runs."""
+import json
+
+from mint.cli import main
+from mint.data.ingest import ingest
+from mint.runs import list_runs, show_run
+from mint.train.run import train
+from tests.conftest import write_jsonl
+
+
+def _dataset(ws, project, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": f"Write python returning {i}"},
+                          {"role": "assistant", "content": f"def f():\n    return {i}"}], "specialist": "coding"}
+            for i in range(6)]
+    ingest(ws, [write_jsonl(tmp_path / "logs.jsonl", rows)], dataset="logs", project=project)
+    return "logs"
+
+
+def test_a_finished_run_lists_with_method_steps_loss_and_revision(ws, project, tmp_path, capsys):
+    data = _dataset(ws, project, tmp_path)
+    result = train(ws, specialist="coding", data=data, method="sft", base="tiny-random",
+                   sets=["max_steps=2", "per_device_train_batch_size=2", "lora.r=4", "max_length=64",
+                         "logging_steps=1"])
+    (row,) = list_runs(ws)
+    assert (row.run, row.method, row.specialist, row.status) == (result.run, "sft", "coding", "finished")
+    assert row.steps == 2 and row.revision == "coding:v1" and row.dataset.startswith("logs@")
+    assert row.final_loss is not None and row.final_loss > 0
+    assert main(["runs", "ls", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["revision"] == "coding:v1"
+    assert main(["runs", "show", result.run[:12], "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["summary"]["run"] == result.run and any("loss" in m for m in shown["metrics"])
+    assert main(["runs", "show", result.run]) == 0
+    assert "coding:v1" in capsys.readouterr().out
+
+
+def test_a_killed_run_lists_as_unfinished_and_a_cut_metrics_line_is_skipped(ws):
+    folder = ws.home / "runs" / "genui-sft-20261130-000000-1"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"run": folder.name, "specialist": "genui", "method": "sft",
+                                                 "dataset": "d@abc", "base": "tiny-random"}))
+    (folder / "metrics.jsonl").write_text('{"event": "start", "step": 0, "max_steps": 10, "time": 100}\n'
+                                          '{"step": 3, "loss": 1.5, "time": 130}\n{"step": 4, "lo')
+    (row,) = list_runs(ws)
+    assert row.status == "unfinished" and row.steps == 3 and row.max_steps == 10 and row.final_loss == 1.5
+    assert row.duration_s == 30 and row.revision is None
+    assert show_run(ws, "genui").summary.run == folder.name
+
+
+def test_an_unknown_or_ambiguous_run_is_exit_2_naming_recent_runs(ws, capsys):
+    for name in ("coding-sft-1", "coding-sft-2"):
+        (ws.home / "runs" / name).mkdir(parents=True)
+        (ws.home / "runs" / name / "run.json").write_text("{}")
+    assert main(["runs", "show", "nope"]) == 2
+    assert "recent: coding-sft" in capsys.readouterr().err
+    assert main(["runs", "show", "coding-sft"]) == 2
+    assert "matches 2 runs" in capsys.readouterr().err
