@@ -1,0 +1,1 @@
+"""The self-improvement loop: recipes that chain ingest, experience, train, eval, promote and route."""

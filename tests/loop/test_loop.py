@@ -1,0 +1,131 @@
+"""mint loop on the tiny base: generations with lineage, idempotent reruns, resume after kill -9, the lock,
+and a rejected candidate leaving the champion in place."""
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from mint.cli import main
+from mint.errors import Refused
+from mint.loop.runner import LoopLock, run_loop
+from mint.registry import store
+from tests.conftest import run_mint
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
+LOGS = ROOT / "examples" / "logs" / "server_log.jsonl.gz"   # the GenUI requests
+
+RECIPE = """\
+# Run: mint loop r.yaml
+recipe: {name}
+base: tiny-random
+dataset: loopdata
+loop: {{iterations: {iterations}}}
+steps:
+  - ingest: {{sources: [{logs}]}}
+  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2}}
+  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
+              lora.r: 2}}}}
+  - eval: {{specialist: genui, contract: {contract}}}
+  - promote: {{specialist: genui, fatal: {fatal}}}
+"""
+
+
+def recipe(tmp_path, name="t", iterations=2, contract=SMOKE_CONTRACT, fatal="false") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(RECIPE.format(name=name, iterations=iterations, logs=LOGS, contract=contract, fatal=fatal))
+    return path
+
+
+def strict_contract(tmp_path) -> Path:
+    """The smoke contract with a gate the tiny random base cannot pass."""
+    text = SMOKE_CONTRACT.read_text().replace("contract: genui-smoke", "contract: genui-strict")
+    text = text.replace("ui4a/", f"{SMOKE_CONTRACT.parent}/ui4a/").replace("../examples", f"{ROOT}/examples")
+    text = text.replace("suites/", f"{SMOKE_CONTRACT.parent}/suites/")
+    text = text.replace("  - {metric: core.parse_rate, no_regression: 0.05}",
+                        "  - {metric: core.parse_rate, min: 0.9}")
+    path = tmp_path / "strict-contract.yaml"
+    path.write_text(text)
+    return path
+
+
+def champion(ws, specialist="genui"):
+    conn = store.open_store(ws)
+    try:
+        target = store.alias_target(conn, specialist, "champion")
+        return store.get_revision(conn, target).ref if target else None
+    finally:
+        conn.close()
+
+
+def test_two_generations_then_an_idempotent_rerun(ws, tmp_path, capsys):
+    path = recipe(tmp_path)
+    assert main(["loop", str(path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "ran" and result["exit_code"] == 0
+    rows = result["generations"]
+    assert [(r["iteration"], r["candidate"]) for r in rows] == [(1, "genui:v1"), (2, "genui:v2")]
+    kinds = [(s["iteration"], s["label"], s["status"]) for s in result["steps"]]
+    assert (1, "experience genui", "waiting") in kinds and (2, "experience genui", "ran") in kinds
+    assert (2, "ingest", "skipped") in kinds
+    experience = next(s for s in result["steps"] if s["label"] == "experience genui" and s["status"] == "ran")
+    assert experience["output"]["answers"] == 4 and experience["output"]["served_by"] == "genui:v1"
+    # the lineage shows the generations: v2 continued from the champion v1
+    conn = store.open_store(ws)
+    v2 = store.resolve(conn, "genui:v2")
+    assert v2.parent == store.resolve(conn, "genui:v1").id
+    conn.close()
+    assert champion(ws) == "genui:v2"
+    # nothing changed since: a cron run costs a state check and does nothing
+    assert main(["loop", str(path), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["status"] == "nothing new" and again["steps"] == []
+    assert main(["loop", str(path), "--dry-run"]) == 0
+    assert "nothing new" in capsys.readouterr().out
+
+
+def test_a_failing_candidate_is_rejected_and_the_champion_stays(ws, tmp_path, capsys):
+    assert main(["loop", str(recipe(tmp_path, iterations=1)), "--json"]) == 0
+    capsys.readouterr()
+    assert champion(ws) == "genui:v1"
+    strict = recipe(tmp_path, name="strict", iterations=1, contract=strict_contract(tmp_path))
+    assert main(["loop", str(strict), "--json"]) == 0          # not fatal: the loop ran, exit 0
+    (row,) = json.loads(capsys.readouterr().out)["generations"]
+    assert row["candidate"] == "genui:v2" and row["verdict"] == "fail" and "core.parse_rate" in row["reason"]
+    assert champion(ws) == "genui:v1"
+    conn = store.open_store(ws)
+    assert store.resolve(conn, "genui:v2").status == "rejected"
+    conn.close()
+
+
+def test_a_fatal_step_that_fails_its_contract_exits_1(ws, tmp_path, capsys):
+    strict = recipe(tmp_path, name="strict", iterations=1, contract=strict_contract(tmp_path), fatal="true")
+    assert main(["loop", str(strict)]) == 1
+    assert "failed gates" in capsys.readouterr().out
+
+
+def test_a_second_loop_on_the_workspace_exits_1_naming_the_holder(ws, tmp_path, capsys):
+    with LoopLock(ws):
+        assert main(["loop", str(recipe(tmp_path))]) == 1
+    message = capsys.readouterr().err
+    assert f"pid {os.getpid()}" in message and "since" in message
+    with LoopLock(ws), pytest.raises(Refused):
+        run_loop(ws, recipe(tmp_path))
+
+
+def test_killed_after_training_then_resumed_reuses_the_trained_candidate(ws, tmp_path):
+    path = recipe(tmp_path, iterations=1)
+    killed = run_mint("loop", str(path), env={"MINT_FAULT": "loop.1.2"})      # SIGKILL right after train
+    assert killed.returncode == -signal.SIGKILL
+    assert champion(ws) is None
+    resumed = run_mint("loop", str(path), "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+    train = next(s for s in result["steps"] if s["label"] == "train genui")
+    assert train["status"] == "skipped" and train["output"]["revision"] == "genui:v1"
+    conn = store.open_store(ws)
+    assert store.list_revisions(conn, specialist="genui").total == 1       # trained once, not twice
+    conn.close()
+    assert champion(ws) == "genui:v1"
