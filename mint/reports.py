@@ -101,3 +101,124 @@ def _header(report: dict) -> dict:
             "contract": f"{contract.get('name')} v{contract.get('version')}", "verdict": report.get("verdict"),
             "baseline_revision_id": baseline.get("revision_id"), "source": report.get("source"),
             "created_at": report.get("created_at"), "path": report.get("path")}
+
+
+# --- the lineage report: `mint report [--html FILE]` ---------------------------------------------------
+
+def _primary_metric(report: dict) -> str | None:
+    """The contract's first gated metric that is not latency: what "better" means for the specialist."""
+    for gate in report.get("gates") or []:
+        name = gate.get("metric") if isinstance(gate, dict) else None
+        if isinstance(name, str) and not name.startswith("latency.") and name in report.get("metrics", {}):
+            return name
+    metrics = [m for m in report.get("metrics", {}) if not m.startswith("latency.")]
+    return metrics[0] if metrics else None
+
+
+def _loss_curves(ws: Workspace) -> dict[str, list[list[float]]]:
+    """revision id -> [[step, loss], ...] from each finished run's metrics.jsonl."""
+    from mint.runs import METRICS_FILE, RESULT_FILE, _read_json, _read_metrics
+
+    curves: dict[str, list[list[float]]] = {}
+    root = ws.home / "runs"
+    if not root.is_dir():
+        return curves
+    for folder in root.iterdir():
+        result = _read_json(folder / RESULT_FILE)
+        if isinstance(result.get("revision_id"), str):
+            curves[result["revision_id"]] = [[row["step"], row["loss"]] for row in _read_metrics(folder / METRICS_FILE)
+                                             if isinstance(row.get("loss"), (int, float))
+                                             and isinstance(row.get("step"), int)]
+    return curves
+
+
+def _routing_share(ws: Workspace) -> dict:
+    """Served turns per specialist per day (per hour when the logs span under two days), from $MINT_HOME/logs."""
+    import datetime as dt
+    import gzip
+
+    counts: dict[str, dict[str, int]] = {}
+    stamps = []
+    root = ws.home / "logs"
+    files = sorted(p for p in root.rglob("*.jsonl*") if p.is_file()) if root.is_dir() else []
+    for path in files:
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        continue
+                    if not isinstance(row, dict):
+                        continue
+                    specialist = row.get("specialist") or str(row.get("served_by") or "").partition(":")[0]
+                    ts = row.get("ts")
+                    try:
+                        when = dt.datetime.fromtimestamp(float(ts), dt.timezone.utc) if isinstance(ts, (int, float)) \
+                            else dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+                    except (TypeError, ValueError, OverflowError, OSError):
+                        continue
+                    if specialist:
+                        stamps.append((when, specialist))
+        except OSError:
+            continue
+    if not stamps:
+        return {"buckets": [], "shares": {}, "turns": 0}
+    span = max(s[0] for s in stamps) - min(s[0] for s in stamps)
+    fmt = "%Y-%m-%d %H:00" if span < dt.timedelta(days=2) else "%Y-%m-%d"
+    for when, specialist in stamps:
+        bucket = when.astimezone(dt.timezone.utc).strftime(fmt)
+        counts.setdefault(bucket, {}).setdefault(specialist, 0)
+        counts[bucket][specialist] += 1
+    buckets = sorted(counts)
+    names = sorted({s for _w, s in stamps})
+    shares = {name: [counts[b].get(name, 0) / sum(counts[b].values()) for b in buckets] for name in names}
+    return {"buckets": buckets, "shares": shares, "turns": len(stamps)}
+
+
+def lineage_report(ws: Workspace) -> dict:
+    """Per specialist, every revision oldest first with its report's metrics, baseline, gates and verdict,
+    its training loss curve; plus routing share over time and the alias moves."""
+    from mint.registry import store
+
+    if not store.db_path(ws).exists():
+        raise BadInput(f"no registry in {ws.home}: nothing to report yet (run `mint loop` or `mint train`)",
+                       field="--home")
+    curves = _loss_curves(ws)
+    conn = store.open_store(ws, create=False)
+    try:
+        revisions = store.list_revisions(conn, limit=100_000).revisions[::-1]
+        by_id = {r.id: r for r in revisions}
+        specialists: dict[str, dict] = {}
+        for revision in revisions:
+            entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
+            report = None
+            for row in reversed(store.reports_for(conn, revision.id)):
+                if Path(row["path"]).is_file():
+                    try:
+                        report = _read(Path(row["path"]))
+                    except BadInput:
+                        continue
+                    break
+            baseline = (report or {}).get("baseline") or {}
+            gates = [g for g in (report or {}).get("gates") or [] if isinstance(g, dict)]
+            entry["generations"].append({
+                "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
+                "dataset": revision.dataset, "created_at": revision.created_at,
+                "parent": by_id[revision.parent].ref if revision.parent in by_id else None,
+                "verdict": (report or {}).get("verdict"), "primary": _primary_metric(report) if report else None,
+                "metrics": (report or {}).get("metrics") or {}, "baseline_metrics": baseline.get("metrics") or {},
+                "baseline": baseline.get("revision_id"), "gates": gates,
+                "contract": (report or {}).get("contract"), "report": (report or {}).get("path"),
+                "loss": curves.get(revision.id, [])})
+        for name, entry in specialists.items():
+            events = store.history(conn, name)
+            entry["events"] = [{"at": e.at, "action": e.action, "new": by_id[e.new].ref if e.new in by_id else e.new,
+                                "old": by_id[e.old].ref if e.old in by_id else e.old, "reason": e.reason}
+                               for e in events]
+            target = store.alias_target(conn, name, "champion")
+            entry["champion"] = by_id[target].ref if target in by_id else None
+    finally:
+        conn.close()
+    return {"home": str(ws.home), "specialists": specialists, "routing": _routing_share(ws)}

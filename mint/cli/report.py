@@ -1,15 +1,54 @@
 """mint report: look at evaluation reports and compare two of them."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, out, print_json, sub_app, ws
+from mint.cli.common import JSON_OPT, app, out, print_json, ws
 
-report_app = sub_app("report", "Evaluation reports written by `mint eval`.\n\nExamples:\n\n\b\n"
-                               "  mint report show coding:v3\n  mint report show .mint/reports/genui-v1/abc/report.json\n"
-                               "  mint report diff coding:champion coding:v4")
+report_app = typer.Typer(help="The lineage of every specialist with its metrics and gates; evaluation reports.\n\n"
+                              "Examples:\n\n\b\n  mint report --html report.html\n  mint report show coding:v3\n"
+                              "  mint report diff coding:champion coding:v4", invoke_without_command=True)
+app.add_typer(report_app, name="report")
+
+
+@report_app.callback()
+def report_lineage(ctx: typer.Context,
+                   html: Optional[Path] = typer.Option(None, "--html", help="Write the report as one self-contained "
+                                                                             "HTML page (figures embedded)."),
+                   json_out: bool = JSON_OPT) -> None:
+    """Per specialist: each generation's primary metric against its baseline, its verdict, and the champion.
+
+    Example: mint report --html report.html
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from mint.reports import lineage_report
+
+    report = lineage_report(ws())
+    if html is not None:
+        from mint.report_html import render_html
+        from mint.workspace import atomic_write_text
+
+        atomic_write_text(html, render_html(report))
+    if json_out:
+        return print_json({**report, "html": str(html) if html else None})
+    for name, entry in sorted(report["specialists"].items()):
+        table = Table(title=f"{name} (champion {entry['champion'] or 'none'})")
+        for column in ("revision", "parent", "status", "metric", "baseline", "value", "verdict"):
+            table.add_column(column, overflow="fold")
+        for g in entry["generations"]:
+            metric = g["primary"]
+            table.add_row(g["ref"], g["parent"] or "-", g["status"], escape(metric or "-"),
+                          _num(g["baseline_metrics"].get(metric) if metric else None),
+                          _num(g["metrics"].get(metric) if metric else None), g["verdict"] or "-")
+        out.print(table)
+    if html is not None:
+        out.print(f"wrote {escape(str(html))}")
 
 
 def _num(value) -> str:

@@ -1,0 +1,182 @@
+"""`mint report --html FILE`: the lineage report as one self-contained HTML page.
+
+Figures are drawn with matplotlib (Agg) and embedded as base64 PNGs; styles are inline, so
+the page opens with no network and can be mailed or archived as one file.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+GREEN, RED, GREY = "#2e7d32", "#c62828", "#9e9e9e"
+
+
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _figure(width=6.4, height=3.2):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height))
+
+
+def _interval(gate: dict):
+    value = gate.get("interval") or gate.get("ci")
+    return value if isinstance(value, (list, tuple)) and len(value) == 2 else None
+
+
+def metric_figure(name: str, entry: dict) -> str | None:
+    """The primary metric per generation: the bare base first, then each revision (x marks a rejected one)."""
+    generations = [g for g in entry["generations"] if g["primary"]]
+    if not generations:
+        return None
+    metric = generations[0]["primary"]
+    labels, values, colors, errors = [], [], [], []
+    first_base = generations[0]["baseline_metrics"].get(metric)
+    if first_base is not None and not generations[0]["baseline"]:
+        labels.append("base")
+        values.append(first_base)
+        colors.append(GREY)
+        errors.append((0, 0))
+    for g in generations:
+        value = g["metrics"].get(metric)
+        if value is None:
+            continue
+        labels.append(g["ref"].split(":")[1])
+        values.append(value)
+        colors.append(GREEN if g["verdict"] == "pass" else RED)
+        gate = next((x for x in g["gates"] if x.get("metric") == metric), {})
+        interval, before = _interval(gate), gate.get("baseline")
+        if interval and isinstance(before, (int, float)):   # the interval is on the delta: place it on the value
+            errors.append((max(0.0, value - (before + interval[0])), max(0.0, before + interval[1] - value)))
+        else:
+            errors.append((0, 0))
+    fig, ax = _figure()
+    ax.plot(range(len(values)), values, color="#555", linewidth=1, zorder=1)
+    ax.errorbar(range(len(values)), values, yerr=list(zip(*errors)) if errors else None, fmt="none",
+                ecolor="#777", capsize=3, zorder=2)
+    ax.scatter(range(len(values)), values, c=colors, s=50, zorder=3)
+    ax.set_xticks(range(len(values)), labels)
+    ax.set_title(f"{name}: {metric} per generation")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def loss_figure(name: str, entry: dict) -> str | None:
+    runs = [g for g in entry["generations"] if g["loss"]]
+    if not runs:
+        return None
+    fig, ax = _figure()
+    for g in runs:
+        steps, losses = zip(*g["loss"])
+        ax.plot(steps, losses, marker="o", markersize=3, label=g["ref"])
+    ax.set_title(f"{name}: training loss per run")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def gates_figure(name: str, entry: dict) -> str | None:
+    rows = [g for g in entry["generations"] if g["gates"]]
+    if not rows:
+        return None
+    metrics = []
+    for g in rows:
+        for gate in g["gates"]:
+            if gate.get("metric") not in metrics:
+                metrics.append(gate.get("metric"))
+    from matplotlib.colors import ListedColormap
+
+    grid = [[next((1 if x.get("passed") else 0 for x in g["gates"] if x.get("metric") == m), 0.5) for m in metrics]
+            for g in rows]
+    fig, ax = _figure(6.4, 0.6 + 0.35 * len(rows))
+    ax.imshow(grid, cmap=ListedColormap([RED, "#eeeeee", GREEN]), vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(metrics)), [str(m) for m in metrics], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [g["ref"] for g in rows], fontsize=8)
+    ax.set_title(f"{name}: gate outcomes (green pass, red fail)")
+    return _png(fig)
+
+
+def routing_figure(routing: dict) -> str | None:
+    if not routing.get("buckets"):
+        return None
+    fig, ax = _figure()
+    names = sorted(routing["shares"])
+    ax.stackplot(range(len(routing["buckets"])), [routing["shares"][n] for n in names], labels=names, alpha=0.85)
+    step = max(1, len(routing["buckets"]) // 8)
+    ax.set_xticks(range(0, len(routing["buckets"]), step), routing["buckets"][::step], rotation=30, ha="right",
+                  fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of turns")
+    ax.set_title(f"routing share over time ({routing['turns']} served turns)")
+    ax.legend(fontsize=8, loc="upper left")
+    return _png(fig)
+
+
+def _fmt(value) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "–"
+    return f"{round(value, 6) + 0.0:.3g}"      # 0.2 - 0.3 + 0.1 is 2.8e-17: print 0
+
+
+def _table(entry: dict) -> str:
+    head = "<tr><th>revision</th><th>parent</th><th>method</th><th>status</th><th>primary metric</th>" \
+           "<th>baseline</th><th>value</th><th>Δ (95% CI)</th><th>verdict</th></tr>"
+    rows = []
+    for g in entry["generations"]:
+        metric = g["primary"]
+        gate = next((x for x in g["gates"] if x.get("metric") == metric), {})
+        value, before = g["metrics"].get(metric) if metric else None, gate.get("baseline",
+                                                                               g["baseline_metrics"].get(metric))
+        delta = gate.get("delta", value - before if isinstance(value, (int, float)) and
+                         isinstance(before, (int, float)) else None)
+        interval = _interval(gate)
+        ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else ""
+        verdict = g["verdict"] or "not evaluated"
+        color = GREEN if verdict == "pass" else RED if verdict == "fail" else GREY
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+            g["ref"], g["parent"] or "–", g["method"] or "–", g["status"], metric or "–",
+            _fmt(before), _fmt(value), _fmt(delta) + ci)) + f'<td style="color:{color}">{html.escape(verdict)}</td></tr>')
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def render_html(report: dict) -> str:
+    """The whole page for ``mint.reports.lineage_report``'s data."""
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>mint report</title><style>",
+             "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}",
+             "table{border-collapse:collapse;margin:1em 0;font-size:14px}",
+             "td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}th{background:#f5f5f5}",
+             "img{max-width:100%;margin:.5em 0}.figs{display:flex;flex-wrap:wrap;gap:1em}",
+             ".figs img{width:520px}</style></head><body>",
+             "<h1>mint: lineage, metrics and gates</h1>",
+             f"<p>workspace <code>{html.escape(report['home'])}</code></p>"]
+    routing = routing_figure(report["routing"])
+    for name, entry in sorted(report["specialists"].items()):
+        parts.append(f"<h2>{html.escape(name)}</h2><p>champion: <b>{html.escape(entry['champion'] or 'none')}</b></p>")
+        parts.append(_table(entry))
+        figures = [f for f in (metric_figure(name, entry), loss_figure(name, entry), gates_figure(name, entry)) if f]
+        parts.append("<div class='figs'>" + "".join(f"<img alt='{html.escape(name)} figure' src='{f}'>"
+                                                    for f in figures) + "</div>")
+        rejected = [e for e in entry["events"] if e["action"] in ("reject", "rollback")]
+        if rejected:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(e['at'])}: {html.escape(e['action'])} "
+                                          f"{html.escape(str(e['new'] or e['old']))}: "
+                                          f"{html.escape(e['reason'] or '')}</li>" for e in rejected) + "</ul>")
+    parts.append("<h2>routing</h2>")
+    parts.append(f"<img alt='routing share' src='{routing}'>" if routing else
+                 "<p>no served turns in <code>$MINT_HOME/logs</code> yet</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
