@@ -365,6 +365,11 @@ class _Context:
 
         evaluation = self.evaluations[step.specialist]
         ref = evaluation["revision"]
+        hacked = self.guard(step.specialist, evaluation) if evaluation["verdict"] == "pass" else None
+        if hacked:
+            reject(self.ws, ref, why=hacked)
+            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": hacked,
+                    "champion": self.champion_ref(step.specialist)}
         if evaluation["verdict"] != "pass":
             failing = [g for g in evaluation["gates"] if not g.get("passed")]
             why = "failed gates: " + "; ".join(f"{g.get('metric')} ({g.get('rule')})" for g in failing) \
@@ -379,6 +384,36 @@ class _Context:
                     "champion": self.champion_ref(step.specialist)}
         return {"action": "promoted", "revision": ref, "verdict": "pass", "reason": None,
                 "champion": self.champion_ref(step.specialist)}
+
+    def guard(self, specialist: str, evaluation: dict) -> str | None:
+        """The reward-hacking guard on the candidate's training run and its answers against the baseline's."""
+        from mint.loop.guards import reward_hacking
+        from mint.registry import store
+
+        metric = next((g.get("metric") for g in evaluation["gates"] if isinstance(g.get("metric"), str)
+                       and not g["metric"].startswith("latency.") and g["metric"] in evaluation["metrics"]), None)
+        if metric is None:
+            return None
+        gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
+        baseline_value = gate.get("baseline", (evaluation.get("baseline") or {}).get("metrics", {}).get(metric))
+        candidate = self.candidates.get(specialist) or {}
+        run_dir = self.ws.home / "runs" / candidate["run"] if candidate.get("run") else None
+        predictions = Path(evaluation["report"]).parent / "predictions.jsonl"
+        baseline_predictions = None
+        baseline_id = (evaluation.get("baseline") or {}).get("revision_id")
+        if baseline_id and store.db_path(self.ws).exists():
+            conn = store.open_store(self.ws)
+            try:
+                rows = store.reports_for(conn, baseline_id)
+            finally:
+                conn.close()
+            for row in reversed(rows):
+                candidate_file = Path(row["path"]).parent / "predictions.jsonl"
+                if candidate_file.is_file():
+                    baseline_predictions = candidate_file
+                    break
+        return reward_hacking(metric=metric, value=evaluation["metrics"].get(metric), baseline=baseline_value,
+                              run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
     def _run_route(self, step: Step) -> dict:
         raise BadInput("the route step needs the router (mint/mol); it is not available in this build",
