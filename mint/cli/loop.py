@@ -30,8 +30,9 @@ def recipe_check(path: Path = typer.Argument(..., help="The recipe YAML."), json
               f"{escape(summary['dataset'])}; specialists: {', '.join(summary['specialists']) or '-'}")
     for step in summary["steps"]:
         detail = ", ".join(f"{k}={v}" for k, v in step.items()
-                           if k not in ("index", "kind", "line", "from_iteration", "fatal"))
+                           if k not in ("index", "kind", "line", "from_iteration", "until_iteration", "fatal"))
         extra = (f" (from iteration {step['from_iteration']})" if step["from_iteration"] > 1 else "") + \
+            (f" (until iteration {step['until_iteration']})" if step["until_iteration"] else "") + \
             (" [fatal]" if step["fatal"] else "")
         out.print(f"  {step['index'] + 1}. {step['kind']}: {escape(detail)}{extra}")
 

@@ -31,7 +31,7 @@ from mint.yamlfile import YamlDoc, load_yaml
 
 TOP_KEYS = ("recipe", "base", "dataset", "loop", "steps")
 LOOP_KEYS = ("iterations",)
-COMMON_KEYS = ("from_iteration", "fatal")
+COMMON_KEYS = ("from_iteration", "until_iteration", "fatal")
 STEP_KEYS: dict[str, tuple[str, ...]] = {
     "ingest": ("sources", "format"),
     "experience": ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold"),
@@ -50,11 +50,15 @@ class Step:
     options: dict[str, Any]
     line: int | None = None
     from_iteration: int = 1         # run only from this iteration on (e.g. experience needs a champion)
+    until_iteration: int | None = None   # and up to this one (e.g. a longer first training)
     fatal: bool = False             # a failed contract at this step makes the loop exit 1
 
     @property
     def specialist(self) -> str | None:
         return self.options.get("specialist")
+
+    def runs_in(self, iteration: int) -> bool:
+        return self.from_iteration <= iteration and (self.until_iteration is None or iteration <= self.until_iteration)
 
     @property
     def label(self) -> str:
@@ -115,11 +119,15 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
         options = dict(_keys(doc, options if options is not None else {}, at, STEP_KEYS[kind] + COMMON_KEYS))
         from_iteration = _number(doc, options.pop("from_iteration", 1), f"{at}.from_iteration", minimum=1,
                                  integer=True)
+        until_iteration = options.pop("until_iteration", None)
+        if until_iteration is not None:
+            _number(doc, until_iteration, f"{at}.until_iteration", minimum=from_iteration, integer=True)
         fatal = options.pop("fatal", False)
         if not isinstance(fatal, bool):
             raise doc.error(f"{at}.fatal", "expected true or false")
         _check_step(doc, path, kind, options, at, specialists, check_contracts)
-        steps.append(Step(kind, i, options, doc.line(at), from_iteration, fatal))
+        steps.append(Step(kind, i, options, doc.line(at), from_iteration=from_iteration,
+                          until_iteration=until_iteration, fatal=fatal))
     _check_order(doc, steps)
     return Recipe(name, path.absolute(), base, dataset, iterations, tuple(steps),
                   hashlib.sha256(path.read_bytes()).hexdigest(), doc)
@@ -196,7 +204,8 @@ def check_recipe(path: Path) -> dict:
     return {"recipe": recipe.name, "path": str(recipe.path), "sha256": recipe.sha256, "base": recipe.base,
             "dataset": recipe.dataset, "iterations": recipe.iterations, "specialists": list(recipe.specialists),
             "steps": [{"index": s.index, "kind": s.kind, "line": s.line, "from_iteration": s.from_iteration,
-                       "fatal": s.fatal, **s.options} for s in recipe.steps], "ok": True}
+                       "until_iteration": s.until_iteration, "fatal": s.fatal, **s.options} for s in recipe.steps],
+            "ok": True}
 
 
 def _project_file(recipe_path: Path) -> Path | None:

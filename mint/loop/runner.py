@@ -153,7 +153,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         start = context.state_key()
         unchanged = bool(state.last_run.get("finished")) and state.last_run.get("end") == start and not resume
         plan = [{"iteration": it, "step": s.index, "label": s.label,
-                 "will": "wait" if it < s.from_iteration else ("skip: nothing new" if unchanged else "run")}
+                 "will": "wait" if not s.runs_in(it) else ("skip: nothing new" if unchanged else "run")}
                 for it in range(1, total + 1) for s in recipe.steps]
         return LoopResult(recipe.name, "dry run", total, 0, plan=plan, state_file=str(state.path),
                           message="nothing new since the last completed run" if unchanged else "")
@@ -261,9 +261,9 @@ class _Context:
 
     # one step
     def run_step(self, step: Step, iteration: int, state: LoopState) -> StepOutcome:
-        if iteration < step.from_iteration:
+        if not step.runs_in(iteration):
             return StepOutcome(iteration, step.index, step.label, "waiting", 0.0,
-                               {"note": f"runs from iteration {step.from_iteration}"})
+                               {"note": f"runs in iterations {step.from_iteration}–{step.until_iteration or ''}"})
         key = self.step_key(step)
         if key is None:
             return StepOutcome(iteration, step.index, step.label, "waiting", 0.0,

@@ -72,3 +72,15 @@ def test_a_contract_of_another_specialist_is_refused(tmp_path):
                  .replace("train: {specialist: genui", "train: {specialist: agent"))
     with pytest.raises(BadInput, match="is the genui contract, not agent's"):
         load_recipe(path)
+
+
+def test_the_dry_run_plan_honours_from_and_until_iteration(ws, tmp_path):
+    from mint.loop.runner import run_loop
+
+    text = GOOD.replace("set: {max_steps: 1}}", "set: {max_steps: 1}, until_iteration: 1}") \
+        .replace("  - eval:", "  - train: {specialist: genui, method: sft, from_iteration: 2}\n  - eval:")
+    result = run_loop(ws, write(tmp_path, text), dry_run=True)
+    plan = {(p["iteration"], p["step"]): p["will"] for p in result.plan}
+    assert plan[(1, 1)] == "run" and plan[(2, 1)] == "wait"
+    assert plan[(1, 2)] == "wait" and plan[(2, 2)] == "run"
+    assert result.status == "dry run" and not (ws.home / "loop.lock").exists()
