@@ -117,6 +117,9 @@ def read_message(stream):
 
 
 def preload():
+    """Run as root, the child becomes `nobody`, who may not be able to read the standard library later."""
+    if os.geteuid() != 0:
+        return
     for name in PRELOAD:
         try:
             __import__(name)
@@ -167,7 +170,7 @@ def install_guard(workdir, frames=False):
         "ctypes", "_ctypes", "mint", "multiprocessing", "_multiprocessing", "subprocess", "_posixsubprocess",
         "socket", "_socket", "gc", "pty", "signal", "_signal", "resource", "fcntl", "mmap", "_xxsubinterpreters",
         "_interpreters", "_xxinterpchannels", "posix", "nt", "_imp", "_testcapi", "_testinternalcapi",
-        "faulthandler", "tracemalloc", "sandbox_child", "termios",
+        "faulthandler", "tracemalloc", "_tracemalloc", "sandbox_child", "termios", "xxsubtype",
     })
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | getattr(os, "O_TMPFILE", 0)
     root = os.path.realpath(workdir) + os.sep
@@ -207,10 +210,12 @@ def install_guard(workdir, frames=False):
                 raise PermissionError(f"sandbox: reading {path} is not allowed")
 
     # mkfifo and mknod raise no audit event: take them away, and with them _imp's way to build a fresh
-    # posix module (so no extension module that was not preloaded can be imported from here on)
+    # posix module; the harmless built-in modules are imported first, as nothing can import them later
+    for name in sys.builtin_module_names:
+        if name not in sys.modules and name.split(".")[0] not in blocked_modules:
+            __import__(name)
     for module, names in ((os, ("mkfifo", "mknod")), (sys.modules.get("posix"), ("mkfifo", "mknod")),
-                          (sys.modules.get("_imp"), ("create_builtin", "create_dynamic", "exec_builtin",
-                                                     "exec_dynamic"))):
+                          (sys.modules.get("_imp"), ("create_builtin", "exec_builtin"))):
         for name in names:
             if module is not None and hasattr(module, name):
                 delattr(module, name)

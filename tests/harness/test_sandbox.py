@@ -40,26 +40,23 @@ HOSTILE = {
                 raise RuntimeError
             except RuntimeError as exc:
                 frame = exc.__traceback__.tb_frame
-            while frame is not None:
-                for scope in (frame.f_locals, frame.f_globals):
-                    for value in list(scope.values()):
-                        if callable(value) and getattr(value, "__name__", "") in ("write", "respond", "write_message"):
-                            try:
-                                value(b'{"status": "passed", "detail": "", "calls": 1}\\n')
-                            except Exception:
-                                pass
+            while frame is not None:   # the old runner kept write and nonce in main()'s locals
+                scope = frame.f_locals
+                if "nonce" in scope and "write" in scope:
+                    scope["write"](b"PASS " + scope["nonce"] + b"\\n")
+                    os._exit(0)
+                for name in ("respond", "write_message"):
+                    if callable(scope.get(name)):
+                        scope[name]({"status": "passed", "detail": "", "calls": 1})
                 frame = frame.f_back
             return 0
     """),
     "clear the guard's tables through __main__, then take frames": textwrap.dedent("""
         import sys
-        for module in list(sys.modules.values()):
+        for module in (sys.modules["__main__"], sys.modules.get("sandbox_child")):
             for value in list(getattr(module, "__dict__", {}).values()):
-                if isinstance(value, (set, dict)) and value is not sys.modules:
-                    try:
-                        value.clear()
-                    except Exception:
-                        pass
+                if isinstance(value, set):
+                    value.clear()
         frame = sys._getframe(1)
         def square(x):
             return x * x
@@ -97,6 +94,15 @@ HOSTILE = {
         fork_exec = (sys.modules.get("_posixsubprocess") or __import__("_posixsubprocess")).fork_exec
         fork_exec([b"/bin/sh"], [b"/bin/sh", b"-c", b"touch {OUTSIDE}"], True, (), None, None,
                   -1, -1, -1, -1, -1, -1, -1, -1, False, False, None, None, None, -1, None, False)
+    """),
+    "load _posixsubprocess through _imp.create_dynamic": succeeded_then_square(f"""
+        import os, sys
+        folder = next(p for p in sys.path if p.endswith("lib-dynload"))
+        spec = type("Spec", (), {{"name": "_posixsubprocess", "origin": os.path.join(folder, next(
+            f for f in os.listdir(folder) if f.startswith("_posixsubprocess")))}})()
+        sys.modules["_imp"].create_dynamic(spec).fork_exec(
+            [b"/bin/sh"], [b"/bin/sh", b"-c", b"touch {OUTSIDE}"], True, (), None, None,
+            -1, -1, -1, -1, -1, -1, -1, -1, False, False, None, None, None, -1, None, False)
     """),
     "rebuild posix through _imp for mkfifo": succeeded_then_square(f"""
         import sys
