@@ -116,9 +116,11 @@ def read_message(stream):
     return message
 
 
-def preload():
-    """Run as root, the child becomes `nobody`, who may not be able to read the standard library later."""
-    if os.geteuid() != 0:
+def preload(always=True):
+    """Import what programs usually import while nothing refuses it: run as root, the child becomes
+    `nobody`, who may not be able to read the standard library later, and some modules (typing) take
+    frames when imported, which the guard refuses to the program."""
+    if not always and os.geteuid() != 0:
         return
     for name in PRELOAD:
         try:

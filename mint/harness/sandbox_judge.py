@@ -170,7 +170,7 @@ def main():
     for fd in (0, 1):
         os.dup2(devnull, fd)
     os.close(devnull)
-    child.preload()
+    child.preload(always=False)   # the judge's guard allows frames: it may import lazily
     try:   # not dumpable: a process of the same user cannot ptrace this one or read its memory
         import ctypes
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE
