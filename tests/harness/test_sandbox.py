@@ -10,6 +10,8 @@ import textwrap
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mint.errors import BadInput
 from mint.harness import sandbox_child
@@ -373,3 +375,47 @@ def test_concurrent_runs_keep_their_own_pipes():
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda p: run_tests(p, TEST, "square", FAST), programs))
     assert [r.passed for r in results] == [True, False] * 8
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                           max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(json_values, st.lists(json_values, max_size=3).map(lambda rest: ["d", rest]),
+                 st.tuples(st.sampled_from(list("noifsblStzdx")), json_values).map(list)))
+def test_decoding_any_json_gives_plain_data_or_refuses(data):
+    """What the program's process sends is arbitrary JSON: the judge gets plain data or NotPlain, nothing else."""
+    try:
+        value = sandbox_child.decode(data)
+    except sandbox_child.NotPlain:
+        return
+    sandbox_child.encode(value)   # plain data all the way down, or this raises NotPlain
+
+
+ODD = {
+    "program with a syntax error": ("def square(x) return x\n", TEST, "square", ""),
+    "program with a NUL byte": ("def square(x):\n    return x * x\x00\n", TEST, "square", ""),
+    "program with a lone surrogate": ("def square(x):\n    return '\udcff'\n", TEST, "square", ""),
+    "empty program": ("", TEST, "square", ""),
+    "entry point that is no identifier": ("def square(x):\n    return x * x\n", TEST, "not a name!", ""),
+    "entry point that is a builtin": ("x = 1\n", TEST, "print", ""),
+    "test with a syntax error": ("def square(x):\n    return x * x\n", "def check(candidate)\n", "square", ""),
+    "test without check": ("def square(x):\n    return x * x\n", "assert True\n", "square", ""),
+    "test whose check is not callable": ("def square(x):\n    return x * x\n", "check = 3\n", "square", ""),
+    "test that passes an unsendable argument": ("def square(x):\n    return 0\n",
+                                                "def check(candidate):\n    candidate(object())\n", "square", ""),
+    "prompt that does not parse": ("def square(x):\n    return x * x\n", TEST, "square", "def square(x:\n"),
+    "prompt that raises": ("def square(x):\n    return x * x\n", TEST, "square", "raise SystemExit(3)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_odd_input_is_a_failure_with_a_reason_never_an_exception(name):
+    program, test, entry, prompt = ODD[name]
+    result = run_tests(program, test, entry, FAST, prompt=prompt)
+    if name.startswith("prompt"):   # the prompt is only context: a correct program still passes
+        assert result.passed, result
+    else:
+        assert not result.passed and result.status in ("failed", "crashed") and result.detail, result
