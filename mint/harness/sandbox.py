@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,27 +94,14 @@ def run_tests(program: str, test: str, entry_point: str, limits: Limits = Limits
         fds += [response_read, response_write]
         child_limits = {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_mb << 20,
                         "file_bytes": limits.file_mb << 20, "processes": limits.processes}
-        launch = {}
-        for role in ("program", "judge"):
-            if mode == BWRAP:
-                launch[role] = (_bwrap_argv(limits.file_mb * 4) + [_python(), "-I", "-S",
-                                f"{SCRIPTS_INSIDE}/sandbox_{'runner' if role == 'program' else 'judge'}.py"],
-                                WORKDIR_INSIDE, "/")
-            else:
-                own = os.path.join(workdir, role)
-                os.mkdir(own, 0o700)
-                if os.geteuid() == 0:
-                    os.chown(own, NOBODY, NOBODY)
-                launch[role] = ([_python(), "-I", "-S",
-                                 str(HERE / f"sandbox_{'runner' if role == 'program' else 'judge'}.py")], own, own)
         guard = audit_hook or mode != BWRAP
-        argv, inside, cwd = launch["program"]
+        argv, inside, cwd = _child("runner", mode, workdir, limits)
         runner = subprocess.Popen(argv + [str(request_read), str(response_write)], stdin=subprocess.PIPE,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   pass_fds=(request_read, response_write), cwd=cwd, env=CHILD_ENV,
                                   start_new_session=True, close_fds=True)
         children.append(runner)
-        argv, inside_judge, cwd = launch["judge"]
+        argv, inside_judge, cwd = _child("judge", mode, workdir, limits)
         judge = subprocess.Popen(argv + [str(request_write), str(response_read)], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  pass_fds=(request_write, response_read), cwd=cwd, env=CHILD_ENV,
@@ -122,12 +110,10 @@ def run_tests(program: str, test: str, entry_point: str, limits: Limits = Limits
         for fd in fds:
             os.close(fd)
         fds = []
-        try:   # small, and the runner reads it before anything else: this never waits on the program
-            runner.stdin.write(json.dumps({"program": program, "entry_point": entry_point, "workdir": inside,
-                                           "limits": child_limits, "guard": guard}).encode())
-            runner.stdin.close()
-        except OSError:
-            pass   # the runner is gone: the judge will say so
+        runner_job = json.dumps({"program": program, "entry_point": entry_point, "workdir": inside,
+                                 "limits": child_limits, "guard": guard}).encode()
+        # fed from a thread: a large program must not block this one past the timeout
+        threading.Thread(target=_feed, args=(runner.stdin, runner_job), daemon=True).start()
         judge_job = json.dumps({"test": test, "prompt": prompt, "entry_point": entry_point,
                                 "workdir": inside_judge, "limits": child_limits, "guard": guard})
         try:
@@ -142,6 +128,27 @@ def run_tests(program: str, test: str, entry_point: str, limits: Limits = Limits
         for fd in fds:
             os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _child(script: str, mode: str, workdir: str, limits: Limits) -> tuple[list[str], str, str]:
+    """The command for one child (``runner`` or ``judge``), its working directory as it sees it, and the
+    directory to start it in."""
+    if mode == BWRAP:
+        return (_bwrap_argv(limits.file_mb * 4) + [_python(), "-I", "-S", f"{SCRIPTS_INSIDE}/sandbox_{script}.py"],
+                WORKDIR_INSIDE, "/")
+    own = os.path.join(workdir, script)
+    os.mkdir(own, 0o700)
+    if os.geteuid() == 0:
+        os.chown(own, NOBODY, NOBODY)
+    return [_python(), "-I", "-S", str(HERE / f"sandbox_{script}.py")], own, own
+
+
+def _feed(stream, data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.close()
+    except (OSError, ValueError):   # the child is gone (the judge will say so), or its pipe already closed
+        pass
 
 
 def _verdict(returncode: int, out: bytes, err: bytes, seconds: float, mode: str) -> SandboxResult:

@@ -419,3 +419,8 @@ def test_odd_input_is_a_failure_with_a_reason_never_an_exception(name):
         assert result.passed, result
     else:
         assert not result.passed and result.status in ("failed", "crashed") and result.detail, result
+
+
+def test_a_program_larger_than_a_pipe_passes():
+    program = "# " + "x" * (1 << 20) + "\ndef square(x):\n    return x * x\n"
+    assert run_tests(program, TEST, "square", FAST).passed
