@@ -196,6 +196,33 @@ HOSTILE = {
 }
 
 
+def listening_socket_attack(port: int) -> str:
+    return succeeded_then_square(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).close()")
+
+
+@pytest.fixture
+def listening_port():
+    """A socket this test process listens on: only a program with the host's network can reach it."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield server.getsockname()[1]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_hosts_network_is_out_of_reach(isolation, listening_port):
+    result = run_tests(listening_socket_attack(listening_port), TEST, "square", FAST, isolation=available(isolation))
+    assert not result.passed, result
+
+
+def test_the_hosts_network_is_out_of_reach_of_bubblewrap_alone(listening_port):
+    result = run_tests(listening_socket_attack(listening_port), TEST, "square", FAST, isolation=available("bwrap"),
+                       audit_hook=False)
+    assert not result.passed, result
+
+
 def available(isolation):
     if isolation == "bwrap" and _bwrap_problem():
         pytest.skip(f"bubblewrap is not usable here: {_bwrap_problem()}")
