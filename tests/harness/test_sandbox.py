@@ -25,6 +25,7 @@ OUTSIDE = f"/tmp/mint-sandbox-escape-{RUN}"            # nothing may create this
 VICTIM = f"/tmp/mint-sandbox-victim-{RUN}"             # world-writable: nothing may change it
 ANSWER_KEY = f"/tmp/mint-sandbox-answer-key-{RUN}.py"  # world-readable: nothing may read it
 ISOLATIONS = ["bwrap", "rlimits"]
+SUITE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "heldout", "coding.jsonl"))
 
 
 def succeeded_then_square(attack: str) -> str:
@@ -120,6 +121,7 @@ HOSTILE = {
     "write through /proc/self/root": succeeded_then_square(f"open('/proc/self/root{OUTSIDE}', 'w').write('x')"),
     "read the suite's answer key": succeeded_then_square(
         f"exec(open({ANSWER_KEY!r}).read(), globals())\nassert square(3) == 9"),
+    "read the repository's suites": succeeded_then_square(f"open({SUITE!r}).read()"),
     "read the parent's environment": succeeded_then_square(
         f"import os\nassert {SECRET!r} in open(f'/proc/{{os.getppid()}}/environ').read()"),
     "read another process's environment": succeeded_then_square(
@@ -284,7 +286,8 @@ def test_hostile_program_is_contained_and_fails(name, isolation):
 
 
 @pytest.mark.parametrize("name", ["read the parent's environment", "read another process's environment",
-                                  "read the suite's answer key", "connect to the network",
+                                  "read the suite's answer key", "read the repository's suites",
+                                  "connect to the network",
                                   "descriptors leaked from the parent", "fill /tmp", "memory bomb"])
 def test_bubblewrap_alone_refuses(name):
     """Without the audit hook, bubblewrap by itself still refuses these (a pass would mean it did not)."""
