@@ -306,6 +306,24 @@ def test_bubblewrap_alone_keeps_the_machine_unharmed(name):
     assert os.getppid() > 1 and os.path.isdir("/tmp")
 
 
+# (clearing the guard's tables is left out: it answers right exactly when the guard is gone)
+VERDICT_ATTACKS = ["walk a traceback to the runner's frames",
+                   "replace builtins.type so an always-equal object looks plain", "an int subclass that equals everything",
+                   "a program-level abs leaks into the test", "patch builtins.abs", "patch AssertionError",
+                   "raise StopIteration from the candidate", "write a fake verdict to every descriptor",
+                   "always-equal object", "exit 0 before the asserts", "os._exit(0) before the asserts",
+                   "exit 0 inside the function", "raise SystemExit inside the function", "print a fake PASS",
+                   "steal the nonce through frames"]
+
+
+@pytest.mark.parametrize("name", VERDICT_ATTACKS)
+def test_no_verdict_can_be_faked_even_without_the_audit_hook(name):
+    """The verdict's integrity rests on the judge's process, not on isolation: with frames, gc and every
+    builtin at its disposal the program still only answers calls."""
+    result = run_tests(HOSTILE[name], TEST, "square", FAST, isolation=available("bwrap"), audit_hook=False)
+    assert not result.passed, result
+
+
 def test_the_prompts_helpers_are_the_tests_not_the_programs():
     """HumanEval/32 checks find_zero with the prompt's poly: a program redefining poly cannot change it."""
     prompt = "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\ndef find_zero(xs):\n    pass\n"
