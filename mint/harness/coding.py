@@ -1,6 +1,7 @@
 """Coding: does the generated program pass the record's tests (HumanEval records)?"""
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -15,14 +16,44 @@ _IMPORT = re.compile(r"^(?:from\s+\S+\s+import\s+.+|import\s+.+)$", re.M)
 
 
 def extract_program(output: str, record: dict) -> str:
-    """The program to test: a fenced block or the raw text, as a whole function or as its body."""
+    """The program to test: the fenced block that defines the entry point (else the longest block, else
+    the raw text), as a whole function (with the prompt's imports and helpers) or as its body."""
     blocks = _BLOCK.findall(output)
-    code = max(blocks, key=len) if blocks else output
     entry = record["entry_point"]
-    if re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
-        imports = "\n".join(_IMPORT.findall(record["prompt"]))
-        return (imports + "\n\n" if imports else "") + code
+    defines_entry = re.compile(rf"^\s*def\s+{re.escape(entry)}\s*\(", re.M)
+    answers = [block for block in blocks if defines_entry.search(block)]
+    code = answers[0] if answers else max(blocks, key=len) if blocks else output
+    if defines_entry.search(code):
+        context = prompt_context(record["prompt"], code, entry)
+        return (context + "\n\n" if context else "") + code
     return record["prompt"] + code      # a completion of the prompt's function body
+
+
+def prompt_context(prompt: str, code: str, entry: str) -> str:
+    """What a whole-function answer may rely on from the prompt: its imports and the helpers and
+    constants it defines (HumanEval/10's is_palindrome, /32's poly), except what the answer redefines."""
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError):
+        return "\n".join(_IMPORT.findall(prompt))
+    lines = prompt.splitlines()
+    kept = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = []
+        else:
+            continue
+        if entry in names or any(re.search(rf"^\s*(?:def|class)\s+{re.escape(n)}\b|^{re.escape(n)}\s*=", code, re.M)
+                                 for n in names):
+            continue
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        kept.append("\n".join(lines[first - 1:node.end_lineno]))
+    return "\n".join(kept)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -54,8 +85,8 @@ class CodingHarness(Harness):
         jobs = [(i, extract_program(out, rec), rec) for i, (rec, outs) in enumerate(zip(records, outputs))
                 for out in outs]
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            results = list(pool.map(lambda job: run_tests(job[1], job[2]["test"], job[2]["entry_point"], limits),
-                                    jobs))
+            results = list(pool.map(lambda job: run_tests(job[1], job[2]["test"], job[2]["entry_point"], limits,
+                                                          prompt=job[2]["prompt"]), jobs))
         passed = [[] for _ in records]
         details = [[] for _ in records]
         for (i, _program, _record), result in zip(jobs, results):

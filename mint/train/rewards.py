@@ -56,7 +56,7 @@ def coding_reward(prompts, completions, **_) -> list[float]:
             continue
         test = "def check(candidate):\n    " + f"{entry[-1]} = candidate\n" + "".join(
             f"    assert ({call}) == ({expected})\n" for call, expected in examples)
-        result = run_tests(program, test, entry[-1], Limits(timeout_s=5, cpu_s=5))
+        result = run_tests(program, test, entry[-1], Limits(timeout_s=5, cpu_s=5), prompt=source)
         rewards.append(1.0 if result.passed else 0.0)
     return rewards
 

