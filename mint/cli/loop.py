@@ -111,6 +111,35 @@ def _render_generations(result) -> None:
         table.add_row(str(row.iteration), row.specialist, row.candidate or "-", "\n".join(lines) or "-", verdict,
                       row.champion_after or "-")
     out.print(table)
+    _render_progress(result)
     for row in result.generations:
         if row.reason:
             out.print(f"[yellow]{row.specialist} (iteration {row.iteration}):[/] {escape(row.reason)}")
+
+
+def _render_progress(result) -> None:
+    """Per specialist, its primary metric from the bare base through each generation this run made."""
+    by_specialist: dict[str, list] = {}
+    for row in result.generations:
+        by_specialist.setdefault(row.specialist, []).append(row)
+    for specialist, rows in by_specialist.items():
+        primary = next(iter(rows[0].metrics), None)
+        if primary is None:
+            continue
+        table = Table(title=f"{specialist}: {primary}")
+        table.add_column("generation")
+        table.add_column("revision")
+        table.add_column("value")
+        table.add_column("Δ vs its baseline (95% CI)")
+        table.add_column("verdict")
+        first = rows[0].metrics[primary]
+        if rows[0].baseline == "base":
+            table.add_row("0 (base)", "base", _fmt(first.get("baseline")), "", "")
+        for i, row in enumerate(rows, start=1):
+            m = row.metrics.get(primary, {})
+            interval = m.get("interval")
+            ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if isinstance(interval, (list, tuple)) \
+                and len(interval) == 2 else ""
+            table.add_row(str(i), row.candidate or "-", _fmt(m.get("value")), f"{_fmt(m.get('delta'))}{ci}",
+                          "[green]promoted[/]" if row.verdict == "pass" else "[red]rejected[/]")
+        out.print(table)

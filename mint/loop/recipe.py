@@ -29,7 +29,7 @@ from mint.errors import BadInput
 from mint.train.examples import METHODS
 from mint.yamlfile import YamlDoc, load_yaml
 
-TOP_KEYS = ("recipe", "base", "dataset", "loop", "steps")
+TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps")
 LOOP_KEYS = ("iterations",)
 COMMON_KEYS = ("from_iteration", "until_iteration", "fatal")
 STEP_KEYS: dict[str, tuple[str, ...]] = {
@@ -75,6 +75,7 @@ class Recipe:
     steps: tuple[Step, ...]
     sha256: str
     doc: YamlDoc = field(repr=False, compare=False, default=None)
+    description: str = ""           # printed when the loop starts: what it trains and why, in a line or two
 
     @property
     def specialists(self) -> tuple[str, ...]:
@@ -101,6 +102,7 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
             raise doc.error("", f"missing required field `{key}`")
     name = _string(doc, data["recipe"], "recipe")
     base = _string(doc, data["base"], "base") if "base" in data else None
+    description = _string(doc, data["description"], "description").strip() if "description" in data else ""
     dataset = _string(doc, data.get("dataset", name), "dataset")
     loop = _keys(doc, data.get("loop") or {}, "loop", LOOP_KEYS)
     iterations = _number(doc, loop.get("iterations", 1), "loop.iterations", minimum=1, integer=True)
@@ -130,7 +132,7 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
                           until_iteration=until_iteration, fatal=fatal))
     _check_order(doc, steps)
     return Recipe(name, path.absolute(), base, dataset, iterations, tuple(steps),
-                  hashlib.sha256(path.read_bytes()).hexdigest(), doc)
+                  hashlib.sha256(path.read_bytes()).hexdigest(), doc, description)
 
 
 def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists, check_contracts: bool) -> None:
@@ -201,7 +203,7 @@ def check_recipe(path: Path) -> dict:
     from mint.project import load_project
 
     recipe = load_recipe(path, specialists=load_project(_project_file(path)).names)
-    return {"recipe": recipe.name, "path": str(recipe.path), "sha256": recipe.sha256, "base": recipe.base,
+    return {"recipe": recipe.name, "description": recipe.description, "path": str(recipe.path), "sha256": recipe.sha256, "base": recipe.base,
             "dataset": recipe.dataset, "iterations": recipe.iterations, "specialists": list(recipe.specialists),
             "steps": [{"index": s.index, "kind": s.kind, "line": s.line, "from_iteration": s.from_iteration,
                        "until_iteration": s.until_iteration, "fatal": s.fatal, **s.options} for s in recipe.steps],

@@ -159,6 +159,8 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                           message="nothing new since the last completed run" if unchanged else "")
 
     with LoopLock(ws):
+        if recipe.description:
+            emit({"event": "note", "message": recipe.description})
         state = LoopState(ws, recipe)
         start = context.state_key()
         if not resume and state.last_run.get("finished") and state.last_run.get("end") == start:
