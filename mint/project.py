@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,16 +137,37 @@ class InitResult:
     kept: list[str]
 
 
+SCAFFOLD = ("contracts", "recipes", "examples")   # shipped inside the package (mint/scaffold/)
+
+
+def _scaffold_root() -> Path:
+    return Path(__file__).resolve().parent / "scaffold"
+
+
 def init_project(directory: Path) -> InitResult:
-    """Write ``mint.yaml`` and the ``contracts/`` and ``recipes/`` folders where missing; never overwrite."""
+    """A working project: ``mint.yaml``, the default contracts with their suites and the UI4A catalog,
+    the recipes and the example logs they read. Files that exist are kept, never overwritten."""
     if directory.exists() and not directory.is_dir():
         raise BadInput("exists and is not a directory", file=str(directory))
     directory.mkdir(parents=True, exist_ok=True)
     created, kept = [], []
-    for folder in ("contracts", "recipes"):
+    root = _scaffold_root()
+    for folder in SCAFFOLD:
+        source = root / folder
         target = directory / folder
-        (kept if target.exists() else created).append(f"{folder}/")
+        existed = target.exists()
+        new_files = 0
+        for path in sorted(source.rglob("*")) if source.is_dir() else []:
+            if "__pycache__" in path.parts or not path.is_file():
+                continue
+            destination = target / path.relative_to(source)
+            if destination.exists():
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, destination)
+            new_files += 1
         target.mkdir(exist_ok=True)
+        (kept if existed and not new_files else created).append(f"{folder}/")
     project_file = directory / PROJECT_FILE
     try:
         with open(project_file, "x", encoding="utf-8") as f:   # "x": never overwrite

@@ -21,7 +21,9 @@ def test_usage_error_exits_2(capsys):
 def test_init_writes_project_and_never_overwrites(tmp_path, capsys):
     assert main(["init", "--dir", str(tmp_path), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
-    assert sorted(first["created"]) == ["contracts/", "mint.yaml", "recipes/"]
+    assert sorted(first["created"]) == ["contracts/", "examples/", "mint.yaml", "recipes/"]
+    assert (tmp_path / "contracts" / "genui.yaml").is_file() and (tmp_path / "contracts" / "ui4a" / "catalog.v1.json").is_file()
+    assert (tmp_path / "recipes" / "smoke.yaml").is_file() and (tmp_path / "examples" / "heldout" / "genui.jsonl").is_file()
     (tmp_path / "mint.yaml").write_text("base: tiny-random\nspecialists: {chat: {keywords: [hi]}}\n")
     assert main(["init", "--dir", str(tmp_path), "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
