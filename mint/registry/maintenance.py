@@ -21,16 +21,20 @@ class VerifyResult:
 
 
 def verify(ws: Workspace, ref: str | None = None) -> VerifyResult:
-    """Recompute the sha256 of every file of ``ref`` (or of every revision)."""
+    """Recompute the sha256 of every file of ``ref`` (or of every revision) and re-walk the event log's hash chain.
+
+    A problem is ``{"revision", "id", "problem"}`` for a file and ``{"event", "problem"}`` for the log.
+    """
     conn = store.open_store(ws, create=False)
     try:
         if ref is not None:
             revisions = [store.resolve(conn, ref)]
         else:
             revisions = [store.get_revision(conn, row[0]) for row in conn.execute("SELECT id FROM revisions ORDER BY seq")]
+        event_problems = store.verify_events(conn)
     finally:
         conn.close()
-    result = VerifyResult(checked=len(revisions))
+    result = VerifyResult(checked=len(revisions), problems=event_problems)
     for revision in revisions:
         for problem in verify_revision(ws, revision):
             result.problems.append({"revision": revision.ref, "id": revision.id, "problem": problem})

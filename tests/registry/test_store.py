@@ -73,3 +73,71 @@ def test_event_log_is_append_only(ws, candidate, report_for):
         conn.execute("DELETE FROM events")
     with pytest.raises(Exception, match="append-only"):
         conn.execute("UPDATE events SET reason = 'x'")
+
+
+def _v0_registry(ws):
+    """A registry written by mint before schema versions (tests/registry/data/registry_v0.sql): coding:v1 was
+    promoted, v2 promoted then rolled back, v3 rejected; `previous` still points at the rolled-away v2."""
+    from pathlib import Path
+    import sqlite3
+
+    ws.home.mkdir(parents=True)
+    raw = sqlite3.connect(store.db_path(ws))
+    raw.executescript((Path(__file__).parent / "data" / "registry_v0.sql").read_text())
+    raw.close()
+
+
+def test_a_v0_registry_is_migrated_in_place(ws):
+    from mint.registry.maintenance import verify
+    from mint.registry.promotion import rollback
+
+    _v0_registry(ws)
+    conn = store.open_store(ws, create=False)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == store.SCHEMA_VERSION
+    events = store.history(conn, "coding")
+    assert [e.action for e in events] == ["promote", "promote", "rollback", "reject"]
+    assert all(e.hash for e in events)
+    assert not [p for p in verify(ws).problems if "event" in p]   # the chain starts at the migration
+    with pytest.raises(Exception, match="append-only"):
+        conn.execute("INSERT OR REPLACE INTO events (seq, at, user, host, pid, action, specialist) "
+                     "VALUES (1, 'x', 'x', 'x', 1, 'x', 'coding')")
+    # the old log says v2 was rolled away from: a rollback must not bring it back
+    with pytest.raises(Exception, match="no previous champion"):
+        rollback(ws, "coding", why="again")
+    assert store.resolve(conn, "coding:champion").version == 1
+
+
+def test_a_registry_from_a_newer_mint_is_refused(ws, candidate):
+    import sqlite3
+
+    candidate()
+    raw = sqlite3.connect(store.db_path(ws))
+    raw.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
+    raw.close()
+    with pytest.raises(BadInput, match="newer than this mint understands"):
+        store.open_store(ws)
+
+
+def test_a_file_that_is_not_a_database_is_bad_input(ws):
+    ws.home.mkdir(parents=True)
+    store.db_path(ws).write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(BadInput, match="registry.sqlite: not a usable registry database"):
+        store.open_store(ws, create=False)
+
+
+def test_commits_are_fully_synced(ws, candidate):
+    candidate()
+    assert store.open_store(ws).execute("PRAGMA synchronous").fetchone()[0] == 2   # FULL
+
+
+@pytest.mark.parametrize("command", [["registry", "ls"], ["registry", "history", "coding"],
+                                     ["registry", "show", "coding:v1"], ["registry", "lineage", "coding:v1"],
+                                     ["registry", "verify"], ["registry", "gc"], ["rollback", "coding", "--why", "x"],
+                                     ["reject", "coding:v1", "--why", "x"]])
+def test_commands_outside_a_workspace_say_so_and_create_nothing(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.delenv("MINT_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 2
+    message = capsys.readouterr().err
+    assert "no mint workspace here" in message and "--home" in message
+    assert list(tmp_path.iterdir()) == []
