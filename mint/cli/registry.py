@@ -158,6 +158,8 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
         out.print(f"{verb} {r['revision']} ({r['id'][:12]}, {r['status']})")
     out.print(f"{verb} {len(result.removed)} revision(s) and {len(result.orphans)} orphan folder(s); "
               f"{result.kept} kept")
+    if result.staging_busy:
+        out.print("a train or import is writing a revision: staging folders were left alone; run gc again later")
 
 
 @app.command()

@@ -17,7 +17,7 @@ from mint.errors import BadInput, Refused
 from mint.faults import checkpoint
 from mint.registry import store
 from mint.registry.refs import check_name
-from mint.workspace import Workspace, publish_dir, staging_dir
+from mint.workspace import Workspace, file_lock, publish_dir, staging_dir
 
 MINT_JSON = "mint.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -66,6 +66,12 @@ def check_adapter_dir(directory: Path) -> dict:
     return config
 
 
+def staging_lock(ws: Workspace) -> Path:
+    """Held shared by every register (train, import) from staging to commit, exclusively by gc's sweep of
+    ``.tmp-`` folders, so gc never deletes the files of a revision being written."""
+    return ws.adapters / ".staging.lock"
+
+
 def register(ws: Workspace, source: Path, *, specialist: str, parent: str | None = None, base: str | None = None,
              base_fingerprint: str | None = None, dataset: str | None = None, method: str | None = None,
              recipe: str | None = None, config_hash: str | None = None, metrics: dict | None = None
@@ -75,7 +81,7 @@ def register(ws: Workspace, source: Path, *, specialist: str, parent: str | None
     check_adapter_dir(source)
     conn = store.open_store(ws)
     try:
-        with staging_dir(ws.adapters, "revision") as tmp:
+        with file_lock(staging_lock(ws), shared=True), staging_dir(ws.adapters, "revision") as tmp:
             for item in sorted(source.iterdir()):
                 if item.is_file() and item.name != MINT_JSON:
                     shutil.copy2(item, tmp / item.name)
