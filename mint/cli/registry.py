@@ -100,30 +100,44 @@ def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
 
 
 @registry_app.command("import")
-def registry_import(directory: Path, specialist: str = typer.Option(..., "--specialist", "-s"),
-                    base: Optional[str] = typer.Option(None, "--base", "-b", help="Default: mint.yaml's base."),
-                    config: Optional[Path] = typer.Option(None, "--config"), json_out: bool = JSON_OPT) -> None:
-    """Register an external PEFT adapter (safetensors) after checking it fits the base."""
-    from mint.project import load_project
+def registry_import(directory: Path,
+                    specialist: str = typer.Option(..., "--specialist", "-s", help="One of mint.yaml's specialists."),
+                    base: Optional[str] = typer.Option(None, "--base", "-b",
+                                                       help="Default: the base the adapter's adapter_config.json "
+                                                            "names, else mint.yaml's base."),
+                    new: bool = typer.Option(False, "--new", help="Start a specialist that mint.yaml does not list."),
+                    config: Optional[Path] = typer.Option(None, "--config", help="The project file (default "
+                                                                                  "./mint.yaml)."),
+                    json_out: bool = JSON_OPT) -> None:
+    """Register an external PEFT adapter (safetensors) after checking it fits the base.
+
+    Example: mint registry import ./my-lora --specialist coding
+    """
     from mint.registry.transfer import import_adapter
 
     quiet_transformers()
-    revision = import_adapter(ws(), directory, specialist=specialist, base=base or load_project(config).base)
+    result = import_adapter(ws(), directory, specialist=specialist, base=base, config=config, new=new)
     if json_out:
-        return print_json({"revision": revision, "ref": revision.ref})
-    out.print(f"registered [bold]{revision.ref}[/] ({revision.id}) as a candidate")
+        return print_json(result)
+    out.print(f"registered [bold]{result.ref}[/] ({result.revision.id}) as a candidate, on base "
+              f"{escape(result.base)} (from {result.base_from})")
+    for item in result.skipped:
+        err.print(f"not imported: {escape(item)}")
 
 
 @registry_app.command("export")
 def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"),
-                    force: bool = typer.Option(False, "--force"), json_out: bool = JSON_OPT) -> None:
+                    force: bool = typer.Option(False, "--force", help="Replace OUT if it is a previous export "
+                                                                      "(never any other folder)."),
+                    json_out: bool = JSON_OPT) -> None:
     """Write REF as a plain PEFT directory (loads with PeftModel.from_pretrained and vLLM --lora-modules)."""
     from mint.registry.transfer import export_revision
 
     result = export_revision(ws(), ref, out_path, force=force)
     if json_out:
         return print_json(result)
-    out.print(f"exported {result.revision} → {result.out} (base_model_name_or_path: {result.base_model_name_or_path})")
+    out.print(f"{'replaced the export' if result.replaced else 'exported'} {result.revision} → {escape(result.out)} "
+              f"(base_model_name_or_path: {escape(result.base_model_name_or_path)})")
 
 
 @registry_app.command("verify")

@@ -92,7 +92,7 @@ def test_import_then_export_loads_with_plain_peft(ws, adapter_dir, tmp_path, cap
     assert imported["ref"] == "agent:v1" and imported["revision"]["base_fingerprint"].startswith("sha256:")
     result = export_revision(ws, "agent:v1", tmp_path / "exported")
     assert result.base_model_name_or_path == "tiny-random"
-    assert sorted(os.listdir(tmp_path / "exported")) == ["README.md", "adapter_config.json",
+    assert sorted(os.listdir(tmp_path / "exported")) == [".mint-export.json", "README.md", "adapter_config.json",
                                                          "adapter_model.safetensors"]
 
     # a process that never imports mint: the tiny base saved as a plain HF directory, then PEFT
