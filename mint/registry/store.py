@@ -54,6 +54,9 @@ CREATE TABLE IF NOT EXISTS revisions (
 );
 CREATE INDEX IF NOT EXISTS revisions_by_status ON revisions (status, seq);
 CREATE INDEX IF NOT EXISTS revisions_by_specialist_status ON revisions (specialist, status, seq);
+-- narrow indexes a page's OFFSET walks instead of the full rows (see list_revisions)
+CREATE INDEX IF NOT EXISTS revisions_by_seq ON revisions (seq);
+CREATE INDEX IF NOT EXISTS revisions_by_specialist ON revisions (specialist, seq);
 CREATE TABLE IF NOT EXISTS aliases (
     specialist TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -339,15 +342,26 @@ def list_revisions(conn: sqlite3.Connection, *, specialist: str | None = None, s
         args.append(status)
     clause = ("WHERE " + " AND ".join(where)) if where else ""
     total = conn.execute(f"SELECT COUNT(*) FROM revisions {clause}", args).fetchone()[0]
-    columns = ", ".join(_COLUMNS)
-    if offset > total // 2:
-        back_offset = max(0, total - offset - limit)
-        back_limit = min(limit, total - offset)
-        rows = conn.execute(f"SELECT {columns} FROM revisions {clause} ORDER BY seq ASC LIMIT ? OFFSET ?",
-                            (*args, max(0, back_limit), back_offset)).fetchall()[::-1]
+    # OFFSET steps over rows one by one: step over a narrow index of seq to the page's first seq, then read
+    # only the page's rows. A page past the middle is counted from the other end.
+    index = {(False, False): "revisions_by_seq", (True, False): "revisions_by_specialist",
+             (False, True): "revisions_by_status", (True, True): "revisions_by_specialist_status"}[
+        (specialist is not None, status is not None)]
+    backwards = offset > total // 2
+    if backwards:
+        skip, take = max(0, total - offset - limit), max(0, min(limit, total - offset))
     else:
-        rows = conn.execute(f"SELECT {columns} FROM revisions {clause} ORDER BY seq DESC LIMIT ? OFFSET ?",
-                            (*args, limit, offset)).fetchall()
+        skip, take = offset, limit
+    order, compare = ("ASC", ">=") if backwards else ("DESC", "<=")
+    boundary = conn.execute(f"SELECT seq FROM revisions INDEXED BY {index} {clause} ORDER BY seq {order} "
+                            "LIMIT 1 OFFSET ?", (*args, skip)).fetchone() if take else None
+    rows = []
+    if boundary is not None:
+        page_clause = " AND ".join([*where, f"seq {compare} ?"])
+        rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM revisions WHERE {page_clause} ORDER BY seq {order} "
+                            "LIMIT ?", (*args, boundary[0], take)).fetchall()
+    if backwards:
+        rows = rows[::-1]
     return Page([_revision(r) for r in rows], total, limit, offset)
 
 

@@ -141,3 +141,27 @@ def test_commands_outside_a_workspace_say_so_and_create_nothing(tmp_path, monkey
     message = capsys.readouterr().err
     assert "no mint workspace here" in message and "--home" in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_page_matches_a_plain_slice_even_with_gaps(ws, candidate):
+    candidate()
+    conn = store.open_store(ws)
+    with store.write(conn):
+        for i in range(60):
+            specialist = ("coding", "chat", "agent")[i % 3]
+            store.insert_revision(conn, store.Revision(
+                id=f"{i:032x}", specialist=specialist, version=100 + i, parent=None,
+                status=("candidate", "rejected", "retired", "candidate")[i % 4], base=None, base_fingerprint=None,
+                dataset=None, method=None, recipe=None, config_hash=None, files_sha256="0" * 64))
+        conn.execute("DELETE FROM revisions WHERE version % 7 = 0")   # what gc leaves: holes in seq
+    for specialist in (None, "coding", "chat"):
+        for status in (None, "candidate", "rejected"):
+            where = [f"{k} = '{v}'" for k, v in (("specialist", specialist), ("status", status)) if v]
+            everything = [r["id"] for r in conn.execute(
+                f"SELECT id FROM revisions {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq DESC")]
+            for limit in (1, 3, 20):
+                for offset in range(len(everything) + 2):
+                    page = store.list_revisions(conn, specialist=specialist, status=status, limit=limit,
+                                                offset=offset)
+                    assert [r.id for r in page.revisions] == everything[offset:offset + limit], \
+                        (specialist, status, limit, offset)
