@@ -187,7 +187,10 @@ def open_store(ws: Workspace, *, create: bool = True) -> sqlite3.Connection:
     """
     path = db_path(ws)
     if not create and not path.is_file():
-        raise NoWorkspace(f"no mint workspace here: {path} does not exist. Run the command in your project "
+        if ws.home.is_dir():
+            raise NoWorkspace(f"no registry in {ws.home} yet: register a revision first (mint train or mint "
+                              "registry import), or point at another workspace with --home DIR", field="--home")
+        raise NoWorkspace(f"no mint workspace here: {ws.home} does not exist. Run the command in your project "
                           "folder, or point at the workspace with --home DIR (or MINT_HOME); `mint train` or "
                           "`mint registry import` creates one", field="--home")
     if create:
@@ -400,12 +403,19 @@ def verify_events(conn: sqlite3.Connection) -> list[dict]:
             problems.append({"event": fields["seq"], "problem": f"event #{expected_seq}"
                              f"{'..' + str(fields['seq'] - 1) if fields['seq'] - 1 > expected_seq else ''} "
                              "is missing: removed from the log"})
-        if fields.get("hash") != event_hash(previous, fields):
+        if fields.get("hash") is None:
+            problems.append({"event": fields["seq"], "problem": f"event #{fields['seq']} ({fields['action']} "
+                             f"{fields['specialist']}) has no hash: written by a mint older than schema v1, or "
+                             "its hash was removed"})
+        elif fields["hash"] != event_hash(previous, fields):
             problems.append({"event": fields["seq"], "problem": f"event #{fields['seq']} ({fields['action']} "
                              f"{fields['specialist']}) was rewritten: its hash does not match its fields and "
                              "the event before it"})
         previous, expected_seq = fields.get("hash") or "", fields["seq"] + 1
-    highest = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    try:
+        highest = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    except sqlite3.DatabaseError:   # the table was dropped: the chain above is all there is to check
+        highest = None
     if highest and highest[0] >= expected_seq:
         problems.append({"event": highest[0], "problem": f"events #{expected_seq}..{highest[0]} are missing: "
                                                          "removed from the end of the log"})

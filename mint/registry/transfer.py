@@ -164,6 +164,9 @@ def export_revision(ws: Workspace, ref: str, out: Path, *, force: bool = False) 
 
     revision, directory = load_revision(ws, ref)
     out = Path(os.path.abspath(out))
+    if out.resolve().is_relative_to(ws.home.resolve()):
+        raise BadInput(f"is inside the workspace {ws.home}, which mint manages (gc would remove it); export "
+                       "somewhere else", file=str(out))
     replaced = out.exists() or out.is_symlink()
     if replaced:
         if not force:

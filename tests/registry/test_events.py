@@ -69,3 +69,10 @@ def test_verify_notices_events_removed_from_the_end(ws, three_events, capsys):
     _tamper(ws, "DELETE FROM events WHERE seq = 3")
     assert main(["registry", "verify"]) == 1
     assert "events #3..3 are missing" in capsys.readouterr().err
+
+
+def test_verify_names_an_event_written_without_a_hash(ws, three_events, capsys):
+    _tamper(ws, "INSERT INTO events (at, user, host, pid, action, specialist) "
+                "VALUES ('now', 'old-mint', 'h', 1, 'promote', 'coding')")
+    assert main(["registry", "verify"]) == 1
+    assert "event #4 (promote coding) has no hash" in capsys.readouterr().err

@@ -165,3 +165,10 @@ def test_every_page_matches_a_plain_slice_even_with_gaps(ws, candidate):
                                                 offset=offset)
                     assert [r.id for r in page.revisions] == everything[offset:offset + limit], \
                         (specialist, status, limit, offset)
+
+
+def test_a_workspace_without_a_registry_yet_is_named_as_such(ws, capsys):
+    ws.datasets.mkdir(parents=True)   # e.g. after `mint ingest`, before any train or import
+    assert main(["registry", "ls"]) == 2
+    assert f"no registry in {ws.home} yet" in capsys.readouterr().err
+    assert not store.db_path(ws).exists()

@@ -39,6 +39,13 @@ def test_force_never_deletes_what_is_not_a_previous_export(ws, candidate, tmp_pa
     assert (tmp_path / "notes.txt").read_text() == "keep me" and (tmp_path / "link").is_symlink()
 
 
+def test_export_into_the_workspace_is_refused(ws, candidate):
+    revision = candidate()
+    with pytest.raises(BadInput, match="inside the workspace"):
+        export_revision(ws, revision.ref, ws.adapters / "mine")
+    assert not (ws.adapters / "mine").exists()
+
+
 def test_force_keeps_an_export_someone_added_files_to(ws, candidate, tmp_path):
     revision = candidate()
     export_revision(ws, revision.ref, tmp_path / "out")
