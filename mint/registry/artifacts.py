@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -72,6 +73,8 @@ def adapter_files(source: Path) -> tuple[list[Path], list[str]]:
     A symlink is followed only when it stays inside ``source``; one that leaves it is refused, so an
     "adapter" cannot smuggle in ~/.ssh/id_rsa or /dev/zero.
     """
+    if not source.is_dir():
+        raise BadInput("no such adapter directory", file=str(source))
     root = source.resolve()
     files, skipped = [], []
     for item in sorted(source.iterdir()):
@@ -86,6 +89,8 @@ def adapter_files(source: Path) -> tuple[list[Path], list[str]]:
             skipped.append(f"{item.name}/ (a subdirectory: only the adapter's top-level files are kept)")
         elif not item.is_file():
             skipped.append(f"{item.name} (not a regular file)")
+        elif not os.access(item, os.R_OK):
+            raise BadInput("cannot be read (permission denied)", file=str(item))
         else:
             files.append(item)
     return files, skipped

@@ -105,8 +105,6 @@ def import_adapter(ws: Workspace, source: Path, *, specialist: str, base: str | 
 
     project = load_project(config)
     check_known_specialist(specialist, project.names, new=new)
-    if not source.is_dir():
-        raise BadInput("no such adapter directory", file=str(source))
     _files, skipped = adapter_files(source)
     adapter_config = check_adapter_dir(source)
     if base is not None:

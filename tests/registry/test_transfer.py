@@ -125,3 +125,21 @@ def test_import_lists_what_it_left_out(ws, adapter_dir, tmp_path, capsys):
     assert result["skipped"] == ["checkpoint-10/ (a subdirectory: only the adapter's top-level files are kept)"]
     stored = json.loads((ws.adapters / result["revision"]["id"] / "mint.json").read_text())["files"]
     assert "NOTES.md" in stored and not any(name.startswith("checkpoint") for name in stored)
+
+
+@pytest.mark.parametrize("make", ["missing", "a_file", "unreadable", "config_to_dev_zero"])
+def test_odd_sources_are_bad_input_not_a_traceback(ws, adapter_dir, tmp_path, capsys, make):
+    source = tmp_path / "lora"
+    if make == "a_file":
+        source.write_text("not a directory")
+    elif make != "missing":
+        shutil.copytree(adapter_dir, source)
+    if make == "unreadable":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        os.chmod(source / "README.md", 0)
+    if make == "config_to_dev_zero":
+        (source / "adapter_config.json").unlink()
+        (source / "adapter_config.json").symlink_to("/dev/zero")
+    assert main(["registry", "import", str(source), "--specialist", "coding", "--base", "tiny-random"]) == 2
+    assert "error:" in capsys.readouterr().err
