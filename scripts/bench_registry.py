@@ -9,7 +9,7 @@ ones included), promote under 10 ms, and with eight concurrent promoters 0 lost 
 round, every champion move chained to the one before); their p99 latency is printed. The database size per
 revision is printed. Promotion commits with synchronous=FULL (it must survive a power loss), so its time
 includes one fsync of the WAL: on a disk whose fsync takes ~10 ms the promote goal cannot be met, and that
-is the disk, not the code (synchronous=NORMAL measured ~1 ms on the same machine).
+is the disk's fsync, not the code.
 """
 from __future__ import annotations
 
