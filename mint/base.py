@@ -110,12 +110,12 @@ def _require_gguf() -> Path:
 
 
 def portable_name(base: str | None) -> str | None:
-    """A base name that means something outside this machine: a Hub id, else the directory's name."""
+    """A base name PEFT can load outside mint: the Hub id of the embedded base, the absolute path of a local one."""
     if base is None:
         return None
     if base in PORTABLE_NAMES:
         return PORTABLE_NAMES[base]
-    return Path(base).name if _is_local(base) else base
+    return str(Path(base).expanduser().absolute()) if _is_local(base) else base
 
 
 # --- conversion (once) ----------------------------------------------------------

@@ -133,12 +133,20 @@ def remove_stale_temps(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock held for the block (released by the OS if the process dies)."""
+def file_lock(path: Path, *, shared: bool = False, wait: bool = True) -> Iterator[bool]:
+    """An advisory lock held for the block (released by the OS if the process dies); exclusive unless ``shared``.
+
+    With ``wait=False`` the block runs at once and gets False when another process holds the lock.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        mode = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB)
         try:
-            yield
+            fcntl.flock(handle.fileno(), mode)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

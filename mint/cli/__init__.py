@@ -39,7 +39,7 @@ Examples:
   mint eval coding:v2 --contract contracts/coding.yaml
   mint registry import ./my-lora --specialist coding
   mint promote coding:v2 --report report.json # only if it beat the current champion
-  mint rollback coding                        # back to the previous champion
+  mint rollback coding --why "breaks JSON"   # back to the previous champion
 """
 
 app.info.help = "mint: keep a deployed Mixture-of-LoRA model learning.\n" + EXAMPLES

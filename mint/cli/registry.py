@@ -34,13 +34,9 @@ def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "
                 limit: int = typer.Option(20, "--limit"), offset: int = typer.Option(0, "--offset"),
                 json_out: bool = JSON_OPT) -> None:
     """List revisions, newest first."""
-    from mint.registry import store
+    from mint.registry import queries
 
-    conn = store.open_store(ws())
-    try:
-        page = store.list_revisions(conn, specialist=specialist, status=status, limit=limit, offset=offset)
-    finally:
-        conn.close()
+    page = queries.list_page(ws(), specialist=specialist, status=status, limit=limit, offset=offset)
     if json_out:
         return print_json(page)
     table = Table(title=f"revisions {offset + 1}-{offset + len(page.revisions)} of {page.total:,}")
@@ -54,16 +50,12 @@ def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "
 @registry_app.command("show")
 def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
     """Show one revision: lineage fields, metrics, reports."""
-    from mint.registry import store
+    from mint.registry import queries
 
-    conn = store.open_store(ws(), create=False)
-    try:
-        revision = store.resolve(conn, ref)
-        reports = store.reports_for(conn, revision.id)
-    finally:
-        conn.close()
+    detail = queries.show(ws(), ref)
+    revision, reports = detail.revision, detail.reports
     if json_out:
-        return print_json({"revision": revision, "ref": revision.ref, "reports": reports})
+        return print_json(detail)
     table = Table(show_header=False, title=revision.ref)
     for key, value in dataclasses.asdict(revision).items():
         table.add_row(key, escape(json.dumps(value) if isinstance(value, dict) else str(value)))
@@ -74,13 +66,9 @@ def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
 @registry_app.command("lineage")
 def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
     """The chain of parents of REF, with their datasets, methods and reports."""
-    from mint.registry import store
+    from mint.registry import queries
 
-    conn = store.open_store(ws(), create=False)
-    try:
-        steps = store.lineage(conn, ref)
-    finally:
-        conn.close()
+    steps = queries.lineage(ws(), ref)
     if json_out:
         return print_json({"lineage": steps})
     table = Table(title=f"lineage of {ref}")
@@ -96,13 +84,9 @@ def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
 @registry_app.command("history")
 def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
     """Every alias move of SPECIALIST, oldest first."""
-    from mint.registry import store
+    from mint.registry import queries
 
-    conn = store.open_store(ws())
-    try:
-        events = store.history(conn, specialist)
-    finally:
-        conn.close()
+    events = queries.history(ws(), specialist)
     if json_out:
         return print_json({"events": events})
     table = Table(title=f"history of {specialist}")
@@ -116,30 +100,44 @@ def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
 
 
 @registry_app.command("import")
-def registry_import(directory: Path, specialist: str = typer.Option(..., "--specialist", "-s"),
-                    base: Optional[str] = typer.Option(None, "--base", "-b", help="Default: mint.yaml's base."),
-                    config: Optional[Path] = typer.Option(None, "--config"), json_out: bool = JSON_OPT) -> None:
-    """Register an external PEFT adapter (safetensors) after checking it fits the base."""
-    from mint.project import load_project
+def registry_import(directory: Path,
+                    specialist: str = typer.Option(..., "--specialist", "-s", help="One of mint.yaml's specialists."),
+                    base: Optional[str] = typer.Option(None, "--base", "-b",
+                                                       help="Default: the base the adapter's adapter_config.json "
+                                                            "names, else mint.yaml's base."),
+                    new: bool = typer.Option(False, "--new", help="Start a specialist that mint.yaml does not list."),
+                    config: Optional[Path] = typer.Option(None, "--config", help="The project file (default "
+                                                                                  "./mint.yaml)."),
+                    json_out: bool = JSON_OPT) -> None:
+    """Register an external PEFT adapter (safetensors) after checking it fits the base.
+
+    Example: mint registry import ./my-lora --specialist coding
+    """
     from mint.registry.transfer import import_adapter
 
     quiet_transformers()
-    revision = import_adapter(ws(), directory, specialist=specialist, base=base or load_project(config).base)
+    result = import_adapter(ws(), directory, specialist=specialist, base=base, config=config, new=new)
     if json_out:
-        return print_json({"revision": revision, "ref": revision.ref})
-    out.print(f"registered [bold]{revision.ref}[/] ({revision.id}) as a candidate")
+        return print_json(result)
+    out.print(f"registered [bold]{result.ref}[/] ({result.revision.id}) as a candidate, on base "
+              f"{escape(result.base)} (from {result.base_from})")
+    for item in result.skipped:
+        err.print(f"not imported: {escape(item)}")
 
 
 @registry_app.command("export")
 def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"),
-                    force: bool = typer.Option(False, "--force"), json_out: bool = JSON_OPT) -> None:
+                    force: bool = typer.Option(False, "--force", help="Replace OUT if it is a previous export "
+                                                                      "(never any other folder)."),
+                    json_out: bool = JSON_OPT) -> None:
     """Write REF as a plain PEFT directory (loads with PeftModel.from_pretrained and vLLM --lora-modules)."""
     from mint.registry.transfer import export_revision
 
     result = export_revision(ws(), ref, out_path, force=force)
     if json_out:
         return print_json(result)
-    out.print(f"exported {result.revision} → {result.out} (base_model_name_or_path: {result.base_model_name_or_path})")
+    out.print(f"{'replaced the export' if result.replaced else 'exported'} {result.revision} → {escape(result.out)} "
+              f"(base_model_name_or_path: {escape(result.base_model_name_or_path)})")
 
 
 @registry_app.command("verify")
@@ -152,7 +150,8 @@ def registry_verify(ref: Optional[str] = typer.Argument(None), json_out: bool = 
         print_json({"checked": result.checked, "ok": result.ok, "problems": result.problems})
     else:
         for p in result.problems:
-            err.print(f"[red]{p['revision']}[/]: {escape(p['problem'])}")
+            where = p["revision"] if "revision" in p else "event log"
+            err.print(f"[red]{where}[/]: {escape(p['problem'])}")
         out.print(f"checked {result.checked} revision(s): " + ("[green]all intact[/]" if result.ok
                                                                else f"[red]{len(result.problems)} problem(s)[/]"))
     if not result.ok:
@@ -173,6 +172,8 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
         out.print(f"{verb} {r['revision']} ({r['id'][:12]}, {r['status']})")
     out.print(f"{verb} {len(result.removed)} revision(s) and {len(result.orphans)} orphan folder(s); "
               f"{result.kept} kept")
+    if result.staging_busy:
+        out.print("a train or import is writing a revision: staging folders were left alone; run gc again later")
 
 
 @app.command()
@@ -195,13 +196,21 @@ def reject(ref: str, why: str = typer.Option(..., "--why"), json_out: bool = JSO
 
 
 @app.command()
-def rollback(specialist: str, to: Optional[str] = typer.Option(None, "--to", help="A revision (default: the "
-                                                                                   "previous champion)."),
-             why: Optional[str] = typer.Option(None, "--why"), json_out: bool = JSON_OPT) -> None:
-    """Re-point SPECIALIST:champion to the previous champion, or to --to REF."""
+def rollback(specialist: str,
+             why: Optional[str] = typer.Option(None, "--why", help="Why (required; the event log keeps it)."),
+             expect: Optional[str] = typer.Option(None, "--expect", metavar="REF",
+                                                  help="The champion you are rolling away from, as you saw it; "
+                                                       "refused if it has moved since."),
+             to: Optional[str] = typer.Option(None, "--to", metavar="REF",
+                                              help="An earlier champion (default: the one before the current)."),
+             json_out: bool = JSON_OPT) -> None:
+    """Re-point SPECIALIST:champion to the champion before it in the event history (or --to an earlier one).
+
+    Example: mint rollback coding --expect coding:v7 --why "v7 breaks JSON output"
+    """
     from mint.registry.promotion import rollback as run_rollback
 
-    _render_move(run_rollback(ws(), specialist, to=to, why=why), json_out)
+    _render_move(run_rollback(ws(), specialist, why=why, expect=expect, to=to), json_out)
 
 
 def _render_move(move, json_out: bool) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +18,7 @@ from mint.errors import BadInput, Refused
 from mint.faults import checkpoint
 from mint.registry import store
 from mint.registry.refs import check_name
-from mint.workspace import Workspace, publish_dir, staging_dir
+from mint.workspace import Workspace, file_lock, publish_dir, staging_dir
 
 MINT_JSON = "mint.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -66,19 +67,54 @@ def check_adapter_dir(directory: Path) -> dict:
     return config
 
 
+def adapter_files(source: Path) -> tuple[list[Path], list[str]]:
+    """The top-level files of an adapter directory that a revision copies, and what it leaves out (with why).
+
+    A symlink is followed only when it stays inside ``source``; one that leaves it is refused, so an
+    "adapter" cannot smuggle in ~/.ssh/id_rsa or /dev/zero.
+    """
+    if not source.is_dir():
+        raise BadInput("no such adapter directory", file=str(source))
+    root = source.resolve()
+    files, skipped = [], []
+    for item in sorted(source.iterdir()):
+        if item.is_symlink():
+            target = item.resolve()
+            if not target.is_relative_to(root):
+                raise BadInput(f"is a symlink to {target}, outside the adapter directory; copy the file in instead",
+                               file=str(item))
+        if item.name == MINT_JSON:
+            skipped.append(f"{item.name} (mint's own metadata: written anew)")
+        elif item.is_dir():
+            skipped.append(f"{item.name}/ (a subdirectory: only the adapter's top-level files are kept)")
+        elif not item.is_file():
+            skipped.append(f"{item.name} (not a regular file)")
+        elif not os.access(item, os.R_OK):
+            raise BadInput("cannot be read (permission denied)", file=str(item))
+        else:
+            files.append(item)
+    return files, skipped
+
+
+def staging_lock(ws: Workspace) -> Path:
+    """Held shared by every register (train, import) from staging to commit, exclusively by gc's sweep of
+    ``.tmp-`` folders, so gc never deletes the files of a revision being written."""
+    return ws.adapters / ".staging.lock"
+
+
 def register(ws: Workspace, source: Path, *, specialist: str, parent: str | None = None, base: str | None = None,
              base_fingerprint: str | None = None, dataset: str | None = None, method: str | None = None,
              recipe: str | None = None, config_hash: str | None = None, metrics: dict | None = None
              ) -> store.Revision:
     """Copy the adapter at ``source`` into the registry as the next candidate revision of ``specialist``."""
     check_name(specialist)
+    files, _skipped = adapter_files(source)
     check_adapter_dir(source)
     conn = store.open_store(ws)
     try:
-        with staging_dir(ws.adapters, "revision") as tmp:
-            for item in sorted(source.iterdir()):
-                if item.is_file() and item.name != MINT_JSON:
-                    shutil.copy2(item, tmp / item.name)
+        with file_lock(staging_lock(ws), shared=True), staging_dir(ws.adapters, "revision") as tmp:
+            for item in files:
+                shutil.copy2(item, tmp / item.name)
             hashes = hash_files(tmp)
             checkpoint("register.staged")
             with store.write(conn):   # holds the write lock from version allocation to commit

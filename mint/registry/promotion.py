@@ -195,34 +195,106 @@ def reject(ws: Workspace, ref: str, *, why: str) -> AliasMove:
                 raise Refused(f"{revision.ref} is already rejected")
             conn.execute("UPDATE revisions SET status = 'rejected' WHERE id = ?", (revision.id,))
             store.record_event(conn, action="reject", specialist=revision.specialist, new=revision.id, reason=why)
+            _point_previous_at_rollback_target(conn, revision.specialist)   # never at a rejected revision
         return AliasMove("reject", revision.specialist, None, revision.id, revision.ref, None, why)
     finally:
         conn.close()
 
 
-def rollback(ws: Workspace, specialist: str, *, to: str | None = None, why: str | None = None) -> AliasMove:
-    """Re-point the champion to the previous champion (from the log) or to ``to``."""
+def champion_stack(conn, specialist: str) -> list[str]:
+    """The champions a rollback can return to, oldest first, the current one last.
+
+    Read from the event log: a promotion pushes its revision; a rollback pops every
+    champion above its target, so a revision rolled away from is never returned to.
+    """
+    stack: list[str] = []
+    for event in store.history(conn, specialist):
+        if event.alias != "champion" or event.new is None:
+            continue
+        if event.action == "rollback":
+            if event.new in stack:
+                del stack[len(stack) - stack[::-1].index(event.new):]
+                continue
+            if stack and stack[-1] == event.old:   # a v0 log's `--to` anywhere: the old one was rolled away from
+                stack.pop()
+        stack.append(event.new)
+    return stack
+
+
+def _rollback_targets(conn, specialist: str, current: str | None) -> list[str]:
+    """Earlier champions below the current one, nearest first, without rejected ones."""
+    stack = champion_stack(conn, specialist)
+    if stack and stack[-1] == current:
+        stack = stack[:-1]
+    targets = []
+    for revision_id in reversed(stack):
+        revision = store.get_revision(conn, revision_id)
+        if revision is not None and revision.status != "rejected" and revision_id != current \
+                and revision_id not in targets:
+            targets.append(revision_id)
+    return targets
+
+
+def _point_previous_at_rollback_target(conn, specialist: str) -> None:
+    """``SPECIALIST:previous`` names what ``mint rollback SPECIALIST`` would return to, or nothing."""
+    targets = _rollback_targets(conn, specialist, store.alias_target(conn, specialist, "champion"))
+    if targets:
+        conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'previous', ?)",
+                     (specialist, targets[0]))
+    else:
+        conn.execute("DELETE FROM aliases WHERE specialist = ? AND name = 'previous'", (specialist,))
+
+
+def rollback(ws: Workspace, specialist: str, *, why: str | None, expect: str | None = None,
+             to: str | None = None) -> AliasMove:
+    """Re-point the champion to the one before it in the event history (or to ``to``, an earlier champion).
+
+    Compare-and-set: ``expect`` names the champion the operator saw; if the champion is another revision by the
+    time the transaction runs, the rollback is refused. Without ``expect`` the champion read in the transaction is
+    the one rolled away from.
+    """
     check_name(specialist)
+    if not (why and why.strip()):
+        raise BadInput("say why with --why TEXT; the event log keeps it", field="--why")
     conn = store.open_store(ws, create=False)
     try:
         with store.write(conn):
             current = store.alias_target(conn, specialist, "champion")
+            if expect is not None:
+                expected = store.resolve(conn, expect)
+                if expected.specialist != specialist:
+                    raise BadInput(f"{expected.ref} is a revision of {expected.specialist}, not {specialist}",
+                                   field="--expect")
+                if expected.id != current:
+                    raise StaleBaseline(f"the champion of {specialist} is {_describe(conn, current)}, not "
+                                        f"{expected.ref}: it moved since you looked; check `mint registry history "
+                                        f"{specialist}` and run the rollback again")
+            if current is None:
+                raise Refused(f"{specialist} has no champion to roll back from")
+            targets = _rollback_targets(conn, specialist, current)
             if to is not None:
                 target = store.resolve(conn, to)
                 if target.specialist != specialist:
                     raise BadInput(f"{target.ref} is a revision of {target.specialist}, not {specialist}", field="--to")
+                if target.id == current:
+                    raise Refused(f"{target.ref} is already the champion of {specialist}")
+                if target.id not in targets:
+                    earlier = ", ".join(_describe(conn, t) for t in targets) or "none"
+                    raise Refused(f"{target.ref} is not an earlier champion of {specialist} that a rollback can "
+                                  f"return to (those are: {earlier}); promote it with a passing report "
+                                  f"(`mint promote {target.ref}`) or with --force --why TEXT")
+            elif targets:
+                target = store.get_revision(conn, targets[0])
             else:
-                previous = store.alias_target(conn, specialist, "previous")
-                if previous is None:
-                    raise Refused(f"{specialist} has no previous champion to roll back to")
-                target = store.get_revision(conn, previous)
-            if target.id == current:
-                raise Refused(f"{target.ref} is already the champion of {specialist}")
-            if target.status == "rejected":
-                raise Refused(f"{target.ref} was rejected; pick another revision with --to")
-            _move_champion(conn, specialist, current, target)
+                raise Refused(f"{specialist} has no previous champion to roll back to (every earlier one was "
+                              "rolled away from or rejected); promote a revision instead")
+            conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'champion', ?)",
+                         (specialist, target.id))
+            conn.execute("UPDATE revisions SET status = 'retired' WHERE id = ?", (current,))
+            conn.execute("UPDATE revisions SET status = 'champion' WHERE id = ?", (target.id,))
             store.record_event(conn, action="rollback", specialist=specialist, alias="champion", old=current,
                                new=target.id, reason=why)
+            _point_previous_at_rollback_target(conn, specialist)
         return AliasMove("rollback", specialist, current, target.id, target.ref, None, why)
     finally:
         conn.close()

@@ -2,13 +2,22 @@
 
 Every write runs in a ``BEGIN IMMEDIATE`` transaction, so concurrent writers
 queue on the database lock (busy timeout) instead of interleaving; readers
-never block thanks to WAL. The event log is append-only: triggers refuse
-UPDATE and DELETE.
+never block thanks to WAL. ``synchronous=FULL``: a committed promotion survives
+a power loss, not only a crash.
+
+The event log is append-only: triggers refuse UPDATE, DELETE and an INSERT
+that would replace a row, and each event carries ``hash`` = sha256(previous
+event's hash + this event's fields), so ``mint registry verify`` detects a row
+rewritten by anything that bypasses the triggers.
+
+The schema is versioned with ``PRAGMA user_version``; ``open_store`` migrates
+an older database in one transaction (``_MIGRATIONS``).
 """
 from __future__ import annotations
 
 import contextlib
 import getpass
+import hashlib
 import json
 import os
 import socket
@@ -45,6 +54,9 @@ CREATE TABLE IF NOT EXISTS revisions (
 );
 CREATE INDEX IF NOT EXISTS revisions_by_status ON revisions (status, seq);
 CREATE INDEX IF NOT EXISTS revisions_by_specialist_status ON revisions (specialist, status, seq);
+-- narrow indexes a page's OFFSET walks instead of the full rows (see list_revisions)
+CREATE INDEX IF NOT EXISTS revisions_by_seq ON revisions (seq);
+CREATE INDEX IF NOT EXISTS revisions_by_specialist ON revisions (specialist, seq);
 CREATE TABLE IF NOT EXISTS aliases (
     specialist TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -81,11 +93,24 @@ CREATE TABLE IF NOT EXISTS events (
     reason TEXT
 );
 CREATE INDEX IF NOT EXISTS events_by_specialist ON events (specialist, seq);
+"""
+
+# Version 1: events are hash-chained, and INSERT OR REPLACE (which deletes without firing the
+# delete trigger unless recursive_triggers is on) is refused by a trigger that fires first.
+_EVENT_TRIGGERS = """
 CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
     BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
     BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_replace BEFORE INSERT ON events
+    WHEN NEW.seq IS NOT NULL AND EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 """
+EVENT_TRIGGERS = ("events_no_update", "events_no_delete", "events_no_replace")
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+_EVENT_FIELDS = ("seq", "at", "user", "host", "pid", "action", "specialist", "alias", "old", "new", "report",
+                 "contract_name", "contract_version", "contract_sha256", "reason")
 
 _COLUMNS = ("id", "specialist", "version", "parent", "status", "base", "base_fingerprint", "dataset", "method",
             "recipe", "config_hash", "files_sha256", "metrics", "created_at")
@@ -134,6 +159,13 @@ class Event:
     contract_version: int | None
     contract_sha256: str | None
     reason: str | None
+    hash: str | None = None
+
+
+def event_hash(previous_hash: str, fields: dict) -> str:
+    """sha256 over the previous event's hash and this event's fields (canonical JSON)."""
+    body = json.dumps({k: fields[k] for k in _EVENT_FIELDS}, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(f"{previous_hash}\n{body}".encode()).hexdigest()
 
 
 def now() -> str:
@@ -144,22 +176,77 @@ def db_path(ws: Workspace):
     return ws.home / "registry.sqlite"
 
 
+class NoWorkspace(BadInput):
+    """A command that only reads the registry ran where there is none."""
+
+
 def open_store(ws: Workspace, *, create: bool = True) -> sqlite3.Connection:
-    """A connection in autocommit mode; writers use ``write(conn)`` for a BEGIN IMMEDIATE transaction."""
+    """A connection in autocommit mode; writers use ``write(conn)`` for a BEGIN IMMEDIATE transaction.
+
+    ``create=False`` (every command that only reads) creates nothing: no folder, no database.
+    """
     path = db_path(ws)
-    if not create and not path.exists():
-        raise BadInput(f"no registry in {ws.home}: register a revision first (mint train or mint registry import)")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not create and not path.is_file():
+        if ws.home.is_dir():
+            raise NoWorkspace(f"no registry in {ws.home} yet: register a revision first (mint train or mint "
+                              "registry import), or point at another workspace with --home DIR", field="--home")
+        raise NoWorkspace(f"no mint workspace here: {ws.home} does not exist. Run the command in your project "
+                          "folder, or point at the workspace with --home DIR (or MINT_HOME); `mint train` or "
+                          "`mint registry import` creates one", field="--home")
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='events_no_delete'").fetchone():
-        conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")   # WAL + NORMAL may lose the last commits on power loss
+        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            _migrate(conn, path)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise BadInput(f"not a usable registry database: {exc}", file=str(path)) from None
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def _migrate(conn: sqlite3.Connection, path) -> None:
+    """Bring the database to SCHEMA_VERSION in one transaction (a fresh file counts as version 0)."""
+    with write(conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]   # re-read: another process may have won
+        if version > SCHEMA_VERSION:
+            raise BadInput(f"this registry has schema version {version}, newer than this mint understands "
+                           f"({SCHEMA_VERSION}); upgrade mint", file=str(path))
+        if version == 0:
+            _execute_script(conn, _SCHEMA)   # no-op on a database made by mint before schema versions
+            _chain_existing_events(conn)
+            _execute_script(conn, _EVENT_TRIGGERS)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _execute_script(conn: sqlite3.Connection, script: str) -> None:
+    """Run statements one by one: ``executescript`` would COMMIT the open transaction first."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            conn.execute(statement)
+            statement = ""
+
+
+def _chain_existing_events(conn: sqlite3.Connection) -> None:
+    """Add the ``hash`` column and hash the events already there (the chain starts at the migration)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
+    if "hash" not in columns:
+        conn.execute("ALTER TABLE events ADD COLUMN hash TEXT")
+    conn.execute("DROP TRIGGER IF EXISTS events_no_update")   # re-created by _EVENT_TRIGGERS in this transaction
+    previous = GENESIS_HASH
+    for row in conn.execute("SELECT * FROM events ORDER BY seq").fetchall():
+        previous = event_hash(previous, dict(row))
+        conn.execute("UPDATE events SET hash = ? WHERE seq = ?", (previous, row["seq"]))
 
 
 @contextlib.contextmanager
@@ -258,31 +345,81 @@ def list_revisions(conn: sqlite3.Connection, *, specialist: str | None = None, s
         args.append(status)
     clause = ("WHERE " + " AND ".join(where)) if where else ""
     total = conn.execute(f"SELECT COUNT(*) FROM revisions {clause}", args).fetchone()[0]
-    columns = ", ".join(_COLUMNS)
-    if offset > total // 2:
-        back_offset = max(0, total - offset - limit)
-        back_limit = min(limit, total - offset)
-        rows = conn.execute(f"SELECT {columns} FROM revisions {clause} ORDER BY seq ASC LIMIT ? OFFSET ?",
-                            (*args, max(0, back_limit), back_offset)).fetchall()[::-1]
+    # OFFSET steps over rows one by one: step over a narrow index of seq to the page's first seq, then read
+    # only the page's rows. A page past the middle is counted from the other end.
+    index = {(False, False): "revisions_by_seq", (True, False): "revisions_by_specialist",
+             (False, True): "revisions_by_status", (True, True): "revisions_by_specialist_status"}[
+        (specialist is not None, status is not None)]
+    backwards = offset > total // 2
+    if backwards:
+        skip, take = max(0, total - offset - limit), max(0, min(limit, total - offset))
     else:
-        rows = conn.execute(f"SELECT {columns} FROM revisions {clause} ORDER BY seq DESC LIMIT ? OFFSET ?",
-                            (*args, limit, offset)).fetchall()
+        skip, take = offset, limit
+    order, compare = ("ASC", ">=") if backwards else ("DESC", "<=")
+    boundary = conn.execute(f"SELECT seq FROM revisions INDEXED BY {index} {clause} ORDER BY seq {order} "
+                            "LIMIT 1 OFFSET ?", (*args, skip)).fetchone() if take else None
+    rows = []
+    if boundary is not None:
+        page_clause = " AND ".join([*where, f"seq {compare} ?"])
+        rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM revisions WHERE {page_clause} ORDER BY seq {order} "
+                            "LIMIT ?", (*args, boundary[0], take)).fetchall()
+    if backwards:
+        rows = rows[::-1]
     return Page([_revision(r) for r in rows], total, limit, offset)
 
 
 def record_event(conn: sqlite3.Connection, *, action: str, specialist: str, alias: str | None = None,
                  old: str | None = None, new: str | None = None, report: str | None = None,
                  contract: dict | None = None, reason: str | None = None) -> None:
+    """Append one event, chained to the last one; call inside ``write(conn)``."""
     contract = contract or {}
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no passwd entry in some containers
         user = str(os.getuid())
-    conn.execute(
-        "INSERT INTO events (at, user, host, pid, action, specialist, alias, old, new, report, contract_name, "
-        "contract_version, contract_sha256, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (now(), user, socket.gethostname(), os.getpid(), action, specialist, alias, old, new, report,
-         contract.get("name"), contract.get("version"), contract.get("sha256"), reason))
+    last = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    fields = {"seq": (last["seq"] if last else 0) + 1, "at": now(), "user": user, "host": socket.gethostname(),
+              "pid": os.getpid(), "action": action, "specialist": specialist, "alias": alias, "old": old,
+              "new": new, "report": report, "contract_name": contract.get("name"),
+              "contract_version": contract.get("version"), "contract_sha256": contract.get("sha256"),
+              "reason": reason}
+    fields["hash"] = event_hash(last["hash"] if last else GENESIS_HASH, fields)
+    conn.execute(f"INSERT INTO events ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
+                 tuple(fields.values()))
+
+
+def verify_events(conn: sqlite3.Connection) -> list[dict]:
+    """Every break in the event log: a rewritten, removed or unchained event, or a missing guard trigger."""
+    problems = []
+    triggers = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    for name in EVENT_TRIGGERS:
+        if name not in triggers:
+            problems.append({"event": None, "problem": f"trigger {name} is missing: the event log is no longer "
+                                                         "guarded against rewrites"})
+    previous, expected_seq = GENESIS_HASH, 1
+    for row in conn.execute("SELECT * FROM events ORDER BY seq"):
+        fields = dict(row)
+        if fields["seq"] != expected_seq:
+            problems.append({"event": fields["seq"], "problem": f"event #{expected_seq}"
+                             f"{'..' + str(fields['seq'] - 1) if fields['seq'] - 1 > expected_seq else ''} "
+                             "is missing: removed from the log"})
+        if fields.get("hash") is None:
+            problems.append({"event": fields["seq"], "problem": f"event #{fields['seq']} ({fields['action']} "
+                             f"{fields['specialist']}) has no hash: written by a mint older than schema v1, or "
+                             "its hash was removed"})
+        elif fields["hash"] != event_hash(previous, fields):
+            problems.append({"event": fields["seq"], "problem": f"event #{fields['seq']} ({fields['action']} "
+                             f"{fields['specialist']}) was rewritten: its hash does not match its fields and "
+                             "the event before it"})
+        previous, expected_seq = fields.get("hash") or "", fields["seq"] + 1
+    try:
+        highest = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    except sqlite3.DatabaseError:   # the table was dropped: the chain above is all there is to check
+        highest = None
+    if highest and highest[0] >= expected_seq:
+        problems.append({"event": highest[0], "problem": f"events #{expected_seq}..{highest[0]} are missing: "
+                                                         "removed from the end of the log"})
+    return problems
 
 
 def history(conn: sqlite3.Connection, specialist: str) -> list[Event]:

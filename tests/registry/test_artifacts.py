@@ -92,7 +92,7 @@ def test_import_then_export_loads_with_plain_peft(ws, adapter_dir, tmp_path, cap
     assert imported["ref"] == "agent:v1" and imported["revision"]["base_fingerprint"].startswith("sha256:")
     result = export_revision(ws, "agent:v1", tmp_path / "exported")
     assert result.base_model_name_or_path == "tiny-random"
-    assert sorted(os.listdir(tmp_path / "exported")) == ["README.md", "adapter_config.json",
+    assert sorted(os.listdir(tmp_path / "exported")) == [".mint-export.json", "README.md", "adapter_config.json",
                                                          "adapter_model.safetensors"]
 
     # a process that never imports mint: the tiny base saved as a plain HF directory, then PEFT
@@ -133,3 +133,44 @@ def test_gc_keeps_champions_the_newest_and_parents_of_kept_revisions(ws, candida
     assert not (ws.adapters / v3.id).exists() and not (ws.adapters / "deadbeef").exists()
     assert all((ws.adapters / r.id).exists() for r in (v1, v2, v4, v5))
     assert verify(ws).ok
+
+
+def test_gc_during_a_register_leaves_its_staging_folder_alone(ws, candidate, adapter_dir, monkeypatch):
+    """A gc that runs while train or import is copying files must not delete the revision being written."""
+    import threading
+
+    from mint.registry import artifacts
+
+    candidate()   # the registry exists
+    (ws.adapters / ".tmp-revision-stale").mkdir()   # what a killed register left: swept once nothing runs
+    staged, go, outcome = threading.Event(), threading.Event(), {}
+
+    def pause_after_staging(point):
+        if point == "register.staged":
+            staged.set()
+            go.wait()
+
+    monkeypatch.setattr(artifacts, "checkpoint", pause_after_staging)
+
+    def register_in_flight():
+        try:
+            outcome["revision"] = artifacts.register(ws, adapter_dir, specialist="coding", base="tiny-random")
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    writer = threading.Thread(target=register_in_flight)
+    writer.start()
+    try:
+        assert staged.wait(timeout=60)
+        in_flight = [p for p in ws.adapters.iterdir()
+                     if p.name.startswith(".tmp-revision-") and p.name != ".tmp-revision-stale"]
+        result = gc(ws, keep=0)
+        assert in_flight and all(p.is_dir() for p in in_flight)
+    finally:
+        go.set()
+        writer.join(timeout=60)
+    assert "error" not in outcome, outcome.get("error")
+    assert verify(ws, outcome["revision"].ref).ok
+    assert result.staging_busy and (ws.adapters / ".tmp-revision-stale").exists()
+    assert not gc(ws, keep=0).staging_busy   # nothing running now: the stale folder goes
+    assert not (ws.adapters / ".tmp-revision-stale").exists()

@@ -99,25 +99,87 @@ def test_registered_report_is_found_without_the_flag(ws, candidate, report_for):
     assert promote(ws, v2.ref).new == v2.id
 
 
-def test_rollback_to_previous_and_to_a_ref(ws, candidate, report_for):
+def test_rollback_to_previous_and_to_an_earlier_champion(ws, candidate, report_for):
     v1, v2, v3 = candidate(), candidate(), candidate()
     promote(ws, v1.ref, report_path=report_for(v1))
     promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
-    move = rollback(ws, "coding", why="v2 breaks JSON output")
-    assert (move.old, move.new) == (v2.id, v1.id)
+    promote(ws, v3.ref, report_path=report_for(v3, baseline=v2.id))
+    move = rollback(ws, "coding", why="v3 breaks JSON output")
+    assert (move.old, move.new) == (v3.id, v2.id)
     conn = store.open_store(ws)
+    assert store.resolve(conn, "coding:champion").id == v2.id
+    assert store.resolve(conn, "coding:v3").status == "retired"
+    assert store.resolve(conn, "coding:previous").id == v1.id
+    promote(ws, v3.ref, force=True, why="fixed serving, v3 was fine")
+    rollback(ws, "coding", to=v1.ref, why="both v2 and v3 are suspect")
     assert store.resolve(conn, "coding:champion").id == v1.id
-    assert store.resolve(conn, "coding:v2").status == "retired"
-    rollback(ws, "coding", to=v3.ref)
-    assert store.resolve(conn, "coding:champion").id == v3.id
-    assert [e.action for e in store.history(conn, "coding")] == ["promote", "promote", "rollback", "rollback"]
+    assert [e.action for e in store.history(conn, "coding")] == ["promote"] * 3 + ["rollback", "force-promote",
+                                                                                  "rollback"]
 
 
 def test_rollback_without_history_is_refused(ws, candidate, report_for):
     v1 = candidate()
     promote(ws, v1.ref, report_path=report_for(v1))
     with pytest.raises(Refused, match="no previous champion"):
-        rollback(ws, "coding")
+        rollback(ws, "coding", why="bad")
+
+
+def test_a_second_rollback_goes_further_back_instead_of_re_promoting_the_bad_one(ws, candidate, report_for):
+    v1, v2, v3 = candidate(), candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    promote(ws, v3.ref, report_path=report_for(v3, baseline=v2.id))
+    assert rollback(ws, "coding", why="v3 is bad").new == v2.id
+    assert rollback(ws, "coding", why="v2 is bad too").new == v1.id
+    with pytest.raises(Refused, match="no previous champion"):
+        rollback(ws, "coding", why="and v1?")
+    assert store.resolve(store.open_store(ws), "coding:champion").id == v1.id
+
+
+def test_rollback_skips_a_champion_rejected_since(ws, candidate, report_for):
+    v1, v2, v3 = candidate(), candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    promote(ws, v3.ref, report_path=report_for(v3, baseline=v2.id))
+    reject(ws, v2.ref, why="leaks secrets")
+    assert store.resolve(store.open_store(ws), "coding:previous").id == v1.id
+    assert rollback(ws, "coding", why="v3 is bad").new == v1.id
+
+
+def test_rollback_refuses_a_stale_view_of_the_champion(ws, candidate, report_for, capsys):
+    v1, v2, v3 = candidate(), candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    promote(ws, v3.ref, report_path=report_for(v3, baseline=v2.id))
+    # two operators both saw v3 misbehave; the first rollback lands, the second must not go on to v1
+    assert rollback(ws, "coding", expect=v3.ref, why="v3 is bad").new == v2.id
+    with pytest.raises(StaleBaseline, match=r"champion of coding is coding:v2 .*not coding:v3"):
+        rollback(ws, "coding", expect=v3.ref, why="v3 is bad")
+    assert main(["rollback", "coding", "--expect", v3.ref, "--why", "v3 is bad"]) == 1
+    assert store.resolve(store.open_store(ws), "coding:champion").id == v2.id
+    assert len(store.history(store.open_store(ws), "coding")) == 4
+
+
+def test_rollback_needs_a_reason(ws, candidate, report_for):
+    v1, v2 = candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    with pytest.raises(BadInput, match="--why"):
+        rollback(ws, "coding", why=None)
+    assert main(["rollback", "coding"]) == 2
+    assert main(["rollback", "coding", "--why", "  "]) == 2
+    assert store.resolve(store.open_store(ws), "coding:champion").id == v2.id
+
+
+def test_rollback_to_a_revision_that_never_was_champion_is_refused(ws, candidate, report_for):
+    v1, v2, v3 = candidate(), candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    with pytest.raises(Refused, match="coding:v3 is not an earlier champion .*`mint promote coding:v3`"):
+        rollback(ws, "coding", to=v3.ref, why="try v3")
+    rollback(ws, "coding", why="v2 is bad")
+    with pytest.raises(Refused, match="coding:v2 is not an earlier champion"):   # rolled away from: promote it
+        rollback(ws, "coding", to=v2.ref, why="back to v2")
 
 
 def test_reject(ws, candidate, report_for):

@@ -73,3 +73,102 @@ def test_event_log_is_append_only(ws, candidate, report_for):
         conn.execute("DELETE FROM events")
     with pytest.raises(Exception, match="append-only"):
         conn.execute("UPDATE events SET reason = 'x'")
+
+
+def _v0_registry(ws):
+    """A registry written by mint before schema versions (tests/registry/data/registry_v0.sql): coding:v1 was
+    promoted, v2 promoted then rolled back, v3 rejected; `previous` still points at the rolled-away v2."""
+    from pathlib import Path
+    import sqlite3
+
+    ws.home.mkdir(parents=True)
+    raw = sqlite3.connect(store.db_path(ws))
+    raw.executescript((Path(__file__).parent / "data" / "registry_v0.sql").read_text())
+    raw.close()
+
+
+def test_a_v0_registry_is_migrated_in_place(ws):
+    from mint.registry.maintenance import verify
+    from mint.registry.promotion import rollback
+
+    _v0_registry(ws)
+    conn = store.open_store(ws, create=False)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == store.SCHEMA_VERSION
+    events = store.history(conn, "coding")
+    assert [e.action for e in events] == ["promote", "promote", "rollback", "reject"]
+    assert all(e.hash for e in events)
+    assert not [p for p in verify(ws).problems if "event" in p]   # the chain starts at the migration
+    with pytest.raises(Exception, match="append-only"):
+        conn.execute("INSERT OR REPLACE INTO events (seq, at, user, host, pid, action, specialist) "
+                     "VALUES (1, 'x', 'x', 'x', 1, 'x', 'coding')")
+    # the old log says v2 was rolled away from: a rollback must not bring it back
+    with pytest.raises(Exception, match="no previous champion"):
+        rollback(ws, "coding", why="again")
+    assert store.resolve(conn, "coding:champion").version == 1
+
+
+def test_a_registry_from_a_newer_mint_is_refused(ws, candidate):
+    import sqlite3
+
+    candidate()
+    raw = sqlite3.connect(store.db_path(ws))
+    raw.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
+    raw.close()
+    with pytest.raises(BadInput, match="newer than this mint understands"):
+        store.open_store(ws)
+
+
+def test_a_file_that_is_not_a_database_is_bad_input(ws):
+    ws.home.mkdir(parents=True)
+    store.db_path(ws).write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(BadInput, match="registry.sqlite: not a usable registry database"):
+        store.open_store(ws, create=False)
+
+
+def test_commits_are_fully_synced(ws, candidate):
+    candidate()
+    assert store.open_store(ws).execute("PRAGMA synchronous").fetchone()[0] == 2   # FULL
+
+
+@pytest.mark.parametrize("command", [["registry", "ls"], ["registry", "history", "coding"],
+                                     ["registry", "show", "coding:v1"], ["registry", "lineage", "coding:v1"],
+                                     ["registry", "verify"], ["registry", "gc"], ["rollback", "coding", "--why", "x"],
+                                     ["reject", "coding:v1", "--why", "x"]])
+def test_commands_outside_a_workspace_say_so_and_create_nothing(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.delenv("MINT_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 2
+    message = capsys.readouterr().err
+    assert "no mint workspace here" in message and "--home" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_page_matches_a_plain_slice_even_with_gaps(ws, candidate):
+    candidate()
+    conn = store.open_store(ws)
+    with store.write(conn):
+        for i in range(60):
+            specialist = ("coding", "chat", "agent")[i % 3]
+            store.insert_revision(conn, store.Revision(
+                id=f"{i:032x}", specialist=specialist, version=100 + i, parent=None,
+                status=("candidate", "rejected", "retired", "candidate")[i % 4], base=None, base_fingerprint=None,
+                dataset=None, method=None, recipe=None, config_hash=None, files_sha256="0" * 64))
+        conn.execute("DELETE FROM revisions WHERE version % 7 = 0")   # what gc leaves: holes in seq
+    for specialist in (None, "coding", "chat"):
+        for status in (None, "candidate", "rejected"):
+            where = [f"{k} = '{v}'" for k, v in (("specialist", specialist), ("status", status)) if v]
+            everything = [r["id"] for r in conn.execute(
+                f"SELECT id FROM revisions {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq DESC")]
+            for limit in (1, 3, 20):
+                for offset in range(len(everything) + 2):
+                    page = store.list_revisions(conn, specialist=specialist, status=status, limit=limit,
+                                                offset=offset)
+                    assert [r.id for r in page.revisions] == everything[offset:offset + limit], \
+                        (specialist, status, limit, offset)
+
+
+def test_a_workspace_without_a_registry_yet_is_named_as_such(ws, capsys):
+    ws.datasets.mkdir(parents=True)   # e.g. after `mint ingest`, before any train or import
+    assert main(["registry", "ls"]) == 2
+    assert f"no registry in {ws.home} yet" in capsys.readouterr().err
+    assert not store.db_path(ws).exists()

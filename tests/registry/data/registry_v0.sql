@@ -1,0 +1,75 @@
+BEGIN TRANSACTION;
+CREATE TABLE aliases (
+    specialist TEXT NOT NULL,
+    name TEXT NOT NULL,
+    revision_id TEXT NOT NULL,
+    PRIMARY KEY (specialist, name)
+) WITHOUT ROWID;
+INSERT INTO "aliases" VALUES('coding','champion','00000000000000000000000000000001');
+INSERT INTO "aliases" VALUES('coding','previous','00000000000000000000000000000002');
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    user TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    specialist TEXT NOT NULL,
+    alias TEXT,
+    old TEXT,
+    new TEXT,
+    report TEXT,
+    contract_name TEXT,
+    contract_version INTEGER,
+    contract_sha256 TEXT,
+    reason TEXT
+);
+INSERT INTO "events" VALUES(1,'2026-11-30T04:56:05Z','root','vm',10084,'promote','coding','champion',NULL,'00000000000000000000000000000001','/tmp/reg0/r-37a52ccf9c07401fbfac243077300a0a.json','coding',1,'0000000000000000000000000000000000000000000000000000000000000000',NULL);
+INSERT INTO "events" VALUES(2,'2026-11-30T04:56:05Z','root','vm',10084,'promote','coding','champion','00000000000000000000000000000001','00000000000000000000000000000002','/tmp/reg0/r-012402a1c4594888b192fabf6565807f.json','coding',1,'0000000000000000000000000000000000000000000000000000000000000000',NULL);
+INSERT INTO "events" VALUES(3,'2026-11-30T04:56:05Z','root','vm',10084,'rollback','coding','champion','00000000000000000000000000000002','00000000000000000000000000000001',NULL,NULL,NULL,NULL,'v2 breaks JSON');
+INSERT INTO "events" VALUES(4,'2026-11-30T04:56:05Z','root','vm',10084,'reject','coding',NULL,NULL,'00000000000000000000000000000003',NULL,NULL,NULL,NULL,'worse');
+CREATE TABLE reports (
+    id TEXT PRIMARY KEY,
+    revision_id TEXT NOT NULL,
+    contract_name TEXT NOT NULL,
+    contract_version INTEGER NOT NULL,
+    contract_sha256 TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    baseline_revision_id TEXT,
+    path TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+INSERT INTO "reports" VALUES('08425ccf85089d903eaa577018a4f9f2','00000000000000000000000000000001','coding',1,'0000000000000000000000000000000000000000000000000000000000000000','pass',NULL,'/tmp/reg0/r-37a52ccf9c07401fbfac243077300a0a.json','2026-11-29T10:00:00Z');
+INSERT INTO "reports" VALUES('c1d6a73f17fbdb70463a6231d5dc9961','00000000000000000000000000000002','coding',1,'0000000000000000000000000000000000000000000000000000000000000000','pass','00000000000000000000000000000001','/tmp/reg0/r-012402a1c4594888b192fabf6565807f.json','2026-11-29T10:00:00Z');
+CREATE TABLE revisions (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    specialist TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    parent TEXT,
+    status TEXT NOT NULL,
+    base TEXT,
+    base_fingerprint TEXT,
+    dataset TEXT,
+    method TEXT,
+    recipe TEXT,
+    config_hash TEXT,
+    files_sha256 TEXT NOT NULL,
+    metrics TEXT,
+    created_at TEXT NOT NULL,
+    UNIQUE (specialist, version)
+);
+INSERT INTO "revisions" VALUES(1,'00000000000000000000000000000001','coding',1,NULL,'champion','tiny-random',NULL,NULL,'sft',NULL,NULL,'0000000000000000000000000000000000000000000000000000000000000000','{}','2026-11-29T10:00:00Z');
+INSERT INTO "revisions" VALUES(2,'00000000000000000000000000000002','coding',2,NULL,'retired','tiny-random',NULL,NULL,'sft',NULL,NULL,'0000000000000000000000000000000000000000000000000000000000000000','{}','2026-11-29T10:00:00Z');
+INSERT INTO "revisions" VALUES(3,'00000000000000000000000000000003','coding',3,NULL,'rejected','tiny-random',NULL,NULL,'sft',NULL,NULL,'0000000000000000000000000000000000000000000000000000000000000000','{}','2026-11-29T10:00:00Z');
+CREATE INDEX revisions_by_status ON revisions (status, seq);
+CREATE INDEX revisions_by_specialist_status ON revisions (specialist, status, seq);
+CREATE INDEX reports_by_revision ON reports (revision_id, created_at);
+CREATE INDEX events_by_specialist ON events (specialist, seq);
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+DELETE FROM "sqlite_sequence";
+INSERT INTO "sqlite_sequence" VALUES('events',4);
+COMMIT;
