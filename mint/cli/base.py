@@ -16,7 +16,10 @@ base_app = sub_app("base", "Base models: the embedded default, tiny-random, loca
 
 @base_app.command("ls")
 def base_ls(json_out: bool = JSON_OPT) -> None:
-    """List the built-in bases and whether they are ready."""
+    """List the built-in bases and whether they are ready.
+
+    Example: mint base ls
+    """
     from mint.base import list_bases
 
     rows = list_bases()
@@ -34,7 +37,10 @@ def base_ls(json_out: bool = JSON_OPT) -> None:
 
 @base_app.command("show")
 def base_show(name: str, json_out: bool = JSON_OPT) -> None:
-    """Load a base and show its architecture, size and fingerprint (converts the embedded GGUF once)."""
+    """Load a base and show its architecture, size and fingerprint (converts the embedded GGUF once).
+
+    Example: mint base show smollm2-135m
+    """
     from mint.base import describe_base
 
     quiet_transformers()

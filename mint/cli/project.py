@@ -11,7 +11,11 @@ from mint.cli.common import JSON_OPT, app, out, print_json
 @app.command()
 def init(directory: Path = typer.Option(Path("."), "--dir", help="Project folder."),
          json_out: bool = JSON_OPT) -> None:
-    """Write mint.yaml (the four specialists and their routing keywords), contracts/ and recipes/; never overwrite."""
+    """Scaffold a working project: mint.yaml (the specialists and their routing keywords), the default contracts
+    with their suites and catalog, the recipes and the example logs. Existing files are never overwritten.
+
+    Example: mint init --dir my-assistant
+    """
     from mint.project import init_project
 
     result = init_project(directory)

@@ -29,11 +29,15 @@ def _revision_row(r) -> list[str]:
 
 
 @registry_app.command("ls")
-def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "-s", help="Only this specialist's revisions."),
                 status: Optional[str] = typer.Option(None, "--status", help="candidate | champion | rejected | retired"),
-                limit: int = typer.Option(20, "--limit"), offset: int = typer.Option(0, "--offset"),
+                limit: int = typer.Option(20, "--limit", help="Revisions per page."),
+                offset: int = typer.Option(0, "--offset", help="Skip this many (newest first)."),
                 json_out: bool = JSON_OPT) -> None:
-    """List revisions, newest first."""
+    """List revisions, newest first.
+
+    Example: mint registry ls --specialist coding --status candidate
+    """
     from mint.registry import queries
 
     page = queries.list_page(ws(), specialist=specialist, status=status, limit=limit, offset=offset)
@@ -49,7 +53,10 @@ def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "
 
 @registry_app.command("show")
 def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
-    """Show one revision: lineage fields, metrics, reports."""
+    """Show one revision: lineage fields, metrics, reports.
+
+    Example: mint registry show coding:champion
+    """
     from mint.registry import queries
 
     detail = queries.show(ws(), ref)
@@ -65,7 +72,10 @@ def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
 
 @registry_app.command("lineage")
 def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
-    """The chain of parents of REF, with their datasets, methods and reports."""
+    """The chain of parents of REF, with their datasets, methods and reports.
+
+    Example: mint registry lineage genui:v3
+    """
     from mint.registry import queries
 
     steps = queries.lineage(ws(), ref)
@@ -83,7 +93,10 @@ def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
 
 @registry_app.command("history")
 def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
-    """Every alias move of SPECIALIST, oldest first."""
+    """Every alias move of SPECIALIST, oldest first.
+
+    Example: mint registry history genui
+    """
     from mint.registry import queries
 
     events = queries.history(ws(), specialist)
@@ -130,7 +143,10 @@ def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"
                     force: bool = typer.Option(False, "--force", help="Replace OUT if it is a previous export "
                                                                       "(never any other folder)."),
                     json_out: bool = JSON_OPT) -> None:
-    """Write REF as a plain PEFT directory (loads with PeftModel.from_pretrained and vLLM --lora-modules)."""
+    """Write REF as a plain PEFT directory (loads with PeftModel.from_pretrained and vLLM --lora-modules).
+
+    Example: mint registry export coding:champion out/coding
+    """
     from mint.registry.transfer import export_revision
 
     result = export_revision(ws(), ref, out_path, force=force)
@@ -142,7 +158,10 @@ def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"
 
 @registry_app.command("verify")
 def registry_verify(ref: Optional[str] = typer.Argument(None), json_out: bool = JSON_OPT) -> None:
-    """Recompute the sha256 of every file; exit 1 naming each file that differs or is missing."""
+    """Recompute the sha256 of every file and check the event chain; exit 1 naming each problem.
+
+    Example: mint registry verify
+    """
     from mint.registry.maintenance import verify
 
     result = verify(ws(), ref)
@@ -160,8 +179,12 @@ def registry_verify(ref: Optional[str] = typer.Argument(None), json_out: bool = 
 
 @registry_app.command("gc")
 def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected revisions to keep per specialist."),
-                dry_run: bool = typer.Option(False, "--dry-run"), json_out: bool = JSON_OPT) -> None:
-    """Remove old candidate and rejected revisions (never a champion, an aliased revision or a kept one's parent)."""
+                dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; remove nothing."),
+                json_out: bool = JSON_OPT) -> None:
+    """Remove old candidate and rejected revisions (never a champion, an aliased revision or a kept one's parent).
+
+    Example: mint registry gc --keep 5 --dry-run
+    """
     from mint.registry.maintenance import gc
 
     result = gc(ws(), keep=keep, dry_run=dry_run)
@@ -188,8 +211,11 @@ def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", he
 
 
 @app.command()
-def reject(ref: str, why: str = typer.Option(..., "--why"), json_out: bool = JSON_OPT) -> None:
-    """Mark REF rejected (it stays in the registry and the log)."""
+def reject(ref: str, why: str = typer.Option(..., "--why", help="The reason, kept in the event log."), json_out: bool = JSON_OPT) -> None:
+    """Mark REF rejected (it stays in the registry and the log).
+
+    Example: mint reject coding:v4 --why "answers in Java"
+    """
     from mint.registry.promotion import reject as run_reject
 
     _render_move(run_reject(ws(), ref, why=why), json_out)
