@@ -92,7 +92,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_same_weights(ws, data
     from peft import PeftModel
 
     from mint.base import load_base
-    from mint.train.run import _adapter_digest
+    from mint.train.trainer import adapter_digest as _adapter_digest
 
     sets = ["max_steps=4", "save_steps=2", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
     killed = run_mint("train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base",
