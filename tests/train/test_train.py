@@ -117,6 +117,9 @@ def test_two_processes_end_with_identical_adapters_and_one_revision(ws, dataset)
                    num_processes=2)
     ranks = [json.load(open(os.path.join(result.run_dir, f"rank{r}.json"))) for r in (0, 1)]
     assert ranks[0]["adapter_sha256"] == ranks[1]["adapter_sha256"] and ranks[0]["steps"] == 2
+    # each rank saw a process group of two: DDP all-reduced the gradients (alone, each would report 1)
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert json.load(open(os.path.join(result.run_dir, "run.json")))["effective"]["backend"]["world_size"] == 2
     assert [r.ref for r in store.list_revisions(store.open_store(ws)).revisions] == ["coding:v1"]
 
 
