@@ -26,8 +26,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
+from mint.data.datasets import iter_episodes, list_names, resolve_version
 from mint.errors import BadInput, MintError
+from mint.project import load_project
+from mint.registry.artifacts import load_revision, register
+from mint.registry.refs import check_name
 from mint.train.config import TrainSettings, UserSettings, check_settings, closest, resolve_settings
+from mint.train.envs import load_environment
 from mint.train.examples import METHODS, build_examples, per_turn_rows
 from mint.workspace import Workspace, atomic_dir, atomic_write_json
 
@@ -120,14 +126,12 @@ def phase(progress: TrainProgress | None, name: str) -> None:
 
 
 # --- step 1: check the request (light: no torch, transformers or TRL) --------------------------------
+# (this module imports only mint's light modules at the top: TRL and torch come with mint.train.trainer,
+# imported once a request has passed, so a mistake is answered in a fraction of a second)
 
 def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     """Every argument checked against what exists; BadInput (exit 2) naming the field, with a
     did-you-mean where there is a near name. Imports nothing heavy and writes nothing."""
-    from mint.data.datasets import list_names, resolve_version
-    from mint.project import load_project
-    from mint.registry.refs import check_name
-
     if request.num_processes < 1:
         raise BadInput("must be at least 1", field="--num-processes")
     if request.method is None:
@@ -159,8 +163,6 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     parent_id = parent_ref = parent_dir = None
     base = request.base
     if request.from_ref:
-        from mint.registry.artifacts import load_revision
-
         parent, directory = load_revision(ws, request.from_ref)
         if parent.specialist != request.specialist:
             raise BadInput(f"{parent.ref} is a {parent.specialist} adapter, not {request.specialist}", field="--from")
@@ -175,7 +177,6 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
         base = base or parent.base
     if base is None:
         base = project.base
-    from mint.base import check_base_name
     check_base_name(base)
     return TrainPlan(request.specialist, request.method, dataset, request.env, user, base, parent_id, parent_ref,
                      parent_dir)
@@ -187,8 +188,6 @@ def _check_env(request: TrainRequest):
         return None
     if request.method != "grpo":
         raise BadInput("--env trains with --method grpo", field="--env")
-    from mint.train.envs import load_environment
-
     environment = load_environment(request.env)
     if request.data is not None and hasattr(environment, "tasks"):
         # dataset rows carry no task for the environment's reward: it would score an empty goal
@@ -232,10 +231,10 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
     settings = resolve_settings(plan.user)
     rows = build_run_examples(ws, plan)
     template, template_source = resolve_chat_template(plan, settings)
-    rows, row_format = _rows_for_template(plan.method, rows, template_source)
+    rows, settings, changed = rows_for_template(plan.method, rows, template_source, settings)
     effective = {"chat_template": {"source": template_source,
                                    "sha256": hashlib.sha256(template.encode()).hexdigest() if template else None},
-                 "lora": effective_lora(plan, settings), "examples_format": row_format}
+                 "lora": effective_lora(plan, settings), "changed": changed}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = runs_dir(ws) / f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
     runs_dir(ws).mkdir(parents=True, exist_ok=True)
@@ -257,10 +256,7 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
 def build_run_examples(ws: Workspace, plan: TrainPlan) -> list[dict]:
     """The rows the trainer takes: the dataset's episodes for the method, or the environment's tasks."""
     if plan.dataset is None:
-        from mint.train.envs import load_environment
         return list(load_environment(plan.env).tasks())
-    from mint.data.datasets import iter_episodes
-
     name, _, version = plan.dataset.partition("@")
     return build_examples(plan.method, iter_episodes(ws, name, version, plan.specialist),
                           dataset=f"{plan.dataset} ({plan.specialist})")
@@ -273,8 +269,6 @@ def resolve_chat_template(plan: TrainPlan, settings: TrainSettings) -> tuple[str
     a local base keeps its own when it has them, else TRL's training version of it; a template neither
     has is refused (exit 2) rather than quietly training on every token.
     """
-    from mint.base import SMOLLM2, TINY, load_tokenizer, training_chat_template
-
     if plan.env is not None:
         return tool_environment_template(), "qwen2.5 ChatML with tool calls (TRL), neutral system prompt"
     if plan.base in (SMOLLM2, TINY):
@@ -316,14 +310,25 @@ def tool_environment_template() -> str:
     return qwen2_5_chat_template.replace(_QWEN_IDENTITY, NEUTRAL_SYSTEM)
 
 
-def _rows_for_template(method: str, rows: list[dict], template_source: str) -> tuple[list[dict], str]:
-    """SFT rows with turns not to train on (``weight: 0``) become one prompt/completion row per trained turn
-    unless the template is mint's own, which leaves such turns out of the loss itself."""
-    if method != "sft" or template_source.startswith("mint:"):
-        return rows, "messages"
-    if any(m.get("weight") == 0 for row in rows for m in row["messages"]):
-        return per_turn_rows(rows), "prompt-completion per trained turn"
-    return rows, "messages"
+def rows_for_template(method: str, rows: list[dict], template_source: str,
+                      settings: TrainSettings) -> tuple[list[dict], TrainSettings, dict]:
+    """(rows, settings, what changed and why) for the chat template in use.
+
+    SFT rows with turns not to train on (``weight: 0``) become one prompt/completion row per trained turn
+    unless the template is mint's own, which leaves such turns out of the loss itself. TRL masks such rows
+    by their completion, and refuses assistant_only_loss on them, so that setting is turned off and the
+    change is recorded in run.json (``effective.changed``).
+    """
+    if method != "sft" or template_source.startswith("mint:") or \
+            not any(m.get("weight") == 0 for row in rows for m in row["messages"]):
+        return rows, settings, {}
+    changed = {"examples": "one prompt/completion row per trained assistant turn: the chat template cannot leave "
+                           "weight-0 turns out of the loss"}
+    trl_values = dict(settings.trl)
+    if trl_values.get("assistant_only_loss"):
+        trl_values["assistant_only_loss"] = False
+        changed["trl.assistant_only_loss"] = "false: the loss falls on each row's completion (one assistant turn)"
+    return per_turn_rows(rows), TrainSettings(settings.method, settings.lora, trl_values, settings.rewards), changed
 
 
 def effective_lora(plan: TrainPlan, settings: TrainSettings) -> dict:
@@ -354,8 +359,6 @@ def _launch(run_dir: Path, num_processes: int, accelerate_config: Path | None, r
 
 def register_run(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
     """The run's adapter as a candidate revision of its specialist; result.json marks the run registered."""
-    from mint.registry.artifacts import register
-
     run = json.loads((run_dir / RUN_FILE).read_text())
     fingerprint = result.get("base_fingerprint")
     metrics = {"train_loss": result.get("train_loss"), "steps": result.get("steps"),

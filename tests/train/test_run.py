@@ -103,14 +103,14 @@ def test_a_run_killed_after_step_2_and_resumed_ends_with_the_uninterrupted_runs_
     import torch
 
     run_dir, sets = killed_run(ws, dataset, 3)
+    at_step_2 = lora_tensors(run_dir / "checkpoints" / "checkpoint-2")
     resumed = train(ws, resume=run_dir.name)
     assert resumed.resumed_from_step == 2 and resumed.steps == 4
     whole = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=sets)
     first, second = lora_tensors(os.path.join(resumed.run_dir, "adapter")), lora_tensors(
         os.path.join(whole.run_dir, "adapter"))
     assert first.keys() == second.keys() and first
-    moved = lora_tensors(os.path.join(run_dir, "checkpoints", "checkpoint-1"))
-    assert any(not torch.equal(moved[k], first[k]) for k in first)   # steps 2-4 changed the weights
+    assert any(not torch.equal(at_step_2[k], first[k]) for k in first)   # steps 3 and 4 changed the weights
     for key in first:
         torch.testing.assert_close(first[key], second[key], rtol=1e-4, atol=1e-6)
 
@@ -137,3 +137,17 @@ def test_piped_output_prints_one_line_per_logged_step_with_loss_and_eta(ws, data
     assert [l.split()[1] for l in lines] == ["1/2", "2/2"], child.stderr
     assert all("loss " in l for l in lines) and "ETA 0:" in lines[-1]
     assert "loading base tiny-random..." in child.stderr and "coding:v1" in child.stdout
+
+
+def test_weight_0_turns_under_a_foreign_template_become_per_turn_rows_and_say_so():
+    from mint.train.config import TrainSettings
+    from mint.train.run import rows_for_template
+
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x", "weight": 0},
+                          {"role": "user", "content": "b"}, {"role": "assistant", "content": "y"}]}]
+    settings = TrainSettings("sft", {}, {"assistant_only_loss": True}, ())
+    same = rows_for_template("sft", rows, "mint: SmolLM2 ChatML with generation markers", settings)
+    assert same == (rows, settings, {})
+    split, changed_settings, changed = rows_for_template("sft", rows, "base (has generation markers)", settings)
+    assert [r["completion"][0]["content"] for r in split] == ["y"]
+    assert changed_settings.trl["assistant_only_loss"] is False and "trl.assistant_only_loss" in changed
