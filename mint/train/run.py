@@ -41,9 +41,7 @@ from mint.workspace import Workspace, atomic_dir, atomic_write_json
 TrainProgress = Callable[[int, int, dict], None]
 RUN_FILE, EXAMPLES_FILE, METRICS_FILE, RESULT_FILE = "run.json", "examples.jsonl", "metrics.jsonl", "result.json"
 TEMPLATE_FILE = "chat_template.jinja"
-# the system prompt of the qwen2.5 tool template (TRL's) when a conversation has none: not a Qwen identity
-NEUTRAL_SYSTEM = "You are a helpful assistant."
-_QWEN_IDENTITY = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+MINT_TEMPLATE = "mint: SmolLM2 ChatML with generation markers, tools in the agent harness's words"
 
 
 @dataclass(frozen=True)
@@ -265,14 +263,15 @@ def build_run_examples(ws: Workspace, plan: TrainPlan) -> list[dict]:
 def resolve_chat_template(plan: TrainPlan, settings: TrainSettings) -> tuple[str | None, str]:
     """(the chat template to train with, or None for the base's own; where it comes from).
 
-    Assistant-only loss needs ``{% generation %}`` markers: the built-in bases get mint's SmolLM2 template,
+    Assistant-only loss needs ``{% generation %}`` markers: the built-in bases (and every tool-environment
+    run) get mint's SmolLM2 template,
     a local base keeps its own when it has them, else TRL's training version of it; a template neither
     has is refused (exit 2) rather than quietly training on every token.
     """
-    if plan.env is not None:
-        return tool_environment_template(), "qwen2.5 ChatML with tool calls (TRL), neutral system prompt"
-    if plan.base in (SMOLLM2, TINY):
-        return training_chat_template(), "mint: SmolLM2 ChatML with generation markers"
+    if plan.env is not None or plan.base in (SMOLLM2, TINY):
+        # in a tool environment too: the tools are shown in the agent harness's words (as evaluation shows
+        # them) under a neutral system prompt, and calls are written as <tool_call>{json}</tool_call>
+        return training_chat_template(), MINT_TEMPLATE
     tokenizer = load_tokenizer(plan.base)
     own = tokenizer.chat_template
     if isinstance(own, dict):
@@ -299,17 +298,6 @@ def resolve_chat_template(plan: TrainPlan, settings: TrainSettings) -> tuple[str
     return patched, "TRL training template for the base's own"
 
 
-def tool_environment_template() -> str:
-    """TRL's qwen2.5 tool-calling ChatML (tool calls as ``<tool_call>{json}</tool_call>``, the agent harness's
-    form), with a neutral system prompt instead of the Qwen identity."""
-    from trl.chat_template_utils import qwen2_5_chat_template
-
-    if _QWEN_IDENTITY not in qwen2_5_chat_template:   # a TRL upgrade changed it: look before training on it
-        raise MintError("TRL's qwen2.5 template no longer has the system prompt mint replaces; update "
-                        "mint.train.run.tool_environment_template")
-    return qwen2_5_chat_template.replace(_QWEN_IDENTITY, NEUTRAL_SYSTEM)
-
-
 def rows_for_template(method: str, rows: list[dict], template_source: str,
                       settings: TrainSettings) -> tuple[list[dict], TrainSettings, dict]:
     """(rows, settings, what changed and why) for the chat template in use.
@@ -319,7 +307,7 @@ def rows_for_template(method: str, rows: list[dict], template_source: str,
     by their completion, and refuses assistant_only_loss on them, so that setting is turned off and the
     change is recorded in run.json (``effective.changed``).
     """
-    if method != "sft" or template_source.startswith("mint:") or \
+    if method != "sft" or template_source == MINT_TEMPLATE or \
             not any(m.get("weight") == 0 for row in rows for m in row["messages"]):
         return rows, settings, {}
     changed = {"examples": "one prompt/completion row per trained assistant turn: the chat template cannot leave "

@@ -128,8 +128,8 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
 
 
 def _add_tool_response_parser(tokenizer) -> None:
-    """TRL's parser for ``<tool_call>`` answers, which it assigns to its qwen2.5 template; ours is that
-    template with another system prompt, so it is chosen under TRL's and then put back."""
+    """TRL's parser for ``<tool_call>{json}</tool_call>`` answers, which it assigns to its qwen2.5 template:
+    mint's template writes calls the same way, so the parser is chosen under TRL's template and ours put back."""
     ours = tokenizer.chat_template
     tokenizer.chat_template = qwen2_5_chat_template
     try:

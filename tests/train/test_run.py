@@ -74,14 +74,32 @@ def test_from_records_the_parents_lora_config_and_refuses_to_change_it(ws, datas
         ["q_proj", "v_proj"]
 
 
-def test_the_tool_environment_template_has_a_neutral_system_prompt():
-    from mint.base import TINY, load_tokenizer
-    from mint.train.run import NEUTRAL_SYSTEM, tool_environment_template
+def test_a_tool_environment_shows_its_tools_in_the_agent_harness_words_and_parses_the_calls_back(ws):
+    from transformers.utils import get_json_schema
+    from trl.chat_template_utils import parse_response
 
-    tools = [{"type": "function", "function": {"name": "list_orders", "parameters": {"type": "object"}}}]
-    text = load_tokenizer(TINY).apply_chat_template([{"role": "user", "content": "hi"}], tools=tools,
-                                                    chat_template=tool_environment_template(), tokenize=False)
-    assert "Qwen" not in text and "Alibaba" not in text and text.startswith(f"<|im_start|>system\n{NEUTRAL_SYSTEM}")
+    from mint.base import TINY, load_tokenizer
+    from mint.harness.agent import AgentHarness
+    from mint.harness.base import HarnessSettings
+    from mint.train.envs import OrdersCalendar
+    from mint.train.trainer import _add_tool_response_parser
+
+    plan = check_request(ws, TrainRequest(specialist="agent", method="grpo", env="orders", base="tiny-random"))
+    run = json.load(open(prepare_run(ws, plan) / RUN_FILE))
+    assert run["effective"]["chat_template"]["source"].startswith("mint: SmolLM2 ChatML")
+    tokenizer = load_tokenizer(TINY)
+    tokenizer.chat_template = (ws.home / "runs" / run["run"] / "chat_template.jinja").read_text()
+    tools = [get_json_schema(getattr(OrdersCalendar, n)) for n in ("list_orders", "cancel_order")]
+    for prompt in (OrdersCalendar.tasks(1)[0]["prompt"], [{"role": "user", "content": "Cancel B42."}]):
+        shown = tokenizer.apply_chat_template(prompt, tools=tools, tokenize=False, add_generation_prompt=True)
+        system = AgentHarness(HarnessSettings()).system({"messages": prompt, "tools": tools})
+        assert shown.startswith(f"<|im_start|>system\n{system}<|im_end|>") and "Qwen" not in shown
+    _add_tool_response_parser(tokenizer)
+    prefix = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, return_dict=True)
+    answer = tokenizer('<tool_call>{"name": "cancel_order", "arguments": {"order_id": "B42"}}</tool_call><|im_end|>',
+                       add_special_tokens=False)["input_ids"]
+    parsed = parse_response(tokenizer, answer, prefix=prefix["input_ids"], tools=tools)
+    assert parsed["tool_calls"][0]["function"] == {"name": "cancel_order", "arguments": {"order_id": "B42"}}
 
 
 def killed_run(ws, dataset, step):
@@ -141,12 +159,12 @@ def test_piped_output_prints_one_line_per_logged_step_with_loss_and_eta(ws, data
 
 def test_weight_0_turns_under_a_foreign_template_become_per_turn_rows_and_say_so():
     from mint.train.config import TrainSettings
-    from mint.train.run import rows_for_template
+    from mint.train.run import MINT_TEMPLATE, rows_for_template
 
     rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x", "weight": 0},
                           {"role": "user", "content": "b"}, {"role": "assistant", "content": "y"}]}]
     settings = TrainSettings("sft", {}, {"assistant_only_loss": True}, ())
-    same = rows_for_template("sft", rows, "mint: SmolLM2 ChatML with generation markers", settings)
+    same = rows_for_template("sft", rows, MINT_TEMPLATE, settings)
     assert same == (rows, settings, {})
     split, changed_settings, changed = rows_for_template("sft", rows, "base (has generation markers)", settings)
     assert [r["completion"][0]["content"] for r in split] == ["y"]
