@@ -140,14 +140,9 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     if not request.specialist:
         raise BadInput("which specialist does this train? (or --resume RUN)", field="--specialist")
     check_name(request.specialist)
-    project = load_project()
-    if request.specialist not in project.names:
-        where = f"{project.path}" if project.path else "mint.yaml (the default project)"
-        raise BadInput(f"unknown specialist {request.specialist!r}{closest(request.specialist, project.names)} "
-                       f"(specialists in {where}: {', '.join(project.names)})", field="--specialist")
     environment = _check_env(request)
     user = check_settings(request.method, request.config, list(request.sets))
-    dataset = None
+    dataset, in_dataset = None, []
     if request.data is not None:
         name, _, version = request.data.partition("@")
         known = list_names(ws)
@@ -156,8 +151,17 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
                            f"create one with `mint ingest PATH --dataset {name}`)", field="--data")
         _directory, manifest = resolve_version(ws, name, version or None)
         dataset = f"{name}@{manifest['version']}"
+        in_dataset = sorted(manifest.get("by_specialist") or {})
     elif environment is None:
         raise BadInput("which dataset? DATASET or DATASET@VERSION", field="--data")
+    project = load_project()
+    # a specialist of mint.yaml, or one the dataset's episodes are labelled with (ingested under another project)
+    specialists = sorted({*project.names, *in_dataset})
+    if request.specialist not in specialists:
+        where = f"{project.path}" if project.path else "mint.yaml (the default project)"
+        raise BadInput(f"unknown specialist {request.specialist!r}{closest(request.specialist, specialists)} "
+                       f"(specialists in {where}{' and the dataset' if in_dataset else ''}: "
+                       f"{', '.join(specialists)})", field="--specialist")
     parent_id = parent_ref = parent_dir = None
     base = request.base
     if request.from_ref:

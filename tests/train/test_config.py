@@ -116,3 +116,19 @@ def test_a_bad_invocation_imports_no_heavy_package(one_dataset):
              f"print(code, [m for m in {HEAVY!r} if m in sys.modules])")
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert child.stdout.split("\n")[-2] == "2 []", child.stdout + child.stderr
+
+
+def test_a_specialist_the_dataset_is_labelled_with_is_known_without_mint_yaml(ws, tmp_path):
+    from mint.data.ingest import ingest
+    from mint.project import Project, Specialist
+    from mint.train.run import TrainRequest, check_request
+    from tests.conftest import chat_row, write_jsonl
+
+    # ingested under a project file kept elsewhere (ingest --config); training runs where there is none
+    legal = Project(base="tiny-random", specialists=(Specialist("legal", "contracts", ("clause",)),))
+    rows = [{**chat_row(f"contract clause {i}", "ok"), "specialist": "legal"} for i in range(2)]
+    ingest(ws, [write_jsonl(tmp_path / "logs.jsonl", rows)], dataset="legal", project=legal)
+    plan = check_request(ws, TrainRequest(specialist="legal", data="legal", method="sft", base="tiny-random"))
+    assert plan.specialist == "legal"
+    with pytest.raises(BadInput, match="unknown specialist 'legl' \\(did you mean legal\\?\\)"):
+        check_request(ws, TrainRequest(specialist="legl", data="legal", method="sft", base="tiny-random"))
