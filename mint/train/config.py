@@ -7,7 +7,10 @@ A config file has up to three blocks::
     rewards: [mypkg.rewards:exact_match]      # grpo: extra reward functions, module:function
 
 ``--set trl.max_steps=20`` or ``--set max_steps=20`` (trl is the default block) overrides one key.
-An unknown TRL key is refused, naming the closest valid one.
+
+``check_settings`` checks what the user asked for (every key known, every value of the type its TRL or
+LoRA field takes, a did-you-mean for near misses) without importing torch or TRL; ``resolve_settings``
+then lays it over the defaults for this hardware.
 """
 from __future__ import annotations
 
