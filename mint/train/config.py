@@ -7,14 +7,19 @@ A config file has up to three blocks::
     rewards: [mypkg.rewards:exact_match]      # grpo: extra reward functions, module:function
 
 ``--set trl.max_steps=20`` or ``--set max_steps=20`` (trl is the default block) overrides one key.
-An unknown TRL key is refused, naming the closest valid one.
+
+``check_settings`` checks what the user asked for (every key known, every value of the type its TRL or
+LoRA field takes, a did-you-mean for near misses) without importing torch or TRL; ``resolve_settings``
+then lays it over the defaults for this hardware.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +75,183 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
         if not dot:
             block, name = "trl", block
         if block not in ("lora", "trl"):
-            raise BadInput(f"{key}: --set takes lora.KEY or trl.KEY (or a bare TRL key)", field="--set")
+            raise BadInput(f"{key}: --set takes lora.KEY or trl.KEY (or a bare TRL key)"
+                           f"{closest(block, ('lora', 'trl'))}", field="--set")
         value = _scalar(raw)
         out.setdefault(block, {})[name] = value
     return out
+
+
+# --- the TRL and LoRA field types, known without importing trl ------------------------------------
+# A bad --set must answer in well under a second, before torch or TRL is imported, so the field types
+# of each TRL config class are kept in trl_fields.json (tests check it against the installed TRL;
+# `python -m mint.train.config` rewrites it after a TRL upgrade).
+FIELDS_FILE = Path(__file__).with_name("trl_fields.json")
+# the PEFT names and common guesses for mint's four LoRA keys
+LORA_ALIASES = {"rank": "r", "lora_r": "r", "lora_rank": "r", "lora_alpha": "alpha", "lora_dropout": "dropout",
+                "modules": "target_modules", "targets": "target_modules", "target": "target_modules"}
+
+
+def field_kinds(type_text: str) -> list[str]:
+    """The plain-data kinds a field of this annotation accepts: bool, int, float, str, list, dict, null."""
+    kinds = []
+    for kind, pattern in (("bool", r"\bbool\b|Literal\[False\]"), ("int", r"\bint\b"), ("float", r"\bfloat\b"),
+                          ("str", r"\bstr\b|Strategy|Names|Literal\["), ("list", r"\blist\b"),
+                          ("dict", r"\bdict\b"), ("null", r"\bNone\b|NoneType")):
+        if re.search(pattern, type_text):
+            kinds.append(kind)
+    return kinds or ["any"]
+
+
+def live_trl_fields() -> dict[str, dict[str, list[str]]]:
+    """Each method's TRL config fields and their kinds, read from the installed TRL (imports it)."""
+    return {method: {f.name: field_kinds(str(f.type)) for f in dataclasses.fields(trl_config_class(method))}
+            for method in ("sft", "dpo", "kto", "grpo")}
+
+
+def render_fields(fields: dict[str, dict[str, list[str]]]) -> str:
+    """trl_fields.json with one field a line, so a TRL upgrade reads as a short diff."""
+    methods = []
+    for method in sorted(fields):
+        lines = ",\n".join(f"  {json.dumps(name)}: {json.dumps(kinds)}" for name, kinds in sorted(fields[method].items()))
+        methods.append(f" {json.dumps(method)}: {{\n{lines}\n }}")
+    return "{\n" + ",\n".join(methods) + "\n}\n"
+
+
+@functools.lru_cache(maxsize=1)
+def trl_fields() -> dict[str, dict[str, list[str]]]:
+    return json.loads(FIELDS_FILE.read_text(encoding="utf-8"))
+
+
+def config_class_name(method: str) -> str:
+    return {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "grpo": "GRPOConfig"}[method]
+
+
+def typed_value(kinds: list[str], value: Any, where: str) -> Any:
+    """``value`` as the field wants it, or BadInput saying what was expected."""
+    if "any" in kinds:
+        return value
+    if value is None:
+        if "null" in kinds:
+            return None
+    elif isinstance(value, bool):
+        if "bool" in kinds:
+            return value
+    elif isinstance(value, int):
+        if "int" in kinds:
+            return value
+        if "float" in kinds:
+            return float(value)
+    elif isinstance(value, float):
+        if "float" in kinds:
+            return value
+        if "int" in kinds and value.is_integer():
+            return int(value)
+    elif isinstance(value, str):
+        for kind, convert in (("int", int), ("float", float)):   # `learning_rate: 1e-4` stays a string in YAML
+            if kind in kinds:
+                try:
+                    return convert(value)
+                except ValueError:
+                    pass
+        if "str" in kinds:
+            return value
+        if "bool" in kinds and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif isinstance(value, list):
+        if "list" in kinds:
+            return value
+    elif isinstance(value, dict):
+        if "dict" in kinds:
+            return value
+    names = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
+             "list": "a list", "dict": "a mapping", "null": "null"}
+    expected = " or ".join(names[k] for k in kinds if k in names)
+    raise BadInput(f"expected {expected}, got {value!r}", field=where)
+
+
+def _check_lora(lora: dict, where_of) -> dict:
+    """The LoRA block with its values checked: r a positive integer, alpha a positive number, dropout in
+    [0, 1), target_modules a module name pattern or a list of names."""
+    checked = dict(lora)
+    for key, value in lora.items():
+        if key not in LORA_KEYS:
+            hint = LORA_ALIASES.get(key)
+            raise where_of(key, f"unknown LoRA key (did you mean {hint}?)" if hint else
+                           f"unknown LoRA key{closest(key, LORA_KEYS)} (keys: {', '.join(LORA_KEYS)})")
+    try:
+        checked["r"] = typed_value(["int"], lora["r"], "lora.r")
+        checked["alpha"] = typed_value(["int", "float"], lora["alpha"], "lora.alpha")
+        checked["dropout"] = typed_value(["float"], lora["dropout"], "lora.dropout")
+        checked["target_modules"] = typed_value(["str", "list"], lora["target_modules"], "lora.target_modules")
+    except BadInput as exc:
+        raise where_of(exc.field.split(".", 1)[1], str(exc).split(": ", 1)[1]) from None
+    if checked["r"] < 1:
+        raise where_of("r", f"must be at least 1, got {checked['r']}")
+    if checked["alpha"] <= 0:
+        raise where_of("alpha", f"must be positive, got {checked['alpha']}")
+    if not 0 <= checked["dropout"] < 1:
+        raise where_of("dropout", f"must be in [0, 1), got {checked['dropout']}")
+    if isinstance(checked["target_modules"], list) and not all(isinstance(m, str) for m in checked["target_modules"]):
+        raise where_of("target_modules", "expected module names")
+    return checked
+
+
+@dataclasses.dataclass(frozen=True)
+class UserSettings:
+    """What the config file and ``--set`` asked for, checked against the TRL and LoRA field types."""
+    method: str
+    lora: dict
+    trl: dict
+    rewards: tuple[str, ...]
+    lora_asked: tuple[str, ...] = ()    # the LoRA keys the user set (the rest are mint's defaults)
+
+
+def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSettings:
+    """The user's settings, every key and type checked; imports neither torch nor TRL."""
+    file_blocks: dict = {}
+    doc = None
+    if config is not None:
+        doc = load_yaml(config)
+        file_blocks = doc.data if doc.data is not None else {}
+        if not isinstance(file_blocks, dict):
+            raise doc.error("", "expected a mapping with lora, trl, rewards")
+        for key in file_blocks:
+            if key not in BLOCKS:
+                raise doc.error(str(key), f"unknown block{closest(str(key), BLOCKS)}")
+        for block in ("lora", "trl"):
+            if not isinstance(file_blocks.get(block) or {}, dict):
+                raise doc.error(block, "expected a mapping of KEY: VALUE")
+    overrides = parse_sets(sets)
+
+    def where_of(block):
+        return lambda key, message: _unknown(doc, file_blocks, block, key, message)
+
+    lora = _check_lora({**DEFAULT_LORA, **(file_blocks.get("lora") or {}), **overrides.get("lora", {})},
+                       where_of("lora"))
+    fields = trl_fields()[method]
+    asked = {**(file_blocks.get("trl") or {}), **overrides.get("trl", {})}
+    trl_values = {}
+    for key, value in asked.items():
+        key = str(key)
+        if key not in fields:
+            raise where_of("trl")(key, f"not a {config_class_name(method)} field{closest(key, sorted(fields))}")
+        if key in MANAGED:
+            raise BadInput("mint manages this (runs live under $MINT_HOME/runs)", field=f"trl.{key}")
+        try:
+            trl_values[key] = typed_value(fields[key], value, f"trl.{key}")
+        except BadInput as exc:
+            raise where_of("trl")(key, str(exc).split(": ", 1)[1]) from None
+    for key in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
+        if isinstance(trl_values.get(key), int) and trl_values[key] < (0 if key == "max_steps" else 1) \
+                and not (key == "max_steps" and trl_values[key] == -1):
+            raise where_of("trl")(key, f"must be positive, got {trl_values[key]}")
+    rewards = file_blocks.get("rewards") or []
+    if not isinstance(rewards, list) or not all(isinstance(r, str) and ":" in r for r in rewards):
+        raise (doc.error("rewards", "expected a list of module:function") if doc else
+               BadInput("expected a list of module:function", field="rewards"))
+    lora_asked = tuple(sorted({*map(str, file_blocks.get("lora") or {}), *overrides.get("lora", {})}))
+    return UserSettings(method, lora, trl_values, tuple(rewards), lora_asked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,37 +265,10 @@ class TrainSettings:
         return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()).hexdigest()
 
 
-def resolve_settings(method: str, config: Path | None, sets: list[str]) -> TrainSettings:
-    file_blocks: dict = {}
-    doc = None
-    if config is not None:
-        doc = load_yaml(config)
-        file_blocks = doc.data or {}
-        if not isinstance(file_blocks, dict):
-            raise doc.error("", "expected a mapping with lora, trl, rewards")
-        for key in file_blocks:
-            if key not in BLOCKS:
-                raise doc.error(str(key), f"unknown block{_closest(str(key), BLOCKS)}")
-    overrides = parse_sets(sets)
-    lora = {**DEFAULT_LORA, **(file_blocks.get("lora") or {}), **overrides.get("lora", {})}
-    for key in lora:
-        if key not in LORA_KEYS:
-            raise _unknown(doc, file_blocks, "lora", key, f"unknown LoRA key{_closest(key, LORA_KEYS)}")
-    trl_values = {**hardware_defaults(method), **(file_blocks.get("trl") or {}), **overrides.get("trl", {})}
-    fields = {f.name: f.type for f in dataclasses.fields(trl_config_class(method))}
-    valid = set(fields)
-    for key in trl_values:
-        if key not in valid:
-            raise _unknown(doc, file_blocks, "trl", key,
-                           f"not a {trl_config_class(method).__name__} field{_closest(key, sorted(valid))}")
-        if key in MANAGED and key in {**(file_blocks.get("trl") or {}), **overrides.get("trl", {})}:
-            raise BadInput("mint manages this (runs live under $MINT_HOME/runs)", field=f"trl.{key}")
-    trl_values = {key: _coerce(fields[key], value) for key, value in trl_values.items()}
-    rewards = file_blocks.get("rewards") or []
-    if not isinstance(rewards, list) or not all(isinstance(r, str) and ":" in r for r in rewards):
-        raise (doc.error("rewards", "expected a list of module:function") if doc else
-               BadInput("expected a list of module:function", field="rewards"))
-    return TrainSettings(method, lora, trl_values, tuple(rewards))
+def resolve_settings(user: UserSettings) -> TrainSettings:
+    """The settings a run trains with: mint's defaults for this hardware, then what the user asked for."""
+    trl_values = {**hardware_defaults(user.method), **user.trl}
+    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards)
 
 
 def _unknown(doc, file_blocks: dict, block: str, key: str, message: str) -> BadInput:
@@ -141,19 +292,11 @@ def _scalar(raw: str) -> Any:
         return raw
 
 
-def _coerce(field_type: Any, value: Any) -> Any:
-    """A string where the TRL field wants a number (``learning_rate: 1e-4`` in YAML) becomes one."""
-    if isinstance(value, str):
-        text = str(field_type)
-        for kind in (("int", int), ("float", float)):
-            if kind[0] in text:
-                try:
-                    return kind[1](value)
-                except ValueError:
-                    pass
-    return value
-
-
-def _closest(key: str, allowed) -> str:
-    match = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+def closest(key: str, allowed) -> str:
+    """`` (did you mean X?)`` for the nearest of ``allowed``, or nothing."""
+    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
     return f" (did you mean {match[0]}?)" if match else ""
+
+
+if __name__ == "__main__":   # after a TRL upgrade: rewrite trl_fields.json from the installed TRL
+    FIELDS_FILE.write_text(render_fields(live_trl_fields()), encoding="utf-8")

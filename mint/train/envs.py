@@ -44,6 +44,7 @@ class OrdersCalendar:
 
     def __init__(self) -> None:
         self.state: dict = {"orders": {}, "events": []}
+        self.initial: dict = {"orders": {}, "events": []}
         self.goal: dict = {}
         self.errors = 0
 
@@ -75,6 +76,7 @@ class OrdersCalendar:
     def reset(self, task: str = "{}", **_) -> str | None:
         spec = json.loads(task) if isinstance(task, str) else dict(task or {})
         self.state = _world(int(spec.get("seed", 0)))
+        self.initial = copy.deepcopy(self.state)
         self.goal = spec.get("goal", {})
         self.errors = 0
         return None
@@ -138,21 +140,34 @@ class OrdersCalendar:
         return f"added {title} on {date} at {time}"
 
     def get_reward(self) -> float:
-        """1 when the final state meets the task's goal (and nothing else changed), less 0.1 per failed call."""
-        goal, orders = self.goal, self.state["orders"]
-        done = True
-        if "cancelled" in goal:
-            wanted = set(goal["cancelled"])
-            done = all(orders[o]["status"] == "cancelled" for o in wanted if o in orders) and \
-                all(v["status"] != "cancelled" for o, v in orders.items() if o not in wanted)
-        if "address" in goal:
-            order_id, street = goal["address"]
-            done = order_id in orders and orders[order_id]["address"].lower() == street.lower()
-        if "event" in goal:
-            title, date, time = goal["event"]
-            done = any(e["title"].lower() == title.lower() and e["date"] == date and e["time"] == time
-                       for e in self.state["events"])
+        """1 when the final state is exactly the goal applied to the starting world (the wanted change and
+        nothing else: no other order cancelled or moved, no stray event), less 0.1 per failed call."""
+        done = _normalized(self.state) == _normalized(expected_state(self.initial, self.goal))
         return max(0.0, (1.0 if done else 0.0) - 0.1 * self.errors)
+
+
+def expected_state(initial: dict, goal: dict) -> dict:
+    """The world as it should end: ``initial`` with exactly the goal's changes made."""
+    state = copy.deepcopy(initial)
+    for order_id in goal.get("cancelled", []):
+        if order_id in state["orders"]:
+            state["orders"][order_id]["status"] = "cancelled"
+    if "address" in goal:
+        order_id, street = goal["address"]
+        if order_id in state["orders"]:
+            state["orders"][order_id]["address"] = street
+    if "event" in goal:
+        title, date, time = goal["event"]
+        state["events"].append({"title": title, "date": date, "time": time})
+    return state
+
+
+def _normalized(state: dict) -> dict:
+    """A state compared without regard to case and surrounding space in free text."""
+    def text(value):
+        return value.strip().lower() if isinstance(value, str) else value
+    return {"orders": {o: {k: text(v) for k, v in order.items()} for o, order in state["orders"].items()},
+            "events": sorted((text(e.get("title")), text(e.get("date")), text(e.get("time"))) for e in state["events"])}
 
 
 BUILTIN = {"orders": OrdersCalendar}

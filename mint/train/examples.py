@@ -1,7 +1,9 @@
 """Training examples from episodes, one builder per method.
 
-sft: the specialist's episodes rated >= 0 (unrated counts as 0), the user's correction replacing the
-     answer where there is one; the loss falls on assistant tokens only.
+sft: the specialist's conversations, the loss on every assistant turn except those disowned (a thumbs-down
+     on the last answer without a correction, a turn logged with ``weight: 0``); a correction replaces
+     the answer it corrects. Rows carry the episode's tool definitions (``tools``), so the model learns
+     its calls seeing the tools that evaluation shows it.
 dpo: pairs for the same prompt, an answer rated +1 (chosen) against one rated -1 (rejected), and every
      correction (chosen) against the answer it corrected (rejected).
 kto: single answers with their thumbs (+1 desirable, -1 undesirable); corrections are desirable.
@@ -23,7 +25,8 @@ MAX_PAIRS_PER_PROMPT = 4
 
 
 def render_message(message: dict) -> dict:
-    """A canonical message as plain role/content (tool calls as text), for any ChatML template."""
+    """A canonical message as plain role/content (tool calls as text), for any ChatML template; a turn
+    marked ``weight: 0`` (shown to the model, not trained on) keeps that mark."""
     content = message.get("content") or ""
     calls = message.get("tool_calls")
     if calls:
@@ -31,11 +34,15 @@ def render_message(message: dict) -> dict:
                                                      "arguments": c["function"]["arguments"]}, ensure_ascii=False)
                          + "</tool_call>" for c in calls)
         content = (content + "\n" if content else "") + blocks
-    return {"role": message["role"], "content": content}
+    rendered = {"role": message["role"], "content": content}
+    if message.get("weight") == 0:
+        rendered["weight"] = 0
+    return rendered
 
 
 def _split(episode: dict) -> tuple[list[dict], dict] | None:
-    """(the conversation before the last assistant turn, that turn), or None when there is none."""
+    """(the conversation before the last assistant turn, that turn), or None when there is none: the
+    turn that feedback (a rating, a correction) is about."""
     messages = [render_message(m) for m in episode["messages"]]
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] == "assistant":
@@ -53,6 +60,53 @@ def _answered(episodes):
             yield episode, split[0], split[1], episode["feedback"]
 
 
+def trainable_conversation(episode: dict) -> list[dict] | None:
+    """The episode's messages for SFT, every assistant turn trained on except those it disowns.
+
+    Feedback is about the last assistant turn: a correction replaces it, a thumbs-down without one
+    disowns it (weight 0). A turn the log marks ``weight: 0``, an empty turn and a turn before any user
+    message are shown but not trained on. What follows the last trained turn is dropped; None when no
+    turn is left to train on.
+    """
+    messages = [render_message(m) for m in episode["messages"]]
+    feedback = episode.get("feedback") or {}
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    if last is None:
+        return None
+    if feedback.get("correction"):
+        messages[last] = {"role": "assistant", "content": feedback["correction"]}
+    elif feedback.get("rating") is not None and feedback["rating"] < 0:
+        messages[last]["weight"] = 0
+    seen_user = False
+    for message in messages:
+        seen_user = seen_user or message["role"] == "user"
+        if message["role"] == "assistant" and (not seen_user or not message["content"].strip()):
+            message["weight"] = 0
+    trained = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0]
+    return messages[:trained[-1] + 1] if trained else None
+
+
+def per_turn_rows(rows: list[dict]) -> list[dict]:
+    """SFT rows as one prompt/completion row per trained assistant turn: the form that honours
+    ``weight: 0`` under any chat template (the loss falls on the completion only)."""
+    out = []
+    for row in rows:
+        messages = row["messages"]
+        for i, message in enumerate(messages):
+            if message["role"] == "assistant" and message.get("weight") != 0:
+                prompt = [{k: v for k, v in m.items() if k != "weight"} for m in messages[:i]]
+                out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": message["content"]}],
+                            **({"tools": row["tools"]} if "tools" in row else {})})
+    return out
+
+
+def _tools_column(episode: dict) -> str | None:
+    """The episode's tool definitions as TRL's ``tools`` column (JSON text, so rows with different
+    schemas fit one table), or None when it has none."""
+    tools = [t for t in (episode.get("tools") or []) if isinstance(t, dict)]
+    return json.dumps(tools, ensure_ascii=False) if tools else None
+
+
 def _prompt_key(prompt: list[dict]) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
@@ -64,13 +118,12 @@ def build_examples(method: str, episodes, *, dataset: str) -> list[dict]:
     rows: list[dict] = []
     answered = _answered(episodes)
     if method == "sft":
-        for _episode, prompt, answer, feedback in answered:
-            if feedback["rating"] is not None and feedback["rating"] < 0 and not feedback["correction"]:
-                continue
-            if feedback["correction"]:
-                answer = {"role": "assistant", "content": feedback["correction"]}
-            if answer["content"].strip():
-                rows.append({"messages": prompt + [answer]})
+        for episode in episodes:
+            messages = trainable_conversation(episode)
+            if messages is not None:
+                rows.append({"messages": messages, "tools": _tools_column(episode)})
+        if not any(row["tools"] for row in rows):
+            rows = [{"messages": row["messages"]} for row in rows]
     elif method == "dpo":
         by_prompt: dict[str, dict] = defaultdict(lambda: {"good": [], "bad": [], "prompt": None})
         for _episode, prompt, answer, feedback in answered:

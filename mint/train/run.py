@@ -1,33 +1,77 @@
-"""A training run: resolve everything into ``$MINT_HOME/runs/<run>/``, train with TRL + PEFT, register.
+"""A training run: check the request, resolve everything into ``$MINT_HOME/runs/<run>/``, train with TRL +
+PEFT, register.
 
-The run directory holds ``run.json`` (what ran: data version, base, parent, method and every TRL and
-LoRA setting), ``examples.jsonl`` (the exact rows trained on), ``metrics.jsonl`` (one line per logged
-step: loss, reward, learning rate, tokens/s), ``checkpoints/`` (adapter, optimizer, scheduler and RNG
-state) and, at the end, ``adapter/``. A killed run continues with ``mint train --resume RUN`` from
-its last checkpoint: same examples, same adapter weights, same optimizer state.
+The steps, each a function: ``check_request`` (every name, key and value, before torch, transformers or
+TRL is imported and before anything is written), ``prepare_run`` (the settings in effect, the examples,
+the chat template, written as one directory), ``mint.train.trainer.run_training`` (load the base,
+``build_trainer``, ``execute``, ``save_result``) and ``register_run``.
+
+The run directory holds ``run.json`` (what ran: data version, base, parent, method, every TRL and LoRA
+setting, and under ``effective`` what was actually used: the chat template, the LoRA configuration of a
+``--from`` parent, the backend), ``examples.jsonl`` (the exact rows trained on), ``metrics.jsonl`` (one
+line per logged step: loss, reward, learning rate, tokens/s; one per checkpoint with its adapter's hash),
+``checkpoints/`` (adapter, optimizer, scheduler and RNG state) and, at the end, ``adapter/``. A killed run
+continues with ``mint train --resume RUN`` from its last checkpoint: same examples, same settings, same
+adapter weights (checked against the hash recorded when the checkpoint was saved), same optimizer state.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
+from mint.data.datasets import iter_episodes, list_names, resolve_version
 from mint.errors import BadInput, MintError
-from mint.faults import checkpoint as fault_point
-from mint.train.config import TrainSettings, resolve_settings, trl_config_class
-from mint.train.examples import METHODS, build_examples
-from mint.workspace import Workspace, atomic_write_json
+from mint.project import load_project
+from mint.registry.artifacts import load_revision, register
+from mint.registry.refs import check_name
+from mint.train.config import TrainSettings, UserSettings, check_settings, closest, resolve_settings
+from mint.train.envs import load_environment
+from mint.train.examples import METHODS, build_examples, per_turn_rows
+from mint.workspace import Workspace, atomic_dir, atomic_write_json
 
-# (step, max steps, latest logged values)
+# (step, max steps, latest logged values); step 0 with a "phase" while the run starts up
 TrainProgress = Callable[[int, int, dict], None]
 RUN_FILE, EXAMPLES_FILE, METRICS_FILE, RESULT_FILE = "run.json", "examples.jsonl", "metrics.jsonl", "result.json"
+TEMPLATE_FILE = "chat_template.jinja"
+MINT_TEMPLATE = "mint: SmolLM2 ChatML with generation markers, tools in the agent harness's words"
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What was asked on the command line (or by a recipe)."""
+    specialist: str | None = None
+    data: str | None = None
+    method: str | None = None
+    from_ref: str | None = None
+    base: str | None = None
+    config: Path | None = None
+    sets: tuple[str, ...] = ()
+    env: str | None = None
+    resume: str | None = None
+    num_processes: int = 1
+    accelerate_config: Path | None = None
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """A checked request: every name resolved, every setting typed; nothing written yet."""
+    specialist: str
+    method: str
+    dataset: str | None           # NAME@VERSION (the full version hash), or None for an environment's own tasks
+    env: str | None
+    user: UserSettings
+    base: str
+    parent_id: str | None
+    parent_ref: str | None
+    parent_dir: str | None
 
 
 @dataclass
@@ -41,6 +85,7 @@ class TrainResult:
     examples: int
     metrics: dict
     resumed_from_step: int | None
+    warnings: list[str] = field(default_factory=list)
 
 
 def runs_dir(ws: Workspace) -> Path:
@@ -52,19 +97,121 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
           accelerate_config: Path | None = None, env: str | None = None,
           progress: TrainProgress | None = None) -> TrainResult:
-    if num_processes < 1:
-        raise BadInput("must be at least 1", field="--num-processes")
-    if resume:
-        run_dir = _find_run(ws, resume)
+    """Check the request, prepare the run (or find the one to resume), train, register the adapter."""
+    request = TrainRequest(specialist, data, method, from_ref, base, config, tuple(sets or ()), env, resume,
+                           num_processes, accelerate_config)
+    if request.resume:
+        run_dir = check_resume(ws, request)
     else:
-        run_dir = prepare_run(ws, specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,
-                              config=config, sets=sets or [], env=env)
-    if num_processes > 1 or accelerate_config:
-        _launch(run_dir, num_processes, accelerate_config, resume=bool(resume))
+        plan = check_request(ws, request)
+        phase(progress, "preparing the examples")
+        run_dir = prepare_run(ws, plan)
+    if request.num_processes > 1 or request.accelerate_config:
+        phase(progress, f"training in {request.num_processes} processes")
+        _launch(run_dir, request.num_processes, request.accelerate_config, resume=bool(request.resume))
         result = json.loads((run_dir / RESULT_FILE).read_text())
     else:
-        result = run_training(run_dir, progress=progress, resume=bool(resume))
-    return _register(ws, run_dir, result)
+        from mint.train.trainer import run_training
+
+        result = run_training(run_dir, progress=progress, resume=bool(request.resume))
+    return register_run(ws, run_dir, result)
+
+
+def phase(progress: TrainProgress | None, name: str) -> None:
+    """Tell the progress display what the run is doing before its first step."""
+    if progress is not None:
+        progress(0, 0, {"phase": name})
+
+
+# --- step 1: check the request (light: no torch, transformers or TRL) --------------------------------
+# (this module imports only mint's light modules at the top: TRL and torch come with mint.train.trainer,
+# imported once a request has passed, so a mistake is answered in a fraction of a second)
+
+def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
+    """Every argument checked against what exists; BadInput (exit 2) naming the field, with a
+    did-you-mean where there is a near name. Imports nothing heavy and writes nothing."""
+    if request.num_processes < 1:
+        raise BadInput("must be at least 1", field="--num-processes")
+    if request.method is None:
+        raise BadInput(f"which method? ({', '.join(METHODS)}) (or --resume RUN)", field="--method")
+    if request.method not in METHODS:
+        raise BadInput(f"unknown method {request.method!r}{closest(request.method, METHODS)} "
+                       f"(methods: {', '.join(METHODS)})", field="--method")
+    if not request.specialist:
+        raise BadInput("which specialist does this train? (or --resume RUN)", field="--specialist")
+    check_name(request.specialist)
+    environment = _check_env(request)
+    user = check_settings(request.method, request.config, list(request.sets))
+    dataset, in_dataset = None, []
+    if request.data is not None:
+        name, _, version = request.data.partition("@")
+        known = list_names(ws)
+        if name not in known:
+            raise BadInput(f"no dataset {name!r}{closest(name, known)} (datasets: {', '.join(known) or 'none yet'}; "
+                           f"create one with `mint ingest PATH --dataset {name}`)", field="--data")
+        _directory, manifest = resolve_version(ws, name, version or None)
+        dataset = f"{name}@{manifest['version']}"
+        in_dataset = sorted(manifest.get("by_specialist") or {})
+    elif environment is None:
+        raise BadInput("which dataset? DATASET or DATASET@VERSION", field="--data")
+    project = load_project()
+    # a specialist of mint.yaml, or one the dataset's episodes are labelled with (ingested under another project)
+    specialists = sorted({*project.names, *in_dataset})
+    if request.specialist not in specialists:
+        where = f"{project.path}" if project.path else "mint.yaml (the default project)"
+        raise BadInput(f"unknown specialist {request.specialist!r}{closest(request.specialist, specialists)} "
+                       f"(specialists in {where}{' and the dataset' if in_dataset else ''}: "
+                       f"{', '.join(specialists)})", field="--specialist")
+    parent_id = parent_ref = parent_dir = None
+    base = request.base
+    if request.from_ref:
+        parent, directory = load_revision(ws, request.from_ref)
+        if parent.specialist != request.specialist:
+            raise BadInput(f"{parent.ref} is a {parent.specialist} adapter, not {request.specialist}", field="--from")
+        if base is not None and parent.base is not None and base != parent.base:
+            raise BadInput(f"{parent.ref} was trained on base {parent.base}, not {base}", field="--base")
+        lora_asked = set(user.lora_asked)
+        if lora_asked:
+            raise BadInput(f"--from continues {parent.ref}'s adapter with its own LoRA configuration; "
+                           f"lora.{sorted(lora_asked)[0]} cannot change it (train without --from for a new adapter)",
+                           field=f"lora.{sorted(lora_asked)[0]}")
+        parent_id, parent_ref, parent_dir = parent.id, parent.ref, str(directory)
+        base = base or parent.base
+    if base is None:
+        base = project.base
+    check_base_name(base)
+    return TrainPlan(request.specialist, request.method, dataset, request.env, user, base, parent_id, parent_ref,
+                     parent_dir)
+
+
+def _check_env(request: TrainRequest):
+    """The environment class, or None; an environment that brings its own tasks takes no --data."""
+    if request.env is None:
+        return None
+    if request.method != "grpo":
+        raise BadInput("--env trains with --method grpo", field="--env")
+    environment = load_environment(request.env)
+    if request.data is not None and hasattr(environment, "tasks"):
+        # dataset rows carry no task for the environment's reward: it would score an empty goal
+        raise BadInput(f"--env {request.env} brings its own tasks, and its reward needs each row's task, which "
+                       "dataset rows do not have; drop --data (or use an environment without tasks())",
+                       field="--data")
+    return environment
+
+
+def check_resume(ws: Workspace, request: TrainRequest) -> Path:
+    """The run to continue. It continues with the settings it recorded, so any option that would change
+    them is refused rather than ignored."""
+    given = [flag for flag, value in (("--specialist", request.specialist), ("--data", request.data),
+                                      ("--method", request.method), ("--from", request.from_ref),
+                                      ("--base", request.base), ("--config", request.config),
+                                      ("--set", request.sets), ("--env", request.env)) if value]
+    if given:
+        raise BadInput(f"--resume continues run {request.resume} with the settings it recorded; {', '.join(given)} "
+                       "cannot change them (start a new run to train with other settings)", field=given[0])
+    if request.num_processes < 1:
+        raise BadInput("must be at least 1", field="--num-processes")
+    return _find_run(ws, request.resume)
 
 
 def _find_run(ws: Workspace, run: str) -> Path:
@@ -79,54 +226,110 @@ def _find_run(ws: Workspace, run: str) -> Path:
     return path
 
 
-def prepare_run(ws: Workspace, *, specialist, data, method, from_ref, base, config, sets, env=None) -> Path:
-    from mint.data.datasets import iter_episodes, resolve_version
-    from mint.registry.refs import check_name
+# --- step 2: prepare the run directory (settings in effect, examples, template) ----------------------
 
-    if env is not None and method != "grpo":
-        raise BadInput("--env trains with --method grpo", field="--env")
-    environment = None
-    if env is not None:
-        from mint.train.envs import load_environment
-        environment = load_environment(env)
-    if not (specialist and method and (data or (environment and hasattr(environment, "tasks")))):
-        raise BadInput("--specialist, --data and --method are required (or --resume RUN)")
-    check_name(specialist)
-    if method not in METHODS:
-        raise BadInput(f"unknown method {method!r} (expected {', '.join(METHODS)})", field="--method")
-    settings = resolve_settings(method, config, sets)
-    if environment is not None and hasattr(environment, "tasks") and not data:
-        rows, dataset_label = environment.tasks(), f"env:{env}"
-    else:
-        name, _, version = data.partition("@")
-        _directory, manifest = resolve_version(ws, name, version or None)
-        dataset_label = f"{name}@{manifest['version']}"
-        rows = build_examples(method, iter_episodes(ws, name, manifest["version"], specialist),
-                              dataset=f"{dataset_label} ({specialist})")
-    parent = None
-    if from_ref:
-        from mint.registry.artifacts import load_revision
-
-        parent_revision, _ = load_revision(ws, from_ref)
-        if parent_revision.specialist != specialist:
-            raise BadInput(f"{parent_revision.ref} is a {parent_revision.specialist} adapter, not {specialist}",
-                           field="--from")
-        parent = parent_revision.id
-        base = base or parent_revision.base
-    if base is None:
-        from mint.project import load_project
-        base = load_project().base
+def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
+    """The run directory with run.json, examples.jsonl and the chat template, written in one rename."""
+    settings = resolve_settings(plan.user)
+    rows = build_run_examples(ws, plan)
+    template, template_source = resolve_chat_template(plan, settings)
+    rows, settings, changed = rows_for_template(plan.method, rows, template_source, settings)
+    effective = {"chat_template": {"source": template_source,
+                                   "sha256": hashlib.sha256(template.encode()).hexdigest() if template else None},
+                 "lora": effective_lora(plan, settings), "changed": changed}
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = runs_dir(ws) / f"{specialist}-{method}-{stamp}-{os.getpid()}"
-    run_dir.mkdir(parents=True)
-    with open(run_dir / EXAMPLES_FILE, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    record = {"run": run_dir.name, "specialist": specialist, "dataset": dataset_label, "env": env,
-              "method": method, "base": base, "parent": parent, "examples": len(rows),
-              "settings": asdict(settings), "config_hash": settings.digest(), "created_at": stamp}
-    atomic_write_json(run_dir / RUN_FILE, record)
+    run_dir = runs_dir(ws) / f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
+    runs_dir(ws).mkdir(parents=True, exist_ok=True)
+    with atomic_dir(run_dir) as tmp:
+        with open(tmp / EXAMPLES_FILE, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        if template is not None:
+            (tmp / TEMPLATE_FILE).write_text(template, encoding="utf-8")
+        record = {"run": run_dir.name, "specialist": plan.specialist,
+                  "dataset": plan.dataset or f"env:{plan.env}", "env": plan.env, "method": plan.method,
+                  "base": plan.base, "parent": plan.parent_id, "parent_ref": plan.parent_ref,
+                  "examples": len(rows), "settings": asdict(settings), "config_hash": settings.digest(),
+                  "effective": effective, "created_at": stamp}
+        atomic_write_json(tmp / RUN_FILE, record)
     return run_dir
+
+
+def build_run_examples(ws: Workspace, plan: TrainPlan) -> list[dict]:
+    """The rows the trainer takes: the dataset's episodes for the method, or the environment's tasks."""
+    if plan.dataset is None:
+        return list(load_environment(plan.env).tasks())
+    name, _, version = plan.dataset.partition("@")
+    return build_examples(plan.method, iter_episodes(ws, name, version, plan.specialist),
+                          dataset=f"{plan.dataset} ({plan.specialist})")
+
+
+def resolve_chat_template(plan: TrainPlan, settings: TrainSettings) -> tuple[str | None, str]:
+    """(the chat template to train with, or None for the base's own; where it comes from).
+
+    Assistant-only loss needs ``{% generation %}`` markers: the built-in bases (and every tool-environment
+    run) get mint's SmolLM2 template,
+    a local base keeps its own when it has them, else TRL's training version of it; a template neither
+    has is refused (exit 2) rather than quietly training on every token.
+    """
+    if plan.env is not None or plan.base in (SMOLLM2, TINY):
+        # in a tool environment too: the tools are shown in the agent harness's words (as evaluation shows
+        # them) under a neutral system prompt, and calls are written as <tool_call>{json}</tool_call>
+        return training_chat_template(), MINT_TEMPLATE
+    tokenizer = load_tokenizer(plan.base)
+    own = tokenizer.chat_template
+    if isinstance(own, dict):
+        own = own.get("default")
+    if not own:
+        raise BadInput("this base has no chat template; add one (tokenizer_config.json chat_template)",
+                       file=plan.base)
+    if not (plan.method == "sft" and settings.trl.get("assistant_only_loss")):
+        return None, "base"
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    try:
+        patched = get_training_chat_template(tokenizer)
+    except ValueError:
+        patched = None
+        if not has_generation_markers(own):
+            raise BadInput("the base's chat template has no {% generation %} markers and TRL knows no training "
+                           "version of it, so the loss cannot be kept to the assistant's turns; add "
+                           "{% generation %}...{% endgeneration %} around assistant turns in its template, or "
+                           "set trl.assistant_only_loss=false to train on every token",
+                           field="trl.assistant_only_loss") from None
+    if patched is None:
+        return None, "base (has generation markers)"
+    return patched, "TRL training template for the base's own"
+
+
+def rows_for_template(method: str, rows: list[dict], template_source: str,
+                      settings: TrainSettings) -> tuple[list[dict], TrainSettings, dict]:
+    """(rows, settings, what changed and why) for the chat template in use.
+
+    SFT rows with turns not to train on (``weight: 0``) become one prompt/completion row per trained turn
+    unless the template is mint's own, which leaves such turns out of the loss itself. TRL masks such rows
+    by their completion, and refuses assistant_only_loss on them, so that setting is turned off and the
+    change is recorded in run.json (``effective.changed``).
+    """
+    if method != "sft" or template_source == MINT_TEMPLATE or \
+            not any(m.get("weight") == 0 for row in rows for m in row["messages"]):
+        return rows, settings, {}
+    changed = {"examples": "one prompt/completion row per trained assistant turn: the chat template cannot leave "
+                           "weight-0 turns out of the loss"}
+    trl_values = dict(settings.trl)
+    if trl_values.get("assistant_only_loss"):
+        trl_values["assistant_only_loss"] = False
+        changed["trl.assistant_only_loss"] = "false: the loss falls on each row's completion (one assistant turn)"
+    return per_turn_rows(rows), TrainSettings(settings.method, settings.lora, trl_values, settings.rewards), changed
+
+
+def effective_lora(plan: TrainPlan, settings: TrainSettings) -> dict:
+    """The LoRA configuration the adapter will have: the parent's own with --from, else the settings'."""
+    if plan.parent_dir is None:
+        return {"source": "settings", **settings.lora}
+    config = json.loads((Path(plan.parent_dir) / "adapter_config.json").read_text())
+    return {"source": f"parent {plan.parent_ref}", "r": config.get("r"), "alpha": config.get("lora_alpha"),
+            "dropout": config.get("lora_dropout"), "target_modules": config.get("target_modules")}
 
 
 def _launch(run_dir: Path, num_processes: int, accelerate_config: Path | None, resume: bool) -> None:
@@ -144,174 +347,10 @@ def _launch(run_dir: Path, num_processes: int, accelerate_config: Path | None, r
                         f"see {run_dir} and continue it with `mint train --resume {run_dir.name}`")
 
 
-def _adapter_digest(model) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted((n, p) for n, p in model.named_parameters() if "lora_" in n):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
-    return digest.hexdigest()
+# --- step 4: register the adapter --------------------------------------------------------------------
 
-
-def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume: bool = False) -> dict:
-    """Train the run in this process (one rank of several under torchrun); returns the result record."""
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig, PeftModel
-    from transformers import TrainerCallback
-
-    from mint.base import SMOLLM2, TINY, load_base, training_chat_template
-
-    from datasets.utils.logging import disable_progress_bar
-
-    disable_progress_bar()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")   # environment_factory is experimental in TRL 1.x
-    run = json.loads((run_dir / RUN_FILE).read_text())
-    settings = TrainSettings(**{**run["settings"], "rewards": tuple(run["settings"]["rewards"])})
-    method = run["method"]
-    rows = [json.loads(line) for line in open(run_dir / EXAMPLES_FILE, encoding="utf-8")]
-    loaded = load_base(run["base"])
-    tokenizer, model = loaded.tokenizer, loaded.model
-    trl_values = dict(settings.trl)
-    if run["base"] in (SMOLLM2, TINY):
-        tokenizer.chat_template = training_chat_template()
-    elif method == "sft" and "{% generation %}" not in (tokenizer.chat_template or ""):
-        trl_values["assistant_only_loss"] = False   # the base's own template cannot mark assistant tokens
-    if method == "grpo":
-        tokenizer.padding_side = "left"
-    peft_config = None
-    if run["parent"]:
-        from mint.registry.artifacts import revision_dir
-        from mint.registry import store
-        from mint.workspace import workspace
-
-        ws = workspace(run_dir.parent.parent)
-        conn = store.open_store(ws, create=False)
-        parent = store.get_revision(conn, run["parent"])
-        conn.close()
-        model = PeftModel.from_pretrained(model, str(revision_dir(ws, parent)), is_trainable=True)
-    else:
-        lora = settings.lora
-        peft_config = LoraConfig(r=int(lora["r"]), lora_alpha=lora["alpha"], lora_dropout=float(lora["dropout"]),
-                                 target_modules=lora["target_modules"], task_type="CAUSAL_LM")
-    model.train()
-    config_class = trl_config_class(method)
-    if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():
-        trl_values.setdefault("ddp_backend", "gloo")
-    if run.get("env"):
-        trl_values.setdefault("max_tool_calling_iterations", 4)
-    args = config_class(output_dir=str(run_dir / "checkpoints"), **trl_values)
-    dataset = Dataset.from_list(rows)
-    callback = _RunCallback(run_dir, progress)
-    common = dict(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[callback])
-    if peft_config is not None:
-        common["peft_config"] = peft_config
-    if method == "sft":
-        from trl import SFTTrainer
-        trainer = SFTTrainer(**common)
-    elif method == "dpo":
-        from trl import DPOTrainer
-        trainer = DPOTrainer(**common)
-    elif method == "kto":
-        from trl import KTOTrainer
-        trainer = KTOTrainer(**common)
-    elif run.get("env"):
-        from trl import GRPOTrainer
-        from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
-
-        from mint.train.envs import load_environment, recorded
-        from mint.train.rewards import load_reward
-        # ChatML that renders tool calls as <tool_call>{json}</tool_call> (the agent harness's form), with the
-        # response parser TRL knows for it
-        tokenizer.chat_template = qwen2_5_chat_template
-        add_response_schema(tokenizer)
-        factory = recorded(load_environment(run["env"]), run_dir / "rollouts.jsonl")
-        extra = [load_reward(r) for r in settings.rewards]
-        trainer = GRPOTrainer(reward_funcs=extra or None, environment_factory=factory, **common)
-    else:
-        from trl import GRPOTrainer
-
-        from mint.train.rewards import reward_functions
-        trainer = GRPOTrainer(reward_funcs=reward_functions(run["specialist"], settings.rewards), **common)
-    callback.trainer = trainer
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    for noisy in (PrinterCallback, ProgressCallback):   # mint reports progress itself; stdout stays clean
-        trainer.remove_callback(noisy)
-    last = _last_checkpoint(run_dir) if resume else None
-    if resume and last is None:
-        raise BadInput(f"run {run_dir.name} has no checkpoint yet; start it again instead", field="--resume")
-    output = trainer.train(resume_from_checkpoint=str(last) if last else None)
-    final = {k: v for k, v in (trainer.state.log_history[-1] if trainer.state.log_history else {}).items()
-             if isinstance(v, (int, float))}
-    logged = [h for h in trainer.state.log_history if "loss" in h or "reward" in h]
-    result = {"steps": trainer.state.global_step, "train_loss": output.training_loss,
-              "last": {k: v for k, v in (logged[-1] if logged else {}).items() if isinstance(v, (int, float))},
-              "summary": final, "resumed_from_step": int(last.name.split("-")[-1]) if last else None,
-              "adapter_sha256": _adapter_digest(trainer.model), "base_fingerprint": loaded.fingerprint,
-              "registered": False}
-    rank = int(os.environ.get("RANK", "0"))
-    atomic_write_json(run_dir / f"rank{rank}.json", {"adapter_sha256": result["adapter_sha256"],
-                                                      "steps": result["steps"]})
-    if trainer.is_world_process_zero():
-        trainer.model.save_pretrained(str(run_dir / "adapter"), safe_serialization=True)
-        atomic_write_json(run_dir / RESULT_FILE, result)
-    return result
-
-
-def _last_checkpoint(run_dir: Path) -> Path | None:
-    checkpoints = [p for p in (run_dir / "checkpoints").glob("checkpoint-*")
-                   if re.fullmatch(r"checkpoint-\d+", p.name) and (p / "trainer_state.json").is_file()]
-    return max(checkpoints, key=lambda p: int(p.name.split("-")[1]), default=None)
-
-
-try:
-    from transformers import TrainerCallback as _Base
-except ImportError:  # pragma: no cover
-    _Base = object
-
-
-class _RunCallback(_Base):
-    """metrics.jsonl, the progress bar, and the fault points the crash tests use."""
-
-    def __init__(self, run_dir: Path, progress: TrainProgress | None) -> None:
-        self.run_dir, self.progress, self.trainer = run_dir, progress, None
-        self.last_time, self.last_tokens = None, None
-
-    def _write(self, state, record: dict) -> None:
-        if state.is_world_process_zero:
-            with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        model = kwargs.get("model")
-        self.last_time = time.perf_counter()
-        self._write(state, {"event": "start", "step": state.global_step, "max_steps": state.max_steps,
-                            "adapter_sha256": _adapter_digest(model) if model is not None else None,
-                            "time": time.time()})
-
-    def on_step_end(self, args, state, control, **kwargs):
-        fault_point(f"train.step_{state.global_step}")
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = logs or {}
-        now = time.perf_counter()
-        record = {"step": state.global_step, "time": time.time()}
-        for key in ("loss", "reward", "learning_rate", "grad_norm", "rewards/chosen", "kl", "entropy"):
-            if isinstance(logs.get(key), (int, float)):
-                record[key.replace("/", "_")] = logs[key]
-        tokens = logs.get("num_tokens") or logs.get("num_input_tokens_seen")
-        if isinstance(tokens, (int, float)) and self.last_tokens is not None and now > self.last_time:
-            record["tokens_per_s"] = (tokens - self.last_tokens) / (now - self.last_time)
-        if isinstance(tokens, (int, float)):
-            self.last_tokens, self.last_time = tokens, now
-        if "train_runtime" not in logs:
-            self._write(state, record)
-        if self.progress and state.is_world_process_zero:
-            self.progress(state.global_step, state.max_steps, record)
-
-
-def _register(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
-    from mint.registry.artifacts import register
-
+def register_run(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
+    """The run's adapter as a candidate revision of its specialist; result.json marks the run registered."""
     run = json.loads((run_dir / RUN_FILE).read_text())
     fingerprint = result.get("base_fingerprint")
     metrics = {"train_loss": result.get("train_loss"), "steps": result.get("steps"),
@@ -323,4 +362,4 @@ def _register(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
     atomic_write_json(run_dir / RESULT_FILE, {**result, "registered": True, "revision": revision.ref,
                                                "revision_id": revision.id})
     return TrainResult(revision.ref, revision.id, run_dir.name, str(run_dir), run["method"], result["steps"],
-                       run["examples"], metrics, result.get("resumed_from_step"))
+                       run["examples"], metrics, result.get("resumed_from_step"), list(result.get("warnings") or []))

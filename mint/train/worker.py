@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mint.train.run import run_training
+from mint.train.trainer import run_training
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from mint.errors import BadInput
-from mint.train.envs import OrdersCalendar, load_environment, recorded
+from mint.train.envs import OrdersCalendar, _world, load_environment, recorded
 from mint.train.run import train
 
 
@@ -39,6 +39,37 @@ def test_address_task():
     order_id, street = goal["address"]
     env.update_address(order_id, street)
     assert env.get_reward() == 1.0
+
+
+def test_a_goal_is_not_met_when_anything_else_changed_too():
+    row = next(t for t in OrdersCalendar.tasks(48) if "address" in json.loads(t["task"])["goal"] and sum(
+        v["status"] == "placed" for v in _world(json.loads(t["task"])["seed"])["orders"].values()) >= 2)
+    env = OrdersCalendar()
+    env.reset(**row)
+    order_id, street = json.loads(row["task"])["goal"]["address"]
+    env.update_address(order_id, street)
+    other = next(o for o, v in env.state["orders"].items() if o != order_id and v["status"] == "placed")
+    assert "cancelled" in env.cancel_order(other)
+    assert env.get_reward() == 0.0
+
+    env, goal = start("event")
+    env.add_event(*goal["event"])
+    env.add_event("stray", "2026-12-01", "09:00")
+    assert env.get_reward() == 0.0
+
+    env, goal = start("cancelled")
+    for order_id in goal["cancelled"]:
+        env.cancel_order(order_id)
+    env.add_event("party", "2026-12-24", "20:00")
+    assert env.get_reward() == 0.0
+
+
+def test_an_empty_goal_is_not_met_by_doing_something():
+    env = OrdersCalendar()
+    env.reset()
+    assert env.get_reward() == 1.0
+    env.add_event("anything", "2026-12-01", "09:00")
+    assert env.get_reward() == 0.0
 
 
 def test_recorded_environment_writes_each_rollout_as_an_episode(tmp_path):

@@ -80,7 +80,8 @@ def test_from_champion_starts_from_its_weights_and_records_the_parent(ws, datase
     from mint.train.run import runs_dir
 
     first = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST)
-    second = train(ws, specialist="coding", data=dataset, method="sft", from_ref="coding:v1", sets=FAST)
+    second = train(ws, specialist="coding", data=dataset, method="sft", from_ref="coding:v1",
+                   sets=[s for s in FAST if not s.startswith("lora.")])   # the parent's LoRA config is kept
     conn = store.open_store(ws)
     assert store.resolve(conn, second.ref).parent == first.revision_id
     start = json.loads(open(os.path.join(second.run_dir, "metrics.jsonl")).readline())
@@ -92,7 +93,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_same_weights(ws, data
     from peft import PeftModel
 
     from mint.base import load_base
-    from mint.train.run import _adapter_digest
+    from mint.train.trainer import adapter_digest as _adapter_digest
 
     sets = ["max_steps=4", "save_steps=2", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
     killed = run_mint("train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base",
@@ -105,7 +106,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_same_weights(ws, data
 
     resumed = train(ws, resume=run_dir.name)
     assert resumed.resumed_from_step == 2 and resumed.steps == 4 and resumed.ref == "coding:v1"
-    starts = [json.loads(l) for l in open(run_dir / "metrics.jsonl") if '"event"' in l]
+    starts = [r for r in map(json.loads, open(run_dir / "metrics.jsonl")) if r.get("event") == "start"]
     assert [s["step"] for s in starts] == [0, 2]
     checkpoint_model = PeftModel.from_pretrained(load_base("tiny-random").model, str(saved))
     assert starts[1]["adapter_sha256"] == _adapter_digest(checkpoint_model)
@@ -117,6 +118,9 @@ def test_two_processes_end_with_identical_adapters_and_one_revision(ws, dataset)
                    num_processes=2)
     ranks = [json.load(open(os.path.join(result.run_dir, f"rank{r}.json"))) for r in (0, 1)]
     assert ranks[0]["adapter_sha256"] == ranks[1]["adapter_sha256"] and ranks[0]["steps"] == 2
+    # each rank saw a process group of two: DDP all-reduced the gradients (alone, each would report 1)
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert json.load(open(os.path.join(result.run_dir, "run.json")))["effective"]["backend"]["world_size"] == 2
     assert [r.ref for r in store.list_revisions(store.open_store(ws)).revisions] == ["coding:v1"]
 
 

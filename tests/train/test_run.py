@@ -1,0 +1,171 @@
+"""The run's steps: chat template handling, effective settings, resume, processes, progress."""
+import json
+import os
+
+import pytest
+
+from mint.data.ingest import ingest
+from mint.errors import BadInput, Refused
+from mint.registry import store
+from mint.train.run import RUN_FILE, TrainRequest, check_request, prepare_run, train
+from tests.conftest import run_mint, write_jsonl
+
+FAST = ["max_steps=2", "save_steps=2", "per_device_train_batch_size=2", "lora.r=4", "max_length=128"]
+PLAIN = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+DASH_MARKERS = ("{%- for m in messages %}{%- if m['role'] == 'assistant' %}<|im_start|>assistant\n"
+                "{%- generation %}{{ m['content'] }}<|im_end|>{%- endgeneration %}\n{%- else %}<|im_start|>"
+                "{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endif %}{%- endfor %}"
+                "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+
+
+@pytest.fixture
+def dataset(ws, project, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": f"Write a python function that returns {i}"},
+                          {"role": "assistant", "content": f"def f():\n    return {i}"}],
+             "specialist": "coding"} for i in range(6)]
+    ingest(ws, [write_jsonl(tmp_path / "logs.jsonl", rows)], dataset="logs", project=project)
+    return "logs"
+
+
+def local_base(path, template):
+    from mint.base import TINY, load_base
+
+    loaded = load_base(TINY)
+    loaded.model.save_pretrained(path)
+    loaded.tokenizer.chat_template = template
+    loaded.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_a_local_base_whose_template_cannot_mask_assistant_turns_is_refused(ws, dataset, tmp_path):
+    base = local_base(tmp_path / "plain-base", PLAIN)
+    with pytest.raises(BadInput, match=r"trl.assistant_only_loss: the base's chat template has no \{% generation"):
+        train(ws, specialist="coding", data=dataset, method="sft", base=base, sets=FAST)
+    assert not (ws.home / "runs").exists() or not any((ws.home / "runs").iterdir())
+
+
+def test_a_local_base_with_trimmed_generation_markers_trains_on_assistant_turns_only(ws, dataset, tmp_path):
+    base = local_base(tmp_path / "marked-base", DASH_MARKERS)
+    result = train(ws, specialist="coding", data=dataset, method="sft", base=base, sets=FAST[1:] + ["max_steps=1"])
+    effective = json.load(open(os.path.join(result.run_dir, RUN_FILE)))["effective"]
+    assert effective["chat_template"]["source"] == "base (has generation markers)"
+    assert effective["backend"]["assistant_only_loss"] is True and effective["backend"]["world_size"] == 1
+    assert effective["backend"]["precision"] == "fp32" and effective["base_fingerprint"].startswith("sha256:")
+
+
+def test_without_assistant_only_loss_the_base_keeps_its_own_template(ws, dataset, tmp_path):
+    base = local_base(tmp_path / "plain-base", PLAIN)
+    plan = check_request(ws, TrainRequest(specialist="coding", data=dataset, method="sft", base=base,
+                                          sets=("assistant_only_loss=false",)))
+    run = json.load(open(prepare_run(ws, plan) / RUN_FILE))
+    assert run["effective"]["chat_template"] == {"source": "base", "sha256": None}
+    assert run["settings"]["trl"]["assistant_only_loss"] is False
+
+
+def test_from_records_the_parents_lora_config_and_refuses_to_change_it(ws, dataset, candidate):
+    parent = candidate("coding")
+    with pytest.raises(BadInput, match="lora.r: --from continues coding:v1's adapter"):
+        check_request(ws, TrainRequest(specialist="coding", data=dataset, method="sft", from_ref=parent.ref,
+                                       sets=("lora.r=8",)))
+    plan = check_request(ws, TrainRequest(specialist="coding", data=dataset, method="sft", from_ref=parent.ref))
+    lora = json.load(open(prepare_run(ws, plan) / RUN_FILE))["effective"]["lora"]
+    assert lora["source"] == "parent coding:v1" and lora["r"] == 4 and sorted(lora["target_modules"]) == \
+        ["q_proj", "v_proj"]
+
+
+def test_a_tool_environment_shows_its_tools_in_the_agent_harness_words_and_parses_the_calls_back(ws):
+    from transformers.utils import get_json_schema
+    from trl.chat_template_utils import parse_response
+
+    from mint.base import TINY, load_tokenizer
+    from mint.harness.agent import AgentHarness
+    from mint.harness.base import HarnessSettings
+    from mint.train.envs import OrdersCalendar
+    from mint.train.trainer import _add_tool_response_parser
+
+    plan = check_request(ws, TrainRequest(specialist="agent", method="grpo", env="orders", base="tiny-random"))
+    run = json.load(open(prepare_run(ws, plan) / RUN_FILE))
+    assert run["effective"]["chat_template"]["source"].startswith("mint: SmolLM2 ChatML")
+    tokenizer = load_tokenizer(TINY)
+    tokenizer.chat_template = (ws.home / "runs" / run["run"] / "chat_template.jinja").read_text()
+    tools = [get_json_schema(getattr(OrdersCalendar, n)) for n in ("list_orders", "cancel_order")]
+    for prompt in (OrdersCalendar.tasks(1)[0]["prompt"], [{"role": "user", "content": "Cancel B42."}]):
+        shown = tokenizer.apply_chat_template(prompt, tools=tools, tokenize=False, add_generation_prompt=True)
+        system = AgentHarness(HarnessSettings()).system({"messages": prompt, "tools": tools})
+        assert shown.startswith(f"<|im_start|>system\n{system}<|im_end|>") and "Qwen" not in shown
+    _add_tool_response_parser(tokenizer)
+    prefix = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, return_dict=True)
+    answer = tokenizer('<tool_call>{"name": "cancel_order", "arguments": {"order_id": "B42"}}</tool_call><|im_end|>',
+                       add_special_tokens=False)["input_ids"]
+    parsed = parse_response(tokenizer, answer, prefix=prefix["input_ids"], tools=tools)
+    assert parsed["tool_calls"][0]["function"] == {"name": "cancel_order", "arguments": {"order_id": "B42"}}
+
+
+def killed_run(ws, dataset, step):
+    sets = ["max_steps=4", "save_steps=1", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
+    killed = run_mint("train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base",
+                      "tiny-random", *[x for s in sets for x in ("--set", s)], env={"MINT_FAULT": f"train.step_{step}"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (run_dir,) = (ws.home / "runs").iterdir()
+    return run_dir, sets
+
+
+def lora_tensors(path):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(path, "adapter_model.safetensors"))
+
+
+def test_a_run_killed_after_step_2_and_resumed_ends_with_the_uninterrupted_runs_adapter(ws, dataset):
+    import torch
+
+    run_dir, sets = killed_run(ws, dataset, 3)
+    at_step_2 = lora_tensors(run_dir / "checkpoints" / "checkpoint-2")
+    resumed = train(ws, resume=run_dir.name)
+    assert resumed.resumed_from_step == 2 and resumed.steps == 4
+    whole = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=sets)
+    first, second = lora_tensors(os.path.join(resumed.run_dir, "adapter")), lora_tensors(
+        os.path.join(whole.run_dir, "adapter"))
+    assert first.keys() == second.keys() and first
+    assert any(not torch.equal(at_step_2[k], first[k]) for k in first)   # steps 3 and 4 changed the weights
+    for key in first:
+        torch.testing.assert_close(first[key], second[key], rtol=1e-4, atol=1e-6)
+
+
+def test_resume_refuses_a_checkpoint_changed_since_it_was_saved(ws, dataset):
+    from safetensors.torch import save_file
+
+    run_dir, _ = killed_run(ws, dataset, 2)
+    checkpoint = run_dir / "checkpoints" / "checkpoint-1"
+    tensors = lora_tensors(checkpoint)
+    name = sorted(k for k in tensors if "lora_B" in k)[0]
+    tensors[name] = tensors[name] + 0.5
+    save_file(tensors, str(checkpoint / "adapter_model.safetensors"))
+    with pytest.raises(Refused, match="checkpoint-1 of run .* holds another adapter than the one saved at step 1"):
+        train(ws, resume=run_dir.name)
+    assert not store.db_path(ws).exists() or not store.list_revisions(store.open_store(ws)).revisions
+
+
+def test_piped_output_prints_one_line_per_logged_step_with_loss_and_eta(ws, dataset):
+    child = run_mint("train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base",
+                     "tiny-random", *[x for s in FAST for x in ("--set", s)])
+    assert child.returncode == 0, child.stderr[-2000:]
+    lines = [l for l in child.stderr.splitlines() if l.startswith("step ")]
+    assert [l.split()[1] for l in lines] == ["1/2", "2/2"], child.stderr
+    assert all("loss " in l for l in lines) and "ETA 0:" in lines[-1]
+    assert "loading base tiny-random..." in child.stderr and "coding:v1" in child.stdout
+
+
+def test_weight_0_turns_under_a_foreign_template_become_per_turn_rows_and_say_so():
+    from mint.train.config import TrainSettings
+    from mint.train.run import MINT_TEMPLATE, rows_for_template
+
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x", "weight": 0},
+                          {"role": "user", "content": "b"}, {"role": "assistant", "content": "y"}]}]
+    settings = TrainSettings("sft", {}, {"assistant_only_loss": True}, ())
+    same = rows_for_template("sft", rows, MINT_TEMPLATE, settings)
+    assert same == (rows, settings, {})
+    split, changed_settings, changed = rows_for_template("sft", rows, "base (has generation markers)", settings)
+    assert [r["completion"][0]["content"] for r in split] == ["y"]
+    assert changed_settings.trl["assistant_only_loss"] is False and "trl.assistant_only_loss" in changed
