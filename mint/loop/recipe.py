@@ -155,6 +155,14 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
         sets = options.get("set", {})
         if not isinstance(sets, dict):
             raise doc.error(f"{at}.set", "expected a mapping of TRL/LoRA settings (KEY: VALUE)")
+        from mint.train.config import check_settings
+
+        try:    # the same typed check `mint train --set` makes, before anything runs
+            check_settings(method, None, [f"{key}={value}" for key, value in sets.items()])
+        except BadInput as exc:
+            field = (exc.field or "").partition(".")[2] or exc.field
+            raise doc.error(f"{at}.set.{field}" if field and field in sets else f"{at}.set",
+                            getattr(exc, "message", str(exc))) from None
         origin = options.get("from", "champion")
         if origin not in ("champion", "scratch"):
             raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")

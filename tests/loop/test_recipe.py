@@ -58,6 +58,8 @@ def test_a_good_recipe_loads_with_its_steps(tmp_path):
      "no earlier train step"),
     (("sources: [LOGS]", "sources: [nowhere/]"), ":5: steps[0].ingest.sources[0]", "no such file"),
     (("fatal: true", "fatal: yes please"), ":8: steps[3].promote.fatal", "expected true or false"),
+    (("max_steps: 1", "max_steps: lots"), ":6: steps[1].train.set.max_steps", "expected an integer"),
+    (("max_steps: 1", "max_stepz: 1"), ":6: steps[1].train.set", "did you mean max_steps?"),
 ])
 def test_mistakes_name_the_line_and_field(tmp_path, capsys, edit, where, says):
     path = write(tmp_path, GOOD.replace(*edit))
