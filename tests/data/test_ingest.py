@@ -215,7 +215,7 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
     ('{"messages": []}', "messages: empty"),
     ('{"session": "s1"}', "unknown record shape: expected `messages` (OpenAI/mint) or `conversations` (ShareGPT)"),
     ('{"messages": {"role": "user"}}', "messages: expected a list, got dict"),
-    ('{"messages": [{"role": "user", "content": ["x", 3]}]}', "messages[0].content[1]: expected a text part"),
+    ('{"messages": [{"role": "user", "content": ["x", 3]}]}', "messages[0].content[1]: expected a content part"),
     ('{"messages": [{"role": "wizard", "content": "x"}]}', "messages[0].role: unknown role 'wizard'"),
     ('{"messages": [{"role": "user", "content": "x"}], "feedback": {"stars": 0}}',
      "feedback.stars: 0 is not -1, 0, 1 or a 1-5 star value"),
