@@ -157,12 +157,18 @@ def _message(raw: Any, where: str) -> list[dict]:
     role = ROLES.get(role_raw.strip().lower())
     if role is None:
         raise RecordError(f"{where}.role", f"unknown role {role_raw!r}")
-    parts = _Parts()
-    if role == "tool" and isinstance(raw.get("content"), (dict, list)) and not _is_parts(raw["content"]):
-        parts.texts.append(json.dumps(raw["content"], ensure_ascii=False))   # a tool's structured result
+    content = raw.get("content")
+    parts = _NO_PARTS
+    if isinstance(content, str):
+        text = content
+    elif content is None:
+        text = ""
+    elif role == "tool" and isinstance(content, (dict, list)) and not _is_parts(content):
+        text = json.dumps(content, ensure_ascii=False)   # a tool's structured result
     else:
-        _content(raw.get("content"), f"{where}.content", parts)
-    message: dict = {"role": role, "content": "\n".join(parts.texts)}
+        parts = _Parts()
+        text = _content(content, f"{where}.content", parts)
+    message: dict = {"role": role, "content": text}
     calls = raw.get("tool_calls")
     if calls is None and isinstance(raw.get("function_call"), dict):   # legacy OpenAI field
         calls = [raw["function_call"]]
@@ -177,10 +183,9 @@ def _message(raw: Any, where: str) -> list[dict]:
         if isinstance(raw.get(key), str) and raw[key]:
             message[key] = raw[key]
     reasoning = raw.get("reasoning_content", raw.get("reasoning"))
-    if isinstance(reasoning, str) and reasoning:
-        parts.reasoning.insert(0, reasoning)
-    if parts.reasoning:
-        message["reasoning"] = "\n".join(parts.reasoning)
+    reasoning = [reasoning] if isinstance(reasoning, str) and reasoning else []
+    if reasoning or parts.reasoning:
+        message["reasoning"] = "\n".join(reasoning + parts.reasoning)
     if isinstance(raw.get("finish_reason"), str):
         message["finish_reason"] = raw["finish_reason"]
     weight = raw.get("weight")
@@ -205,6 +210,9 @@ class _Parts:
         self.calls: list[dict] = []
         self.results: list[dict] = []
         self.reasoning: list[str] = []
+
+
+_NO_PARTS = _Parts()   # read-only: a plain string content has no calls, results or reasoning parts
 
 
 _IMAGE_PARTS = ("image_url", "image", "input_image")

@@ -360,10 +360,17 @@ def conversation_keys(episode: dict) -> ConversationKeys | None:
     full, prefixes = None, []
     if episode["session"]:
         running = hashlib.sha256(b"session\0" + episode["session"].encode("utf-8") + b"\0")
-        for message in episode["messages"]:
-            running.update(_dumps(message).encode("utf-8") + b"\n")
-            prefixes.append(running.digest()[:16])
-        full = prefixes.pop()
+        messages = episode["messages"]
+        for i, message in enumerate(messages):
+            # role and text identify a turn; tool calls only when there are some (serializing every
+            # message again would cost as much as the episode line itself)
+            running.update(f"{message['role']}\0{message['content']}\0".encode("utf-8"))
+            if "tool_calls" in message:
+                running.update(_dumps(message["tool_calls"]).encode("utf-8"))
+            # a conversation is re-logged after an answer: only prefixes that end with one are keys
+            if i < len(messages) - 1 and message["role"] == "assistant" and messages[i + 1]["role"] != "assistant":
+                prefixes.append(running.digest()[:16])
+        full = running.digest()[:16]
     if upstream is None and full is None:
         return None
     feedback = episode["feedback"]
@@ -376,16 +383,16 @@ def _key(kind: str, value: str) -> bytes:
 
 
 def _earlier_episode(index: sqlite3.Connection, keys: ConversationKeys) -> tuple[bytes, str, bool] | None:
-    """(id, specialist, same messages?) of the episode this record is a later copy of, if any."""
-    for key, same in ((keys.upstream, True), (keys.full, True)):
-        if key is not None:
-            row = index.execute("SELECT id, specialist FROM conversation WHERE key = ?", (key,)).fetchone()
-            if row is not None:
-                return row[0], row[1], same
-    for key in reversed(keys.prefixes):   # the longest earlier prefix of this conversation
-        row = index.execute("SELECT id, specialist FROM conversation WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            return row[0], row[1], False
+    """(id, specialist, same messages?) of the episode this record is a later copy of, if any: by upstream
+    id, else by session and messages, else the longest earlier prefix of this conversation."""
+    wanted = [k for k in (keys.upstream, keys.full, *keys.prefixes) if k is not None]
+    rows = dict((key, (episode, specialist)) for key, episode, specialist in index.execute(
+        f"SELECT key, id, specialist FROM conversation WHERE key IN ({','.join('?' * len(wanted))})", wanted))
+    if not rows:
+        return None
+    for key, same in ((keys.upstream, True), (keys.full, True), *((k, False) for k in reversed(keys.prefixes))):
+        if key in rows:
+            return *rows[key], same
     return None
 
 

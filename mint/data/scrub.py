@@ -66,7 +66,8 @@ _NANP = re.compile(r"1?[2-9]\d{2}[2-9]\d{6}")   # area code and exchange never s
 
 def _phone(match: re.Match) -> str | None:
     text = match.group(0)
-    if _NOT_A_PHONE.search(match.string, max(0, match.start() - 24), match.start()):
+    if len(text) < 7 or _DATE.match(text) or sum(c.isdigit() for c in text) < 7 \
+            or _NOT_A_PHONE.search(match.string, max(0, match.start() - 24), match.start()):
         return None
     # the candidate may have run on into a following number ("415 555 0132 2 times"): try it whole,
     # then without its last groups
@@ -77,6 +78,7 @@ def _phone(match: re.Match) -> str | None:
     return None
 
 
+_DATE = re.compile(r"(?:19|20)\d\d[-./](?:0?[1-9]|1[0-2])[-./]\d\d?$")
 _GROUP_BREAK = re.compile(r"[ .-]+(?=\(?\d)")
 
 
@@ -177,6 +179,9 @@ _LITERALS = (("pem", "-----BEGIN"), ("jwt", "eyJ"), ("sk", "sk-"), ("aws", "AKIA
              ("gh", "ghp_"), ("gh", "gho_"), ("gh", "ghu_"), ("gh", "ghs_"), ("gh", "ghr_"), ("gh", "github_pat_"),
              ("slack", "xox"), ("at", "@"), ("colon", ":"), ("stripe", "k_live_"), ("stripe", "k_test_"),
              ("hf", "hf_"), ("google", "AIza"), ("bearer", "earer "), ("bearer", "earer\t"))
+# one pass over the text finds every literal trigger (twenty `in` tests cost more)
+_TRIGGER_OF = {literal: name for name, literal in _LITERALS}
+_TRIGGERS = re.compile("|".join(re.escape(literal) for literal in sorted(_TRIGGER_OF, key=len, reverse=True)))
 _DIGIT = re.compile(r"\d")
 _DIGIT_DOT = re.compile(r"\d\.\d")
 _SEVEN_DIGITS = re.compile(r"\d(?:[^\d\n]{0,3}\d){6}")
@@ -194,7 +199,7 @@ def _substitute(kind: str, replacer: Replacer | None, counts: Counter, match: re
 
 def scrub_text(text: str, counts: Counter) -> str:
     """``text`` with every finding replaced by its placeholder; ``counts`` gets one per finding."""
-    present = {name for name, literal in _LITERALS if literal in text}
+    present = {_TRIGGER_OF[literal] for literal in _TRIGGERS.findall(text)}
     if _DIGIT.search(text):
         if _DIGIT_DOT.search(text):
             present.add("dot")
