@@ -231,9 +231,9 @@ def _sniff_encoding(head: bytes) -> tuple[str, int]:
         return "utf-32-le", 0
     if len(head) >= 4 and head[:3] == b"\x00\x00\x00" and head[3]:
         return "utf-32-be", 0
-    if len(head) >= 2 and head[1] == 0 and head[0] and head[2::2].count(0) == 0 and head[3::2].strip(b"\x00") == b"":
+    if len(head) >= 4 and head[1] == 0 and head[0] and head[2::2].count(0) == 0 and head[3::2].strip(b"\x00") == b"":
         return "utf-16-le", 0
-    if len(head) >= 2 and head[0] == 0 and head[1] and head[1::2].count(0) == 0 and head[0::2].strip(b"\x00") == b"":
+    if len(head) >= 4 and head[0] == 0 and head[1] and head[1::2].count(0) == 0 and head[0::2].strip(b"\x00") == b"":
         return "utf-16-be", 0
     raise Undecodable("not text: binary data (NUL bytes) and no byte-order mark; expected UTF-8, UTF-16 or "
                       "UTF-32 JSON")
