@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from mint.data import datasets
-from mint.data.episode import FORMATS, RecordError, episode_id, normalize
+from mint.data.episode import FORMATS, RecordError, normalize, normalize_feedback, upstream_id
 from mint.data.labels import Labeler
 from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, discover, parse_line,
                                read_line_batches, read_source)
@@ -124,6 +124,15 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                             if found:
                                 scrubbed.update(found)
                                 source_stats.scrubbed += sum(found.values())
+                            if how == "feedback":   # a rating for an episode logged earlier: rewrite that one
+                                out.flush()
+                                line, specialist, bad = _apply_feedback(index, directory, tmp, line, settings)
+                                if bad is not None:
+                                    source_stats.quarantined += 1
+                                    reasons[_reason_kind(specialist)] += 1
+                                    quarantine.write(bad)
+                                    continue
+                                keys = conversation_keys(json.loads(line))
                             if how == "quarantine":
                                 source_stats.quarantined += 1
                                 reasons[_reason_kind(specialist)] += 1
@@ -143,7 +152,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 replaced[earlier_specialist] += 1
                                 source_stats.updated += 1
                             if keys:
-                                _remember_conversation(index, keys, key, specialist)
+                                _remember_conversation(index, keys, key, specialist, None, out.tell())
                             source_stats.kept += 1
                             added += 1
                             by_specialist[specialist] += 1
@@ -163,6 +172,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
             checkpoint("ingest.version_published")
             atomic_write_text(directory / datasets.HEAD_FILE, version + "\n")
             checkpoint("ingest.head_written")
+            index.execute("UPDATE conversation SET version = ? WHERE version IS NULL", (version,))
             index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (version,))
             index.commit()
             head, created = version, True
@@ -223,7 +233,32 @@ def _process(record: RawRecord, settings: _Settings) -> Outcome:
                                    "please report this record", settings, Counter())
 
 
+# a record with any of these is a conversation; without them, an upstream id and feedback, a feedback event
+_CONVERSATION_FIELDS = ("messages", "conversations", "request", "prompt", "instruction")
+
+
+def _feedback_event(record: RawRecord, settings: _Settings, found: Counter) -> Outcome | None:
+    data = record.data
+    if not isinstance(data, dict) or any(k in data for k in _CONVERSATION_FIELDS):
+        return None
+    upstream = upstream_id(data)
+    if upstream is None:
+        return None
+    feedback = normalize_feedback(data)
+    if feedback["rating"] is None and not feedback["correction"]:
+        return None
+    if settings.scrub and feedback["correction"]:
+        feedback["correction"] = scrub_text(feedback["correction"], found)
+    event = {"upstream_id": upstream, "feedback": feedback, "source": record.source,
+             "raw": record.raw if record.raw is not None else json.dumps(data, ensure_ascii=False)[:RAW_KEEP_CHARS]}
+    return (json.dumps(event, ensure_ascii=False).encode("utf-8"), "", "feedback", found or None,
+            ConversationKeys(_key("upstream", upstream), None, (), True))
+
+
 def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> Outcome:
+    event = _feedback_event(record, settings, found)
+    if event is not None:
+        return event
     episode = normalize(record.data, settings.fmt)
     labeler = settings.labeler
     specialist, how = labeler.label(episode.pop("label"), episode["messages"], episode["tools"],
@@ -280,18 +315,21 @@ def _quarantine_outcome(record: RawRecord, reason: str, settings: _Settings, fou
             content = json.dumps(record.data, ensure_ascii=False, sort_keys=True, default=str)
         except (RecursionError, ValueError):
             content = None
+    return _quarantine_line(record.source, reason, content, settings, found), reason, "quarantine", found or None, None
+
+
+def _quarantine_line(source: str, reason: str, content: str | None, settings: _Settings, found: Counter) -> bytes:
     # the quarantine is keyed by what was read, not where: a rotated file's new bad lines are new
-    digest = hashlib.sha256(f"{reason}\0{content if content is not None else record.source}".encode(
+    digest = hashlib.sha256(f"{reason}\0{content if content is not None else source}".encode(
         "utf-8", "surrogatepass")).hexdigest()[:32]
     raw = content[:RAW_KEEP_CHARS] if content else content
     if raw and settings.scrub:
         raw = scrub_text(raw, found)
-    entry = {"key": digest, "source": record.source, "reason": reason, "raw": raw}
+    entry = {"key": digest, "source": source, "reason": reason, "raw": raw}
     try:
-        line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+        return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
     except UnicodeEncodeError:   # a lone surrogate: escaped, the entry is still valid JSON
-        line = (json.dumps(entry) + "\n").encode("ascii")
-    return line, reason, "quarantine", found or None, None
+        return (json.dumps(entry) + "\n").encode("ascii")
 
 
 def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progress, workers: int | None):
@@ -397,11 +435,32 @@ def _earlier_episode(index: sqlite3.Connection, keys: ConversationKeys) -> tuple
 
 
 def _remember_conversation(index: sqlite3.Connection, keys: ConversationKeys, episode: bytes,
-                           specialist: str) -> None:
+                           specialist: str, version: str | None, offset: int) -> None:
+    """Map the conversation's keys to its episode and where its line is (version None: this ingest's)."""
     for key in (keys.upstream, keys.full):
         if key is not None:
-            index.execute("INSERT OR REPLACE INTO conversation(key, id, specialist) VALUES (?, ?, ?)",
-                          (key, episode, specialist))
+            index.execute("INSERT OR REPLACE INTO conversation(key, id, specialist, version, offset) "
+                          "VALUES (?, ?, ?, ?, ?)", (key, episode, specialist, version, offset))
+
+
+def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, event_line: bytes,
+                    settings: _Settings) -> tuple[bytes, str, bytes | None]:
+    """(episode line, specialist, None) for the earlier episode with the event's feedback merged in, or
+    (b"", reason, quarantine line) when no episode of this dataset has the event's upstream id."""
+    event = json.loads(event_line)
+    row = index.execute("SELECT specialist, version, offset FROM conversation WHERE key = ?",
+                        (_key("upstream", event["upstream_id"]),)).fetchone()
+    if row is None:
+        reason = (f"feedback for {event['upstream_id']!r}: no earlier episode in this dataset has that id "
+                  "(ingest the conversation first)")
+        return b"", reason, _quarantine_line(event["source"], reason, event["raw"], settings, Counter())
+    specialist, version, offset = row
+    path = (directory / version if version else staging) / datasets.EPISODES_FILE
+    with open(path, "rb") as f:
+        f.seek(offset)
+        episode = json.loads(f.readline())
+    episode["feedback"] = {**episode["feedback"], **{k: v for k, v in event["feedback"].items() if v is not None}}
+    return _episode_line(episode, specialist, episode["source"]).encode("utf-8"), specialist, None
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
@@ -419,7 +478,7 @@ def _reason_kind(reason: str) -> str:
     return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
-_INDEX_SCHEMA = "2"   # 2: conversation keys and quarantine keys beside the episode ids
+_INDEX_SCHEMA = "3"   # 3: conversation keys (with where each episode is) and quarantine keys
 
 
 def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
@@ -428,8 +487,12 @@ def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
     index.execute("PRAGMA journal_mode=WAL")
     index.execute("PRAGMA cache_size=-32000")   # 32 MB: random 128-bit keys touch pages all over the tree
     index.execute("CREATE TABLE IF NOT EXISTS seen (id BLOB PRIMARY KEY) WITHOUT ROWID")
-    index.execute("CREATE TABLE IF NOT EXISTS conversation (key BLOB PRIMARY KEY, id BLOB, specialist TEXT) "
-                  "WITHOUT ROWID")
+    has_meta = index.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
+    schema = index.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() if has_meta else None
+    if schema is None or schema[0] != _INDEX_SCHEMA:
+        index.execute("DROP TABLE IF EXISTS conversation")   # its columns changed; rebuilt below
+    index.execute("CREATE TABLE IF NOT EXISTS conversation (key BLOB PRIMARY KEY, id BLOB, specialist TEXT, "
+                  "version TEXT, offset INTEGER) WITHOUT ROWID")
     index.execute("CREATE TABLE IF NOT EXISTS quarantined (key BLOB PRIMARY KEY) WITHOUT ROWID")
     index.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     index.commit()
@@ -440,12 +503,14 @@ def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
         index.execute("DELETE FROM conversation")
         index.execute("DELETE FROM quarantined")
         for version in datasets.chain(directory, head):
-            for episode in datasets.read_episodes(directory, version):
-                key = bytes.fromhex(episode["id"][:32])
-                index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,))
-                keys = conversation_keys({"upstream_id": None, **episode})
-                if keys:
-                    _remember_conversation(index, keys, key, episode["specialist"])
+            with open(directory / version / datasets.EPISODES_FILE, "rb") as f:
+                while line := f.readline():
+                    episode = json.loads(line)
+                    key = bytes.fromhex(episode["id"][:32])
+                    index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,))
+                    keys = conversation_keys({"upstream_id": None, **episode})
+                    if keys:
+                        _remember_conversation(index, keys, key, episode["specialist"], version, f.tell() - len(line))
         for entry_key in datasets.quarantine_keys(directory):
             index.execute("INSERT OR IGNORE INTO quarantined(key) VALUES (?)", (entry_key,))
         index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (head,))

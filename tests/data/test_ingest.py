@@ -415,3 +415,38 @@ def test_the_openai_export_keeps_weight_and_drops_fields_openai_rejects(ws, proj
     result = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
     (line,) = [json.loads(l) for l in open(result.out)]
     assert line["messages"][1] == {"role": "assistant", "content": "cut", "weight": 0}
+
+
+def test_a_feedback_event_naming_an_upstream_id_updates_that_episode(ws, project, tmp_path):
+    first = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [_server_log(), chat_row("other")])],
+                   dataset="d", project=project)
+    event = {"id": "chatcmpl-abc123", "feedback": {"thumbs": "down", "correction": "Paris, mail bob@example.com"}}
+    later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [event])], dataset="d", project=project)
+    assert later.created and later.episodes_updated == 1 and later.total_episodes == 2
+    updated = [e for e in datasets.iter_episodes(ws, "d") if e["upstream_id"] == "chatcmpl-abc123"]
+    assert [(e["feedback"]["rating"], e["feedback"]["correction"]) for e in updated] == [(-1, "Paris, mail [EMAIL]")]
+    assert updated[0]["messages"][-1]["content"] == "Paris."
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d", first.version)] == [None, None]
+
+
+def test_a_feedback_event_in_the_same_file_as_its_conversation_updates_it(ws, project, tmp_path):
+    rows = [_server_log(), {"request_id": "chatcmpl-abc123", "rating": 5}]
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d")] == [1]
+    assert result.total_episodes == 1
+
+
+def test_a_feedback_event_for_an_unknown_conversation_is_quarantined(ws, project, tmp_path):
+    rows = [chat_row("hi"), {"id": "chatcmpl-nobody", "feedback": {"thumbs": "up"}}]
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    assert result.sources[0].quarantined == 1
+    assert "no earlier episode" in open(result.quarantine_file).read()
+
+
+def test_feedback_events_still_find_their_episode_after_the_index_is_rebuilt(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("first"), _server_log()])], dataset="d", project=project)
+    (ws.datasets / "d" / "index.sqlite").unlink()   # a cache: rebuilt from the versions on disk
+    event = {"id": "chatcmpl-abc123", "feedback": {"thumbs": "up"}}
+    later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [event])], dataset="d", project=project)
+    assert later.episodes_updated == 1
+    assert sorted(str(e["feedback"]["rating"]) for e in datasets.iter_episodes(ws, "d")) == ["1", "None"]
