@@ -19,7 +19,6 @@ import gzip
 import io
 import json
 import lzma
-import math
 import os
 import re
 from dataclasses import dataclass, field
