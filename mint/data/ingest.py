@@ -278,8 +278,9 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
             episode["feedback"]["correction"] = scrub_text(episode["feedback"]["correction"], found)
         if episode["session"]:
             episode["session"] = scrub_text(episode["session"], found)
-    line = _episode_line(episode, specialist, record.source).encode("utf-8")   # lone surrogates fail here
-    return line, specialist, how, found or None, conversation_keys(episode)
+    line, messages_json = _episode_line(episode, specialist, record.source)
+    # encoding is where a lone surrogate fails
+    return line.encode("utf-8"), specialist, how, found or None, conversation_keys(episode, messages_json)
 
 
 def _surrogate_reason(data) -> str:
@@ -370,14 +371,15 @@ def _process_batch(label: str, batch: list) -> list[Outcome]:
     return out
 
 
-def _episode_line(episode: dict, specialist: str, source: str) -> str:
-    """The canonical episode as one JSON line; each part is serialized once, for the id and the line."""
+def _episode_line(episode: dict, specialist: str, source: str) -> tuple[str, str]:
+    """The canonical episode as one JSON line, and its messages' JSON; each part is serialized once,
+    for the id, the line and the conversation keys."""
     parts = [_dumps(episode["messages"]), _dumps(episode["tools"]), _dumps(episode["feedback"])]
     digest = hashlib.sha256(("[" + ",".join(parts) + "]").encode("utf-8")).hexdigest()
     return (f'{{"id":"{digest}","session":{_string(episode["session"])},"ts":{_string(episode["ts"])},'
             f'"specialist":{_string(specialist)},"messages":{parts[0]},"tools":{parts[1]},"feedback":{parts[2]},'
             f'"served_by":{_string(episode["served_by"])},"upstream_id":{_string(episode["upstream_id"])},'
-            f'"source":{_string(source)}}}\n')
+            f'"source":{_string(source)}}}\n'), parts[0]
 
 
 # --- one conversation logged more than once -------------------------------------------------------
@@ -393,22 +395,29 @@ class ConversationKeys:
     has_feedback: bool
 
 
-def conversation_keys(episode: dict) -> ConversationKeys | None:
+def conversation_keys(episode: dict, messages_json: str | None = None) -> ConversationKeys | None:
+    """The episode's keys; ``messages_json`` is its messages as ``_dumps`` wrote them, when at hand.
+
+    A key is the hash of the session and the messages' JSON, so the prefix keys of a longer log equal
+    the full key of each shorter one (``_dumps`` of a list joins the ``_dumps`` of its items with ",").
+    """
     upstream = _key("upstream", episode.get("upstream_id")) if episode.get("upstream_id") else None
     full, prefixes = None, []
     if episode["session"]:
-        running = hashlib.sha256(b"session\0" + episode["session"].encode("utf-8") + b"\0")
+        head = b"session\0" + episode["session"].encode("utf-8") + b"\0"
         messages = episode["messages"]
-        for i, message in enumerate(messages):
-            # role and text identify a turn; tool calls only when there are some (serializing every
-            # message again would cost as much as the episode line itself)
-            running.update(f"{message['role']}\0{message['content']}\0".encode("utf-8"))
-            if "tool_calls" in message:
-                running.update(_dumps(message["tool_calls"]).encode("utf-8"))
-            # a conversation is re-logged after an answer: only prefixes that end with one are keys
-            if i < len(messages) - 1 and message["role"] == "assistant" and messages[i + 1]["role"] != "assistant":
-                prefixes.append(running.digest()[:16])
-        full = running.digest()[:16]
+        # a conversation is re-logged after an answer: prefixes that end with one are its earlier logs
+        ends = {i for i in range(len(messages) - 1)
+                if messages[i]["role"] == "assistant" and messages[i + 1]["role"] != "assistant"}
+        if ends:
+            running = hashlib.sha256(head + b"[")
+            for i in range(max(ends) + 1):
+                running.update((b"," if i else b"") + _dumps(messages[i]).encode("utf-8"))
+                if i in ends:
+                    prefix = running.copy()
+                    prefix.update(b"]")
+                    prefixes.append(prefix.digest()[:16])
+        full = hashlib.sha256(head + (messages_json or _dumps(messages)).encode("utf-8")).digest()[:16]
     if upstream is None and full is None:
         return None
     feedback = episode["feedback"]
@@ -460,7 +469,7 @@ def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, e
         f.seek(offset)
         episode = json.loads(f.readline())
     episode["feedback"] = {**episode["feedback"], **{k: v for k, v in event["feedback"].items() if v is not None}}
-    return _episode_line(episode, specialist, episode["source"]).encode("utf-8"), specialist, None
+    return _episode_line(episode, specialist, episode["source"])[0].encode("utf-8"), specialist, None
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
@@ -478,7 +487,7 @@ def _reason_kind(reason: str) -> str:
     return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
-_INDEX_SCHEMA = "3"   # 3: conversation keys (with where each episode is) and quarantine keys
+_INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys
 
 
 def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
