@@ -62,6 +62,12 @@ def ingest(
             f"{k} {v:,}" for k, v in sorted(result.by_specialist.items(), key=lambda kv: -kv[1])))
     if result.scrubbed:
         out.print("scrubbed: " + ", ".join(f"{k} {v:,}" for k, v in sorted(result.scrubbed.items())))
+    if result.skipped:
+        shown = ", ".join(escape(p) for p in result.skipped[:10])
+        more = f" and {len(result.skipped) - 10} more" if len(result.skipped) > 10 else ""
+        out.print(f"[yellow]skipped {len(result.skipped)} file(s) that are not logs[/]: {shown}{more}")
+    if result.episodes_updated:
+        out.print(f"updated {result.episodes_updated:,} earlier episode(s) (later feedback or a longer re-log)")
     if result.reasons:
         out.print("quarantined: " + "; ".join(f"{escape(k)} ×{v}" for k, v in sorted(result.reasons.items()))
                   + f"  → {escape(result.quarantine_file)}")
@@ -160,13 +166,22 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
 def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                 fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
                 version: Optional[str] = typer.Option(None, "--version", "-v"),
-                specialist: Optional[str] = typer.Option(None, "--specialist", "-s"),
+                specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
+                                                         help="Only episodes labeled with this specialist."),
+                min_rating: Optional[int] = typer.Option(
+                    None, "--min-rating", help="Leave out episodes rated lower (-1, 0 or 1; unrated counts as 0). "
+                    "Default: 0 for openai, so thumbs-down answers are left out (or replaced by their "
+                    "correction); none for hf."),
                 force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
                 json_out: bool = JSON_OPT) -> None:
-    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder."""
+    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder.
+
+    Example: mint data export default train.jsonl --specialist coding --min-rating 1
+    """
     from mint.data.datasets import export_dataset
 
-    result = export_dataset(ws(), name, fmt, out_path, version, specialist, force)
+    result = export_dataset(ws(), name, fmt, out_path, version, specialist, force,
+                            min_rating="default" if min_rating is None else min_rating)
     if json_out:
         return print_json(result)
     out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} as {result.format} "

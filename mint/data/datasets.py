@@ -4,11 +4,16 @@ Layout of ``$MINT_HOME/datasets/<name>/``::
 
     HEAD               the current version
     <version>/         episodes.jsonl (the episodes new in that version) + manifest.json
-    quarantine.jsonl   every record that could not become an episode, with file:line and reason
+                       + superseded.txt (ids of earlier episodes this version replaces: the same
+                       conversation with later feedback, or re-logged with more turns)
+    quarantine.jsonl   append-only: every record that could not become an episode, keyed by its
+                       content, with file:line, the reason and the version its ingest left
     index.sqlite       ids of every episode in the dataset (a cache, rebuilt from the chain)
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -16,7 +21,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterator
 
 from mint.errors import BadInput
 from mint.workspace import Workspace, publish_dir, staging_dir
@@ -25,6 +30,7 @@ HEAD_FILE = "HEAD"
 EPISODES_FILE = "episodes.jsonl"
 MANIFEST_FILE = "manifest.json"
 QUARANTINE_FILE = "quarantine.jsonl"
+SUPERSEDED_FILE = "superseded.txt"
 VERSION_CHARS = 12
 EXPORT_FORMATS = ("openai", "hf")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -66,37 +72,40 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def append_quarantine(directory: Path, entries: Iterable[str]) -> int:
-    """Add JSON-line entries not already quarantined (same source and reason); returns how many were new.
-
-    The file is rewritten whole and renamed into place, so a kill never leaves a torn line.
-    """
+@contextlib.contextmanager
+def quarantine_appender(directory: Path) -> Iterator[Callable[[bytes], None]]:
+    """Append whole lines to the quarantine, then fsync. A torn last line (a kill mid-append) is cut
+    first, so every line stays valid JSON."""
     path = directory / QUARANTINE_FILE
-    seen = set()
-    if path.exists():
-        with open(path, encoding="utf-8") as f:
-            for line in f:
+    with open(path, "ab+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size:
+            f.seek(max(0, size - (1 << 20)))
+            tail = f.read()
+            if not tail.endswith(b"\n"):
+                cut = tail.rfind(b"\n")
+                f.truncate(size - len(tail) + cut + 1 if cut >= 0 else (0 if size <= 1 << 20 else size))
+        yield f.write
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def quarantine_keys(directory: Path) -> Iterator[bytes]:
+    """The content key of every quarantine entry (entries written before keys existed get one from
+    their reason and raw text)."""
+    path = directory / QUARANTINE_FILE
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        for line in f:
+            try:
                 entry = json.loads(line)
-                seen.add((entry["source"], entry["reason"]))
-    new = []
-    for line in entries:
-        entry = json.loads(line)
-        key = (entry["source"], entry["reason"])
-        if key not in seen:
-            seen.add(key)
-            new.append(line if line.endswith("\n") else line + "\n")
-    if new:
-        with staging_dir(directory, "quarantine") as tmp:
-            with open(tmp / QUARANTINE_FILE, "w", encoding="utf-8") as out:
-                if path.exists():
-                    with open(path, encoding="utf-8") as old:
-                        shutil.copyfileobj(old, out)
-                out.writelines(new)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp / QUARANTINE_FILE, path)
-        shutil.rmtree(tmp, ignore_errors=True)
-    return len(new)
+                key = entry.get("key") or hashlib.sha256(
+                    f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
+                ).hexdigest()[:32]
+                yield bytes.fromhex(key)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue   # a torn line: cut at the next append
 
 
 # --- reading for users and later stages ----------------------------------------
@@ -133,13 +142,28 @@ def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tup
     raise BadInput(f"{version!r} {why} of dataset {name!r} ({listing})", field="--version")
 
 
+def superseded_ids(directory: Path, versions: list[str]) -> set[bytes]:
+    """First 128 bits of the ids of episodes that ``versions`` replaced by a later record."""
+    gone: set[bytes] = set()
+    for v in versions:
+        path = directory / v / SUPERSEDED_FILE
+        if path.exists():
+            with open(path, encoding="ascii") as f:
+                gone.update(bytes.fromhex(line[:32]) for line in f if line.strip())
+    return gone
+
+
 def iter_episodes(ws: Workspace, name: str, version: str | None = None,
                   specialist: str | None = None) -> Iterator[dict]:
-    """Every episode of the dataset as of ``version``, oldest first."""
+    """Every episode of the dataset as of ``version``, oldest first, without those a later record of
+    the same conversation replaced (up to ``version``)."""
     directory, manifest = resolve_version(ws, name, version)
-    for v in chain(directory, manifest["version"]):
+    versions = chain(directory, manifest["version"])
+    gone = superseded_ids(directory, versions)
+    for v in versions:
         for episode in read_episodes(directory, v):
-            if specialist is None or episode["specialist"] == specialist:
+            if (specialist is None or episode["specialist"] == specialist) and \
+                    (not gone or bytes.fromhex(episode["id"][:32]) not in gone):
                 yield episode
 
 
@@ -208,11 +232,15 @@ class ExportResult:
     episodes: int
 
 
+# the message keys OpenAI's fine-tuning format accepts; canonical extras (reasoning, finish_reason) stay home
+_OPENAI_MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "weight")
+
+
 def to_openai(episode: dict) -> dict:
     """An episode in OpenAI chat-completions fine-tuning form (tool arguments as JSON strings)."""
     messages = []
     for m in episode["messages"]:
-        message = dict(m)
+        message = {k: m[k] for k in _OPENAI_MESSAGE_KEYS if k in m and (k != "weight" or m["role"] == "assistant")}
         if "tool_calls" in m:
             message["tool_calls"] = [
                 {**call, "function": {"name": call["function"]["name"],
@@ -225,17 +253,49 @@ def to_openai(episode: dict) -> dict:
     return record
 
 
+# fine-tuning formats leave out thumbs-down answers unless asked (--min-rating -1)
+DEFAULT_MIN_RATING = {"openai": 0, "hf": None}
+
+
+def rated(episodes: Iterator[dict], min_rating: int | None) -> Iterator[dict]:
+    """Episodes rated at least ``min_rating`` (unrated ones count as 0); one rated lower that carries a
+    correction comes with the correction as its last answer."""
+    for episode in episodes:
+        rating = episode["feedback"]["rating"]
+        if min_rating is None or (rating if rating is not None else 0) >= min_rating:
+            yield episode
+        elif episode["feedback"]["correction"]:
+            yield with_correction(episode)
+
+
+def with_correction(episode: dict) -> dict:
+    """``episode`` with its last assistant turn replaced by the user's correction."""
+    messages = list(episode["messages"])
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
+    messages[last:] = [{"role": "assistant", "content": episode["feedback"]["correction"]}]
+    return {**episode, "messages": messages}
+
+
 def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str | None = None,
-                   specialist: str | None = None, force: bool = False) -> ExportResult:
+                   specialist: str | None = None, force: bool = False, *,
+                   min_rating: int | None | str = "default") -> ExportResult:
+    """Write ``version`` of ``name`` to ``out``. ``min_rating``: leave out episodes rated lower
+    (-1, 0 or 1; None keeps all; "default": 0 for fine-tuning formats, None for a dataset folder)."""
     if fmt not in EXPORT_FORMATS:
         raise BadInput(f"unknown export format {fmt!r} (expected {' or '.join(EXPORT_FORMATS)})", field="--format")
+    if min_rating == "default":
+        min_rating = DEFAULT_MIN_RATING[fmt]
+    if min_rating not in (None, -1, 0, 1):
+        raise BadInput(f"{min_rating} is not -1, 0 or 1", field="--min-rating")
     _directory, manifest = resolve_version(ws, name, version)
     if out.exists() and not force:
         raise BadInput("already exists; choose another path or pass --force", file=str(out))
-    episodes = iter_episodes(ws, name, manifest["version"], specialist)
+    episodes = rated(iter_episodes(ws, name, manifest["version"], specialist), min_rating)
     first = next(episodes, None)
     if first is None:
-        raise BadInput(f"dataset {name!r} has no episodes of specialist {specialist!r}", field="--specialist")
+        which = f"of specialist {specialist!r}" if specialist else "at all"
+        rating = f" rated {min_rating} or more (--min-rating)" if min_rating is not None else ""
+        raise BadInput(f"dataset {name!r} has no episodes {which}{rating}", field="--specialist")
     episodes = itertools.chain([first], episodes)
     out = out.absolute()
     count = 0
@@ -248,7 +308,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
                     count += 1
             final_tmp = target
         else:
-            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset")
+            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset", min_rating)
             final_tmp = tmp / "dataset"
         if out.exists():
             (shutil.rmtree if out.is_dir() else Path.unlink)(out)
@@ -260,14 +320,16 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
     return ExportResult(name, manifest["version"], fmt, str(out), count)
 
 
-def _hf_rows(home: str, name: str, version: str, specialist: str | None) -> Iterator[dict]:
-    for episode in iter_episodes(Workspace(Path(home)), name, version, specialist):
+def _hf_rows(home: str, name: str, version: str, specialist: str | None,
+             min_rating: int | None = None) -> Iterator[dict]:
+    for episode in rated(iter_episodes(Workspace(Path(home)), name, version, specialist), min_rating):
         record = to_openai(episode)
         yield {
             "id": episode["id"], "specialist": episode["specialist"],
             "messages": [{"role": m["role"], "content": m["content"],
                           "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if "tool_calls" in m else None,
-                          "name": m.get("name"), "tool_call_id": m.get("tool_call_id")}
+                          "name": m.get("name"), "tool_call_id": m.get("tool_call_id"),
+                          "weight": m.get("weight", 1)}
                          for m in record["messages"]],
             "tools": json.dumps(episode["tools"], ensure_ascii=False) if episode["tools"] else None,
             "rating": episode["feedback"]["rating"], "correction": episode["feedback"]["correction"],
@@ -275,13 +337,15 @@ def _hf_rows(home: str, name: str, version: str, specialist: str | None) -> Iter
         }
 
 
-def _save_hf(ws: Workspace, name: str, version: str, specialist: str | None, target: Path) -> int:
+def _save_hf(ws: Workspace, name: str, version: str, specialist: str | None, target: Path,
+             min_rating: int | None = None) -> int:
     """A ``datasets.Dataset`` saved with ``save_to_disk``; tool calls and tools as JSON text, since
     Arrow needs one schema for arguments whose keys differ from call to call."""
     from datasets import Dataset
 
     dataset = Dataset.from_generator(
-        _hf_rows, gen_kwargs={"home": str(ws.home), "name": name, "version": version, "specialist": specialist},
+        _hf_rows, gen_kwargs={"home": str(ws.home), "name": name, "version": version, "specialist": specialist,
+                              "min_rating": min_rating},
         cache_dir=str(target.parent / "cache"))
     dataset.save_to_disk(str(target))
     return len(dataset)

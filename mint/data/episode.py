@@ -5,9 +5,11 @@ and the reason; ingest quarantines it and goes on.
 """
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -81,8 +83,28 @@ def normalize(record: Any, fmt: str = "auto") -> dict:
         "tools": _tools(record),
         "feedback": normalize_feedback(record),
         "served_by": _optional_str(record, ("served_by",)),
+        "upstream_id": upstream_id(record),
         "label": _optional_str(record, ("specialist",)) or _meta_label(record),
     }
+
+
+_UPSTREAM_KEYS = ("upstream_id", "request_id", "response_id", "completion_id")
+
+
+def upstream_id(record: dict) -> str | None:
+    """The id the serving stack gave this conversation (``chatcmpl-…``), which later feedback names.
+
+    A bare top-level ``id`` counts only when it looks like such an id (8+ characters, not only digits):
+    row numbers of an unrelated dataset must not make two conversations one.
+    """
+    found = _optional_str(record, _UPSTREAM_KEYS)
+    if found is None and isinstance(record.get("response"), dict):
+        found = _optional_str(record["response"], ("id",))
+    if found is None:
+        value = record.get("id")
+        if isinstance(value, str) and len(value) >= 8 and not value.isdigit():
+            found = value
+    return found
 
 
 # --- messages -----------------------------------------------------------------
@@ -92,25 +114,41 @@ def _openai_messages(record: dict) -> list[dict]:
     if raw is None and isinstance(record.get("request"), dict):
         # a server log: {"request": {"messages": [...]}, "response": {"choices": [{"message": ...}]}}
         raw = record["request"].get("messages")
-        reply = _response_message(record.get("response"))
-        if isinstance(raw, list) and reply is not None:
-            raw = [*raw, reply]
+        if isinstance(raw, list):
+            raw = [*raw, _response_message(record)]
     if raw is None:
         raise RecordError("messages", "missing")
     if not isinstance(raw, list):
         raise RecordError("messages", f"expected a list, got {type(raw).__name__}")
-    return [_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
+    messages: list[dict] = []
+    for i, m in enumerate(raw):
+        messages.extend(_message(m, f"messages[{i}]"))
+    return messages
 
 
-def _response_message(response: Any) -> Any:
-    if isinstance(response, dict):
-        choices = response.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            return choices[0].get("message")
-    return None
+def _response_message(record: dict) -> dict:
+    """The answer of a server log, with its finish_reason; a failed or missing answer is a RecordError
+    (a user-only episode would teach nothing and look like an unanswered turn)."""
+    response = record.get("response")
+    error = record.get("error") or (response.get("error") if isinstance(response, dict) else None)
+    if error:
+        detail = error.get("message", error) if isinstance(error, dict) else error
+        raise RecordError("response", f"the request failed: {str(detail)[:200]}")
+    if not isinstance(response, dict):
+        raise RecordError("response", "missing: the request got no answer")
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
+            or not isinstance(choices[0].get("message"), dict):
+        raise RecordError("response.choices", "no answer (expected choices[0].message)")
+    message = dict(choices[0]["message"])
+    if isinstance(choices[0].get("finish_reason"), str):
+        message.setdefault("finish_reason", choices[0]["finish_reason"])
+    return message
 
 
-def _message(raw: Any, where: str) -> dict:
+def _message(raw: Any, where: str) -> list[dict]:
+    """One logged message as canonical messages: usually one; an Anthropic user turn with
+    ``tool_result`` blocks becomes a tool message per result, then the user's own text."""
     if not isinstance(raw, dict):
         raise RecordError(where, f"expected an object, got {type(raw).__name__}")
     role_raw = raw.get("role")
@@ -119,41 +157,121 @@ def _message(raw: Any, where: str) -> dict:
     role = ROLES.get(role_raw.strip().lower())
     if role is None:
         raise RecordError(f"{where}.role", f"unknown role {role_raw!r}")
-    message: dict = {"role": role, "content": _content(raw.get("content"), f"{where}.content")}
+    content = raw.get("content")
+    parts = _NO_PARTS
+    if isinstance(content, str):
+        text = content
+    elif content is None:
+        text = ""
+    elif role == "tool" and isinstance(content, (dict, list)) and not _is_parts(content):
+        text = json.dumps(content, ensure_ascii=False)   # a tool's structured result
+    else:
+        parts = _Parts()
+        text = _content(content, f"{where}.content", parts)
+    message: dict = {"role": role, "content": text}
     calls = raw.get("tool_calls")
     if calls is None and isinstance(raw.get("function_call"), dict):   # legacy OpenAI field
         calls = [raw["function_call"]]
-    if calls:
+    if calls or parts.calls:
         if role != "assistant":
             raise RecordError(f"{where}.tool_calls", f"only assistant messages make tool calls, not {role}")
-        if not isinstance(calls, list):
+        if calls and not isinstance(calls, list):
             raise RecordError(f"{where}.tool_calls", "expected a list")
-        message["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)]
-    if role == "tool":
-        for key in ("name", "tool_call_id"):
-            if isinstance(raw.get(key), str):
-                message[key] = raw[key]
-    return message
+        message["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls or ())] \
+            + parts.calls
+    for key in ("name", "tool_call_id") if role != "assistant" else ("name",):
+        if isinstance(raw.get(key), str) and raw[key]:
+            message[key] = raw[key]
+    reasoning = raw.get("reasoning_content", raw.get("reasoning"))
+    reasoning = [reasoning] if isinstance(reasoning, str) and reasoning else []
+    if reasoning or parts.reasoning:
+        message["reasoning"] = "\n".join(reasoning + parts.reasoning)
+    if isinstance(raw.get("finish_reason"), str):
+        message["finish_reason"] = raw["finish_reason"]
+    weight = raw.get("weight")
+    if weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
+        raise RecordError(f"{where}.weight", f"{weight!r} is not 0 or 1")
+    # weight 0: keep the turn as context but never train on it; an answer cut off by the length limit
+    # is not a complete answer to learn
+    if weight == 0 or message.get("finish_reason") == "length":
+        message["weight"] = 0
+    if parts.results:
+        if role != "user":
+            raise RecordError(f"{where}.content", f"only user turns carry tool_result blocks, not {role}")
+        return parts.results + ([message] if message["content"].strip() else [])
+    return [message]
 
 
-def _content(raw: Any, where: str) -> str:
+class _Parts:
+    """What a list of content parts holds, sorted into the canonical fields it maps to."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.calls: list[dict] = []
+        self.results: list[dict] = []
+        self.reasoning: list[str] = []
+
+
+_NO_PARTS = _Parts()   # read-only: a plain string content has no calls, results or reasoning parts
+
+
+_IMAGE_PARTS = ("image_url", "image", "input_image")
+
+
+def _is_parts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(p, str) or (isinstance(p, dict) and "type" in p)
+                                           for p in value)
+
+
+def _content(raw: Any, where: str, parts: _Parts | None = None) -> str:
+    """Text of a message's content; OpenAI and Anthropic parts other than text go to ``parts``."""
+    parts = parts if parts is not None else _Parts()
     if raw is None:
         return ""
     if isinstance(raw, str):
+        parts.texts.append(raw)
         return raw
-    if isinstance(raw, list):   # OpenAI content parts
-        texts = []
-        for i, part in enumerate(raw):
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif isinstance(part, dict) and part.get("type") in ("image_url", "image", "input_image"):
-                texts.append("[IMAGE]")
-            else:
-                raise RecordError(f"{where}[{i}]", "expected a text part")
-        return "\n".join(texts)
-    raise RecordError(where, f"expected a string or a list of content parts, got {type(raw).__name__}")
+    if not isinstance(raw, list):
+        raise RecordError(where, f"expected a string or a list of content parts, got {type(raw).__name__}")
+    for i, part in enumerate(raw):
+        here = f"{where}[{i}]"
+        if isinstance(part, str):
+            parts.texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise RecordError(here, "expected a content part")
+        kind = part.get("type")
+        if kind in (None, "text", "input_text", "output_text") and isinstance(part.get("text"), str):
+            parts.texts.append(part["text"])
+        elif kind in _IMAGE_PARTS:
+            parts.texts.append("[IMAGE]")
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.texts.append(part["refusal"])
+        elif kind in ("input_audio", "audio"):
+            parts.texts.append("[AUDIO]")
+        elif kind in ("file", "input_file", "document"):
+            info = part.get("file") if isinstance(part.get("file"), dict) else part
+            name = info.get("filename") or info.get("title")
+            parts.texts.append(f"[FILE {name}]" if isinstance(name, str) and name else "[FILE]")
+        elif kind == "thinking" and isinstance(part.get("thinking"), str):
+            parts.reasoning.append(part["thinking"])
+        elif kind == "redacted_thinking":
+            continue   # encrypted: nothing a model can learn from
+        elif kind == "tool_use":
+            parts.calls.append(_tool_call({"id": part.get("id"), "name": part.get("name"),
+                                           "arguments": part.get("input", {})}, here))
+        elif kind == "tool_result":
+            result = part.get("content")
+            text = _content(result, f"{here}.content") if _is_parts(result) or not isinstance(result, (dict, list)) \
+                else json.dumps(result, ensure_ascii=False)
+            tool: dict = {"role": "tool", "content": text}
+            if isinstance(part.get("tool_use_id"), str):
+                tool["tool_call_id"] = part["tool_use_id"]
+            parts.results.append(tool)
+        else:
+            raise RecordError(here, f"unsupported content part {kind!r} (expected text, image, audio, file, "
+                              "refusal, thinking, tool_use or tool_result)")
+    return "\n".join(parts.texts)
 
 
 def _tool_call(raw: Any, where: str) -> dict:
@@ -213,8 +331,8 @@ def _sharegpt_messages(record: dict) -> list[dict]:
 def _prompt_completion_messages(record: dict) -> list[dict]:
     prompt, completion = record.get("prompt"), record.get("completion", record.get("response"))
     if isinstance(prompt, list) and isinstance(completion, list):   # TRL conversational
-        return [_message(m, f"prompt[{i}]") for i, m in enumerate(prompt)] + \
-               [_message(m, f"completion[{i}]") for i, m in enumerate(completion)]
+        return [out for i, m in enumerate(prompt) for out in _message(m, f"prompt[{i}]")] + \
+               [out for i, m in enumerate(completion) for out in _message(m, f"completion[{i}]")]
     if isinstance(prompt, str) and isinstance(completion, str):
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
     raise RecordError("prompt", "expected prompt and completion as two strings or two message lists")
@@ -281,19 +399,51 @@ def _meta_label(record: dict) -> str | None:
 
 
 def _timestamp(record: dict) -> str | None:
+    """The record's time as ISO-8601 UTC (``2026-11-29T10:00:00Z``): epoch seconds, milliseconds or
+    microseconds, ISO-8601 (naive means UTC) or an RFC 2822 date."""
     for key in ("ts", "timestamp", "created_at", "created", "time"):
         value = record.get(key)
-        if isinstance(value, bool) or value is None:
+        if isinstance(value, bool) or value is None or value == "":
             continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            seconds = value / 1000 if value > 1e11 else value   # milliseconds since the epoch
-            try:
-                return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            except (OverflowError, OSError, ValueError):
-                raise RecordError(key, f"{value} is not a valid time") from None
-        if isinstance(value, str) and value:
-            return value
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+            value = float(value)
+        if isinstance(value, (int, float)):
+            return _from_epoch(value, key)
+        if isinstance(value, str):
+            return _from_text(value, key)
+        # another kind of value under a time-like name (a {"start", "end"} span): not this record's time
     return None
+
+
+def _from_epoch(value: float, key: str) -> str:
+    # the magnitude says the unit: seconds until the year 5138, then ms, µs and ns
+    seconds = value
+    for divisor in (1, 1e3, 1e6, 1e9):
+        seconds = value / divisor
+        if abs(seconds) < 1e11:
+            break
+    try:
+        if not math.isfinite(seconds):
+            raise ValueError
+        moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise RecordError(key, f"{value} is not a valid time") from None
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _from_text(value: str, key: str) -> str:
+    text = value.strip()
+    try:
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" else text)
+    except ValueError:
+        try:
+            moment = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            raise RecordError(key, f"{value[:40]!r} is not a time (expected ISO-8601, an RFC 2822 date or "
+                              "epoch seconds, ms or µs)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def normalize_feedback(record: dict) -> dict:
@@ -305,11 +455,16 @@ def normalize_feedback(record: dict) -> dict:
     where = "feedback"
     if raw is None:
         raw, where = {k: record[k] for k in ("rating", "thumbs", "stars", "score", "label", "correction")
-                      if k in record}, ""
+                      if k in record and _top_level_feedback(k, record[k])}, ""
     elif isinstance(raw, (str, int, float, bool)):
         raw = {"thumbs" if isinstance(raw, str) else "rating": raw}
     elif not isinstance(raw, dict):
         raise RecordError("feedback", f"expected an object, got {type(raw).__name__}")
+    if where and raw.get("correction") is None and record.get("correction") is not None:
+        raw = {**raw, "correction": record["correction"]}
+        correction_where = "correction"
+    else:
+        correction_where = f"{where}.correction" if where else "correction"
 
     def field(key: str) -> str:
         return f"{where}.{key}" if where else key
@@ -321,7 +476,17 @@ def normalize_feedback(record: dict) -> dict:
             continue
         rating = _rating(key, value, field(key))
         break
-    return {"rating": rating, "correction": _correction(raw.get("correction"), field("correction"))}
+    return {"rating": rating, "correction": _correction(raw.get("correction"), correction_where)}
+
+
+def _top_level_feedback(key: str, value: Any) -> bool:
+    """Whether a top-level ``label`` or ``score`` is feedback: other datasets use these names for class
+    labels and quality scores, so only a boolean label (KTO) and a score in [0, 1] count."""
+    if key == "label":
+        return isinstance(value, bool)
+    if key == "score":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    return True
 
 
 def _rating(key: str, value: Any, where: str) -> int:

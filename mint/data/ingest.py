@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from mint.data import datasets
-from mint.data.episode import FORMATS, RecordError, episode_id, normalize
+from mint.data.episode import FORMATS, RecordError, normalize, normalize_feedback, upstream_id
 from mint.data.labels import Labeler
 from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, discover, parse_line,
                                read_line_batches, read_source)
@@ -52,6 +52,7 @@ class SourceStats:
     duplicate: int = 0
     quarantined: int = 0
     scrubbed: int = 0
+    updated: int = 0      # kept episodes that replace an earlier one (later feedback, a longer re-log)
 
 
 @dataclass
@@ -70,6 +71,8 @@ class IngestResult:
     quarantined_new: int
     seconds: float
     reasons: dict[str, int] = field(default_factory=dict)
+    episodes_updated: int = 0    # earlier episodes replaced by a newer record of the same conversation
+    skipped: list[str] = field(default_factory=list)   # files in the folders given that are not logs
 
 
 def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: str = "auto",
@@ -85,7 +88,8 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         raise BadInput("must be a positive number of bytes", field="--max-record-bytes")
     if not paths:
         raise BadInput("give at least one file or folder to ingest")
-    sources = discover(paths, fmt)   # missing or unreadable paths fail here, before any write
+    skipped: list[str] = []
+    sources = discover(paths, fmt, skipped=skipped)   # missing or unreadable paths fail here, before any write
     settings = _Settings(fmt, Labeler(project), scrub)
     directory = ws.datasets / dataset
     directory.mkdir(parents=True, exist_ok=True)
@@ -101,34 +105,54 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         scrubbed: Counter = Counter()
         reasons: Counter = Counter()
         added = 0
-        # bad records stream to a scratch file beside the versions, merged into quarantine.jsonl at the end
-        quarantine_scratch = tempfile.NamedTemporaryFile("w+", encoding="utf-8", dir=directory,
-                                                         prefix=".tmp-quarantine-", suffix=".jsonl")
-        quarantine = quarantine_scratch.file
+        replaced: Counter = Counter()   # specialist -> episodes of the chain replaced by newer ones
+        # bad records stream to a scratch file beside the versions, appended to quarantine.jsonl at the end
+        quarantine = tempfile.TemporaryFile("w+b", dir=directory, prefix=".tmp-quarantine-")
         try:
             with staging_dir(directory, "version") as tmp:
-                with open(tmp / datasets.EPISODES_FILE, "w", encoding="utf-8") as out:
+                with open(tmp / datasets.EPISODES_FILE, "wb") as out, \
+                        open(tmp / datasets.SUPERSEDED_FILE, "w", encoding="ascii") as superseded:
                     for source in sources:
                         label = str(source.path)
                         source_stats = SourceStats(label, source.kind, source.size)
                         stats.append(source_stats)
                         report = (lambda n, label=label, size=source.size: progress(label, n, size)) \
                             if progress else None
-                        for line, specialist, how, found in _outcomes(source, label, settings, max_record_bytes,
-                                                                      report, workers):
+                        for line, specialist, how, found, keys in _outcomes(source, label, settings,
+                                                                            max_record_bytes, report, workers):
                             source_stats.read += 1
                             if found:
                                 scrubbed.update(found)
                                 source_stats.scrubbed += sum(found.values())
+                            if how == "feedback":   # a rating for an episode logged earlier: rewrite that one
+                                out.flush()
+                                line, specialist, bad = _apply_feedback(index, directory, tmp, line, settings)
+                                if bad is not None:
+                                    source_stats.quarantined += 1
+                                    reasons[_reason_kind(specialist)] += 1
+                                    quarantine.write(bad)
+                                    continue
+                                keys = conversation_keys(json.loads(line))
                             if how == "quarantine":
                                 source_stats.quarantined += 1
                                 reasons[_reason_kind(specialist)] += 1
                                 quarantine.write(line)
                                 continue
-                            key = bytes.fromhex(line[7:39])   # the first 128 bits of the id
+                            key = bytes.fromhex(line[7:39].decode("ascii"))   # the first 128 bits of the id
                             if index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,)).rowcount == 0:
                                 source_stats.duplicate += 1
                                 continue
+                            earlier = _earlier_episode(index, keys) if keys else None
+                            if earlier is not None:
+                                earlier_id, earlier_specialist, same_messages = earlier
+                                if same_messages and not keys.has_feedback:
+                                    source_stats.duplicate += 1   # logged again without anything new
+                                    continue
+                                superseded.write(earlier_id.hex() + "\n")
+                                replaced[earlier_specialist] += 1
+                                source_stats.updated += 1
+                            if keys:
+                                _remember_conversation(index, keys, key, specialist, None, out.tell())
                             source_stats.kept += 1
                             added += 1
                             by_specialist[specialist] += 1
@@ -137,9 +161,9 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                 checkpoint("ingest.episodes_written")
                 if not added:
                     raise _NothingNew
-                version = _version_hash(parent, tmp / datasets.EPISODES_FILE)
+                version = _version_hash(parent, tmp / datasets.EPISODES_FILE, tmp / datasets.SUPERSEDED_FILE)
                 manifest = _manifest(dataset, version, parent, parent_manifest, fmt, scrub, stats,
-                                     by_specialist, scrubbed, added)
+                                     by_specialist, scrubbed, added, replaced)
                 (tmp / datasets.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
                 if (directory / version).exists():   # an unreferenced leftover of a killed ingest
                     datasets.remove_tree(directory / version)
@@ -148,25 +172,28 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
             checkpoint("ingest.version_published")
             atomic_write_text(directory / datasets.HEAD_FILE, version + "\n")
             checkpoint("ingest.head_written")
+            index.execute("UPDATE conversation SET version = ? WHERE version IS NULL", (version,))
             index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (version,))
             index.commit()
             head, created = version, True
         except _NothingNew:
             index.rollback()
             head, created = parent, False
+        try:
+            with quarantine:
+                quarantine.seek(0)
+                quarantined_new = _append_quarantine(directory, index, quarantine, head)
         finally:
             index.close()
-        with quarantine_scratch:
-            quarantine.flush()
-            quarantine.seek(0)
-            quarantined_new = datasets.append_quarantine(directory, quarantine)
 
-    total = (parent_manifest or {}).get("total_episodes", 0) + added
+    updated = sum(replaced.values()) if created else 0
+    total = (parent_manifest or {}).get("total_episodes", 0) + (added - updated if created else 0)
     return IngestResult(
-        dataset=dataset, version=head, created=created, parent=parent, episodes_added=added,
+        dataset=dataset, version=head, created=created, parent=parent, episodes_added=added if created else 0,
         total_episodes=total, sources=stats, by_specialist=dict(by_specialist), labeled_by=dict(labeled_by),
         scrubbed=dict(scrubbed), quarantine_file=str(directory / datasets.QUARANTINE_FILE),
-        quarantined_new=quarantined_new, seconds=time.perf_counter() - started, reasons=dict(reasons))
+        quarantined_new=quarantined_new, seconds=time.perf_counter() - started, reasons=dict(reasons),
+        episodes_updated=updated, skipped=skipped)
 
 
 class _NothingNew(Exception):
@@ -180,10 +207,10 @@ class _Settings:
     scrub: bool
 
 
-# What one record became: (line, specialist, how, scrub counts). ``how`` is the labeling rule for an
-# episode, whose line is its JSON; for a bad record it is "quarantine", ``line`` is the quarantine
-# entry and ``specialist`` the reason.
-Outcome = tuple[str, str, str, Counter | None]
+# What one record became: (line, specialist, how, scrub counts, conversation keys). ``how`` is the
+# labeling rule for an episode, whose line is its JSON in UTF-8; for a bad record it is "quarantine",
+# ``line`` is the quarantine entry and ``specialist`` the reason.
+Outcome = tuple[bytes, str, str, "Counter | None", "ConversationKeys | None"]
 
 PARALLEL_MIN_BYTES = 4 << 20     # smaller files are done before worker processes would have started
 _BATCH_LINES = 2000
@@ -194,11 +221,48 @@ def _process(record: RawRecord, settings: _Settings) -> Outcome:
     if record.error:
         return _quarantine_outcome(record, record.error, settings, found)
     try:
-        episode = normalize(record.data, settings.fmt)
+        return _episode_outcome(record, settings, found)
     except RecordError as exc:
-        return _quarantine_outcome(record, str(exc), settings, found)
+        return _quarantine_outcome(record, str(exc), settings, Counter())
+    except RecursionError:
+        return _quarantine_outcome(record, "nested too deeply to process", settings, Counter())
+    except UnicodeEncodeError:
+        return _quarantine_outcome(record, _surrogate_reason(record.data), settings, Counter())
+    except Exception as exc:  # noqa: BLE001 - one odd record must never stop the run; its reason says why
+        return _quarantine_outcome(record, f"could not be processed ({type(exc).__name__}: {exc}); "
+                                   "please report this record", settings, Counter())
+
+
+# a record with any of these is a conversation; without them, an upstream id and feedback, a feedback event
+_CONVERSATION_FIELDS = ("messages", "conversations", "request", "prompt", "instruction")
+
+
+def _feedback_event(record: RawRecord, settings: _Settings, found: Counter) -> Outcome | None:
+    data = record.data
+    if not isinstance(data, dict) or any(k in data for k in _CONVERSATION_FIELDS):
+        return None
+    upstream = upstream_id(data)
+    if upstream is None:
+        return None
+    feedback = normalize_feedback(data)
+    if feedback["rating"] is None and not feedback["correction"]:
+        return None
+    if settings.scrub and feedback["correction"]:
+        feedback["correction"] = scrub_text(feedback["correction"], found)
+    event = {"upstream_id": upstream, "feedback": feedback, "source": record.source,
+             "raw": record.raw if record.raw is not None else json.dumps(data, ensure_ascii=False)[:RAW_KEEP_CHARS]}
+    return (json.dumps(event, ensure_ascii=False).encode("utf-8"), "", "feedback", found or None,
+            ConversationKeys(_key("upstream", upstream), None, (), True))
+
+
+def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> Outcome:
+    event = _feedback_event(record, settings, found)
+    if event is not None:
+        return event
+    episode = normalize(record.data, settings.fmt)
     labeler = settings.labeler
-    specialist, how = labeler.label(episode.pop("label"), episode["messages"], episode["tools"])
+    specialist, how = labeler.label(episode.pop("label"), episode["messages"], episode["tools"],
+                                    served_by=episode["served_by"])
     if how == "record" and specialist not in labeler.names:
         reason = (f"specialist: {specialist!r} is not a specialist in mint.yaml "
                   f"({', '.join(sorted(labeler.names))})")
@@ -206,21 +270,67 @@ def _process(record: RawRecord, settings: _Settings) -> Outcome:
     if settings.scrub:
         for message in episode["messages"]:
             message["content"] = scrub_text(message["content"], found)
+            if "reasoning" in message:
+                message["reasoning"] = scrub_text(message["reasoning"], found)
             for call in message.get("tool_calls", ()):
                 call["function"]["arguments"] = scrub_value(call["function"]["arguments"], found)
         if episode["feedback"]["correction"]:
             episode["feedback"]["correction"] = scrub_text(episode["feedback"]["correction"], found)
-    return _episode_line(episode, specialist, record.source), specialist, how, found or None
+        if episode["session"]:
+            episode["session"] = scrub_text(episode["session"], found)
+    line, messages_json = _episode_line(episode, specialist, record.source)
+    # encoding is where a lone surrogate fails
+    return line.encode("utf-8"), specialist, how, found or None, conversation_keys(episode, messages_json)
+
+
+def _surrogate_reason(data) -> str:
+    where = _find_surrogate(data, "")
+    return (f"{where or 'record'}: a lone surrogate (half of a UTF-16 pair, e.g. a truncated emoji) is not "
+            "valid Unicode")
+
+
+def _find_surrogate(value, where: str) -> str | None:
+    """The path of the first string that cannot be UTF-8 (a lone surrogate), for the quarantine reason."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _find_surrogate(key, where) is not None:
+            return where or key
+        here = f"{where}.{key}" if isinstance(key, str) and where else key if isinstance(key, str) \
+            else f"{where}[{key}]"
+        found = _find_surrogate(item, here)
+        if found is not None:
+            return found
+    return None
 
 
 def _quarantine_outcome(record: RawRecord, reason: str, settings: _Settings, found: Counter) -> Outcome:
-    raw = record.raw
-    if raw is None and record.data is not None:
-        raw = json.dumps(record.data, ensure_ascii=False, default=str)[:RAW_KEEP_CHARS]
+    content = record.raw
+    if content is None and record.data is not None:
+        try:
+            content = json.dumps(record.data, ensure_ascii=False, sort_keys=True, default=str)
+        except (RecursionError, ValueError):
+            content = None
+    return _quarantine_line(record.source, reason, content, settings, found), reason, "quarantine", found or None, None
+
+
+def _quarantine_line(source: str, reason: str, content: str | None, settings: _Settings, found: Counter) -> bytes:
+    # the quarantine is keyed by what was read, not where: a rotated file's new bad lines are new
+    digest = hashlib.sha256(f"{reason}\0{content if content is not None else source}".encode(
+        "utf-8", "surrogatepass")).hexdigest()[:32]
+    raw = content[:RAW_KEEP_CHARS] if content else content
     if raw and settings.scrub:
         raw = scrub_text(raw, found)
-    entry = json.dumps({"source": record.source, "reason": reason, "raw": raw}, ensure_ascii=False) + "\n"
-    return entry, reason, "quarantine", found or None
+    entry = {"key": digest, "source": source, "reason": reason, "raw": raw}
+    try:
+        return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate: escaped, the entry is still valid JSON
+        return (json.dumps(entry) + "\n").encode("ascii")
 
 
 def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progress, workers: int | None):
@@ -261,13 +371,105 @@ def _process_batch(label: str, batch: list) -> list[Outcome]:
     return out
 
 
-def _episode_line(episode: dict, specialist: str, source: str) -> str:
-    """The canonical episode as one JSON line; each part is serialized once, for the id and the line."""
+def _episode_line(episode: dict, specialist: str, source: str) -> tuple[str, str]:
+    """The canonical episode as one JSON line, and its messages' JSON; each part is serialized once,
+    for the id, the line and the conversation keys."""
     parts = [_dumps(episode["messages"]), _dumps(episode["tools"]), _dumps(episode["feedback"])]
     digest = hashlib.sha256(("[" + ",".join(parts) + "]").encode("utf-8")).hexdigest()
     return (f'{{"id":"{digest}","session":{_string(episode["session"])},"ts":{_string(episode["ts"])},'
             f'"specialist":{_string(specialist)},"messages":{parts[0]},"tools":{parts[1]},"feedback":{parts[2]},'
-            f'"served_by":{_string(episode["served_by"])},"source":{_string(source)}}}\n')
+            f'"served_by":{_string(episode["served_by"])},"upstream_id":{_string(episode["upstream_id"])},'
+            f'"source":{_string(source)}}}\n'), parts[0]
+
+
+# --- one conversation logged more than once -------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConversationKeys:
+    """What links records of one conversation: the upstream id, the session with the messages, and
+    the session with each shorter prefix of them (a conversation re-logged after every turn)."""
+
+    upstream: bytes | None
+    full: bytes | None
+    prefixes: tuple[bytes, ...]
+    has_feedback: bool
+
+
+def conversation_keys(episode: dict, messages_json: str | None = None) -> ConversationKeys | None:
+    """The episode's keys; ``messages_json`` is its messages as ``_dumps`` wrote them, when at hand.
+
+    A key is the hash of the session and the messages' JSON, so the prefix keys of a longer log equal
+    the full key of each shorter one (``_dumps`` of a list joins the ``_dumps`` of its items with ",").
+    """
+    upstream = _key("upstream", episode.get("upstream_id")) if episode.get("upstream_id") else None
+    full, prefixes = None, []
+    if episode["session"]:
+        head = b"session\0" + episode["session"].encode("utf-8") + b"\0"
+        messages = episode["messages"]
+        # a conversation is re-logged after an answer: prefixes that end with one are its earlier logs
+        ends = {i for i in range(len(messages) - 1)
+                if messages[i]["role"] == "assistant" and messages[i + 1]["role"] != "assistant"}
+        if ends:
+            running = hashlib.sha256(head + b"[")
+            for i in range(max(ends) + 1):
+                running.update((b"," if i else b"") + _dumps(messages[i]).encode("utf-8"))
+                if i in ends:
+                    prefix = running.copy()
+                    prefix.update(b"]")
+                    prefixes.append(prefix.digest()[:16])
+        full = hashlib.sha256(head + (messages_json or _dumps(messages)).encode("utf-8")).digest()[:16]
+    if upstream is None and full is None:
+        return None
+    feedback = episode["feedback"]
+    return ConversationKeys(upstream, full, tuple(prefixes),
+                            feedback["rating"] is not None or bool(feedback["correction"]))
+
+
+def _key(kind: str, value: str) -> bytes:
+    return hashlib.sha256(f"{kind}\0{value}".encode("utf-8")).digest()[:16]
+
+
+def _earlier_episode(index: sqlite3.Connection, keys: ConversationKeys) -> tuple[bytes, str, bool] | None:
+    """(id, specialist, same messages?) of the episode this record is a later copy of, if any: by upstream
+    id, else by session and messages, else the longest earlier prefix of this conversation."""
+    wanted = [k for k in (keys.upstream, keys.full, *keys.prefixes) if k is not None]
+    rows = dict((key, (episode, specialist)) for key, episode, specialist in index.execute(
+        f"SELECT key, id, specialist FROM conversation WHERE key IN ({','.join('?' * len(wanted))})", wanted))
+    if not rows:
+        return None
+    for key, same in ((keys.upstream, True), (keys.full, True), *((k, False) for k in reversed(keys.prefixes))):
+        if key in rows:
+            return *rows[key], same
+    return None
+
+
+def _remember_conversation(index: sqlite3.Connection, keys: ConversationKeys, episode: bytes,
+                           specialist: str, version: str | None, offset: int) -> None:
+    """Map the conversation's keys to its episode and where its line is (version None: this ingest's)."""
+    for key in (keys.upstream, keys.full):
+        if key is not None:
+            index.execute("INSERT OR REPLACE INTO conversation(key, id, specialist, version, offset) "
+                          "VALUES (?, ?, ?, ?, ?)", (key, episode, specialist, version, offset))
+
+
+def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, event_line: bytes,
+                    settings: _Settings) -> tuple[bytes, str, bytes | None]:
+    """(episode line, specialist, None) for the earlier episode with the event's feedback merged in, or
+    (b"", reason, quarantine line) when no episode of this dataset has the event's upstream id."""
+    event = json.loads(event_line)
+    row = index.execute("SELECT specialist, version, offset FROM conversation WHERE key = ?",
+                        (_key("upstream", event["upstream_id"]),)).fetchone()
+    if row is None:
+        reason = (f"feedback for {event['upstream_id']!r}: no earlier episode in this dataset has that id "
+                  "(ingest the conversation first)")
+        return b"", reason, _quarantine_line(event["source"], reason, event["raw"], settings, Counter())
+    specialist, version, offset = row
+    path = (directory / version if version else staging) / datasets.EPISODES_FILE
+    with open(path, "rb") as f:
+        f.seek(offset)
+        episode = json.loads(f.readline())
+    episode["feedback"] = {**episode["feedback"], **{k: v for k, v in event["feedback"].items() if v is not None}}
+    return _episode_line(episode, specialist, episode["source"])[0].encode("utf-8"), specialist, None
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
@@ -279,10 +481,13 @@ def _string(value: str | None) -> str:
 
 def _reason_kind(reason: str) -> str:
     """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
-    for prefix in ("invalid JSON", "record over the size cap", "not UTF-8", "unreadable"):
+    for prefix in ("invalid JSON", "record over the size cap", "not UTF-", "unreadable", "could not be processed"):
         if reason.startswith(prefix):
             return prefix
     return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
+
+
+_INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys
 
 
 def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
@@ -291,33 +496,74 @@ def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
     index.execute("PRAGMA journal_mode=WAL")
     index.execute("PRAGMA cache_size=-32000")   # 32 MB: random 128-bit keys touch pages all over the tree
     index.execute("CREATE TABLE IF NOT EXISTS seen (id BLOB PRIMARY KEY) WITHOUT ROWID")
+    has_meta = index.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
+    schema = index.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() if has_meta else None
+    if schema is None or schema[0] != _INDEX_SCHEMA:
+        index.execute("DROP TABLE IF EXISTS conversation")   # its columns changed; rebuilt below
+    index.execute("CREATE TABLE IF NOT EXISTS conversation (key BLOB PRIMARY KEY, id BLOB, specialist TEXT, "
+                  "version TEXT, offset INTEGER) WITHOUT ROWID")
+    index.execute("CREATE TABLE IF NOT EXISTS quarantined (key BLOB PRIMARY KEY) WITHOUT ROWID")
     index.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     index.commit()
-    row = index.execute("SELECT value FROM meta WHERE key = 'head'").fetchone()
-    if (row[0] if row else None) != head:
-        # HEAD moved without the index (a kill between the two): rebuild it from the chain
+    meta = dict(index.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("head") != head or meta.get("schema") != _INDEX_SCHEMA:
+        # HEAD moved without the index (a kill between the two), or an older index: rebuild from the files
         index.execute("DELETE FROM seen")
+        index.execute("DELETE FROM conversation")
+        index.execute("DELETE FROM quarantined")
         for version in datasets.chain(directory, head):
-            for episode in datasets.read_episodes(directory, version):
-                index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (bytes.fromhex(episode["id"][:32]),))
+            with open(directory / version / datasets.EPISODES_FILE, "rb") as f:
+                while line := f.readline():
+                    episode = json.loads(line)
+                    key = bytes.fromhex(episode["id"][:32])
+                    index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,))
+                    keys = conversation_keys({"upstream_id": None, **episode})
+                    if keys:
+                        _remember_conversation(index, keys, key, episode["specialist"], version, f.tell() - len(line))
+        for entry_key in datasets.quarantine_keys(directory):
+            index.execute("INSERT OR IGNORE INTO quarantined(key) VALUES (?)", (entry_key,))
         index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (head,))
+        index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema', ?)", (_INDEX_SCHEMA,))
         index.commit()
     return index
 
 
-def _version_hash(parent: str | None, episodes: Path) -> str:
+def _append_quarantine(directory: Path, index: sqlite3.Connection, scratch, version: str | None) -> int:
+    """Append the entries not quarantined before (by content key), each naming the version this ingest
+    left; returns how many. Append-only: earlier entries are never read into memory or rewritten."""
+    new = 0
+    with datasets.quarantine_appender(directory) as append:
+        for line in scratch:
+            entry = json.loads(line)
+            key = bytes.fromhex(entry["key"])
+            if index.execute("INSERT OR IGNORE INTO quarantined(key) VALUES (?)", (key,)).rowcount == 0:
+                continue
+            entry["version"] = version
+            try:
+                append((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
+            except UnicodeEncodeError:
+                append((json.dumps(entry) + "\n").encode("ascii"))
+            new += 1
+    index.commit()   # after the entries are on disk: a kill in between repeats entries, never loses them
+    return new
+
+
+def _version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
     digest = hashlib.sha256((parent or "").encode() + b"\n")
-    with open(episodes, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    for path in (episodes, superseded):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()[:datasets.VERSION_CHARS]
 
 
 def _manifest(dataset: str, version: str, parent: str | None, parent_manifest: dict | None, fmt: str,
               scrub: bool, stats: list[SourceStats], by_specialist: Counter, scrubbed: Counter,
-              added: int) -> dict:
+              added: int, replaced: Counter) -> dict:
     cumulative = Counter((parent_manifest or {}).get("by_specialist", {}))
     cumulative.update(by_specialist)
+    cumulative.subtract(replaced)
+    cumulative = +cumulative   # drop specialists whose every episode was replaced
     return {
         "dataset": dataset,
         "version": version,
@@ -327,7 +573,8 @@ def _manifest(dataset: str, version: str, parent: str | None, parent_manifest: d
         "format": fmt,
         "scrubbed_pii": scrub,
         "episodes": added,
-        "total_episodes": (parent_manifest or {}).get("total_episodes", 0) + added,
+        "superseded": sum(replaced.values()),
+        "total_episodes": (parent_manifest or {}).get("total_episodes", 0) + added - sum(replaced.values()),
         "new_by_specialist": dict(by_specialist),
         "by_specialist": dict(cumulative),
         "scrubbed": dict(scrubbed),

@@ -9,7 +9,8 @@ UNLABELED = "unlabeled"
 
 
 class Labeler:
-    """The record's own label; else the ``tool_use`` specialist for an episode with tools; else the
+    """The record's own label; else the specialist that served it (``served_by: genui:v1``), when that
+    is a specialist of ``mint.yaml``; else the ``tool_use`` specialist for an episode with tools; else the
     specialist whose keywords its user turns mention most (ties: the first in ``mint.yaml``); else unlabeled.
     """
 
@@ -29,13 +30,18 @@ class Labeler:
                 else:
                     self.phrases.append((f" {phrase} ", rank))
 
-    def label(self, own: str | None, messages: list[dict], tools: list[dict]) -> tuple[str, str]:
-        """(specialist, how): how is ``record``, ``tools``, ``keywords`` or ``none``.
+    def label(self, own: str | None, messages: list[dict], tools: list[dict],
+              served_by: str | None = None) -> tuple[str, str]:
+        """(specialist, how): how is ``record``, ``served_by``, ``tools``, ``keywords`` or ``none``.
 
         The keyword winner is the specialist with the most distinct keywords in the user turns.
         """
         if own is not None:
             return own, "record"
+        if served_by is not None:
+            server = served_by.partition(":")[0]   # coding:v3 -> coding; "base" is no specialist
+            if server in self.names:
+                return server, "served_by"
         if self.tool_specialist and (tools or any("tool_calls" in m or m["role"] == "tool" for m in messages)):
             return self.tool_specialist, "tools"
         words = _WORD.findall("\n".join(m["content"] for m in messages if m["role"] == "user").lower())

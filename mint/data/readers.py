@@ -1,29 +1,42 @@
 """Stream log records out of files and folders, one at a time, with their ``file:line``.
 
-JSONL (also ``.gz``) is read line by line; a JSON array or a file of
-concatenated JSON values is decoded one value at a time from a bounded
-buffer; Parquet in row batches; a Hugging Face dataset saved with
-``save_to_disk`` row by row from its memory-mapped Arrow files. Memory stays
-bounded by the size cap whatever the file size.
+JSON Lines (plain, ``.gz``, ``.zst``, ``.bz2``, ``.xz``, rotated ``.1``) is read
+line by line; a JSON array or a file of concatenated JSON values is split into
+values by a bracket scanner, so one invalid or oversized value costs only
+itself; Parquet in row groups (a corrupt group costs only its rows); a Hugging
+Face dataset saved with ``save_to_disk`` row by row. A byte-order mark picks
+the encoding (UTF-8, UTF-16 or UTF-32); a binary file is reported once. Memory
+stays bounded by the size cap whatever the file size.
 """
 from __future__ import annotations
 
+import bz2
+import codecs
+import contextlib
+import datetime as dt
+import decimal
 import gzip
 import io
 import json
+import lzma
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mint.errors import BadInput
 
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
-JSON_SUFFIXES = (".json", ".json.gz")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIXES = (".json",)
 PARQUET_SUFFIXES = (".parquet",)
+# compression by suffix, with the magic bytes a real file of that kind starts with
+COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".zst": ("zstd", b"\x28\xb5\x2f\xfd"),
+                ".bz2": ("bzip2", b"BZh"), ".xz": ("xz", b"\xfd7zXZ\x00")}
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 RAW_KEEP_CHARS = 2_000            # how much of a bad record the quarantine keeps
 _CHUNK = 1 << 20
+_ROTATED = re.compile(r"\.\d{1,4}$")   # logrotate's app.jsonl.1, app.jsonl.2.gz
 
 ProgressFn = Callable[[int], None]   # called with bytes consumed since the last call
 
@@ -43,6 +56,7 @@ class Source:
     path: Path
     kind: str        # jsonl | json | parquet | hf
     size: int
+    compression: str | None = field(default=None)   # gzip | zstd | bzip2 | xz
 
 
 def _is_hf_dataset_dir(path: Path) -> bool:
@@ -50,19 +64,29 @@ def _is_hf_dataset_dir(path: Path) -> bool:
         or (path / "state.json").is_file()
 
 
-def _kind(path: Path) -> str | None:
+def _kind(path: Path) -> tuple[str | None, str | None]:
+    """(kind, compression) from the file name; kind None: not a log file by its name."""
     name = path.name.lower()
+    compression = None
+    for suffix, (codec, _magic) in COMPRESSIONS.items():
+        if name.endswith(suffix):
+            compression, name = codec, name[:-len(suffix)]
+            break
+    name = _ROTATED.sub("", name)
     if name.endswith(JSONL_SUFFIXES):
-        return "jsonl"
+        return "jsonl", compression
     if name.endswith(JSON_SUFFIXES):
-        return "json"
-    if name.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    return None
+        return "json", compression
+    if name.endswith(PARQUET_SUFFIXES) and compression is None:
+        return "parquet", None
+    return None, compression
 
 
-def discover(paths: list[Path], fmt: str) -> list[Source]:
-    """Every readable source under ``paths``; a missing or unreadable path is BadInput before any read."""
+def discover(paths: list[Path], fmt: str, *, skipped: list[str] | None = None) -> list[Source]:
+    """Every readable source under ``paths``; a missing or unreadable path is BadInput before any read.
+
+    Files a folder walk passes over (other suffixes) are appended to ``skipped``; hidden files are not.
+    """
     sources: list[Source] = []
     for path in paths:
         if not path.exists():
@@ -83,17 +107,23 @@ def discover(paths: list[Path], fmt: str) -> list[Source]:
                         found.append(Source(here / dirname, "hf", _tree_size(here / dirname)))
                         dirnames.remove(dirname)
                 for filename in sorted(filenames):
-                    kind = _kind(here / filename)
-                    if kind and not filename.startswith("."):
-                        found.append(Source(here / filename, kind, (here / filename).stat().st_size))
+                    if filename.startswith("."):
+                        continue
+                    kind, compression = _kind(here / filename)
+                    if kind:
+                        found.append(Source(here / filename, kind, (here / filename).stat().st_size, compression))
+                    elif skipped is not None:
+                        skipped.append(str(here / filename))
             if not found:
-                raise BadInput("no .jsonl, .json, .gz, .parquet or saved dataset inside", file=str(path))
+                raise BadInput("no .jsonl, .json, .parquet (plain or .gz/.zst/.bz2/.xz) or saved dataset inside",
+                               file=str(path))
             sources.extend(found)
         else:
             # an explicit file is read whatever its suffix: JSON Lines unless it says otherwise
-            sources.append(Source(path, _kind(path) or "jsonl", path.stat().st_size))
+            kind, compression = _kind(path)
+            sources.append(Source(path, kind or "jsonl", path.stat().st_size, compression))
     for source in sources:
-        _check_readable(source.path)
+        _check_readable(source)
     return sources
 
 
@@ -101,7 +131,8 @@ def _tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _check_readable(path: Path) -> None:
+def _check_readable(source: Source) -> None:
+    path = source.path
     try:
         if path.is_dir():
             os.listdir(path)
@@ -109,9 +140,11 @@ def _check_readable(path: Path) -> None:
                 _load_hf(path)   # memory-mapped: cheap, and a broken folder fails before any write
         else:
             with open(path, "rb") as f:
-                head = f.read(2)
-            if path.name.lower().endswith(".gz") and head != b"\x1f\x8b":
-                raise BadInput("not a gzip file", file=str(path))
+                head = f.read(6)
+            if source.compression:
+                magic = next(m for codec, m in COMPRESSIONS.values() if codec == source.compression)
+                if not head.startswith(magic):
+                    raise BadInput(f"not a {source.compression} file", file=str(path))
     except PermissionError:
         raise BadInput("permission denied", file=str(path)) from None
     except OSError as exc:
@@ -127,17 +160,14 @@ def read_source(source: Source, label: str, *, max_record_bytes: int = DEFAULT_M
     if source.kind == "parquet":
         yield from _read_parquet(source.path, label, progress)
         return
-    with open(source.path, "rb") as raw_file:
-        counted = io.BufferedReader(_CountingReader(raw_file, progress), _CHUNK)
-        stream = gzip.GzipFile(fileobj=counted) if source.path.name.lower().endswith(".gz") else counted
-        try:
-            if source.kind == "json":
-                text = io.TextIOWrapper(stream, encoding="utf-8", errors="strict", newline="\n")
-                yield from _read_json_values(text, label, max_record_bytes)
-            else:
-                yield from _read_jsonl(stream, label, max_record_bytes)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:   # truncated or corrupt gzip stream
-            yield RawRecord(f"{label}:?", error=f"unreadable from here on: {exc}")
+    if source.kind == "json":
+        yield from _read_json_file(source, label, max_record_bytes, progress)
+        return
+    for batch in read_line_batches(source, max_record_bytes=max_record_bytes, progress=progress):
+        for item in batch:
+            record = parse_line(label, item)
+            if record is not None:
+                yield record
 
 
 class _CountingReader(io.RawIOBase):
@@ -154,6 +184,78 @@ class _CountingReader(io.RawIOBase):
         if n and self.progress:
             self.progress(n)
         return n or 0
+
+
+class _Utf8Transcoder(io.RawIOBase):
+    """Bytes of another encoding in, UTF-8 bytes out (so JSON Lines stays one byte-level reader)."""
+
+    def __init__(self, inner, encoding: str) -> None:
+        self.inner = inner
+        self.decoder = codecs.getincrementaldecoder(encoding)("strict")
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            chunk = self.inner.read(_CHUNK)
+            self.pending = self.decoder.decode(chunk, final=not chunk).encode("utf-8", "surrogatepass")
+            if not chunk:
+                break
+        n = min(len(buffer), len(self.pending))
+        buffer[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+class Undecodable(Exception):
+    """The file is not text in any encoding a byte-order mark or its NUL pattern names."""
+
+
+# Errors a damaged compressed stream raises part-way through.
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, ValueError)
+
+
+def _sniff_encoding(head: bytes) -> tuple[str, int]:
+    """(encoding, BOM length) from the first bytes; JSON starts with ASCII, so NULs reveal UTF-16/32."""
+    for bom, encoding in ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
+                          (codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+                          (codecs.BOM_UTF16_BE, "utf-16-be")):
+        if head.startswith(bom):
+            return encoding, len(bom)
+    if b"\x00" not in head:
+        return "utf-8", 0
+    if len(head) >= 4 and head[1:4] == b"\x00\x00\x00" and head[0]:
+        return "utf-32-le", 0
+    if len(head) >= 4 and head[:3] == b"\x00\x00\x00" and head[3]:
+        return "utf-32-be", 0
+    if len(head) >= 4 and head[1] == 0 and head[0] and head[2::2].count(0) == 0 and head[3::2].strip(b"\x00") == b"":
+        return "utf-16-le", 0
+    if len(head) >= 4 and head[0] == 0 and head[1] and head[1::2].count(0) == 0 and head[0::2].strip(b"\x00") == b"":
+        return "utf-16-be", 0
+    raise Undecodable("not text: binary data (NUL bytes) and no byte-order mark; expected UTF-8, UTF-16 or "
+                      "UTF-32 JSON")
+
+
+@contextlib.contextmanager
+def _open_decoded(source: Source, progress: ProgressFn | None) -> Iterator[tuple[io.BufferedReader, str]]:
+    """The decompressed bytes of ``source`` past any byte-order mark, and their encoding."""
+    with open(source.path, "rb") as raw_file:
+        stream: Any = io.BufferedReader(_CountingReader(raw_file, progress), _CHUNK)
+        if source.compression == "gzip":
+            stream = gzip.GzipFile(fileobj=stream)
+        elif source.compression == "bzip2":
+            stream = bz2.BZ2File(stream)
+        elif source.compression == "xz":
+            stream = lzma.LZMAFile(stream)
+        elif source.compression == "zstd":
+            import zstandard
+            stream = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
+        stream = io.BufferedReader(stream, _CHUNK)
+        encoding, bom = _sniff_encoding(stream.peek(64)[:64])
+        stream.read(bom)
+        yield stream, encoding
 
 
 # One line of a JSON Lines file before parsing: (line number, text, error). Parsing happens in
@@ -194,107 +296,237 @@ def parse_line(label: str, item: LineItem) -> RawRecord | None:
     stripped = text.strip()
     if not stripped:
         return None
+    return parse_value(source, stripped)
+
+
+def parse_value(source: str, text: str) -> RawRecord:
+    """One JSON value's text as a record, or the reason it is not one."""
+    raw = text if len(text) <= RAW_KEEP_CHARS else None
     try:
-        return RawRecord(source, data=json.loads(stripped), raw=stripped if len(stripped) <= RAW_KEEP_CHARS else None)
+        return RawRecord(source, data=json.loads(text), raw=raw)
     except ValueError as exc:
-        return RawRecord(source, error=f"invalid JSON: {exc.msg} at column {exc.colno}", raw=stripped[:RAW_KEEP_CHARS])
-
-
-def _read_jsonl(stream, label: str, cap: int) -> Iterator[RawRecord]:
-    for item in _jsonl_lines(stream, cap):
-        record = parse_line(label, item)
-        if record is not None:
-            yield record
+        where = f" at column {exc.colno}" if exc.lineno == 1 else f" at line +{exc.lineno - 1} column {exc.colno}"
+        return RawRecord(source, error=f"invalid JSON: {exc.msg}{where}", raw=text[:RAW_KEEP_CHARS])
+    except RecursionError:
+        return RawRecord(source, error="invalid JSON: nested too deeply to read", raw=text[:RAW_KEEP_CHARS])
 
 
 def read_line_batches(source: Source, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                       progress: ProgressFn | None = None, batch: int = 2000) -> Iterator[list[LineItem]]:
     """The unparsed lines of a JSON Lines source in batches, for parsing elsewhere (see ``parse_line``)."""
     assert source.kind == "jsonl"
-    with open(source.path, "rb") as raw_file:
-        counted = io.BufferedReader(_CountingReader(raw_file, progress), _CHUNK)
-        stream = gzip.GzipFile(fileobj=counted) if source.path.name.lower().endswith(".gz") else counted
-        pending: list[LineItem] = []
-        try:
+    pending: list[LineItem] = []
+    try:
+        with _open_decoded(source, progress) as (stream, encoding):
+            if encoding != "utf-8":
+                stream = io.BufferedReader(_Utf8Transcoder(stream, encoding), _CHUNK)
             for item in _jsonl_lines(stream, max_record_bytes):
                 pending.append(item)
                 if len(pending) >= batch:
                     yield pending
                     pending = []
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:   # truncated or corrupt gzip stream
-            pending.append((pending[-1][0] + 1 if pending else 0, "", f"unreadable from here on: {exc}"))
-        if pending:
-            yield pending
+    except Undecodable as exc:
+        pending.append((1, "", str(exc)))
+    except UnicodeDecodeError as exc:   # a transcoded (UTF-16/32) file that breaks part-way
+        pending.append((pending[-1][0] + 1 if pending else 1, "", f"not {exc.encoding} text from here on: "
+                        f"{exc.reason}"))
+    except _STREAM_ERRORS as exc:   # truncated or corrupt compressed stream
+        pending.append((pending[-1][0] + 1 if pending else 1, "", f"unreadable from here on: {exc}"))
+    if pending:
+        yield pending
 
 
-def _read_json_values(text: io.TextIOWrapper, label: str, cap: int) -> Iterator[RawRecord]:
-    """A top-level JSON array, or JSON values one after another, decoded one value at a time."""
-    decoder = json.JSONDecoder()
-    buf, pos, line, eof = "", 0, 1, False
-    in_array, array_closed = None, False
+# --- JSON arrays and concatenated values -----------------------------------------------------
+
+_IN_STRING = re.compile(r'["\\]')
+_IN_CONTAINER = re.compile(r'[\[\]{}"]')
+_SCALAR_END = re.compile(r'[\s,\[\]{}"]')
+_CLOSER = {"]": "[", "}": "{"}
+
+
+def _read_json_file(source: Source, label: str, cap: int, progress: ProgressFn | None) -> Iterator[RawRecord]:
+    line = 1
+    try:
+        with _open_decoded(source, progress) as (stream, encoding):
+            text = io.TextIOWrapper(stream, encoding=encoding, errors="strict", newline="\n")
+            for line, value, size, note in _json_values(text):
+                where = f"{label}:{line}"
+                if value is None or size > cap:
+                    yield RawRecord(where, error=f"record over the size cap ({size:,} > {cap:,} bytes)",
+                                    raw=value[:RAW_KEEP_CHARS] if value else None)
+                elif note:
+                    yield RawRecord(where, error=f"invalid JSON: {note}", raw=value[:RAW_KEEP_CHARS])
+                else:
+                    yield parse_value(where, value)
+    except Undecodable as exc:
+        yield RawRecord(f"{label}:1", error=str(exc))
+    except UnicodeDecodeError as exc:
+        yield RawRecord(f"{label}:{line}", error=f"not {exc.encoding} text from here on: {exc.reason}")
+    except _STREAM_ERRORS as exc:
+        yield RawRecord(f"{label}:{line}", error=f"unreadable from here on: {exc}")
+
+
+def _json_values(text: io.TextIOBase, cap: int = DEFAULT_MAX_RECORD_BYTES
+                 ) -> Iterator[tuple[int, str | None, int, str | None]]:
+    """Split a top-level JSON array (or values one after another) into (line, text, size, note).
+
+    Only brackets and strings are tracked, not full JSON, so an invalid value ends where its brackets
+    close and the next value is read as usual. ``text`` is None for a value over ``cap``, whose pieces
+    were counted and dropped (its size in UTF-8 bytes is exact whatever the read chunks).
+    """
+    buf, pos, line = "", 0, 1
 
     def fill() -> bool:
-        nonlocal buf, pos, eof
-        if eof:
-            return False
+        nonlocal buf, pos
         chunk = text.read(_CHUNK)
-        if not chunk:
-            eof = True
-            return False
         buf, pos = buf[pos:] + chunk, 0
-        return True
+        return bool(chunk)
 
-    def skip_space_and(chars: str) -> None:
+    def skip(chars: str) -> bool:
+        """Skip whitespace and ``chars``; False at the end of the input."""
         nonlocal pos, line
         while True:
-            while pos < len(buf) and (buf[pos].isspace() or buf[pos] in chars):
+            while pos < len(buf) and (buf[pos] in chars or buf[pos].isspace()):
                 if buf[pos] == "\n":
                     line += 1
                 pos += 1
-            if pos < len(buf) or not fill():
-                return
+            if pos < len(buf):
+                return True
+            if not fill():
+                return False
 
-    try:
-        skip_space_and("")
-        if pos < len(buf) and buf[pos] == "[":
-            in_array = True
+    in_array = skip("") and buf[pos] == "["
+    if in_array:
+        pos += 1
+    while skip("," if in_array else ""):
+        if in_array and buf[pos] == "]":
             pos += 1
+            if skip(""):
+                yield line, buf[pos:pos + RAW_KEEP_CHARS], 0, "data after the closing ] of the array"
+            return
+        start_line = line
+        pieces: list[str] | None = []
+        size = 0
+        stack: list[str] = []
+        in_string = escaped = False
+        first = buf[pos]
+        scalar = first not in "[{\""
+        note = None
+        start = pos
         while True:
-            skip_space_and(",")
             if pos >= len(buf):
-                break
-            if in_array and buf[pos] == "]":
-                array_closed = True
-                pos += 1
-                skip_space_and("")
-                if pos < len(buf):
-                    yield RawRecord(f"{label}:{line}", error="invalid JSON: data after the closing ]")
-                return
-            start_line = line
-            while True:
-                try:
-                    value, end = decoder.raw_decode(buf, pos)
+                piece = buf[start:]
+                line_add = piece.count("\n")
+                line += line_add
+                size, pieces = _keep(pieces, piece, size, cap)
+                if not fill():
+                    if stack or in_string:
+                        note = "the file ends inside this value"
                     break
-                except ValueError as exc:
-                    if len(buf) - pos > cap or not fill():
-                        reason = (f"record over the size cap (> {cap:,} bytes)" if len(buf) - pos > cap
-                                  else f"invalid JSON: {exc.msg}")
-                        yield RawRecord(f"{label}:{start_line}", error=reason + "; the rest of this file "
-                                        "cannot be split into records and was not read",
-                                        raw=buf[pos:pos + RAW_KEEP_CHARS])
-                        return
-            if end - pos > cap:
-                yield RawRecord(f"{label}:{start_line}", error=f"record over the size cap ({end - pos:,} > {cap:,} bytes)",
-                                raw=buf[pos:pos + RAW_KEEP_CHARS])
+                start = 0
+                continue
+            if escaped:
+                escaped = False
+                pos += 1
+                continue
+            if in_string:
+                m = _IN_STRING.search(buf, pos)
+                if m is None:
+                    pos = len(buf)
+                    continue
+                pos = m.end()
+                if m.group() == "\\":
+                    escaped = True
+                    continue
+                in_string = False
+                if not stack and not scalar:
+                    break
+                continue
+            if scalar:
+                m = _SCALAR_END.search(buf, pos + (1 if pos == start and buf[pos] not in "]}" else 0))
+                if m is None:
+                    pos = len(buf)
+                    continue
+                pos = m.start()
+                if pos == start:   # a stray closer: take it as a one-character invalid value
+                    pos += 1
+                break
+            m = _IN_CONTAINER.search(buf, pos)
+            if m is None:
+                pos = len(buf)
+                continue
+            pos = m.end()
+            char = m.group()
+            if char == '"':
+                in_string = True
+            elif char in "[{":
+                stack.append(char)
             else:
-                yield RawRecord(f"{label}:{start_line}", data=value,
-                                raw=buf[pos:end] if end - pos <= RAW_KEEP_CHARS else None)
-            line += buf.count("\n", pos, end)
-            pos = end
-        if in_array and not array_closed:
-            yield RawRecord(f"{label}:{line}", error="invalid JSON: the array is never closed")
-    except UnicodeDecodeError as exc:
-        yield RawRecord(f"{label}:{line}", error=f"not UTF-8 text from here on: {exc.reason}")
+                # a mismatched closer closes every bracket up to its partner (or all), so the
+                # splitter resynchronises at the value's end instead of swallowing the file
+                while stack and stack.pop() != _CLOSER[char]:
+                    pass
+                if not stack:
+                    break
+        piece = buf[start:pos]
+        line += piece.count("\n")
+        size, pieces = _keep(pieces, piece, size, cap)
+        yield start_line, None if pieces is None else "".join(pieces), size, note
+    if in_array:
+        yield line, "", 0, "the array is never closed"
+
+
+def _keep(pieces: list[str] | None, piece: str, size: int, cap: int) -> tuple[int, list[str] | None]:
+    """Add ``piece`` to a value's pieces and its UTF-8 size; drop them all once the value is over ``cap``."""
+    # a character is at most 4 bytes, so short pieces are measured without encoding them
+    size += len(piece) if piece.isascii() else len(piece.encode("utf-8", "surrogatepass"))
+    if pieces is None or size > cap:
+        return size, None
+    pieces.append(piece)
+    return size, pieces
+
+
+# --- Arrow (Parquet, saved datasets) --------------------------------------------------
+
+class NotPlain(Exception):
+    """An Arrow value with no JSON form (binary that is not text, a non-finite decimal)."""
+
+
+def plain(value: Any, where: str = "") -> Any:
+    """An Arrow value as JSON data: times as ISO-8601 UTC, decimals as numbers, UTF-8 bytes as text."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {k: plain(v, f"{where}.{k}" if where else str(k)) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.isoformat(timespec="seconds" if not value.microsecond else "milliseconds") + "Z"
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise NotPlain(f"{where}: {value} is not a finite number")
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotPlain(f"{where}: a binary value ({len(value):,} bytes) that is not UTF-8 text") from None
+    raise NotPlain(f"{where}: a {type(value).__name__} value has no JSON form")
+
+
+def _arrow_record(where: str, row: dict) -> RawRecord:
+    try:
+        return RawRecord(where, data=plain(row))
+    except NotPlain as exc:
+        return RawRecord(where, error=str(exc))
+    except RecursionError:
+        return RawRecord(where, error="nested too deeply to read")
 
 
 def _read_parquet(path: Path, label: str, progress: ProgressFn | None) -> Iterator[RawRecord]:
@@ -305,14 +537,23 @@ def _read_parquet(path: Path, label: str, progress: ProgressFn | None) -> Iterat
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
         yield RawRecord(f"{label}:?", error=f"unreadable Parquet file: {exc}")
         return
-    row = 0
-    per_row = max(1, path.stat().st_size // max(1, table.metadata.num_rows))
-    for batch in table.iter_batches(batch_size=1024):
-        for record in batch.to_pylist():
-            row += 1
-            if progress:
-                progress(per_row)
-            yield RawRecord(f"{label}:{row}", data=record)
+    meta = table.metadata
+    per_row = max(1, path.stat().st_size // max(1, meta.num_rows))
+    first = 1
+    for group in range(meta.num_row_groups):
+        rows = meta.row_group(group).num_rows
+        row = first
+        try:   # a corrupt page costs the rows of its group, not the file
+            for batch in table.iter_batches(batch_size=1024, row_groups=[group]):
+                for record in batch.to_pylist():
+                    if progress:
+                        progress(per_row)
+                    yield _arrow_record(f"{label}:{row}", record)
+                    row += 1
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ...
+            yield RawRecord(f"{label}:{row}", error=f"unreadable Parquet row group {group} (rows {row}-"
+                            f"{first + rows - 1}): {exc}")
+        first += rows
 
 
 def _read_hf(path: Path, label: str, progress: ProgressFn | None) -> Iterator[RawRecord]:
@@ -328,8 +569,8 @@ def _read_hf(path: Path, label: str, progress: ProgressFn | None) -> Iterator[Ra
         for row, record in enumerate(split, start=1):
             if progress:
                 progress(per_row)
-            # Arrow fills absent struct fields with None: drop them so sniffing sees the real shape
-            yield RawRecord(f"{where}:{row}", data=_drop_nones(record))
+            # Arrow fills absent struct fields with None: plain() drops them so sniffing sees the real shape
+            yield _arrow_record(f"{where}:{row}", record)
 
 
 def _load_hf(path: Path):
@@ -339,11 +580,3 @@ def _load_hf(path: Path):
         return load_from_disk(str(path))
     except Exception as exc:  # noqa: BLE001 - datasets raises several types for a bad folder
         raise BadInput(f"not a dataset saved with save_to_disk: {exc}", file=str(path)) from None
-
-
-def _drop_nones(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_nones(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_nones(v) for v in value]
-    return value

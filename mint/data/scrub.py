@@ -4,12 +4,21 @@ Each finding is replaced by a typed placeholder (``[EMAIL]``, ``[API_KEY]``...)
 and counted per type. Patterns are checked most-specific first (a PEM block
 or a JWT before the generic digit patterns) and only run when a cheap
 trigger is present, so clean text costs a few substring checks.
+
+Maintained rules where they exist: phone numbers are confirmed by Google's
+libphonenumber metadata (the ``phonenumbers`` package) for international,
+US/Canadian and UK numbers; secret shapes follow detect-secrets' and
+gitleaks' plugins (Stripe, Hugging Face, Google API keys, bearer tokens);
+card numbers are Luhn-checked, IBANs mod-97-checked, SSNs checked against
+the numbers the SSA never issues. A look-alike (an order number, a version, a
+timestamp, a hash) fails these checks and is kept.
 """
 from __future__ import annotations
 
 import functools
 import ipaddress
 import re
+import string
 from collections import Counter
 from typing import Callable
 
@@ -49,9 +58,81 @@ def _ipv6(match: re.Match) -> str | None:
     return "[IP_ADDRESS]"
 
 
+# Numbers that look like phones but are named as something else just before them.
+_NOT_A_PHONE = re.compile(r"(?i)(?:order|invoice|tracking|ticket|ref|reference|id|sku|pid|build|version|serial|isbn|"
+                          r"transaction|txn|case|po)\W{0,3}$")
+_NANP = re.compile(r"1?[2-9]\d{2}[2-9]\d{6}")   # area code and exchange never start with 0 or 1
+
+
 def _phone(match: re.Match) -> str | None:
-    digits = sum(c.isdigit() for c in match.group(0))
-    return "[PHONE]" if 7 <= digits <= 15 else None   # E.164 allows at most 15 digits
+    text = match.group(0)
+    if len(text) < 7 or _DATE.match(text) or sum(c.isdigit() for c in text) < 7 \
+            or _NOT_A_PHONE.search(match.string, max(0, match.start() - 24), match.start()):
+        return None
+    # the candidate may have run on into a following number ("415 555 0132 2 times"): try it whole,
+    # then without its last groups
+    ends = [len(text)] + [m.start() for m in reversed(list(_GROUP_BREAK.finditer(text)))]
+    for end in ends:
+        if _is_phone(text[:end]):
+            return "[PHONE]" + text[end:]
+    return None
+
+
+_DATE = re.compile(r"(?:19|20)\d\d[-./](?:0?[1-9]|1[0-2])[-./]\d\d?$")
+_GROUP_BREAK = re.compile(r"[ .-]+(?=\(?\d)")
+
+
+def _is_phone(text: str) -> bool:
+    import phonenumbers   # imported on the first candidate: most text never has one
+
+    digits = re.sub(r"\D", "", text)
+    if not 7 <= len(digits) <= 15:
+        return False
+    stripped = text.lstrip("(")
+    if stripped.startswith(("+", "00")):
+        region = "GB" if stripped.startswith("00") else None   # 00 is the international prefix in Europe
+    elif stripped.startswith("0"):
+        region = "GB"
+    elif _NANP.fullmatch(digits):
+        region = "US"
+    else:
+        return False   # cheap shape checks first: parsing costs ~100 µs
+    try:
+        number = phonenumbers.parse(text, region)
+    except phonenumbers.NumberParseException:
+        return False
+    if phonenumbers.is_valid_number(number):
+        return True
+    # UK numbers reserved for drama (07700 900xxx, 020 7946 0xxx) are possible, not valid: a log that
+    # holds one was written by a person, so a UK national number of the right length counts
+    return region == "GB" and stripped.startswith("0") and len(digits) == 11 \
+        and phonenumbers.is_possible_number(number)
+
+
+def _ssn(match: re.Match) -> str | None:
+    area, group, serial = match.group("area"), match.group("group"), match.group("serial")
+    if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        return None   # never issued (SSA), so a look-alike
+    return "[SSN]"
+
+
+_IBAN_LETTERS = {c: str(ord(c) - 55) for c in string.ascii_uppercase}
+
+
+def _iban(match: re.Match) -> str | None:
+    compact = match.group(0).replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return None
+    rearranged = compact[4:] + compact[:4]
+    number = "".join(_IBAN_LETTERS.get(c, c) for c in rearranged)
+    return "[IBAN]" if int(number) % 97 == 1 else None
+
+
+def _bearer(match: re.Match) -> str | None:
+    token = match.group("token")
+    if not (any(c.isdigit() for c in token) or (any(c.isupper() for c in token) and any(c.islower() for c in token))):
+        return None   # "bearer of bad news-and-more": a word, not a credential
+    return match.group("scheme") + "[TOKEN]"
 
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
@@ -64,29 +145,43 @@ _RULES: list[tuple[str, str, re.Pattern, Replacer | None]] = [
         re.S), None),
     ("JWT", "jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), None),
     ("API_KEY", "sk", re.compile(r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{20,}"), None),
+    # Stripe secret and restricted keys, live and test (detect-secrets' StripeDetector, widened for the
+    # longer keys Stripe issues now)
+    ("API_KEY", "stripe", re.compile(r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"), None),
+    ("API_KEY", "hf", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])"), None),   # Hugging Face
+    ("API_KEY", "google", re.compile(r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"), None),
     ("AWS_KEY", "aws", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), None),
     ("GITHUB_TOKEN", "gh", re.compile(
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b"), None),
     ("SLACK_TOKEN", "slack", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"), None),
+    ("TOKEN", "bearer", re.compile(r"(?P<scheme>\b[Bb]earer\s+)(?P<token>[A-Za-z0-9\-._~+/]{16,}=*)(?![\w\-.~+/=])"),
+     _bearer),
     ("EMAIL", "at", re.compile(
         r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"
         r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}\b"), None),
+    ("IBAN", "digits", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), _iban),
     ("CREDIT_CARD", "digits", re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d.-]?\d)"), _credit_card),
+    ("SSN", "digits", re.compile(r"(?<![\w-])(?P<area>\d{3})(?P<sep>[- ])(?P<group>\d{2})(?P=sep)(?P<serial>\d{4})"
+                                 r"(?![\w-]|\.\d)"), _ssn),
     ("IP_ADDRESS", "dot", re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)"), None),
     ("IP_ADDRESS", "colon", re.compile(
         r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:)?(?![\w:])"), _ipv6),
+    # candidates only: _phone asks libphonenumber. Groups of digits with one kind of separator, an optional
+    # +country code or (area code); never next to a word, a colon (times) or a dotted number (versions)
     ("PHONE", "digits", re.compile(
-        # +country code, then 2-5 groups: +1 415 555 0132, +44 20 7946 0958, +49-30-901820
-        r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w])"
-        # North-American style with separators: (415) 555-0132, 415-555-0132, 415.555.0132
-        r"|(?<![\w.-])(?:\(\d{3}\)\s?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w]|[.-]\d)"), _phone),
+        r"(?<![\w+#$/:.-])(?:\+\d{1,3}[ .-]?|\(\d{1,5}\)[ .-]?)?\d{1,12}(?:[ .-]\(?\d{1,8}\)?){0,5}"
+        r"(?![\w:]|[.-]\d)"), _phone),
 ]
 
 # Cheap checks first: substring tests run at memchr speed, and the digit patterns only run on
 # text with seven digits close together (the least a phone or card number has).
 _LITERALS = (("pem", "-----BEGIN"), ("jwt", "eyJ"), ("sk", "sk-"), ("aws", "AKIA"), ("aws", "ASIA"),
              ("gh", "ghp_"), ("gh", "gho_"), ("gh", "ghu_"), ("gh", "ghs_"), ("gh", "ghr_"), ("gh", "github_pat_"),
-             ("slack", "xox"), ("at", "@"), ("colon", ":"))
+             ("slack", "xox"), ("at", "@"), ("colon", ":"), ("stripe", "k_live_"), ("stripe", "k_test_"),
+             ("hf", "hf_"), ("google", "AIza"), ("bearer", "earer "), ("bearer", "earer\t"))
+# one pass over the text finds every literal trigger (twenty `in` tests cost more)
+_TRIGGER_OF = {literal: name for name, literal in _LITERALS}
+_TRIGGERS = re.compile("|".join(re.escape(literal) for literal in sorted(_TRIGGER_OF, key=len, reverse=True)))
 _DIGIT = re.compile(r"\d")
 _DIGIT_DOT = re.compile(r"\d\.\d")
 _SEVEN_DIGITS = re.compile(r"\d(?:[^\d\n]{0,3}\d){6}")
@@ -104,7 +199,7 @@ def _substitute(kind: str, replacer: Replacer | None, counts: Counter, match: re
 
 def scrub_text(text: str, counts: Counter) -> str:
     """``text`` with every finding replaced by its placeholder; ``counts`` gets one per finding."""
-    present = {name for name, literal in _LITERALS if literal in text}
+    present = {_TRIGGER_OF[literal] for literal in _TRIGGERS.findall(text)}
     if _DIGIT.search(text):
         if _DIGIT_DOT.search(text):
             present.add("dot")

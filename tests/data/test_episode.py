@@ -90,7 +90,7 @@ def test_corrections_are_kept():
 
 
 @pytest.mark.parametrize("feedback", [{"feedback": {"stars": 9}}, {"feedback": {"thumbs": "sideways"}},
-                                      {"score": 3}, {"feedback": ["up"]}, {"label": "yes"}])
+                                      {"feedback": {"score": 3}}, {"feedback": ["up"]}, {"feedback": {"label": "yes"}}])
 def test_impossible_feedback_is_an_error(feedback):
     with pytest.raises(RecordError):
         normalize_feedback(feedback)
@@ -102,3 +102,120 @@ def test_episode_id_is_a_content_hash():
         episode_id([{"content": "x", "role": "user"}], [], {"correction": None, "rating": 1})
     assert episode_id(messages, [], {"rating": 1, "correction": None}) != \
         episode_id(messages, [], {"rating": -1, "correction": None})
+
+
+# --- timestamps ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [1795946400, 1795946400.0, 1795946400_000, 1795946400_000_000,
+                                   "2026-11-29T10:00:00Z", "2026-11-29T11:00:00+01:00", "2026-11-29 10:00:00",
+                                   "2026-11-29T10:00:00.250Z", "Sun, 29 Nov 2026 10:00:00 GMT", "1795946400"])
+def test_epoch_seconds_ms_us_and_time_strings_become_iso_utc(value):
+    episode = normalize({**_chat(), "ts": value})
+    assert episode["ts"] == "2026-11-29T10:00:00Z"
+
+
+def test_a_string_that_is_not_a_time_is_a_record_error():
+    with pytest.raises(RecordError, match="ts: 'yesterday-ish' is not a time"):
+        normalize({**_chat(), "ts": "yesterday-ish"})
+
+
+# --- content parts ------------------------------------------------------------------------------
+
+def _chat(**extra):
+    return {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], **extra}
+
+
+def test_openai_refusal_audio_and_file_parts_are_kept_as_text():
+    episode = normalize({"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "listen"},
+                                     {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+                                     {"type": "file", "file": {"filename": "a.pdf", "file_data": "AAAA"}}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]}]})
+    assert episode["messages"][0]["content"] == "listen\n[AUDIO]\n[FILE a.pdf]"
+    assert episode["messages"][1]["content"] == "I can't help with that."
+
+
+def test_anthropic_tool_use_tool_result_and_thinking_become_canonical_messages():
+    episode = normalize({"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "weather in Paris?"}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I should call the tool.", "signature": "sig"},
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18C"}]},
+            {"type": "text", "text": "and tomorrow?"}]},
+        {"role": "assistant", "content": "Also 18C."}]})
+    assert episode["messages"] == [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": "Let me check.", "reasoning": "I should call the tool.",
+         "tool_calls": [{"id": "toolu_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "18C", "tool_call_id": "toolu_1"},
+        {"role": "user", "content": "and tomorrow?"},
+        {"role": "assistant", "content": "Also 18C."}]
+
+
+def test_a_tool_message_with_dict_content_is_json_encoded():
+    episode = normalize({"messages": [{"role": "user", "content": "stock?"},
+                                      {"role": "tool", "content": {"sku": "A1", "count": 3}}]})
+    assert episode["messages"][1]["content"] == '{"sku": "A1", "count": 3}'
+
+
+def test_an_unknown_content_part_is_still_a_record_error():
+    with pytest.raises(RecordError, match=r"messages\[0\].content\[0\]"):
+        normalize({"messages": [{"role": "user", "content": [{"type": "hologram"}]}]})
+
+
+# --- per-message fields ------------------------------------------------------------------------
+
+def test_weight_zero_name_reasoning_and_finish_reason_are_kept():
+    episode = normalize({"messages": [
+        {"role": "system", "content": "sys", "name": "policy"},
+        {"role": "user", "content": "hi", "name": "alice"},
+        {"role": "assistant", "content": "bad old answer", "weight": 0},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "good", "weight": 1, "reasoning_content": "think", "finish_reason": "stop"}]})
+    messages = episode["messages"]
+    assert messages[0]["name"] == "policy" and messages[1]["name"] == "alice"
+    assert messages[2]["weight"] == 0 and "weight" not in messages[4]
+    assert messages[4]["reasoning"] == "think" and messages[4]["finish_reason"] == "stop"
+
+
+def test_a_weight_other_than_zero_or_one_is_a_record_error():
+    with pytest.raises(RecordError, match=r"messages\[1\].weight"):
+        normalize({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "weight": 0.5}]})
+
+
+def test_an_answer_cut_off_by_the_length_limit_is_kept_but_not_trainable():
+    episode = normalize({"request": {"messages": [{"role": "user", "content": "write an essay"}]},
+                         "response": {"id": "chatcmpl-9", "choices": [
+                             {"finish_reason": "length", "message": {"role": "assistant", "content": "Once upon"}}]}})
+    assert episode["messages"][-1] == {"role": "assistant", "content": "Once upon", "finish_reason": "length",
+                                       "weight": 0}
+    assert episode["upstream_id"] == "chatcmpl-9"
+
+
+@pytest.mark.parametrize("record", [
+    {"request": {"messages": [{"role": "user", "content": "hi"}]}},
+    {"request": {"messages": [{"role": "user", "content": "hi"}]}, "response": None},
+    {"request": {"messages": [{"role": "user", "content": "hi"}]}, "response": {"choices": []}},
+    {"request": {"messages": [{"role": "user", "content": "hi"}]},
+     "response": {"error": {"message": "rate limited", "code": 429}}},
+    {"request": {"messages": [{"role": "user", "content": "hi"}]}, "error": "upstream timeout"},
+])
+def test_a_server_log_without_an_answer_is_a_record_error_not_a_user_only_episode(record):
+    with pytest.raises(RecordError, match="response"):
+        normalize(record)
+
+
+# --- feedback fields that belong to other datasets ----------------------------------------------
+
+@pytest.mark.parametrize("extra", [{"label": "positive"}, {"label": 3}, {"score": 87.5}, {"score": "high"}])
+def test_an_unrelated_top_level_label_or_score_column_is_not_feedback(extra):
+    assert normalize(_chat(**extra))["feedback"] == {"rating": None, "correction": None}
+
+
+def test_a_top_level_correction_is_read_beside_a_feedback_object():
+    record = _chat(feedback={"thumbs": "down"}, correction="the right answer")
+    assert normalize(record)["feedback"] == {"rating": -1, "correction": "the right answer"}

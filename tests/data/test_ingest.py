@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_episodes_are_canonical(ws, project, tmp_path):
     ingest(ws, [path], dataset="d", project=project)
     (episode,) = datasets.iter_episodes(ws, "d")
     assert list(episode) == ["id", "session", "ts", "specialist", "messages", "tools", "feedback", "served_by",
-                             "source"]
+                             "upstream_id", "source"]
     assert episode["session"] == "s-1" and episode["source"] == f"{path}:1"
     assert len(episode["id"]) == 64
 
@@ -215,7 +216,7 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
     ('{"messages": []}', "messages: empty"),
     ('{"session": "s1"}', "unknown record shape: expected `messages` (OpenAI/mint) or `conversations` (ShareGPT)"),
     ('{"messages": {"role": "user"}}', "messages: expected a list, got dict"),
-    ('{"messages": [{"role": "user", "content": ["x", 3]}]}', "messages[0].content[1]: expected a text part"),
+    ('{"messages": [{"role": "user", "content": ["x", 3]}]}', "messages[0].content[1]: expected a content part"),
     ('{"messages": [{"role": "wizard", "content": "x"}]}', "messages[0].role: unknown role 'wizard'"),
     ('{"messages": [{"role": "user", "content": "x"}], "feedback": {"stars": 0}}',
      "feedback.stars: 0 is not -1, 0, 1 or a 1-5 star value"),
@@ -229,3 +230,223 @@ def test_every_quarantine_reason_is_recorded_with_its_line(ws, project, tmp_path
     assert entry["source"] == f"{path}:2"
     assert entry["reason"].startswith(reason)
     assert result.sources[0].kept == 1 and result.created
+
+
+# --- records that used to crash the run ------------------------------------------------------
+
+def test_a_lone_surrogate_is_quarantined_with_its_line_and_the_rest_kept(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [
+        chat_row("one"), '{"messages": [{"role": "user", "content": "cut emoji \\ud83d"}]}',
+        '{"session": "\\udc00", "messages": [{"role": "user", "content": "fine"}]}', chat_row("two")])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert (result.sources[0].kept, result.sources[0].quarantined) == (2, 2)
+    entries = [json.loads(l) for l in open(result.quarantine_file)]
+    assert [e["source"] for e in entries] == [f"{path}:2", f"{path}:3"]
+    assert entries[0]["reason"].startswith("messages[0].content: a lone surrogate")
+    assert entries[1]["reason"].startswith("session: a lone surrogate")
+
+
+def test_deeply_nested_tool_arguments_are_quarantined_not_a_crash(ws, project, tmp_path):
+    deep = "[" * 5000 + "]" * 5000
+    line = ('{"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": '
+            '[{"function": {"name": "f", "arguments": {"x": ' + deep + '}}}]}]}')
+    path = write_jsonl(tmp_path / "a.jsonl", [line, chat_row("next")])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert (result.sources[0].kept, result.sources[0].quarantined) == (1, 1)
+    assert "nested too deeply" in open(result.quarantine_file).read()
+
+
+# --- conversations that arrive more than once ------------------------------------------------
+
+def _server_log(answer="Paris.", **extra):
+    return {"id": "chatcmpl-abc123", "session": "s-1", "request": {"messages": [
+        {"role": "user", "content": "capital of France?"}]},
+        "response": {"choices": [{"message": {"role": "assistant", "content": answer}}]}, **extra}
+
+
+def test_feedback_that_arrives_later_updates_the_episode_in_a_new_version(ws, project, tmp_path):
+    first = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [_server_log()])], dataset="d", project=project)
+    later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [_server_log(feedback={"thumbs": "down"})])],
+                   dataset="d", project=project)
+    assert later.created and later.episodes_updated == 1 and later.total_episodes == 1
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d")] == [-1]
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d", first.version)] == [None]
+    assert datasets.list_datasets(ws)[0].episodes == 1
+
+
+def test_feedback_for_the_same_session_and_messages_updates_without_an_upstream_id(ws, project, tmp_path):
+    plain = chat_row("capital of France?", "Paris.", session="s-9")
+    path = write_jsonl(tmp_path / "a.jsonl", [plain, {**plain, "feedback": {"thumbs": "up"}}, plain])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d")] == [1]
+    assert (result.sources[0].kept, result.sources[0].duplicate) == (2, 1) and result.total_episodes == 1
+
+
+def test_a_conversation_logged_again_each_turn_collapses_to_the_longest(ws, project, tmp_path):
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+             {"role": "user", "content": "a python question"}, {"role": "assistant", "content": "sure"},
+             {"role": "user", "content": "thanks"}, {"role": "assistant", "content": "bye"}]
+    rows = [{"session": "s-2", "messages": turns[:n]} for n in (2, 4, 6)]
+    # another session that starts the same way is not a re-log of s-2
+    other = {"session": "s-3", "messages": turns[:2] + [{"role": "user", "content": "weather?"},
+                                                        {"role": "assistant", "content": "sunny"}]}
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [*rows, other])], dataset="d", project=project)
+    assert sorted(len(e["messages"]) for e in datasets.iter_episodes(ws, "d")) == [4, 6]
+    assert result.total_episodes == 2 and result.episodes_updated == 2
+    assert sum(datasets.resolve_version(ws, "d")[1]["by_specialist"].values()) == 2
+
+
+def test_row_numbers_of_an_unrelated_dataset_do_not_merge_conversations(ws, project, tmp_path):
+    rows = [{**chat_row(f"question {i}"), "id": i} for i in range(3)] + [{**chat_row("other"), "id": "1"}]
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    assert result.total_episodes == 4
+
+
+def test_an_unrelated_top_level_label_column_does_not_quarantine_records(ws, project, tmp_path):
+    rows = [{**chat_row("great movie"), "label": "positive"}, {**chat_row("bad movie"), "label": 0}]
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    assert (result.sources[0].kept, result.sources[0].quarantined) == (2, 0)
+
+
+# --- quarantine ---------------------------------------------------------------------------
+
+def test_a_rotated_log_gets_its_new_bad_lines_quarantined(ws, project, tmp_path):
+    path = tmp_path / "app.jsonl"
+    write_jsonl(path, [chat_row("one"), "{first bad"])
+    first = ingest(ws, [path], dataset="d", project=project)
+    write_jsonl(path, [chat_row("two"), "{second bad"])   # logrotate moved the old file away
+    second = ingest(ws, [path], dataset="d", project=project)
+    assert (first.quarantined_new, second.quarantined_new) == (1, 1)
+    entries = [json.loads(l) for l in open(second.quarantine_file)]
+    assert [e["raw"] for e in entries] == ["{first bad", "{second bad"]
+    assert [e["version"] for e in entries] == [first.version, second.version]
+
+
+def test_the_quarantine_is_appended_to_not_rewritten(ws, project, tmp_path):
+    first = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", ["{bad one"])], dataset="d", project=project)
+    before = open(first.quarantine_file, "rb").read()
+    inode = os.stat(first.quarantine_file).st_ino
+    second = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", ["{bad two", "{bad one"])], dataset="d", project=project)
+    assert os.stat(second.quarantine_file).st_ino == inode
+    after = open(second.quarantine_file, "rb").read()
+    assert after.startswith(before) and after.count(b"\n") == 2 and second.quarantined_new == 1
+
+
+def test_a_torn_last_quarantine_line_is_cut_before_appending(ws, project, tmp_path):
+    first = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", ["{bad one"])], dataset="d", project=project)
+    with open(first.quarantine_file, "a") as f:
+        f.write('{"source": "torn')   # a kill in the middle of an append
+    ingest(ws, [write_jsonl(tmp_path / "b.jsonl", ["{bad two"])], dataset="d", project=project)
+    assert [json.loads(l)["raw"] for l in open(first.quarantine_file)] == ["{bad one", "{bad two"]
+
+
+# --- folders, scrubbing, labels ------------------------------------------------------------
+
+def test_skipped_files_are_listed_in_the_result_and_the_cli_output(ws, tmp_path):
+    write_jsonl(tmp_path / "logs" / "a.jsonl", [chat_row("hi")])
+    (tmp_path / "logs" / "notes.txt").write_text("x")
+    result = ingest(ws, [tmp_path / "logs"], dataset="d", project=__import__("mint.project").project.DEFAULT_PROJECT)
+    assert result.skipped == [str(tmp_path / "logs" / "notes.txt")]
+    cli = run_mint("ingest", str(tmp_path / "logs"), "--dataset", "e", cwd=tmp_path)
+    assert cli.returncode == 0 and "notes.txt" in cli.stdout and "skipped" in cli.stdout
+
+
+def test_the_session_is_scrubbed(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", session="alice@example.com")])
+    ingest(ws, [path], dataset="d", project=project)
+    (episode,) = datasets.iter_episodes(ws, "d")
+    assert episode["session"] == "[EMAIL]"
+
+
+def test_reasoning_and_tool_results_are_scrubbed(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok", "reasoning_content": "mail bob@example.com"}]}])
+    ingest(ws, [path], dataset="d", project=project)
+    (episode,) = datasets.iter_episodes(ws, "d")
+    assert episode["messages"][1]["reasoning"] == "mail [EMAIL]"
+
+
+def test_served_by_labels_an_episode_before_keywords_and_tools(ws, project, tmp_path):
+    row = {**chat_row("show my order as a card"), "served_by": "genui:v1"}
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [row])], dataset="d", project=project)
+    (episode,) = datasets.iter_episodes(ws, "d")
+    assert episode["specialist"] == "genui"
+
+
+# --- export ---------------------------------------------------------------------------------
+
+def _rated_rows():
+    return [chat_row("good question", "good answer", feedback={"thumbs": "up"}),
+            chat_row("bad question", "bad answer", feedback={"thumbs": "down"}),
+            chat_row("fixed question", "wrong answer", feedback={"thumbs": "down"}, correction="right answer"),
+            chat_row("unrated question", "plain answer")]
+
+
+def test_a_fine_tuning_export_leaves_out_thumbs_down_answers_by_default(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", _rated_rows())], dataset="d", project=project)
+    result = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
+    answers = [json.loads(l)["messages"][-1]["content"] for l in open(result.out)]
+    assert answers == ["good answer", "right answer", "plain answer"] and result.episodes == 3
+
+
+def test_min_rating_minus_one_exports_every_answer_and_one_only_the_liked(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", _rated_rows())], dataset="d", project=project)
+    every = datasets.export_dataset(ws, "d", "openai", tmp_path / "all.jsonl", min_rating=-1)
+    liked = datasets.export_dataset(ws, "d", "openai", tmp_path / "liked.jsonl", min_rating=1)
+    assert (every.episodes, liked.episodes) == (4, 2)   # the liked answer and the correction
+
+
+def test_the_cli_export_filters_by_rating_and_specialist(ws, project, tmp_path):
+    rows = _rated_rows() + [chat_row("write a python function", "def f(): pass", feedback={"thumbs": "down"})]
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    cli = run_mint("data", "export", "d", str(tmp_path / "out.jsonl"), "--specialist", "coding", "--json")
+    assert cli.returncode == 2 and "no episodes" in cli.stdout + cli.stderr
+    cli = run_mint("data", "export", "d", str(tmp_path / "out.jsonl"), "--specialist", "coding",
+                   "--min-rating", "-1", "--json")
+    assert cli.returncode == 0 and json.loads(cli.stdout)["episodes"] == 1
+
+
+def test_the_openai_export_keeps_weight_and_drops_fields_openai_rejects(ws, project, tmp_path):
+    row = {"messages": [{"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "cut", "weight": 0, "reasoning_content": "hm",
+                         "finish_reason": "length"}]}
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [row])], dataset="d", project=project)
+    result = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
+    (line,) = [json.loads(l) for l in open(result.out)]
+    assert line["messages"][1] == {"role": "assistant", "content": "cut", "weight": 0}
+
+
+def test_a_feedback_event_naming_an_upstream_id_updates_that_episode(ws, project, tmp_path):
+    first = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [_server_log(), chat_row("other")])],
+                   dataset="d", project=project)
+    event = {"id": "chatcmpl-abc123", "feedback": {"thumbs": "down", "correction": "Paris, mail bob@example.com"}}
+    later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [event])], dataset="d", project=project)
+    assert later.created and later.episodes_updated == 1 and later.total_episodes == 2
+    updated = [e for e in datasets.iter_episodes(ws, "d") if e["upstream_id"] == "chatcmpl-abc123"]
+    assert [(e["feedback"]["rating"], e["feedback"]["correction"]) for e in updated] == [(-1, "Paris, mail [EMAIL]")]
+    assert updated[0]["messages"][-1]["content"] == "Paris."
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d", first.version)] == [None, None]
+
+
+def test_a_feedback_event_in_the_same_file_as_its_conversation_updates_it(ws, project, tmp_path):
+    rows = [_server_log(), {"request_id": "chatcmpl-abc123", "rating": 5}]
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    assert [e["feedback"]["rating"] for e in datasets.iter_episodes(ws, "d")] == [1]
+    assert result.total_episodes == 1
+
+
+def test_a_feedback_event_for_an_unknown_conversation_is_quarantined(ws, project, tmp_path):
+    rows = [chat_row("hi"), {"id": "chatcmpl-nobody", "feedback": {"thumbs": "up"}}]
+    result = ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=project)
+    assert result.sources[0].quarantined == 1
+    assert "no earlier episode" in open(result.quarantine_file).read()
+
+
+def test_feedback_events_still_find_their_episode_after_the_index_is_rebuilt(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("first"), _server_log()])], dataset="d", project=project)
+    (ws.datasets / "d" / "index.sqlite").unlink()   # a cache: rebuilt from the versions on disk
+    event = {"id": "chatcmpl-abc123", "feedback": {"thumbs": "up"}}
+    later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [event])], dataset="d", project=project)
+    assert later.episodes_updated == 1
+    assert sorted(str(e["feedback"]["rating"]) for e in datasets.iter_episodes(ws, "d")) == ["1", "None"]

@@ -1,4 +1,6 @@
+import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,61 @@ def test_scrub_value_reaches_nested_tool_arguments():
     value = scrub_value({"to": ["x@y.com"], "n": 3, "meta": {"ip": "8.8.8.8"}}, counts)
     assert value == {"to": ["[EMAIL]"], "n": 3, "meta": {"ip": "[IP_ADDRESS]"}}
     assert counts == {"EMAIL": 1, "IP_ADDRESS": 1}
+
+
+# --- the labelled set: recall and precision per type ---------------------------------------------
+
+LABELLED = Path(__file__).with_name("pii_labelled.jsonl")
+
+
+def _scores() -> dict[str, dict[str, int]]:
+    """Per type: true positives (the value is gone and its placeholder is there), misses, false alarms."""
+    scores: dict[str, dict[str, int]] = {}
+    for line in LABELLED.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        counts: Counter = Counter()
+        scrubbed = scrub_text(item["text"], counts)
+        found: Counter = Counter()
+        for pii in item["pii"]:
+            score = scores.setdefault(pii["type"], {"tp": 0, "fn": 0, "fp": 0})
+            if pii["value"] not in scrubbed and f"[{pii['type']}]" in scrubbed:
+                score["tp"] += 1
+                found[pii["type"]] += 1
+            else:
+                score["fn"] += 1
+        for kind, n in counts.items():
+            scores.setdefault(kind, {"tp": 0, "fn": 0, "fp": 0})["fp"] += max(0, n - found[kind])
+    return scores
+
+
+def test_the_labelled_set_is_big_enough_and_has_look_alikes():
+    items = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
+    assert len(items) >= 300 and sum(1 for i in items if not i["pii"]) >= 100
+    kinds = Counter(p["type"] for i in items for p in i["pii"])
+    assert {"PHONE", "SSN", "IBAN", "TOKEN", "API_KEY", "EMAIL", "CREDIT_CARD"} <= set(kinds)
+    assert min(kinds.values()) >= 5
+
+
+def test_recall_and_precision_per_type_on_the_labelled_set():
+    scores = _scores()
+    report = {kind: (s["tp"] / max(1, s["tp"] + s["fn"]), s["tp"] / max(1, s["tp"] + s["fp"]))
+              for kind, s in scores.items()}
+    low = {kind: r for kind, r in report.items() if r[0] < 0.99 or r[1] < 0.95}
+    assert not low, f"(recall, precision) below 0.99 / 0.95: {low}"
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("4155550132", "PHONE"), ("020 7946 0958", "PHONE"), ("07700 900123", "PHONE"), ("123-45-6789", "SSN"),
+    ("GB82 WEST 1234 5698 7654 32", "IBAN"), ("Bearer abcDEF123456ghiJKL789", "TOKEN"),
+    ("sk_live_4eC39HqLyjWDarjtT1zdp7dc", "API_KEY"), ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "API_KEY"),
+    ("AIzaSyA-1234567890abcdefghijklmnopqrstu", "API_KEY")])
+def test_the_numbers_and_secrets_the_issue_names_are_caught(text, kind):
+    scrubbed, counts = scrub(f"note: {text} end")
+    assert text not in scrubbed and counts == {kind: 1}
+
+
+@pytest.mark.parametrize("text", ["order 4155550132", "v1.24.3", "1732874400", "2026-11-29 10:00:00",
+                                  "3f786850e387550fdab836ed7e6dc881de23001b", "GB00 WEST 1234 5698 7654 32",
+                                  "987-65-4321", "the bearer of bad news", "hf_hub_download"])
+def test_look_alikes_survive(text):
+    assert scrub(text) == (text, {})
