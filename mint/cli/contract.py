@@ -1,7 +1,6 @@
 """mint contract and mint eval."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,20 +31,19 @@ contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
 @contract_app.command("check")
 def contract_check(path: Path, json_out: bool = JSON_OPT) -> None:
     """Validate a contract and its suites' data without running anything (exit 2 with file:line: field)."""
-    from mint.contract.schema import load_contract, read_suite
+    from mint.contract.schema import check_contract
 
-    contract = load_contract(path)
-    suites = [{"name": s.name, "data": str(s.data), "records": len(read_suite(contract, s)), "limit": s.limit,
-               "metrics": list(s.metrics)} for s in contract.suites]
-    summary = {"contract": contract.name, "version": contract.version, "specialist": contract.specialist,
-               "harness": contract.harness_name, "sha256": contract.sha256, "suites": suites,
-               "gates": [dataclasses.asdict(g) for g in contract.gates], "ok": True}
+    summary = check_contract(path)
     if json_out:
         return print_json(summary)
-    out.print(f"[green]ok[/] {escape(str(path))}: contract {contract.name} v{contract.version} "
-              f"({contract.harness_name} harness), {len(suites)} suite(s), {len(contract.gates)} gate(s)")
-    for s in suites:
-        out.print(f"  {s['name']}: {s['records']} records from {escape(s['data'])}, metrics {', '.join(s['metrics'])}")
+    out.print(f"[green]ok[/] {escape(str(path))}: contract {summary.contract} v{summary.version} "
+              f"({summary.harness} harness), {len(summary.suites)} suite(s), {len(summary.gates)} gate(s)")
+    for s in summary.suites:
+        resolves = (f"resolves pass/fail differences of {s.detectable:.0%} or more ({s.detectable_examples} of "
+                    f"{s.records} examples, all one way)" if s.detectable is not None
+                    else "too small to show any difference as significant")
+        out.print(f"  {s.name}: {s.records} records from {escape(s.data)}, metrics {', '.join(s.metrics)}; "
+                  f"{resolves}")
 
 
 @app.command("eval")

@@ -28,7 +28,9 @@ def test_eval_writes_a_report_in_the_design_shape(ws, candidate, ui_contract, ca
             "created_at", "duration_s"} <= set(report)
     assert report["revision"] == "genui:v1" and report["revision_id"] == revision.id
     assert report["contract"]["name"] == "ui" and report["contract"]["version"] == 2
-    assert report["baseline"] == {"revision_id": None, "metrics": {}}
+    # generation 0: no champion, so the baseline is the bare base under the same contract
+    assert report["baseline"]["revision_id"] is None and report["baseline"]["label"] == "base"
+    assert set(report["baseline"]["metrics"]) == set(report["metrics"]) and len(report["baseline"]["report"]) == 64
     assert set(report["metrics"]) == {"core.parse_rate", "core.schema_valid_rate", "core.required_props_rate",
                                       "core.root_type_match", "latency.p50_ms", "latency.p95_ms"}
     assert report["verdict"] == "pass" and all(g["passed"] for g in report["gates"])
@@ -60,7 +62,7 @@ def test_candidate_is_gated_against_the_champions_report_then_promoted(ws, candi
     assert second.report["baseline"]["metrics"] == first.report["metrics"]
     assert not second.baseline_evaluated
     gate = next(g for g in second.report["gates"] if g["metric"] == "core.parse_rate")
-    assert "no_regression 0 vs" in gate["rule"]
+    assert gate["rule"].startswith("min 0; no_regression 0; delta +0 [+0, +0] on 3 paired")
     assert promote(ws, v2.ref).new == v2.id                # the report's baseline is the champion: CAS holds
 
 
@@ -95,6 +97,7 @@ def test_predictions_made_elsewhere_are_scored_with_the_same_gates(ws, ui_contra
     rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
              "latency_ms": 120.0} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"), "--json"]) == 0
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"), "--base",
+                 "tiny-random", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["metrics"]["core.schema_valid_rate"] == 1.0 and report["metrics"]["latency.p95_ms"] == 120.0
