@@ -254,7 +254,7 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
     conn = store.open_store(ws, create=False)
     try:
         revision = store.resolve(conn, ref)
-        given = read_report(report_path) if report_path else None
+        given = read_report(Path(report_path)) if report_path else None
         if given is not None and given.revision_id is None:
             raise BadInput(f"this is a report of the bare base ({given.base_fingerprint}), the baseline of "
                            "generation 0; base reports can't be promoted: promote a revision with its own report",
