@@ -119,3 +119,14 @@ def test_contract_check_says_what_each_suite_can_resolve(capsys):
     assert core["detectable"] == 0.25
     assert main(["contract", "check", str(path)]) == 0
     assert "resolves pass/fail differences of 25% or more (6 of 24 examples" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_shipped_core_gates_compare_with_the_baseline():
+    from pathlib import Path
+    for name in ("coding", "agent", "genui", "chat"):
+        contract = load_contract(Path(__file__).parents[2] / "contracts" / f"{name}.yaml")
+        core = [g for g in contract.gates if g.metric.startswith("core.")]
+        assert core and all(g.paired for g in core), name
+        assert not any(g.min == 0.0 for g in contract.gates), name     # a gate nothing can fail
+    genui = load_contract(Path(__file__).parents[2] / "contracts" / "genui.yaml")
+    assert genui.gates[0].metric == "core.schema_valid_rate" and genui.gates[0].improve == 0.0
