@@ -81,18 +81,23 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         for column in ("metric", "value", "baseline", "rule", "result"):
             table.add_column(column)
         gated = {g["metric"]: g for g in report["gates"]}
+        baseline = report["baseline"]["metrics"]
         for metric, value in sorted(report["metrics"].items()):
             gate = gated.pop(metric, None)
-            table.add_row(metric, f"{value:.4g}", _fmt(gate and gate["baseline"]), gate["rule"] if gate else "",
+            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)), escape(gate["rule"]) if gate else "",
                           ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
         for metric, gate in gated.items():
-            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), gate["rule"],
+            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
                           "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
         out.print(table)
+        measured = report["baseline"]["label"]
+        out.print(f"baseline: {escape(measured)}" + (" (generation 0: the bare base under this contract)"
+                                                     if report["baseline"]["revision_id"] is None else "")
+                  + "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
         verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
         out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
         if result.baseline_evaluated:
-            out.print("(the champion had no report under this contract version and was evaluated first)")
+            out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
     if not result.passed:
         raise typer.Exit(1)
 

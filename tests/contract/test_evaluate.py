@@ -157,3 +157,13 @@ def test_example_keys_are_ids_or_content_hashes_and_never_collide():
     keys = example_keys([{"id": 7}, {"id": "a"}, {"prompt": "x"}, {"prompt": "x"}, {"id": True}])
     assert keys[:2] == ["id:7", "id:a"] and keys[2].startswith("sha256:") and keys[3] == keys[2] + "#2"
     assert len(set(keys)) == 5
+
+
+def test_the_table_fills_the_baseline_of_every_metric(ws, candidate, ui_contract, capsys):
+    import re
+    revision = candidate("genui")
+    main(["eval", revision.ref, "--contract", str(ui_contract)])
+    out = capsys.readouterr().out
+    ungated = next(line for line in out.splitlines() if "core.root_type_match" in line)
+    assert re.search(r"core\.root_type_match\s*│\s*[\d.]+\s*│\s*[\d.]+\s*│", ungated), ungated
+    assert "baseline: base (generation 0" in out
