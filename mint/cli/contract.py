@@ -29,13 +29,18 @@ contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
 
 
 @contract_app.command("check")
-def contract_check(path: Path, json_out: bool = JSON_OPT) -> None:
-    """Validate a contract and its suites' data without running anything (exit 2 with file:line: field)."""
+def contract_check(paths: list[Path] = typer.Argument(..., metavar="FILE..."), json_out: bool = JSON_OPT) -> None:
+    """Validate contracts and their suites' data without running anything (exit 2 with file:line: field)."""
     from mint.contract.schema import check_contract
 
-    summary = check_contract(path)
+    summaries = [check_contract(path) for path in paths]
     if json_out:
-        return print_json(summary)
+        return print_json(summaries[0] if len(summaries) == 1 else {"contracts": summaries})
+    for path, summary in zip(paths, summaries):
+        _render_check(path, summary)
+
+
+def _render_check(path: Path, summary) -> None:
     out.print(f"[green]ok[/] {escape(str(path))}: contract {summary.contract} v{summary.version} "
               f"({summary.harness} harness), {len(summary.suites)} suite(s), {len(summary.gates)} gate(s)")
     for s in summary.suites:

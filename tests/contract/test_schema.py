@@ -130,3 +130,10 @@ def test_the_shipped_core_gates_compare_with_the_baseline():
         assert not any(g.min == 0.0 for g in contract.gates), name     # a gate nothing can fail
     genui = load_contract(Path(__file__).parents[2] / "contracts" / "genui.yaml")
     assert genui.gates[0].metric == "core.schema_valid_rate" and genui.gates[0].improve == 0.0
+
+
+def test_contract_check_takes_several_files(capsys):
+    from pathlib import Path
+    shipped = sorted(str(p) for p in (Path(__file__).parents[2] / "contracts").glob("*.yaml"))
+    assert main(["contract", "check", *shipped, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["contracts"]) == len(shipped) > 1
