@@ -134,6 +134,6 @@ def test_the_shipped_core_gates_compare_with_the_baseline():
 
 def test_contract_check_takes_several_files(capsys):
     from pathlib import Path
-    shipped = sorted(str(p) for p in (Path(__file__).parents[2] / "contracts").glob("*.yaml"))
+    shipped = [str(Path(__file__).parents[2] / "contracts" / f"{name}.yaml") for name in ("agent", "genui")]
     assert main(["contract", "check", *shipped, "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["contracts"]) == len(shipped) > 1
