@@ -135,8 +135,9 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         metrics["latency.p50_ms"] = statistics.median(all_latencies)
         metrics["latency.p95_ms"] = _percentile(all_latencies, 0.95)
 
-    fingerprint = _base_fingerprint(base_name, revision, loaded) if (is_base or revision is None) else \
-        revision.base_fingerprint
+    # known without loading anything more: the revision records it, and the base was loaded when it was measured
+    fingerprint = revision.base_fingerprint if revision else (loaded[base_name].fingerprint if base_name in loaded
+                                                              else None)
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
     paired = paired_deltas(contract, rows, baseline.rows)
@@ -294,7 +295,7 @@ def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha2
 
 def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded):
     """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint and examples."""
-    fingerprint = _base_fingerprint(base_name, None, loaded)
+    fingerprint = _base_fingerprint(base_name, loaded)
     if store.db_path(ws).exists():
         conn = store.open_store(ws)
         try:
@@ -308,9 +309,7 @@ def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, lo
     return _load_baseline(ws, read_report(Path(result.report_path))), True
 
 
-def _base_fingerprint(base_name: str, revision, loaded: dict) -> str:
-    if revision is not None and revision.base_fingerprint and revision.base == base_name:
-        return revision.base_fingerprint
+def _base_fingerprint(base_name: str, loaded: dict) -> str:
     if base_name not in loaded:
         from mint.base import load_base
         loaded[base_name] = load_base(base_name)
