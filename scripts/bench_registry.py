@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from mint.registry import store
-from mint.registry.promotion import promote
+from mint.registry.promotion import promote, read_report, record_report
 from mint.workspace import workspace
 
 SPECIALISTS = ("chat", "agent", "coding", "genui")
@@ -166,7 +166,9 @@ def main() -> None:
             specialist, version, revision_id = made[-4 * (i + 1) + 2]   # coding revisions
             report = Path(tmp) / f"report-{i}.json"
             report.write_text(json.dumps({"revision_id": revision_id, "verdict": "pass", "baseline": {
-                "revision_id": champion}, "contract": {"name": "coding", "version": 1, "sha256": "0" * 64}}))
+                "revision_id": champion}, "contract": {"name": "coding", "version": 1, "sha256": "0" * 64},
+                "examples_sha256": "0" * 64}))
+            record_report(conn, read_report(report))     # as `mint eval` does: promote trusts registered reports
             start = time.perf_counter()
             promote(ws, f"{specialist}:v{version}", report_path=report)
             promote_ms.append((time.perf_counter() - start) * 1000)

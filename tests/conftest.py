@@ -77,7 +77,15 @@ def report_for(ws, tmp_path):
                          **({"path": str(contract_path)} if contract_path else {})},
             "baseline": {"revision_id": baseline, "metrics": {}},
             "metrics": {"core.pass_at_1": 0.4}, "gates": [], "verdict": verdict,
-            "created_at": now()}))
+            "examples_sha256": "cd" * 32, "source": "generated", "created_at": now()}))
+        # registered under its content hash, as `mint eval` does: promotion trusts only registered reports
+        from mint.registry import store
+        from mint.registry.promotion import read_report, record_report
+        conn = store.open_store(ws)
+        try:
+            record_report(conn, read_report(path))
+        finally:
+            conn.close()
         return path
     return make
 

@@ -1,7 +1,6 @@
 """mint contract and mint eval."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,22 +29,26 @@ contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
 
 
 @contract_app.command("check")
-def contract_check(path: Path, json_out: bool = JSON_OPT) -> None:
-    """Validate a contract and its suites' data without running anything (exit 2 with file:line: field)."""
-    from mint.contract.schema import load_contract, read_suite
+def contract_check(paths: list[Path] = typer.Argument(..., metavar="FILE..."), json_out: bool = JSON_OPT) -> None:
+    """Validate contracts and their suites' data without running anything (exit 2 with file:line: field)."""
+    from mint.contract.schema import check_contract
 
-    contract = load_contract(path)
-    suites = [{"name": s.name, "data": str(s.data), "records": len(read_suite(contract, s)), "limit": s.limit,
-               "metrics": list(s.metrics)} for s in contract.suites]
-    summary = {"contract": contract.name, "version": contract.version, "specialist": contract.specialist,
-               "harness": contract.harness_name, "sha256": contract.sha256, "suites": suites,
-               "gates": [dataclasses.asdict(g) for g in contract.gates], "ok": True}
+    summaries = [check_contract(path) for path in paths]
     if json_out:
-        return print_json(summary)
-    out.print(f"[green]ok[/] {escape(str(path))}: contract {contract.name} v{contract.version} "
-              f"({contract.harness_name} harness), {len(suites)} suite(s), {len(contract.gates)} gate(s)")
-    for s in suites:
-        out.print(f"  {s['name']}: {s['records']} records from {escape(s['data'])}, metrics {', '.join(s['metrics'])}")
+        return print_json(summaries[0] if len(summaries) == 1 else {"contracts": summaries})
+    for path, summary in zip(paths, summaries):
+        _render_check(path, summary)
+
+
+def _render_check(path: Path, summary) -> None:
+    out.print(f"[green]ok[/] {escape(str(path))}: contract {summary.contract} v{summary.version} "
+              f"({summary.harness} harness), {len(summary.suites)} suite(s), {len(summary.gates)} gate(s)")
+    for s in summary.suites:
+        resolves = (f"resolves pass/fail differences of {s.detectable:.0%} or more ({s.detectable_examples} of "
+                    f"{s.records} examples, all one way)" if s.detectable is not None
+                    else "too small to show any difference as significant")
+        out.print(f"  {s.name}: {s.records} records from {escape(s.data)}, metrics {', '.join(s.metrics)}; "
+                  f"{resolves}")
 
 
 @app.command("eval")
@@ -83,18 +86,23 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         for column in ("metric", "value", "baseline", "rule", "result"):
             table.add_column(column)
         gated = {g["metric"]: g for g in report["gates"]}
+        baseline = report["baseline"]["metrics"]
         for metric, value in sorted(report["metrics"].items()):
             gate = gated.pop(metric, None)
-            table.add_row(metric, f"{value:.4g}", _fmt(gate and gate["baseline"]), gate["rule"] if gate else "",
+            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)), escape(gate["rule"]) if gate else "",
                           ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
         for metric, gate in gated.items():
-            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), gate["rule"],
+            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
                           "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
         out.print(table)
+        measured = report["baseline"]["label"]
+        out.print(f"baseline: {escape(measured)}" + (" (generation 0: the bare base under this contract)"
+                                                     if report["baseline"]["revision_id"] is None else "")
+                  + "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
         verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
         out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
         if result.baseline_evaluated:
-            out.print("(the champion had no report under this contract version and was evaluated first)")
+            out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
     if not result.passed:
         raise typer.Exit(1)
 

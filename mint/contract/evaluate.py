@@ -9,7 +9,9 @@ so ``mint promote`` can find it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -17,10 +19,12 @@ from pathlib import Path
 from typing import Callable
 
 from mint.contract.gates import apply_gates
+from mint.contract.paired import PairedDelta, compare
 from mint.contract.schema import Contract, load_contract, read_suite
-from mint.errors import BadInput
+from mint.errors import BadInput, Refused
 from mint.registry import store
 from mint.registry.artifacts import load_revision
+from mint.registry.promotion import Report, base_report_owner, find_registered_report, read_report, record_report
 from mint.workspace import Workspace, atomic_dir
 
 # (suite name, examples done, examples in the suite)
@@ -64,33 +68,57 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
 
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
              limit: int | None = None, predictions: Path | None = None, base: str | None = None,
-             progress: EvalProgress | None = None, _baseline: bool = True) -> EvalResult:
-    started = time.perf_counter()
+             progress: EvalProgress | None = None) -> EvalResult:
+    """Measure ``ref`` (a revision, ``base``, or outputs from ``predictions``) and gate it against its baseline:
+    the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion."""
     if limit is not None and limit < 1:
         raise BadInput("must be at least 1", field="--limit")
+    if ref is None and predictions is None:
+        raise BadInput("give a revision (or `base`) to evaluate, or --predictions FILE", field="REF")
+    if ref == "base" and predictions is not None:
+        raise BadInput("the base is the baseline of generation 0, so mint measures it itself; drop --predictions",
+                       field="--predictions")
     contract = load_contract(contract_path)
     check_not_stale(ws, contract)
+    return _evaluate(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
+                     progress=progress, loaded={})
+
+
+def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, limit, predictions, base, progress,
+              loaded: dict) -> EvalResult:
+    started = time.perf_counter()
     revision, adapter_dir = None, None
     if ref not in (None, "base"):
         revision, adapter_dir = load_revision(ws, ref)
         if revision.specialist != contract.specialist:
             raise BadInput(f"{revision.ref} is a {revision.specialist} revision; contract {contract.name} is for "
                            f"{contract.specialist}", field="REF")
-    if ref is None and predictions is None:
-        raise BadInput("give a revision (or `base`) to evaluate, or --predictions FILE", field="REF")
-
-    harness = contract.harness()
     suites = [(suite, read_suite(contract, suite, limit)) for suite in contract.suites]
+    keys = {suite.name: example_keys(records) for suite, records in suites}
+    examples_sha256 = examples_digest(suites)
+    base_name = base or (revision.base if revision else None) or _project_base()
+    is_base = ref == "base"
+
+    # the baseline first, while the base model is still free of adapters
+    champion_id = _champion(ws, contract)
+    baseline, baseline_evaluated = None, False
+    if not is_base:
+        if champion_id is not None and (revision is None or champion_id != revision.id):
+            baseline, baseline_evaluated = _champion_baseline(ws, contract, champion_id, examples_sha256, limit,
+                                                              base, progress, loaded)
+        else:
+            baseline, baseline_evaluated = _base_baseline(ws, contract, base_name, examples_sha256, limit, progress,
+                                                          loaded)
+
     if predictions is not None:
         outputs, latencies = _read_predictions(predictions, suites)
-        base_name = None
     else:
-        base_name = base or (revision.base if revision else None) or _project_base()
-        outputs, latencies = _generate(contract, suites, revision, adapter_dir, base_name, progress)
+        outputs, latencies = _generate(contract, suites, revision, adapter_dir, base_name, progress, loaded)
 
     metrics: dict[str, float] = {}
     rows: list[dict] = []
     all_latencies: list[float] = []
+    harness = contract.harness()
     for suite, records in suites:
         scores = harness.score_many(records, outputs[suite.name])
         aggregate = harness.aggregate(scores)
@@ -99,51 +127,193 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
                 metrics[f"{suite.name}.{metric}"] = aggregate[metric]
         suite_latency = latencies.get(suite.name) or []
         all_latencies += [x for x in suite_latency if x is not None]
-        for index, (record, outs, score) in enumerate(zip(records, outputs[suite.name], scores)):
-            rows.append({"suite": suite.name, "index": index, "id": _record_id(record), "outputs": outs,
+        for index, (record, key, outs, score) in enumerate(zip(records, keys[suite.name], outputs[suite.name],
+                                                                scores)):
+            rows.append({"suite": suite.name, "index": index, "id": _record_id(record), "key": key, "outputs": outs,
                          "scores": score, "latency_ms": suite_latency[index] if index < len(suite_latency) else None})
     if all_latencies:
         metrics["latency.p50_ms"] = statistics.median(all_latencies)
         metrics["latency.p95_ms"] = _percentile(all_latencies, 0.95)
 
-    # the baseline is the champion now, whether or not a gate compares with it: promotion checks it did not move
-    baseline_id, baseline_metrics, baseline_evaluated = None, None, False
-    if _baseline:
-        baseline_id, baseline_metrics, baseline_evaluated = _baseline_metrics(
-            ws, contract, revision, contract_path, limit, base, progress,
-            need_metrics=any(g.no_regression is not None for g in contract.gates))
-    examples = sum(len(records) for _suite, records in suites)
-    gates = apply_gates(contract, metrics, baseline_metrics, examples)
-    label = revision.ref if revision else ("base" if ref == "base" else (ref or "predictions"))
+    # known without loading anything more: the revision records it, and the base was loaded when it was measured
+    fingerprint = revision.base_fingerprint if revision else (loaded[base_name].fingerprint if base_name in loaded
+                                                              else None)
+    if is_base:     # generation 0 is its own baseline: every delta is 0
+        baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
+    paired = paired_deltas(contract, rows, baseline.rows)
+    gates = apply_gates(contract, metrics, baseline.metrics, {s.name: len(r) for s, r in suites}, paired)
+    label = revision.ref if revision else ("base" if is_base else (ref or "predictions"))
     report = {
         "revision": label, "revision_id": revision.id if revision else None,
-        "base": base_name, "contract": contract.ref,
-        "baseline": {"revision_id": baseline_id, "metrics": baseline_metrics or {}},
+        "base": base_name, "base_fingerprint": fingerprint, "contract": contract.ref,
+        "baseline": {"revision_id": baseline.revision_id, "label": baseline.label, "report": baseline.report_id,
+                     "metrics": baseline.metrics},
         "metrics": metrics, "gates": [asdict(g) for g in gates],
         "verdict": "pass" if all(g.passed for g in gates) else "fail",
         "examples": {suite.name: len(records) for suite, records in suites},
+        "examples_sha256": examples_sha256,
+        "statistics": STATISTICS,
         "source": "predictions" if predictions is not None else "generated",
         "predictions": PREDICTIONS_FILE, "created_at": store.now(),
         "duration_s": round(time.perf_counter() - started, 3),
     }
-    target = out_dir or ws.reports / f"{contract.name}-v{contract.version}" / \
-        f"{(revision.id[:12] if revision else label)}-{time.strftime('%Y%m%dT%H%M%S')}-{time.perf_counter_ns() % 10**6}"
+    predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    report["predictions_sha256"] = hashlib.sha256(predictions_text.encode("utf-8")).hexdigest()
+    if out_dir is not None:
+        target = out_dir
+    elif is_base and not _base_dir(ws, contract, fingerprint, examples_sha256).exists():
+        target = _base_dir(ws, contract, fingerprint, examples_sha256)
+    else:
+        target = ws.reports / f"{contract.name}-v{contract.version}" / \
+            f"{(revision.id[:12] if revision else label)}-{time.strftime('%Y%m%dT%H%M%S')}-{time.perf_counter_ns() % 10**6}"
     if target.exists():
         raise BadInput("already exists; choose another --out", file=str(target))
     with atomic_dir(target) as tmp:
-        with open(tmp / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    if revision is not None:
-        from mint.registry.promotion import read_report, record_report
-
+        (tmp / PREDICTIONS_FILE).write_text(predictions_text, encoding="utf-8")
+        (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if revision is not None or is_base:
         conn = store.open_store(ws)
         try:
-            record_report(conn, read_report(target / REPORT_FILE))
+            with store.write(conn):
+                record_report(conn, read_report(target / REPORT_FILE))
         finally:
             conn.close()
     return EvalResult(report, str(target / REPORT_FILE), str(target / PREDICTIONS_FILE), baseline_evaluated)
+
+
+STATISTICS = ("Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "
+              "metric's delta (candidate - baseline) has a 95% interval: exact McNemar (Clopper-Pearson on the "
+              "discordant pairs) for pass/fail metrics, a seeded paired bootstrap (2000 resamples) otherwise. "
+              "no_regression TOL fails only when the whole interval lies beyond TOL on the worse side; improve "
+              "DELTA passes only when it lies beyond DELTA on the better side.")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a report is compared with: the champion's (or the bare base's) registered report and its rows."""
+
+    revision_id: str | None     # the champion when measured; None for the base (generation 0)
+    label: str
+    report_id: str | None       # sha256 of the baseline's report file, as registered
+    metrics: dict
+    rows: list[dict]
+    examples_sha256: str
+
+
+def example_keys(records: list[dict]) -> list[str]:
+    """A stable key per record: its id, or a hash of its content; repeats are numbered so none collide."""
+    keys, seen = [], {}
+    for record in records:
+        rid = _record_id(record)
+        key = f"id:{rid}" if isinstance(rid, (str, int)) and not isinstance(rid, bool) else \
+            "sha256:" + hashlib.sha256(_canonical(record)).hexdigest()[:24]
+        seen[key] = seen.get(key, 0) + 1
+        keys.append(key if seen[key] == 1 else f"{key}#{seen[key]}")
+    return keys
+
+
+def examples_digest(suites) -> str:
+    """sha256 over every evaluated record, in order: two reports are paired only on the same examples."""
+    digest = hashlib.sha256()
+    for suite, records in suites:
+        for record in records:
+            digest.update(f"{suite.name}\0".encode() + hashlib.sha256(_canonical(record)).digest())
+    return digest.hexdigest()
+
+
+def _canonical(record) -> bytes:
+    return json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def paired_deltas(contract: Contract, rows: list[dict], baseline_rows: list[dict]) -> dict[str, PairedDelta]:
+    """Each gated suite metric: candidate minus baseline over the examples both have a score for."""
+    by_key = {(r["suite"], r["key"]): r["scores"] for r in baseline_rows}
+    deltas = {}
+    for gate in contract.gates:
+        suite_name, _, metric = gate.metric.partition(".")
+        if suite_name == "latency" or gate.metric in deltas:
+            continue
+        candidate, reference = [], []
+        for row in rows:
+            if row["suite"] != suite_name:
+                continue
+            theirs = by_key.get((suite_name, row["key"]), {}).get(metric)
+            ours = row["scores"].get(metric)
+            if _is_number(ours) and _is_number(theirs):
+                candidate.append(float(ours))
+                reference.append(float(theirs))
+        deltas[gate.metric] = compare(candidate, reference)
+    return deltas
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _champion(ws: Workspace, contract: Contract) -> str | None:
+    if not store.db_path(ws).exists():
+        return None
+    conn = store.open_store(ws)
+    try:
+        return store.alias_target(conn, contract.specialist, "champion")
+    finally:
+        conn.close()
+
+
+def _load_baseline(ws: Workspace, report: Report) -> Baseline:
+    """The rows of a registered report, checked against the predictions hash its report records."""
+    data = json.loads(Path(report.path).read_bytes())
+    predictions = Path(report.path).parent / PREDICTIONS_FILE
+    raw = predictions.read_bytes() if predictions.is_file() else b""
+    if hashlib.sha256(raw).hexdigest() != data.get("predictions_sha256"):
+        raise Refused(f"{predictions} changed since its report was registered; re-run `mint eval` for "
+                      f"{report.label} or delete {Path(report.path).parent}")
+    rows = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    return Baseline(report.revision_id, report.label, report.id, data.get("metrics") or {}, rows,
+                    report.examples_sha256)
+
+
+def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded):
+    """The champion's newest registered, generated report on these examples; evaluated now when it has none."""
+    conn = store.open_store(ws)
+    try:
+        champion = store.get_revision(conn, champion_id)
+        found = find_registered_report(conn, f"{champion_id}", contract.ref, examples_sha256)
+    finally:
+        conn.close()
+    if found is not None:
+        return _load_baseline(ws, found), False
+    result = _evaluate(ws, champion.ref, contract, out_dir=None, limit=limit, predictions=None, base=base,
+                       progress=progress, loaded=loaded)
+    return _load_baseline(ws, read_report(Path(result.report_path))), True
+
+
+def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str) -> Path:
+    return ws.reports / f"{contract.name}-v{contract.version}" / \
+        f"base-{fingerprint.split(':')[-1][:16]}-{contract.sha256[:12]}-{examples_sha256[:12]}"
+
+
+def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded):
+    """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint and examples."""
+    fingerprint = _base_fingerprint(base_name, loaded)
+    if store.db_path(ws).exists():
+        conn = store.open_store(ws)
+        try:
+            found = find_registered_report(conn, base_report_owner(fingerprint), contract.ref, examples_sha256)
+        finally:
+            conn.close()
+        if found is not None:
+            return _load_baseline(ws, found), False
+    result = _evaluate(ws, "base", contract, out_dir=None, limit=limit, predictions=None, base=base_name,
+                       progress=progress, loaded=loaded)
+    return _load_baseline(ws, read_report(Path(result.report_path))), True
+
+
+def _base_fingerprint(base_name: str, loaded: dict) -> str:
+    if base_name not in loaded:
+        from mint.base import load_base
+        loaded[base_name] = load_base(base_name)
+    return loaded[base_name].fingerprint
 
 
 def _project_base() -> str:
@@ -160,11 +330,15 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress):
+def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict):
     from mint.base import load_base
     from mint.mol.generate import generate_batches
 
-    loaded = load_base(base_name)
+    # a base loaded earlier in this eval is reused once; attaching an adapter changes it, so it is not kept
+    loaded = bases.pop(base_name, None) if adapter_dir is not None else bases.get(base_name)
+    loaded = loaded or load_base(base_name)
+    if adapter_dir is None:
+        bases[base_name] = loaded
     if revision is not None and revision.base_fingerprint and revision.base_fingerprint != loaded.fingerprint:
         raise BadInput(f"{revision.ref} was trained on a base with fingerprint {revision.base_fingerprint[:19]}, "
                        f"but {base_name} is {loaded.fingerprint[:19]}", field="--base")
@@ -226,26 +400,3 @@ def _read_predictions(path: Path, suites) -> tuple[dict, dict]:
             outputs[suite.name].append(found[0])
             latencies[suite.name].append(found[1])
     return outputs, latencies
-
-
-def _baseline_metrics(ws, contract, revision, contract_path, limit, base, progress, need_metrics: bool):
-    """(champion id, its metrics under this contract version and hash, whether it was evaluated just now)."""
-    if not store.db_path(ws).exists():
-        return None, None, False
-    conn = store.open_store(ws)
-    try:
-        champion_id = store.alias_target(conn, contract.specialist, "champion")
-        if champion_id is None:
-            return None, None, False
-        champion = store.get_revision(conn, champion_id)
-        row = conn.execute("SELECT path FROM reports WHERE revision_id = ? AND contract_name = ? AND "
-                           "contract_version = ? AND contract_sha256 = ? ORDER BY created_at DESC LIMIT 1",
-                           (champion_id, contract.name, contract.version, contract.sha256)).fetchone()
-    finally:
-        conn.close()
-    if not need_metrics or (revision is not None and champion_id == revision.id):
-        return champion_id, None, False
-    if row and Path(row[0]).is_file():
-        return champion_id, json.loads(Path(row[0]).read_text())["metrics"], False
-    result = evaluate(ws, champion.ref, contract_path, limit=limit, base=base, progress=progress, _baseline=False)
-    return champion_id, result.report["metrics"], True

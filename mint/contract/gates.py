@@ -1,8 +1,16 @@
-"""Gates: thresholds and "no regression against the champion", one verdict per gate."""
+"""Gates: thresholds, and paired comparisons with the baseline, one verdict per gate.
+
+``min``/``max`` compare the candidate's value with a number. ``no_regression: TOL``
+holds unless the candidate is significantly worse than its baseline by more
+than TOL (the whole 95% interval of the paired delta lies beyond -TOL);
+``improve: DELTA`` holds only if it is significantly better by more than DELTA.
+Comparisons allow for float rounding (mint.contract.paired.EPSILON).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mint.contract.paired import EPSILON, PairedDelta, significant_gain, significant_regression
 from mint.contract.schema import Contract, Gate
 
 
@@ -13,6 +21,7 @@ class GateResult:
     baseline: float | None
     rule: str
     passed: bool
+    delta: dict | None = None   # PairedDelta as a dict: n, delta, low, high, method, ...
 
 
 def lower_is_better(contract: Contract, metric: str) -> bool:
@@ -21,38 +30,51 @@ def lower_is_better(contract: Contract, metric: str) -> bool:
     return metric.rsplit(".", 1)[-1] in contract.harness().lower_is_better
 
 
-def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | None) -> GateResult:
+def _interval(paired: PairedDelta) -> str:
+    return f"delta {paired.delta:+.3g} [{paired.low:+.3g}, {paired.high:+.3g}] on {paired.n} paired"
+
+
+def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | None,
+               paired: PairedDelta | None) -> GateResult:
+    """``paired``: the candidate-minus-baseline delta of ``gate.metric`` over the examples both were scored on."""
     value = metrics.get(gate.metric)
+    reference = (baseline or {}).get(gate.metric)
     lower = lower_is_better(contract, gate.metric)
     rules, passed = [], value is not None
     if gate.min is not None:
         rules.append(f"min {gate.min:g}")
-        passed = passed and value >= gate.min
+        passed = passed and value >= gate.min - EPSILON
     if gate.max is not None:
         rules.append(f"max {gate.max:g}")
-        passed = passed and value <= gate.max
-    reference = None
-    if gate.no_regression is not None:
-        reference = baseline.get(gate.metric) if baseline else None
-        if baseline is None:
-            rules.append(f"no_regression {gate.no_regression:g} (no champion yet)")
-        elif reference is None:
-            rules.append(f"no_regression {gate.no_regression:g} (the champion has no {gate.metric})")
+        passed = passed and value <= gate.max + EPSILON
+    if gate.paired:
+        if paired is None or paired.n == 0:
+            rules.append("no paired examples with the baseline")
+            passed = False
         else:
-            sign = "+" if lower else "-"
-            rules.append(f"no_regression {gate.no_regression:g} vs {reference:.4g} ({sign}tolerance)")
-            if value is not None:
-                passed = passed and (value <= reference + gate.no_regression if lower
-                                     else value >= reference - gate.no_regression)
+            if gate.no_regression is not None:
+                regressed = significant_regression(paired, gate.no_regression, lower_is_better=lower)
+                rules.append(f"no_regression {gate.no_regression:g}" + (" (significant regression)" if regressed
+                                                                         else ""))
+                passed = passed and not regressed
+            if gate.improve is not None:
+                gained = significant_gain(paired, gate.improve, lower_is_better=lower)
+                rules.append(f"improve {gate.improve:g}" + ("" if gained else " (no significant gain)"))
+                passed = passed and gained
+            rules.append(_interval(paired))
     if value is None:
         rules.append("not measured")
-    return GateResult(gate.metric, value, reference, "; ".join(rules), bool(passed))
+    return GateResult(gate.metric, value, reference, "; ".join(rules), bool(passed),
+                      paired.__dict__.copy() if paired is not None else None)
 
 
-def apply_gates(contract: Contract, metrics: dict, baseline: dict | None, examples: int) -> list[GateResult]:
-    results = [check_gate(contract, gate, metrics, baseline) for gate in contract.gates]
-    if contract.min_examples > 1 or examples == 0:
-        needed = max(1, contract.min_examples)
-        results.append(GateResult("examples", float(examples), None, f"min {needed} (promotion.min_examples)",
-                                  examples >= needed))
+def apply_gates(contract: Contract, metrics: dict, baseline: dict | None, examples: dict[str, int],
+                paired: dict[str, PairedDelta]) -> list[GateResult]:
+    """``examples``: records per suite; ``promotion.min_examples`` applies to each suite on its own."""
+    results = [check_gate(contract, gate, metrics, baseline, paired.get(gate.metric)) for gate in contract.gates]
+    needed = max(1, contract.min_examples)
+    for suite, count in examples.items():
+        if contract.min_examples > 1 or count == 0:
+            results.append(GateResult(f"{suite}.examples", float(count), None,
+                                      f"min {needed} per suite (promotion.min_examples)", count >= needed))
     return results

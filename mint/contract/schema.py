@@ -21,7 +21,7 @@ TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
 DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size")
 SUITE_KEYS = ("name", "data", "metrics", "limit")
-GATE_KEYS = ("metric", "min", "max", "no_regression")
+GATE_KEYS = ("metric", "min", "max", "no_regression", "improve")
 PROMOTION_KEYS = ("min_examples", "auto")
 LATENCY_METRICS = ("latency.p50_ms", "latency.p95_ms")
 _SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -41,6 +41,12 @@ class Gate:
     min: float | None = None
     max: float | None = None
     no_regression: float | None = None
+    improve: float | None = None
+
+    @property
+    def paired(self) -> bool:
+        """Whether the gate compares the candidate with its baseline example by example."""
+        return self.no_regression is not None or self.improve is not None
 
 
 @dataclass(frozen=True)
@@ -194,14 +200,17 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         if metric not in produced:
             raise doc.error(f"{where}.metric", f"no suite produces {metric!r}" + _closest(metric, sorted(produced)))
         bounds = {k: _number(doc, raw[k], f"{where}.{k}") for k in ("min", "max") if k in raw}
-        no_regression = raw.get("no_regression")
-        if no_regression is not None:
-            _number(doc, no_regression, f"{where}.no_regression", minimum=0)
-        if not bounds and no_regression is None:
-            raise doc.error(where, "a gate needs min, max or no_regression")
+        relative = {k: _number(doc, raw[k], f"{where}.{k}", minimum=0) for k in ("no_regression", "improve")
+                    if raw.get(k) is not None}
+        if not bounds and not relative:
+            raise doc.error(where, "a gate needs min, max, no_regression or improve")
+        if relative and metric in LATENCY_METRICS:
+            key = next(iter(relative))
+            raise doc.error(f"{where}.{key}", "latency is not compared example by example; gate it with max")
         if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
             raise doc.error(f"{where}.max", "is below min")
-        gates.append(Gate(metric, bounds.get("min"), bounds.get("max"), no_regression))
+        gates.append(Gate(metric, bounds.get("min"), bounds.get("max"), relative.get("no_regression"),
+                          relative.get("improve")))
 
     promotion = _keys(doc, data.get("promotion") or {}, "promotion", PROMOTION_KEYS)
     min_examples = _number(doc, promotion.get("min_examples", 1), "promotion.min_examples", minimum=0, integer=True)
@@ -210,11 +219,21 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         raise doc.error("promotion.auto", "expected true or false")
 
     contract = Contract(name, version, specialist, harness_name, settings, tuple(suites), tuple(gates), min_examples,
-                        auto, path.absolute(), hashlib.sha256(path.read_bytes()).hexdigest(), doc)
+                        auto, path.absolute(), contract_sha256(path, [s.data for s in suites], catalog), doc)
     if check_data:
         for suite in contract.suites:
             read_suite(contract, suite)
     return contract
+
+
+def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None) -> str:
+    """One hash over the YAML, every suite file and the catalog: editing any of them makes a new contract."""
+    digest = hashlib.sha256()
+    named = [("contract", path)] + [(f"suite {i}", f) for i, f in enumerate(suite_files)] + \
+        ([("catalog", catalog)] if catalog is not None else [])
+    for role, file in named:
+        digest.update(f"{role}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
 
 
 def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> list[dict]:
@@ -239,3 +258,46 @@ def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> li
     if not records:
         raise BadInput("the suite has no records", file=str(suite.data))
     return records
+
+
+@dataclass(frozen=True)
+class SuiteCheck:
+    name: str
+    data: str
+    records: int
+    limit: int | None
+    metrics: list[str]
+    detectable: float | None        # the smallest pass/fail delta this many examples can show at 95%
+    detectable_examples: int | None
+
+
+@dataclass(frozen=True)
+class ContractCheck:
+    """What ``mint contract check`` reports."""
+
+    contract: str
+    version: int
+    specialist: str
+    harness: str
+    sha256: str
+    suites: list[SuiteCheck]
+    gates: list[dict]
+    min_examples: int
+    ok: bool = True
+
+
+def check_contract(path: Path) -> ContractCheck:
+    """Validate ``path`` and say, per suite, the smallest difference its size can resolve."""
+    from dataclasses import asdict
+
+    from mint.contract.paired import minimum_detectable_effect
+
+    contract = load_contract(path, check_data=False)
+    suites = []
+    for suite in contract.suites:
+        records = len(read_suite(contract, suite))
+        mde = minimum_detectable_effect(records)
+        suites.append(SuiteCheck(suite.name, str(suite.data), records, suite.limit, list(suite.metrics),
+                                 mde[0] if mde else None, mde[1] if mde else None))
+    return ContractCheck(contract.name, contract.version, contract.specialist, contract.harness_name,
+                         contract.sha256, suites, [asdict(g) for g in contract.gates], contract.min_examples)

@@ -21,40 +21,63 @@ from mint.workspace import Workspace
 
 @dataclass(frozen=True)
 class Report:
-    """The part of an evaluation report (DESIGN.md) that promotion relies on."""
+    """The part of an evaluation report (DESIGN.md) that promotion relies on.
+
+    ``id`` is the sha256 of the report file's bytes: ``mint eval`` registers it, and promotion trusts a report
+    only while the file still hashes to a registered id, so a hand-written or edited report is refused.
+    """
 
     path: str
-    revision_id: str
+    id: str
+    revision_id: str | None         # None for a report of the bare base
+    label: str
+    base_fingerprint: str | None
     contract_name: str
     contract_version: int
     contract_sha256: str
     contract_path: str | None
     verdict: str
     baseline_revision_id: str | None
+    baseline_report: str | None     # id of the report the gates compared with
+    examples_sha256: str | None     # which examples were measured (mint.contract.evaluate.examples_digest)
+    source: str                     # "generated" by mint eval, or "predictions" made elsewhere
     created_at: str
-
-    @property
-    def id(self) -> str:
-        return hashlib.sha256(f"{self.path}:{self.revision_id}:{self.created_at}".encode()).hexdigest()[:32]
 
     @property
     def contract(self) -> dict:
         return {"name": self.contract_name, "version": self.contract_version, "sha256": self.contract_sha256}
 
+    @property
+    def owner(self) -> str:
+        """What the registry files the report under: the revision id, or the base's fingerprint."""
+        return self.revision_id or base_report_owner(self.base_fingerprint or "unknown")
+
+
+def base_report_owner(fingerprint: str) -> str:
+    return f"base:{fingerprint}"
+
 
 def read_report(path: Path) -> Report:
     """Parse and check a report file; every problem names the file and the field."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
         raise BadInput("no such report", file=str(path)) from None
-    except (OSError, ValueError) as exc:
+    except IsADirectoryError:
+        raise BadInput("is a folder; give its report.json", file=str(path)) from None
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput(f"not a JSON report: {exc}", file=str(path)) from None
 
     def need(value, kind, field):
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
             raise BadInput(f"expected {kind.__name__ if isinstance(kind, type) else 'a value'}", file=str(path),
                            field=field)
+        return value
+
+    def optional_str(value, field):
+        if value is not None and not isinstance(value, str):
+            raise BadInput("expected a string or null", file=str(path), field=field)
         return value
 
     if not isinstance(data, dict):
@@ -66,35 +89,87 @@ def read_report(path: Path) -> Report:
     verdict = need(data.get("verdict"), str, "verdict")
     if verdict not in ("pass", "fail"):
         raise BadInput(f"{verdict!r} is not pass or fail", file=str(path), field="verdict")
-    baseline_id = baseline.get("revision_id")
-    if baseline_id is not None and not isinstance(baseline_id, str):
-        raise BadInput("expected a revision id or null", file=str(path), field="baseline.revision_id")
+    revision_id = data.get("revision_id")
+    fingerprint = optional_str(data.get("base_fingerprint"), "base_fingerprint")
+    if revision_id is None and data.get("revision") == "base" and fingerprint:
+        label = "base"
+    else:
+        need(revision_id, str, "revision_id")
+        label = data.get("revision") if isinstance(data.get("revision"), str) else revision_id[:12]
+    source = data.get("source", "generated")
+    if source not in ("generated", "predictions"):
+        raise BadInput(f"{source!r} is not generated or predictions", file=str(path), field="source")
     return Report(
-        path=str(path.absolute()), revision_id=need(data.get("revision_id"), str, "revision_id"),
+        path=str(path.absolute()), id=hashlib.sha256(raw).hexdigest(), revision_id=revision_id, label=label,
+        base_fingerprint=fingerprint,
         contract_name=need(contract.get("name"), str, "contract.name"),
         contract_version=need(contract.get("version"), int, "contract.version"),
         contract_sha256=need(contract.get("sha256"), str, "contract.sha256"),
         contract_path=contract.get("path") if isinstance(contract.get("path"), str) else None,
-        verdict=verdict, baseline_revision_id=baseline_id,
+        verdict=verdict, baseline_revision_id=optional_str(baseline.get("revision_id"), "baseline.revision_id"),
+        baseline_report=optional_str(baseline.get("report"), "baseline.report"),
+        examples_sha256=optional_str(data.get("examples_sha256"), "examples_sha256"), source=source,
         created_at=data.get("created_at") if isinstance(data.get("created_at"), str) else store.now())
 
 
 def record_report(conn, report: Report) -> None:
-    """Keep a report in the registry (idempotent); ``mint eval`` calls this for every report it writes."""
+    """Register a report under its content hash (idempotent); ``mint eval`` calls this for every report it
+    writes, and nothing else does, so promotion can tell its reports from any other JSON."""
     conn.execute("INSERT OR IGNORE INTO reports (id, revision_id, contract_name, contract_version, contract_sha256, "
                  "verdict, baseline_revision_id, path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 (report.id, report.revision_id, report.contract_name, report.contract_version,
+                 (report.id, report.owner, report.contract_name, report.contract_version,
                   report.contract_sha256, report.verdict, report.baseline_revision_id, report.path,
                   report.created_at))
 
 
+def registered(conn, report: Report) -> None:
+    """Refuse ``report`` unless ``mint eval`` registered exactly these bytes."""
+    if conn.execute("SELECT 1 FROM reports WHERE id = ?", (report.id,)).fetchone():
+        return
+    if conn.execute("SELECT 1 FROM reports WHERE path = ?", (report.path,)).fetchone():
+        raise Refused(f"{report.path} was edited after `mint eval` registered it; re-run `mint eval {report.label}`")
+    raise Refused(f"{report.path} is not a report registered by `mint eval`; run `mint eval {report.label} "
+                  "--contract FILE` and promote with the report it writes")
+
+
+def _intact(conn, report_id: str) -> Report | None:
+    """The registered report with this id, if its file still has exactly the registered bytes."""
+    row = conn.execute("SELECT path FROM reports WHERE id = ?", (report_id,)).fetchone()
+    if row is None:
+        return None
+    try:
+        report = read_report(Path(row[0]))
+    except BadInput:
+        return None
+    return report if report.id == report_id else None
+
+
+def find_registered_report(conn, owner: str, contract: dict, examples_sha256: str) -> Report | None:
+    """The newest intact report that mint generated for ``owner`` under ``contract`` on these examples."""
+    rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND contract_name = ? AND contract_version = ? "
+                        "AND contract_sha256 = ? ORDER BY created_at DESC", (owner, contract["name"],
+                                                                              contract["version"],
+                                                                              contract["sha256"])).fetchall()
+    for (report_id,) in rows:
+        report = _intact(conn, report_id)
+        if report and report.source == "generated" and report.examples_sha256 == examples_sha256:
+            return report
+    return None
+
+
 def _newest_registered_report(conn, revision_id: str) -> Report | None:
-    row = conn.execute("SELECT path FROM reports WHERE revision_id = ? AND verdict = 'pass' "
-                       "ORDER BY created_at DESC LIMIT 1", (revision_id,)).fetchone()
-    return read_report(Path(row[0])) if row else None
+    rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND verdict = 'pass' "
+                        "ORDER BY created_at DESC", (revision_id,)).fetchall()
+    for (report_id,) in rows:
+        report = _intact(conn, report_id)
+        if report is not None:
+            return report
+    return None
 
 
 def _check_contract_is_current(conn, report: Report, ref: str) -> None:
+    from mint.contract.schema import load_contract
+
     newer = conn.execute("SELECT MAX(contract_version) FROM reports WHERE contract_name = ?",
                          (report.contract_name,)).fetchone()[0]
     if newer is not None and newer > report.contract_version:
@@ -104,8 +179,42 @@ def _check_contract_is_current(conn, report: Report, ref: str) -> None:
         path = Path(report.contract_path)
         if not path.is_file():
             raise Refused(f"the report's contract {path} no longer exists; re-run `mint eval {ref}`")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != report.contract_sha256:
-            raise Refused(f"contract {path} changed since this report; re-run `mint eval {ref}`")
+        try:
+            sha256 = load_contract(path, check_data=False).sha256
+        except BadInput as exc:
+            raise Refused(f"contract {path} changed since this report and no longer loads ({exc}); "
+                          f"re-run `mint eval {ref}`") from None
+        if sha256 != report.contract_sha256:
+            raise Refused(f"contract {path} (its YAML, suites or catalog) changed since this report; "
+                          f"re-run `mint eval {ref}`")
+
+
+def _check_same_examples(conn, report: Report, current: str | None) -> None:
+    """The gates compared the candidate with ``report.baseline_report``: it must be an intact registered report
+    of the current champion (or of the base, for generation 0) under the same contract, on the same examples."""
+    if report.baseline_report is None:
+        if current is None:
+            return
+        found = report.examples_sha256 and find_registered_report(conn, current, report.contract,
+                                                                   report.examples_sha256)
+        if not found:
+            raise Refused(f"the champion has no report under contract {report.contract_name} "
+                          f"v{report.contract_version} on the examples of {report.path}; re-run `mint eval "
+                          f"{report.label}`")
+        return
+    baseline = _intact(conn, report.baseline_report)
+    if baseline is None:
+        raise Refused(f"the baseline report {report.baseline_report[:12]} named by {report.path} is not registered "
+                      f"or was edited; re-run `mint eval {report.label}`")
+    expected_owner = current or baseline.owner
+    if (baseline.owner != expected_owner or (current is None and baseline.revision_id is not None)
+            or baseline.contract != report.contract or baseline.source != "generated"):
+        raise Refused(f"{report.path} was compared with {baseline.label}'s report under "
+                      f"{baseline.contract_name} v{baseline.contract_version}, not with the current champion's "
+                      f"under the same contract; re-run `mint eval {report.label}`")
+    if baseline.examples_sha256 != report.examples_sha256:
+        raise Refused(f"{report.path} and its baseline report ({baseline.label}) were measured on different "
+                      f"examples (e.g. one with --limit); re-run `mint eval {report.label}` without --limit")
 
 
 @dataclass(frozen=True)
@@ -138,36 +247,29 @@ def _move_champion(conn, specialist: str, current: str | None, target: store.Rev
 
 def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: bool = False,
             why: str | None = None) -> AliasMove:
-    """Make ``ref`` its specialist's champion if its passing report was measured against the current one."""
+    """Make ``ref`` its specialist's champion if its registered, passing report was measured against the current
+    one on the same examples. Every check runs inside the one write transaction that moves the alias."""
     if force and not (why and why.strip()):
         raise BadInput("--force needs --why TEXT, which the event log keeps", field="--why")
     conn = store.open_store(ws, create=False)
     try:
         revision = store.resolve(conn, ref)
-        report = read_report(report_path) if report_path else _newest_registered_report(conn, revision.id)
-        if not force:
-            if report is None:
-                raise Refused(f"no passing report for {revision.ref}; run `mint eval {revision.ref} --contract FILE` "
-                              "or pass --report FILE")
-            if report.revision_id != revision.id:
-                raise BadInput(f"the report is for revision {report.revision_id[:12]}, not {revision.ref} "
-                               f"({revision.id[:12]})", file=report.path, field="revision_id")
-            if report.verdict != "pass":
-                raise Refused(f"{revision.ref} failed its gates under {report.contract_name} "
-                              f"v{report.contract_version}; see {report.path}")
-            if revision.status == "rejected":
-                raise Refused(f"{revision.ref} was rejected; promote it with --force --why TEXT if you mean it")
-            _check_contract_is_current(conn, report, revision.ref)
-        checkpoint("promote.checked")
+        given = read_report(Path(report_path)) if report_path else None
+        if given is not None and given.revision_id is None:
+            raise BadInput(f"this is a report of the bare base ({given.base_fingerprint}), the baseline of "
+                           "generation 0; base reports can't be promoted: promote a revision with its own report",
+                           file=given.path, field="revision")
+        checkpoint("promote.read")
         with store.write(conn):
+            # re-read inside the transaction: a reject or promotion committed since the lines above counts
+            revision = store.get_revision(conn, revision.id)
+            report = given or _newest_registered_report(conn, revision.id)
             current = store.alias_target(conn, revision.specialist, "champion")
             if current == revision.id:
                 raise Refused(f"{revision.ref} is already the champion of {revision.specialist}")
-            if not force and report.baseline_revision_id != current:
-                raise StaleBaseline(f"champion moved from {_describe(conn, report.baseline_revision_id)} to "
-                                    f"{_describe(conn, current)} since this report; re-run `mint eval {revision.ref}`")
-            if report:
-                record_report(conn, report)
+            if not force:
+                _check_promotable(conn, revision, report, current)
+            checkpoint("promote.checked")
             _move_champion(conn, revision.specialist, current, revision)
             store.record_event(conn, action="force-promote" if force else "promote", specialist=revision.specialist,
                                alias="champion", old=current, new=revision.id,
@@ -179,6 +281,29 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
                          revision.ref, report.path if report else None, why)
     finally:
         conn.close()
+
+
+def _check_promotable(conn, revision: store.Revision, report: Report | None, current: str | None) -> None:
+    if report is None:
+        raise Refused(f"no passing report for {revision.ref}; run `mint eval {revision.ref} --contract FILE` "
+                      "or pass --report FILE")
+    if report.revision_id != revision.id:
+        raise BadInput(f"the report is for revision {report.revision_id[:12]}, not {revision.ref} "
+                       f"({revision.id[:12]})", file=report.path, field="revision_id")
+    if report.verdict != "pass":
+        raise Refused(f"{revision.ref} failed its gates under {report.contract_name} "
+                      f"v{report.contract_version}; see {report.path}")
+    if revision.status == "rejected":
+        raise Refused(f"{revision.ref} was rejected; promote it with --force --why TEXT if you mean it")
+    _check_contract_is_current(conn, report, revision.ref)
+    registered(conn, report)
+    if report.source != "generated":
+        raise Refused(f"{report.path} scores outputs made elsewhere (--predictions), not {revision.ref} itself; "
+                      "promote it with --force --why TEXT if you trust them")
+    if report.baseline_revision_id != current:
+        raise StaleBaseline(f"champion moved from {_describe(conn, report.baseline_revision_id)} to "
+                            f"{_describe(conn, current)} since this report; re-run `mint eval {revision.ref}`")
+    _check_same_examples(conn, report, current)
 
 
 def reject(ws: Workspace, ref: str, *, why: str) -> AliasMove:

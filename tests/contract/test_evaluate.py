@@ -28,7 +28,9 @@ def test_eval_writes_a_report_in_the_design_shape(ws, candidate, ui_contract, ca
             "created_at", "duration_s"} <= set(report)
     assert report["revision"] == "genui:v1" and report["revision_id"] == revision.id
     assert report["contract"]["name"] == "ui" and report["contract"]["version"] == 2
-    assert report["baseline"] == {"revision_id": None, "metrics": {}}
+    # generation 0: no champion, so the baseline is the bare base under the same contract
+    assert report["baseline"]["revision_id"] is None and report["baseline"]["label"] == "base"
+    assert set(report["baseline"]["metrics"]) == set(report["metrics"]) and len(report["baseline"]["report"]) == 64
     assert set(report["metrics"]) == {"core.parse_rate", "core.schema_valid_rate", "core.required_props_rate",
                                       "core.root_type_match", "latency.p50_ms", "latency.p95_ms"}
     assert report["verdict"] == "pass" and all(g["passed"] for g in report["gates"])
@@ -60,7 +62,7 @@ def test_candidate_is_gated_against_the_champions_report_then_promoted(ws, candi
     assert second.report["baseline"]["metrics"] == first.report["metrics"]
     assert not second.baseline_evaluated
     gate = next(g for g in second.report["gates"] if g["metric"] == "core.parse_rate")
-    assert "no_regression 0 vs" in gate["rule"]
+    assert gate["rule"].startswith("min 0; no_regression 0; delta +0 [+0, +0] on 3 paired")
     assert promote(ws, v2.ref).new == v2.id                # the report's baseline is the champion: CAS holds
 
 
@@ -95,6 +97,73 @@ def test_predictions_made_elsewhere_are_scored_with_the_same_gates(ws, ui_contra
     rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
              "latency_ms": 120.0} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"), "--json"]) == 0
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"), "--base",
+                 "tiny-random", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["metrics"]["core.schema_valid_rate"] == 1.0 and report["metrics"]["latency.p95_ms"] == 120.0
+
+
+def test_generation_0_is_gated_against_the_base_measured_once_per_contract(ws, candidate, ui_contract):
+    v1, v2 = candidate("genui"), candidate("genui")
+    first = evaluate(ws, v1.ref, ui_contract)
+    assert first.baseline_evaluated and first.report["baseline"]["label"] == "base"
+    second = evaluate(ws, v2.ref, ui_contract)
+    assert not second.baseline_evaluated                                  # the base's report is cached
+    assert second.report["baseline"]["report"] == first.report["baseline"]["report"]
+    ui_contract.write_text(GOOD.replace("version: 2", "version: 3"))
+    assert evaluate(ws, v2.ref, ui_contract).baseline_evaluated           # a new contract: measured again
+
+
+def _ui_rows(n):
+    return [{"id": f"card-{i}", "messages": [{"role": "user", "content": f"Show a card titled {i}"}],
+             "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(n)]
+
+
+def test_improve_passes_only_on_a_significant_gain_over_the_base(ws, ui_contract, tmp_path):
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _ui_rows(8)))
+    ui_contract.write_text(GOOD.replace("{metric: core.parse_rate, min: 0.0, no_regression: 0.0}",
+                                        "{metric: core.schema_valid_rate, improve: 0.0}"))
+
+    def scored(valid: int) -> dict:
+        rows = [{"suite": "core", "id": f"card-{i}", "latency_ms": 5.0,
+                 "output": json.dumps({"type": "Card", "props": {"title": str(i)}}) if i < valid else "no"}
+                for i in reversed(range(8))]                               # any order: matched by id
+        path = tmp_path / f"p{valid}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return evaluate(ws, None, ui_contract, predictions=path, base="tiny-random").report
+
+    better, barely = scored(8), scored(5)
+    gate = next(g for g in better["gates"] if g["metric"] == "core.schema_valid_rate")
+    assert better["baseline"]["metrics"]["core.schema_valid_rate"] == 0.0   # tiny-random never writes a valid tree
+    assert gate["passed"] and gate["delta"]["wins"] == 8 and gate["delta"]["low"] > 0
+    assert barely["verdict"] == "fail"                                       # 5 of 8 could be luck (p = 0.0625)
+
+
+def test_candidate_and_baseline_rows_are_paired_by_example_key_not_position(ui_contract):
+    from mint.contract.evaluate import paired_deltas
+    from mint.contract.schema import load_contract
+
+    contract = load_contract(ui_contract)
+    ours = [{"suite": "core", "key": f"id:{i}", "scores": {"parse_rate": float(i % 2)}} for i in range(6)]
+    theirs = [{"suite": "core", "key": f"id:{i}", "scores": {"parse_rate": float(i % 2)}} for i in reversed(range(6))]
+    theirs.append({"suite": "core", "key": "id:gone", "scores": {"parse_rate": 1.0}})    # not in ours: unpaired
+    delta = paired_deltas(contract, ours, theirs)["core.parse_rate"]
+    assert (delta.n, delta.wins, delta.losses) == (6, 0, 0)     # by position it would be 3 wins and 3 losses
+
+
+def test_example_keys_are_ids_or_content_hashes_and_never_collide():
+    from mint.contract.evaluate import example_keys
+
+    keys = example_keys([{"id": 7}, {"id": "a"}, {"prompt": "x"}, {"prompt": "x"}, {"id": True}])
+    assert keys[:2] == ["id:7", "id:a"] and keys[2].startswith("sha256:") and keys[3] == keys[2] + "#2"
+    assert len(set(keys)) == 5
+
+
+def test_the_table_fills_the_baseline_of_every_metric(ws, candidate, ui_contract, capsys):
+    import re
+    revision = candidate("genui")
+    main(["eval", revision.ref, "--contract", str(ui_contract)])
+    out = capsys.readouterr().out
+    ungated = next(line for line in out.splitlines() if "core.root_type_match" in line)
+    assert re.search(r"core\.root_type_match\s*│\s*[\d.]+\s*│\s*[\d.]+\s*│", ungated), ungated
+    assert "baseline: base (generation 0" in out

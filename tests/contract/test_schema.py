@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -75,3 +76,64 @@ def test_the_shipped_contracts_check(capsys):
     for name in ("coding", "agent", "genui", "chat"):
         path = Path(__file__).parents[2] / "contracts" / f"{name}.yaml"
         assert main(["contract", "check", str(path)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new, where", [
+    ("{metric: latency.p95_ms, max: 60000}", "{metric: latency.p95_ms, no_regression: 100}",
+     "c.yaml:11: gates[1].no_regression: latency is not compared example by example"),
+    ("no_regression: 0.0}", "improve: -0.1}", "c.yaml:10: gates[0].improve: must be at least 0"),
+    ("no_regression: 0.0}", "improve: yes}", "c.yaml:10: gates[0].improve: expected a number"),
+])
+def test_relative_gates_are_checked(contract_dir, old, new, where):
+    (contract_dir / "c.yaml").write_text(GOOD.replace(old, new))
+    with pytest.raises(BadInput, match=re.escape(where)):
+        load_contract(contract_dir / "c.yaml")
+
+
+def test_improve_gate_loads(contract_dir):
+    (contract_dir / "c.yaml").write_text(GOOD.replace("no_regression: 0.0}", "improve: 0.1}"))
+    gate = load_contract(contract_dir / "c.yaml").gates[0]
+    assert (gate.improve, gate.no_regression, gate.paired) == (0.1, None, True)
+
+
+def test_the_contract_hash_covers_its_suites_and_its_catalog(contract_dir):
+    before = load_contract(contract_dir / "c.yaml").sha256
+    with open(contract_dir / "core.jsonl", "a") as f:
+        f.write(json.dumps({"messages": [{"role": "user", "content": "one more"}]}) + "\n")
+    after_suite = load_contract(contract_dir / "c.yaml").sha256
+    assert after_suite != before
+    (contract_dir / "cat.json").write_text('{"type": "object"}')
+    (contract_dir / "c.yaml").write_text(GOOD.replace('  system: "Answer with JSON."',
+                                                      '  system: "Answer with JSON."\n  catalog: cat.json'))
+    with_catalog = load_contract(contract_dir / "c.yaml").sha256
+    (contract_dir / "cat.json").write_text('{"type": "object", "required": ["type"]}')
+    assert load_contract(contract_dir / "c.yaml").sha256 != with_catalog
+
+
+def test_contract_check_says_what_each_suite_can_resolve(capsys):
+    from pathlib import Path
+    path = Path(__file__).parents[2] / "contracts" / "genui.yaml"
+    assert main(["contract", "check", str(path), "--json"]) == 0
+    core = json.loads(capsys.readouterr().out)["suites"][0]
+    assert (core["name"], core["records"], core["detectable_examples"]) == ("core", 24, 6)
+    assert core["detectable"] == 0.25
+    assert main(["contract", "check", str(path)]) == 0
+    assert "resolves pass/fail differences of 25% or more (6 of 24 examples" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_shipped_core_gates_compare_with_the_baseline():
+    from pathlib import Path
+    for name in ("coding", "agent", "genui", "chat"):
+        contract = load_contract(Path(__file__).parents[2] / "contracts" / f"{name}.yaml")
+        core = [g for g in contract.gates if g.metric.startswith("core.")]
+        assert core and core[0].paired, name                            # the main metric is relative
+        assert not any(g.min == 0.0 for g in contract.gates), name     # a gate nothing can fail
+    genui = load_contract(Path(__file__).parents[2] / "contracts" / "genui.yaml")
+    assert genui.gates[0].metric == "core.schema_valid_rate" and genui.gates[0].improve == 0.0
+
+
+def test_contract_check_takes_several_files(capsys):
+    from pathlib import Path
+    shipped = [str(Path(__file__).parents[2] / "contracts" / f"{name}.yaml") for name in ("agent", "genui")]
+    assert main(["contract", "check", *shipped, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["contracts"]) == len(shipped) > 1

@@ -1,0 +1,131 @@
+"""Paired statistics and the gates built on them: exact values, rounding, and verdict rates by simulation."""
+import dataclasses
+import random
+
+import pytest
+
+from mint.contract.gates import apply_gates, check_gate
+from mint.contract.paired import (
+    clopper_pearson,
+    compare,
+    mcnemar,
+    minimum_detectable_effect,
+    paired_bootstrap,
+    significant_regression,
+)
+from mint.contract.schema import Gate, load_contract
+from tests.contract.test_schema import GOOD
+
+
+def test_clopper_pearson_matches_the_closed_forms_at_the_edges():
+    low, high = clopper_pearson(0, 10)
+    assert low == 0 and high == pytest.approx(1 - 0.025 ** (1 / 10), abs=1e-9)
+    low, high = clopper_pearson(10, 10)
+    assert high == 1 and low == pytest.approx(0.025 ** (1 / 10), abs=1e-9)
+    low, high = clopper_pearson(5, 10)        # the textbook interval for 5/10
+    assert (round(low, 4), round(high, 4)) == (0.1871, 0.8129)
+
+
+def test_mcnemar_counts_only_discordant_pairs_and_gives_the_exact_p_value():
+    result = mcnemar(wins=0, losses=6, n=40)
+    assert result.delta == pytest.approx(-0.15) and result.p_value == pytest.approx(2 / 64)
+    assert result.high < 0                      # six losses and no wins are significant
+    assert mcnemar(wins=0, losses=5, n=40).high > 0   # five are not: 2/32 > 0.05
+    assert mcnemar(0, 0, 40) == mcnemar(0, 0, 40) and mcnemar(0, 0, 40).low == mcnemar(0, 0, 40).high == 0
+
+
+def test_compare_pairs_pass_fail_columns_with_mcnemar_and_others_with_a_seeded_bootstrap():
+    assert compare([1, 0, 1, 1], [1, 1, 0, 1]).method == "mcnemar-exact"
+    scores = [0.2, 0.5, 0.9, 0.4, 0.7]
+    first = compare(scores, [s - 0.1 for s in scores])
+    assert first.method == "paired-bootstrap" and first == compare(scores, [s - 0.1 for s in scores])
+    assert first.low <= first.delta <= first.high and first.delta == pytest.approx(0.1)
+    spread = paired_bootstrap([-0.3, 0.1, 0.4, -0.2, 0.25, 0.05, -0.1, 0.3])
+    assert spread.low < 0 < spread.high
+
+
+def test_a_tolerance_equal_to_the_regression_holds_despite_float_rounding():
+    assert not 3 / 20 >= 4 / 20 - 0.05            # the naive comparison this guards against
+    # every example exactly 0.05 worse: the whole interval sits at -0.05, which is not beyond TOL 0.05
+    same_gap = compare([0.15] * 20, [0.2] * 20)
+    assert not significant_regression(same_gap, 0.05, lower_is_better=False)
+    assert significant_regression(compare([0.14] * 20, [0.2] * 20), 0.05, lower_is_better=False)
+
+
+def _contract(tmp_path, gates: str):
+    (tmp_path / "core.jsonl").write_text('{"messages": [{"role": "user", "content": "a card"}]}\n')
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD.replace("  - {metric: core.parse_rate, min: 0.0, no_regression: 0.0}\n", gates))
+    return load_contract(path)
+
+
+def test_min_gate_uses_the_same_rounding_allowance(tmp_path):
+    contract = _contract(tmp_path, "  - {metric: core.parse_rate, min: 0.15000000000000002}\n")
+    assert check_gate(contract, contract.gates[0], {"core.parse_rate": 3 / 20}, None, None).passed
+
+
+def test_improve_needs_a_significant_gain_and_no_regression_a_significant_loss(tmp_path):
+    contract = _contract(tmp_path, "  - {metric: core.parse_rate, improve: 0.0}\n"
+                                   "  - {metric: core.schema_valid_rate, no_regression: 0.0}\n")
+    improve, no_regression = contract.gates[0], contract.gates[1]
+    metrics = {"core.parse_rate": 0.5, "core.schema_valid_rate": 0.5}
+    assert check_gate(contract, improve, metrics, {}, mcnemar(6, 0, 12)).passed
+    assert not check_gate(contract, improve, metrics, {}, mcnemar(5, 0, 12)).passed
+    assert not check_gate(contract, improve, metrics, {}, mcnemar(0, 0, 12)).passed       # identical: no gain
+    assert check_gate(contract, no_regression, metrics, {}, mcnemar(0, 5, 12)).passed     # noise, not proof
+    failed = check_gate(contract, no_regression, metrics, {}, mcnemar(0, 6, 12))
+    assert not failed.passed and "significant regression" in failed.rule
+    assert failed.delta["method"] == "mcnemar-exact" and failed.delta["high"] < 0
+    assert not check_gate(contract, improve, metrics, {}, None).passed                      # nothing to pair
+
+
+def test_lower_is_better_metrics_regress_upwards(tmp_path):
+    (tmp_path / "core.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    path = tmp_path / "chat.yaml"
+    path.write_text("contract: c\nversion: 1\nspecialist: chat\nsuites:\n  - {name: core, data: core.jsonl}\n"
+                    "gates:\n  - {metric: core.empty_rate, no_regression: 0.0}\n")
+    contract = load_contract(path)
+    more_empty = compare([1] * 8 + [0] * 12, [0] * 20)     # the candidate answers empty 8 more times
+    assert not check_gate(contract, contract.gates[0], {"core.empty_rate": 0.4}, {}, more_empty).passed
+    fewer_empty = compare([0] * 20, [1] * 8 + [0] * 12)
+    assert check_gate(contract, contract.gates[0], {"core.empty_rate": 0.0}, {}, fewer_empty).passed
+
+
+def test_min_examples_applies_to_each_suite(tmp_path):
+    contract = _contract(tmp_path, "")
+    contract = dataclasses.replace(contract, min_examples=12)
+    results = apply_gates(contract, {"core.parse_rate": 1.0, "latency.p95_ms": 1.0}, {},
+                          {"core": 20, "retention": 6}, {})
+    by_metric = {r.metric: r.passed for r in results}
+    assert by_metric["core.examples"] and not by_metric["retention.examples"]   # 26 in all is not enough
+
+
+def test_minimum_detectable_effect_is_six_one_way_flips():
+    assert minimum_detectable_effect(200) == (0.03, 6)
+    assert minimum_detectable_effect(12) == (0.5, 6)
+    assert minimum_detectable_effect(5) is None
+
+
+def _simulated_pair(seed: int, n: int, worse_by: float, churn: float = 0.02):
+    """A champion that passes each example with probability 1/2; the candidate answers like it except on a
+    `churn` share of examples (flipped at random, as a retrained model does), and additionally fails a share of
+    the examples it passes so that its true rate is `worse_by` lower."""
+    rng = random.Random(seed)
+    champion = [int(rng.random() < 0.5) for _ in range(n)]
+    candidate = []
+    for passed in champion:
+        mine = 1 - passed if rng.random() < churn else passed
+        if mine and rng.random() < 2 * worse_by:
+            mine = 0
+        candidate.append(mine)
+    return candidate, champion
+
+
+def test_simulated_verdicts_identical_passes_and_ten_points_worse_fails_at_least_99_percent():
+    seeds = range(1000)
+    identical = sum(not significant_regression(compare(*_simulated_pair(s, 200, 0.0)), 0.0, lower_is_better=False)
+                    for s in seeds) / len(seeds)
+    worse = sum(significant_regression(compare(*_simulated_pair(s, 200, 0.10)), 0.0, lower_is_better=False)
+                for s in seeds) / len(seeds)
+    assert identical >= 0.99, identical
+    assert worse >= 0.99, worse
