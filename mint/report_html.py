@@ -31,8 +31,9 @@ def _figure(width=6.4, height=3.2):
 
 
 def _interval(gate: dict):
-    value = gate.get("interval") or gate.get("ci")
-    return value if isinstance(value, (list, tuple)) and len(value) == 2 else None
+    from mint.reports import gate_delta
+
+    return gate_delta(gate)[1]
 
 
 def metric_figure(name: str, entry: dict) -> str | None:
@@ -141,8 +142,11 @@ def _table(entry: dict) -> str:
         gate = next((x for x in g["gates"] if x.get("metric") == metric), {})
         value, before = g["metrics"].get(metric) if metric else None, gate.get("baseline",
                                                                                g["baseline_metrics"].get(metric))
-        delta = gate.get("delta", value - before if isinstance(value, (int, float)) and
-                         isinstance(before, (int, float)) else None)
+        from mint.reports import gate_delta
+
+        delta = gate_delta(gate)[0]
+        if delta is None and isinstance(value, (int, float)) and isinstance(before, (int, float)):
+            delta = value - before
         interval = _interval(gate)
         ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else ""
         verdict = g["verdict"] or "not evaluated"

@@ -69,6 +69,16 @@ def load_report(ws: Workspace, ref_or_file: str) -> dict:
     raise BadInput(f"{revision.ref} has no report; run `mint eval {revision.ref} --contract FILE`", field="REF")
 
 
+def gate_delta(gate: dict) -> tuple[float | None, list[float] | None]:
+    """A gate's paired delta (candidate − baseline) and its 95% interval, as `mint eval` records them."""
+    paired = gate.get("delta") if isinstance(gate, dict) else None
+    if not isinstance(paired, dict):
+        return None, None
+    delta, low, high = paired.get("delta"), paired.get("low"), paired.get("high")
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (low, high))
+    return (delta if isinstance(delta, (int, float)) else None), ([low, high] if numbers else None)
+
+
 def _gates_by_metric(report: dict) -> dict[str, dict]:
     gates = report.get("gates") if isinstance(report.get("gates"), list) else []
     return {g["metric"]: g for g in gates if isinstance(g, dict) and isinstance(g.get("metric"), str)}

@@ -13,8 +13,9 @@ def _with_report(ws, report_for, revision, value, baseline_value, passed, baseli
     data["metrics"] = {"core.pass_at_1": value, "latency.p95_ms": 800}
     data["baseline"]["metrics"] = {"core.pass_at_1": baseline_value}
     data["gates"] = [{"metric": "core.pass_at_1", "value": value, "baseline": baseline_value,
-                      "rule": "no_regression 0.0", "passed": passed, "delta": value - baseline_value,
-                      "interval": [value - baseline_value - 0.1, value - baseline_value + 0.1]},
+                      "rule": "no_regression 0.0", "passed": passed,
+                      "delta": {"n": 20, "delta": value - baseline_value, "low": value - baseline_value - 0.1,
+                                "high": value - baseline_value + 0.1, "method": "bootstrap"}},
                      {"metric": "latency.p95_ms", "value": 800, "baseline": None, "rule": "max 2000", "passed": True}]
     data["verdict"] = "pass" if passed else "fail"
     path.write_text(json.dumps(data))

@@ -432,6 +432,8 @@ class _Context:
             conn.close()
 
     def generation_rows(self, iteration: int) -> list[GenerationRow]:
+        from mint.reports import gate_delta
+
         rows = []
         for specialist, evaluation in self.evaluations.items():
             decision = self.decisions.get(specialist, {})
@@ -443,9 +445,10 @@ class _Context:
                 if not name or name.startswith("latency.") or name not in evaluation["metrics"]:
                     continue
                 value, before = evaluation["metrics"].get(name), gate.get("baseline", base_metrics.get(name))
-                metrics[name] = {"value": value, "baseline": before,
-                                 "delta": gate.get("delta", None if value is None or before is None else value - before),
-                                 "interval": gate.get("interval") or gate.get("ci")}
+                delta, interval = gate_delta(gate)
+                if delta is None and value is not None and before is not None:
+                    delta = value - before
+                metrics[name] = {"value": value, "baseline": before, "delta": delta, "interval": interval}
             rows.append(GenerationRow(iteration, specialist, evaluation["revision"], evaluation["verdict"],
                                       decision.get("champion") or self.champion_ref(specialist),
                                       baseline.get("revision_id") or "base", metrics, decision.get("reason")))

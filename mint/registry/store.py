@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from mint.errors import BadInput, Refused
-from mint.registry.refs import ALIASES, Ref, check_name, parse_ref
+from mint.registry.refs import Ref, check_name, parse_ref
 from mint.workspace import Workspace
 
 STATUSES = ("candidate", "champion", "rejected", "retired")
