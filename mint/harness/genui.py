@@ -35,7 +35,71 @@ def load_catalog(path: Path = DEFAULT_CATALOG) -> tuple[dict, Any, dict[str, tup
         raise BadInput(f"not a valid JSON Schema: {exc}", file=str(path)) from None
     required = {name: tuple(spec.get("properties", {}).get("props", {}).get("required", ()))
                 for name, spec in schema.get("$defs", {}).items() if name[:1].isupper()}
-    return schema, Draft202012Validator(schema), required
+    return schema, TreeValidator(schema, Draft202012Validator(schema)), required
+
+
+class TreeValidator:
+    """Checks a component tree against a catalog node by node, each node against the one component its
+    ``type`` names, its children as nodes of their own: the same verdict as the catalog's schema, in
+    time linear in the tree. (jsonschema's ``oneOf`` validates each child under every container
+    alternative, so a wrong leaf under n nested Cards costs about 3^n: 6 levels took 6 s, 8 took 56 s.)
+    A catalog not shaped as ``node: oneOf`` of components with distinct ``type`` consts is validated
+    whole, as before."""
+
+    def __init__(self, schema: dict, whole: Any) -> None:
+        self.whole = whole
+        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        node = defs.get("node") if isinstance(defs.get("node"), dict) else {}
+        names = [ref.removeprefix("#/$defs/") for ref in (a.get("$ref") for a in node.get("oneOf") or []
+                                                          if isinstance(a, dict)) if isinstance(ref, str)]
+        kinds = {}
+        for name in names:
+            const = ((defs.get(name) or {}).get("properties") or {}).get("type", {}).get("const")
+            if isinstance(const, str):
+                kinds[const] = name
+        self.walkable = schema.get("$ref") == "#/$defs/node" and names and len(kinds) == len(names) == len(
+            node.get("oneOf") or [])
+        # the same catalog with every child accepted as is: each child is then checked as a node itself
+        # (without $id, whose registered resource would still resolve #/$defs/node to the full node)
+        shallow = {key: value for key, value in schema.items() if key != "$id"} | {"$defs": {**defs, "node": True}}
+        self.components = {kind: type(whole)({**shallow, "$ref": f"#/$defs/{name}"})
+                           for kind, name in kinds.items()} if self.walkable else {}
+
+    def is_valid(self, tree: Any) -> bool:
+        if not self.walkable:
+            return self.whole.is_valid(tree)
+        return all(isinstance(node, dict) and isinstance(node.get("type"), str) and node["type"] in self.components
+                   and self.components[node["type"]].is_valid(node) for _path, node in _nodes(tree))
+
+    def problems(self, tree: Any, limit: int = 10) -> list[str]:
+        """What is wrong, node by node in document order (the first failing node first)."""
+        import difflib
+
+        from jsonschema.exceptions import best_match
+
+        if not self.walkable:
+            error = best_match(self.whole.iter_errors(tree))
+            return [] if error is None else [f"(root): {_short_message(error.message)}"]
+        kinds = sorted(self.components)
+        problems = []
+        for path, node in _nodes(tree):
+            if len(problems) >= limit:
+                break
+            if not isinstance(node, dict):
+                problems.append(f"{path}: expected a component object, got {type(node).__name__}")
+                continue
+            kind = node.get("type")
+            if not isinstance(kind, str) or kind not in self.components:
+                close = difflib.get_close_matches(kind, kinds, n=1) if isinstance(kind, str) else []
+                hint = f" (did you mean {close[0]}?)" if close else f" (components: {', '.join(kinds)})"
+                problems.append(f"{path}: unknown component {_short(kind)}{hint}" if "type" in node else
+                                f"{path}: no \"type\"{hint}")
+                continue
+            error = best_match(self.components[kind].iter_errors(node))
+            if error is not None:
+                where = ".".join(map(str, error.absolute_path))
+                problems.append(f"{path} ({kind}): {where + ': ' if where else ''}{_short_message(error.message)}")
+        return problems
 
 
 @dataclass(frozen=True)
@@ -122,14 +186,6 @@ def _one_tree(value: Any) -> TreeParse:
     return TreeParse(value)
 
 
-@functools.lru_cache(maxsize=4)
-def component_validators(path: Path = DEFAULT_CATALOG) -> dict[str, Any]:
-    """A validator for each component of a catalog (for one node, children included if given)."""
-    schema, validator, _required = load_catalog(path)
-    return {name: validator.evolve(schema={**schema, "$ref": f"#/$defs/{name}"})
-            for name in schema.get("$defs", {}) if name[:1].isupper()}
-
-
 def parse_tree(output: str) -> dict | None:
     """The one JSON object in ``output`` (see ``find_tree``), or None."""
     return find_tree(output).tree
@@ -149,39 +205,9 @@ def _nodes(tree: Any) -> list[tuple[str, Any]]:
 
 
 def tree_problems(tree: Any, catalog: Path = DEFAULT_CATALOG, limit: int = 10) -> list[str]:
-    """What is wrong with ``tree``, node by node in document order (the first failing node first):
-    an unknown component with the closest known name, or the catalog's best-matching error for the node
-    itself (its children are checked as nodes of their own)."""
-    import difflib
-
-    from jsonschema.exceptions import best_match
-
-    _schema, validator, _required = load_catalog(catalog)
-    validators = component_validators(catalog)
-    components = sorted(validators)
-    problems = []
-    for path, node in _nodes(tree):
-        if len(problems) >= limit:
-            break
-        if not isinstance(node, dict):
-            problems.append(f"{path}: expected a component object, got {type(node).__name__}")
-            continue
-        kind = node.get("type")
-        if kind not in components:
-            close = difflib.get_close_matches(kind, components, n=1) if isinstance(kind, str) else []
-            hint = f" (did you mean {close[0]}?)" if close else f" (components: {', '.join(components)})"
-            problems.append(f"{path}: unknown component {_short(kind)}{hint}" if "type" in node else
-                            f"{path}: no \"type\"{hint}")
-            continue
-        shallow = {**node, "children": []} if isinstance(node.get("children"), list) else node
-        error = best_match(validators[kind].iter_errors(shallow))
-        if error is not None:
-            where = ".".join(map(str, error.absolute_path))
-            problems.append(f"{path} ({kind}): {where + ': ' if where else ''}{_short_message(error.message)}")
-    if not problems and not validator.is_valid(tree):   # a rule the node-by-node walk cannot see
-        error = best_match(validator.iter_errors(tree))
-        problems.append(f"(root): {_short_message(error.message)}")
-    return problems
+    """What the catalog refuses in ``tree``, the first failing node first: an unknown component with the
+    closest known name, or the best-matching error of the node itself."""
+    return load_catalog(catalog)[1].problems(tree, limit)
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -102,3 +102,14 @@ def test_render_refuses_odd_files_with_exit_2(tmp_path, content, capsys):
 def test_render_to_a_missing_folder_is_exit_2(tmp_path):
     (tmp_path / "tree.json").write_text(json.dumps(HELDOUT[0]["reference"]))
     assert main(["genui", "render", str(tmp_path / "tree.json"), "-o", str(tmp_path / "no" / "page.html")]) == 2
+
+
+def test_a_wrong_leaf_under_many_nested_cards_is_found_without_exponential_validation():
+    # the catalog's oneOf re-validates every child under each container alternative: ~3^depth work when
+    # a deep leaf is wrong (8 levels took a minute); the node-by-node walk is linear
+    tree = {"type": "Text", "props": {"text": 5}}
+    for _ in range(30):
+        tree = {"type": "Card", "props": {"title": "x"}, "children": [tree]}
+    scores = GenuiHarness(HarnessSettings()).score(RECORD, [json.dumps(tree)])
+    assert scores["schema_valid_rate"] == 0.0
+    assert scores["_reason"] == "children[0]" + ".children[0]" * 29 + " (Text): props.text: 5 is not of type 'string'"
