@@ -367,3 +367,13 @@ def test_mint_decides_as_bfcl_on_perturbed_ground_truth(bfcl):
     print(f"BFCL agreement: {agree}/{total} ({accepted} accepted by BFCL, {total - accepted} refused)")
     assert total >= 2000 and 0.2 * total < accepted < 0.8 * total
     assert agree == total, disagreements
+
+
+def test_unclosed_tool_call_tags_are_read_in_one_pass():
+    # a lazy regex retried each unclosed tag to the end of the text: quadratic (16,000 tags took 88 s)
+    assert parse_tool_calls("<tool_call>" * 100_000) is None
+    assert parse_tool_calls("<tool_call>" * 3 + 'f(x=1)<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>') \
+        is None    # the first block runs from the first tag to the first closing tag, as before
+    assert parse_tool_calls('<tool_call> {"name": "f", "arguments": {"x": 1}} </tool_call> and '
+                            '<tool_call>{"name": "g", "arguments": {}}</tool_call><tool_call>') == \
+        [("f", {"x": 1}), ("g", {})]

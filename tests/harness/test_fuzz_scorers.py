@@ -54,7 +54,7 @@ def deep_nesting(draw):
 @st.composite
 def huge_strings(draw):
     size = draw(st.sampled_from([2_000, 20_000, 200_000]))
-    unit = draw(st.sampled_from(["x", "{", "[", '"', "\\", "word ", "\ud800", "{\"a\": ", "```"]))
+    unit = draw(st.sampled_from(["x", "<tool_call>", "{", "[", '"', "\\", "word ", "\ud800", "{\"a\": ", "```"]))
     text = (unit * (size // len(unit) + 1))[:size]
     return draw(st.sampled_from([text, json.dumps({"name": "f", "arguments": {"x": text}}),
                                  json.dumps({"type": "Text", "props": {"text": text}}), f"```json\n{text}\n```"]))
