@@ -19,11 +19,17 @@ genui_app = sub_app("genui", "UI4A component trees.")
 @genui_app.command("render")
 def genui_render(path: Path, out_path: Path = typer.Option(..., "-o", "--out", help="The HTML file to write."),
                  json_out: bool = JSON_OPT) -> None:
-    """Render a UI4A component tree (a JSON file, or a model answer holding one) to static HTML."""
+    """Render a UI4A component tree (a JSON file, or a model answer with prose around one) to static HTML,
+    and say which node, if any, the catalog refuses and why.
+
+    Example: mint genui render answer.txt -o page.html
+    """
     from mint.harness.genui import render_file
 
     result = render_file(path, out_path)
     if json_out:
         return print_json(result)
-    out.print(f"wrote {escape(result['out'])} ({result['components']} components, "
-              + ("valid" if result["valid"] else "[red]not valid[/]: " + escape("; ".join(result["problems"]))) + ")")
+    problems = result["problems"]
+    verdict = "valid" if result["valid"] else "[red]not valid[/]: " + escape(problems[0]) + (
+        f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else "")
+    out.print(f"wrote {escape(result['out'])} ({result['components']} components, {verdict})")

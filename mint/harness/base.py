@@ -3,6 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+# Deeper model output is refused before any scorer walks it: recursive code (jsonschema, ==, repr) would
+# otherwise hit Python's recursion limit on a 1,000-deep answer.
+MAX_NESTING = 64
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,35 @@ class HarnessSettings:
     batch_size: int = 8
     timeout_s: float = 10.0             # coding: wall-clock limit per program
     catalog: Path | None = None         # genui: the UI4A catalog (JSON Schema)
+
+
+def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether lists, tuples, sets and dicts (keys included) nest more than ``limit`` levels in ``value``;
+    iterative, so any depth is safe to ask about."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            children = list(item)
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def joined_reasons(reasons: list[str | None]) -> str | None:
+    """One reason string for the samples of one record (numbered when there are several), or None
+    when every sample passed."""
+    failed = [(i, r) for i, r in enumerate(reasons) if r]
+    if not failed:
+        return None
+    if len(reasons) == 1:
+        return failed[0][1]
+    return "; ".join(f"sample {i}: {r}" for i, r in failed)
 
 
 class RecordProblem(Exception):

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from mint.harness.base import Harness, RecordProblem
+from mint.harness.base import Harness, RecordProblem, joined_reasons
 
 _TOKEN = re.compile(r"\w+")
 _REFUSAL = re.compile(r"\b(?:i\s*(?:'m| am)\s*(?:sorry|unable|not able)|i\s*can(?:'t|not)\s+(?:help|assist|do|provide)|"
@@ -48,33 +48,61 @@ def rouge_l(prediction: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def follows(output: str, checks: dict) -> bool:
+def check_problems(checks: object) -> list[tuple[str, str]]:
+    """(field, what is wrong) for each malformed instruction check; empty when ``checks`` is usable."""
+    if not isinstance(checks, dict):
+        return [("checks", f"expected an object with {', '.join(CHECKS)}")]
+    problems = [(f"checks.{key}", f"unknown check (checks: {', '.join(CHECKS)})") for key in checks
+                if key not in CHECKS]
+    for key in ("max_words", "min_words"):
+        value = checks.get(key)
+        if key in checks and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            problems.append((f"checks.{key}", f"expected a whole number >= 0, got {json.dumps(value)[:60]}"))
+    for key in ("must_include", "must_not_include"):
+        value = checks.get(key)
+        if key in checks and not (isinstance(value, list) and all(isinstance(w, str) for w in value)):
+            problems.append((f"checks.{key}", "expected a list of strings"))
+    if "format" in checks and not (isinstance(checks["format"], str) and checks["format"] in FORMATS):
+        problems.append(("checks.format", f"expected one of {', '.join(FORMATS)}"))
+    return problems
+
+
+def unmet_checks(output: str, checks: object) -> list[str]:
+    """Why ``output`` does not follow ``checks`` (empty when it does); a malformed check is never met."""
+    problems = check_problems(checks)
+    if problems:
+        return [f"{field}: {message}" for field, message in problems]
+    assert isinstance(checks, dict)
+    unmet = []
     words = len(output.split())
     if "max_words" in checks and words > checks["max_words"]:
-        return False
+        unmet.append(f"{words} words > max_words {checks['max_words']}")
     if "min_words" in checks and words < checks["min_words"]:
-        return False
+        unmet.append(f"{words} words < min_words {checks['min_words']}")
     lowered = output.lower()
-    if any(w.lower() not in lowered for w in checks.get("must_include", [])):
-        return False
-    if any(w.lower() in lowered for w in checks.get("must_not_include", [])):
-        return False
+    unmet += [f"missing {w!r}" for w in checks.get("must_include", []) if w.lower() not in lowered]
+    unmet += [f"includes {w!r}" for w in checks.get("must_not_include", []) if w.lower() in lowered]
     fmt = checks.get("format")
     if fmt == "json":
         try:
             json.loads(output.strip())
-        except ValueError:
-            return False
+        except (ValueError, RecursionError):
+            unmet.append("not JSON")
     elif fmt == "bullets":
         lines = [line for line in output.strip().splitlines() if line.strip()]
-        return bool(lines) and all(re.match(r"\s*(?:[-*•]|\d+[.)])\s", line) for line in lines)
-    elif fmt == "one_line":
-        return "\n" not in output.strip()
-    elif fmt == "lowercase":
-        return output == output.lower()
-    elif fmt == "no_commas":
-        return "," not in output
-    return True
+        if not lines or not all(re.match(r"\s*(?:[-*•]|\d+[.)])\s", line) for line in lines):
+            unmet.append("not a bullet list")
+    elif fmt == "one_line" and "\n" in output.strip():
+        unmet.append("more than one line")
+    elif fmt == "lowercase" and output != output.lower():
+        unmet.append("not all lowercase")
+    elif fmt == "no_commas" and "," in output:
+        unmet.append("has commas")
+    return unmet
+
+
+def follows(output: str, checks: object) -> bool:
+    return not unmet_checks(output, checks)
 
 
 @dataclass
@@ -91,19 +119,25 @@ class ChatHarness(Harness):
             raise RecordProblem("reference", "expected a string")
         checks = record.get("checks")
         if checks is not None:
-            if not isinstance(checks, dict) or set(checks) - set(CHECKS):
-                raise RecordProblem("checks", f"expected an object with {', '.join(CHECKS)}")
-            if checks.get("format") not in (None, *FORMATS):
-                raise RecordProblem("checks.format", f"expected one of {', '.join(FORMATS)}")
+            problems = check_problems(checks)
+            if problems:
+                raise RecordProblem(*problems[0])
 
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
-        n = len(outputs)
+        n = max(1, len(outputs))
+        outputs = [o if isinstance(o, str) else "" for o in outputs]
         reference = record.get("reference")
+        reference = reference if isinstance(reference, str) else None
         checks = record.get("checks")
-        return {
+        unmet = [unmet_checks(o, checks) for o in outputs] if checks else []
+        scores: dict = {
             "rouge_l": sum(rouge_l(o, reference) for o in outputs) / n if reference is not None else None,
             "token_f1": sum(token_f1(o, reference) for o in outputs) / n if reference is not None else None,
-            "instruction_pass_rate": sum(follows(o, checks) for o in outputs) / n if checks else None,
+            "instruction_pass_rate": sum(not u for u in unmet) / n if checks else None,
             "empty_rate": sum(not o.strip() for o in outputs) / n,
             "refusal_rate": sum(bool(_REFUSAL.search(o)) for o in outputs) / n,
         }
+        reason = joined_reasons(["; ".join(u) for u in unmet])
+        if reason:
+            scores["_reason"] = reason
+        return scores

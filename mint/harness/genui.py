@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mint.errors import BadInput
-from mint.harness.base import Harness, RecordProblem
+from mint.harness.base import MAX_NESTING, Harness, RecordProblem, joined_reasons, too_deep
 
 DEFAULT_CATALOG = Path(__file__).with_name("ui4a") / "catalog.v1.json"
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.S)
@@ -35,27 +35,188 @@ def load_catalog(path: Path = DEFAULT_CATALOG) -> tuple[dict, Any, dict[str, tup
         raise BadInput(f"not a valid JSON Schema: {exc}", file=str(path)) from None
     required = {name: tuple(spec.get("properties", {}).get("props", {}).get("required", ()))
                 for name, spec in schema.get("$defs", {}).items() if name[:1].isupper()}
-    return schema, Draft202012Validator(schema), required
+    return schema, TreeValidator(schema, Draft202012Validator(schema)), required
+
+
+class TreeValidator:
+    """Checks a component tree against a catalog node by node, each node against the one component its
+    ``type`` names, its children as nodes of their own: the same verdict as the catalog's schema, in
+    time linear in the tree. (jsonschema's ``oneOf`` validates each child under every container
+    alternative, so a wrong leaf under n nested Cards costs about 3^n: 6 levels took 6 s, 8 took 56 s.)
+    A catalog not shaped as ``node: oneOf`` of components with distinct ``type`` consts is validated
+    whole, as before."""
+
+    def __init__(self, schema: dict, whole: Any) -> None:
+        self.whole = whole
+        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        node = defs.get("node") if isinstance(defs.get("node"), dict) else {}
+        names = [ref.removeprefix("#/$defs/") for ref in (a.get("$ref") for a in node.get("oneOf") or []
+                                                          if isinstance(a, dict)) if isinstance(ref, str)]
+        kinds = {}
+        for name in names:
+            const = ((defs.get(name) or {}).get("properties") or {}).get("type", {}).get("const")
+            if isinstance(const, str):
+                kinds[const] = name
+        self.walkable = schema.get("$ref") == "#/$defs/node" and names and len(kinds) == len(names) == len(
+            node.get("oneOf") or [])
+        # the same catalog with every child accepted as is: each child is then checked as a node itself
+        # (without $id, whose registered resource would still resolve #/$defs/node to the full node)
+        shallow = {key: value for key, value in schema.items() if key != "$id"} | {"$defs": {**defs, "node": True}}
+        self.components = {kind: type(whole)({**shallow, "$ref": f"#/$defs/{name}"})
+                           for kind, name in kinds.items()} if self.walkable else {}
+
+    def is_valid(self, tree: Any) -> bool:
+        if not self.walkable:
+            return self.whole.is_valid(tree)
+        return all(isinstance(node, dict) and isinstance(node.get("type"), str) and node["type"] in self.components
+                   and self.components[node["type"]].is_valid(node) for _path, node in _nodes(tree))
+
+    def problems(self, tree: Any, limit: int = 10) -> list[str]:
+        """What is wrong, node by node in document order (the first failing node first)."""
+        import difflib
+
+        from jsonschema.exceptions import best_match
+
+        if not self.walkable:
+            error = best_match(self.whole.iter_errors(tree))
+            return [] if error is None else [f"(root): {_short_message(error.message)}"]
+        kinds = sorted(self.components)
+        problems = []
+        for path, node in _nodes(tree):
+            if len(problems) >= limit:
+                break
+            if not isinstance(node, dict):
+                problems.append(f"{path}: expected a component object, got {type(node).__name__}")
+                continue
+            kind = node.get("type")
+            if not isinstance(kind, str) or kind not in self.components:
+                close = difflib.get_close_matches(kind, kinds, n=1) if isinstance(kind, str) else []
+                hint = f" (did you mean {close[0]}?)" if close else f" (components: {', '.join(kinds)})"
+                problems.append(f"{path}: unknown component {_short(kind)}{hint}" if "type" in node else
+                                f"{path}: no \"type\"{hint}")
+                continue
+            error = best_match(self.components[kind].iter_errors(node))
+            if error is not None:
+                where = ".".join(map(str, error.absolute_path))
+                problems.append(f"{path} ({kind}): {where + ': ' if where else ''}{_short_message(error.message)}")
+        return problems
+
+
+@dataclass(frozen=True)
+class TreeParse:
+    """The component tree found in a model answer, or None and why there is none."""
+
+    tree: dict | None
+    reason: str = ""
+
+
+def find_tree(output: Any) -> TreeParse:
+    """The one JSON object in ``output``: the whole answer, one ```json fence, or one object with prose
+    around it. Shared by the harness, the GRPO reward and ``mint genui render``."""
+    if not isinstance(output, str):
+        return TreeParse(None, f"expected text, got {type(output).__name__}")
+    text = output.strip()
+    if not text:
+        return TreeParse(None, "empty answer")
+    fenced = _FENCE.match(text)
+    whole = _json_value(fenced.group(1).strip() if fenced else text)
+    if whole is _TOO_DEEP:
+        return TreeParse(None, f"the tree nests more than {MAX_NESTING} levels")
+    if whole is not None:
+        return _one_tree(whole)
+    found, too_deep_seen = [], False
+    for region in _brace_regions(text):
+        value = _json_value(region)
+        too_deep_seen |= value is _TOO_DEEP
+        if isinstance(value, dict):
+            found.append(value)
+    if len(found) > 1:
+        return TreeParse(None, f"{len(found)} JSON objects in the answer; expected one component tree")
+    if found:
+        return _one_tree(found[0])
+    if too_deep_seen:
+        return TreeParse(None, f"the tree nests more than {MAX_NESTING} levels")
+    return TreeParse(None, "no JSON object in the answer")
+
+
+def _brace_regions(text: str) -> list[str]:
+    """The outermost balanced ``{...}`` spans of ``text`` (braces inside JSON strings do not count). An
+    object that never closes (a cut-off answer) yields nothing: its inner objects are not the tree."""
+    regions, depth, start, in_string, escaped = [], 0, 0, False, False
+    for i, char in enumerate(text):
+        if depth == 0:
+            if char == "{":
+                start, depth = i, 1
+        elif in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                regions.append(text[start:i + 1])
+    return regions
+
+
+_TOO_DEEP = object()
+
+
+def _json_value(text: str) -> Any:
+    """``text`` as JSON, None when it is not JSON (JSON's own null is no tree either), or _TOO_DEEP."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+    except RecursionError:
+        return _TOO_DEEP
+
+
+def _one_tree(value: Any) -> TreeParse:
+    if not isinstance(value, dict):
+        return TreeParse(None, f"the JSON is {type(value).__name__}, not a component object")
+    if too_deep(value):
+        return TreeParse(None, f"the tree nests more than {MAX_NESTING} levels")
+    return TreeParse(value)
 
 
 def parse_tree(output: str) -> dict | None:
-    """The one JSON object in ``output`` (a ```json fence is fine), or None."""
-    text = output.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    """The one JSON object in ``output`` (see ``find_tree``), or None."""
+    return find_tree(output).tree
 
 
-def _nodes(tree: Any):
-    if isinstance(tree, dict):
-        yield tree
-        for child in tree.get("children") or []:
-            yield from _nodes(child)
+def _nodes(tree: Any) -> list[tuple[str, Any]]:
+    """(path, node) for every node, parents first; children that are not a list are not walked."""
+    found, stack = [], [("(root)", tree)]
+    while stack:
+        path, node = stack.pop()
+        found.append((path, node))
+        children = node.get("children") if isinstance(node, dict) else None
+        if isinstance(children, list):
+            prefix = "" if path == "(root)" else path + "."
+            stack.extend((f"{prefix}children[{i}]", child) for i, child in reversed(list(enumerate(children))))
+    return found
+
+
+def tree_problems(tree: Any, catalog: Path = DEFAULT_CATALOG, limit: int = 10) -> list[str]:
+    """What the catalog refuses in ``tree``, the first failing node first: an unknown component with the
+    closest known name, or the best-matching error of the node itself."""
+    return load_catalog(catalog)[1].problems(tree, limit)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _short_message(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[:limit] + "..."
 
 
 @dataclass
@@ -71,24 +232,34 @@ class GenuiHarness(Harness):
             raise RecordProblem("reference", "expected a component tree")
 
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
-        _schema, validator, required = load_catalog(self.settings.catalog or DEFAULT_CATALOG)
+        catalog = self.settings.catalog or DEFAULT_CATALOG
+        _schema, validator, required = load_catalog(catalog)
         reference = record.get("reference")
         sums = {"parse_rate": 0.0, "schema_valid_rate": 0.0, "required_props_rate": 0.0, "root_type_match": 0.0}
+        reasons: list[str | None] = []
         for output in outputs:
-            tree = parse_tree(output)
-            if tree is None:
+            parsed = find_tree(output)
+            if parsed.tree is None:
+                reasons.append(f"unparseable: {parsed.reason}")
                 continue
+            tree = parsed.tree
             sums["parse_rate"] += 1
-            sums["schema_valid_rate"] += validator.is_valid(tree)
-            nodes = list(_nodes(tree))
-            complete = sum(1 for n in nodes if n.get("type") in required and isinstance(n.get("props"), dict)
+            valid = validator.is_valid(tree)
+            sums["schema_valid_rate"] += valid
+            nodes = [node for _path, node in _nodes(tree)]
+            complete = sum(1 for n in nodes if isinstance(n, dict) and isinstance(n.get("type"), str)
+                           and n["type"] in required and isinstance(n.get("props"), dict)
                            and all(p in n["props"] for p in required[n["type"]]))
             sums["required_props_rate"] += complete / len(nodes)
             if isinstance(reference, dict):
                 sums["root_type_match"] += tree.get("type") == reference.get("type")
-        out = {k: v / len(outputs) for k, v in sums.items()}
+            reasons.append(None if valid else (tree_problems(tree, catalog, limit=1) or ["not valid"])[0])
+        out: dict = {k: v / max(1, len(outputs)) for k, v in sums.items()}
         if not isinstance(reference, dict):
             out["root_type_match"] = None
+        reason = joined_reasons(reasons)
+        if reason:
+            out["_reason"] = reason
         return out
 
 
@@ -112,18 +283,28 @@ def render_html(tree: dict, title: str = "UI4A preview") -> str:
             f"<style>{_STYLE}</style></head><body>{_render(tree)}</body></html>\n")
 
 
+def _items(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _number(value: Any, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+        return default
+    return float(value)
+
+
 def _render(node: Any) -> str:
     if not isinstance(node, dict):
-        return f"<div class='unknown'>{html.escape(json.dumps(node))}</div>"
+        return f"<div class='unknown'>{html.escape(_short(node, 200))}</div>"
     kind, props = node.get("type"), node.get("props") if isinstance(node.get("props"), dict) else {}
     esc = lambda key, default="": html.escape(str(props.get(key, default)))  # noqa: E731
-    children = "".join(_render(c) for c in node.get("children") or [])
+    children = "".join(_render(c) for c in _items(node.get("children")))
     if kind == "Card":
         subtitle = f"<p class='caption'>{esc('subtitle')}</p>" if props.get("subtitle") else ""
         return f"<section class='card'><h2>{esc('title')}</h2>{subtitle}{children}</section>"
     if kind == "Stack":
         direction = "vertical" if props.get("direction", "vertical") == "vertical" else "horizontal"
-        return f"<div class='stack {direction}' style='--gap:{float(props.get('gap', 8) or 0)}px'>{children}</div>"
+        return f"<div class='stack {direction}' style='--gap:{_number(props.get('gap'), 8)}px'>{children}</div>"
     if kind == "Text":
         tag = "h3" if props.get("variant") == "heading" else "p"
         return f"<{tag} class='{esc('variant', 'body')}'>{esc('text')}</{tag}>"
@@ -134,47 +315,54 @@ def _render(node: Any) -> str:
         return (f"<label>{esc('label')}<input name='{esc('name')}' type='{esc('inputType', 'text')}'"
                 f" placeholder='{esc('placeholder')}'{required}></label>")
     if kind == "Select":
-        options = "".join(f"<option>{html.escape(str(o))}</option>" for o in props.get("options") or [])
+        options = "".join(f"<option>{html.escape(str(o))}</option>" for o in _items(props.get("options")))
         return f"<label>{esc('label')}<select name='{esc('name')}'>{options}</select></label>"
     if kind == "Form":
         title = f"<h2>{esc('title')}</h2>" if props.get("title") else ""
         return f"<form class='card'>{title}{children}<button type='submit'>{esc('submitLabel', 'Submit')}</button></form>"
     if kind == "Table":
-        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in props.get("columns") or [])
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in _items(props.get("columns")))
         rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                       for row in props.get("rows") or [] if isinstance(row, list))
+                       for row in _items(props.get("rows")) if isinstance(row, list))
         caption = f"<caption>{esc('caption')}</caption>" if props.get("caption") else ""
         return f"<table>{caption}<tr>{head}</tr>{rows}</table>"
     if kind == "List":
         tag = "ol" if props.get("ordered") else "ul"
-        items = "".join(f"<li>{html.escape(str(i))}</li>" for i in props.get("items") or [])
+        items = "".join(f"<li>{html.escape(str(i))}</li>" for i in _items(props.get("items")))
         title = f"<h3>{esc('title')}</h3>" if props.get("title") else ""
         return f"{title}<{tag}>{items}</{tag}>"
     if kind == "Image":
         return f"<img src='{esc('src')}' alt='{esc('alt')}' style='max-width:240px'>"
     if kind == "Chart":
-        series = (props.get("series") or [{}])[0]
-        values = [v for v in series.get("values", []) if isinstance(v, (int, float))] or [0]
-        top = max(max(values), 1)
+        series = next((s for s in _items(props.get("series")) if isinstance(s, dict)), {})
+        values = [_number(v, 0.0) for v in _items(series.get("values"))] or [0.0]
+        top = max(max(values), 1.0)
         bars = "".join(f"<div title='{html.escape(str(label))}: {value}' style='height:{100 * value / top:.0f}%'></div>"
-                       for label, value in zip(props.get("labels") or [], values))
+                       for label, value in zip(_items(props.get("labels")), values))
         return (f"<figure class='card'><figcaption>{esc('title')} ({esc('kind')})</figcaption>"
                 f"<div class='bar'>{bars}</div></figure>")
-    return f"<div class='unknown'>unknown component {html.escape(str(kind))}{children}</div>"
+    return f"<div class='unknown'>unknown component {html.escape(_short(kind, 80))}{children}</div>"
 
 
 def render_file(path: Path, out: Path) -> dict:
-    """Render the tree in ``path`` (JSON, or a model answer holding one) to ``out``."""
+    """Render the tree in ``path`` (JSON, or a model answer holding one) to ``out``; ``problems`` lists
+    what the catalog refuses, the first failing node first."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BadInput("no such file", file=str(path)) from None
-    tree = parse_tree(text)
-    if tree is None:
-        raise BadInput("not one JSON component tree", file=str(path))
-    _schema, validator, _required = load_catalog()
-    problems = [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-                for e in validator.iter_errors(tree)][:10]
-    out.write_text(render_html(tree, title=path.name), encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+    parsed = find_tree(text)
+    if parsed.tree is None:
+        raise BadInput(f"not one JSON component tree: {parsed.reason}", file=str(path))
+    problems = tree_problems(parsed.tree)
+    page = render_html(parsed.tree, title=path.name)
+    try:
+        out.write_text(page, encoding="utf-8", errors="replace")   # a lone surrogate in the tree
+    except OSError as exc:
+        raise BadInput(f"cannot write: {exc.strerror or exc}", file=str(out)) from None
     return {"out": str(out), "valid": not problems, "problems": problems,
-            "components": sum(1 for _ in _nodes(tree))}
+            "components": len(_nodes(parsed.tree))}

@@ -1,6 +1,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from mint.cli import main
 from mint.harness.base import HarnessSettings
 from mint.harness.genui import GenuiHarness, parse_tree
@@ -36,3 +38,78 @@ def test_render_writes_a_page(tmp_path, capsys):
     assert result["valid"] and page.startswith("<!doctype html>") and "<" in page
     (tmp_path / "bad.json").write_text("nope")
     assert main(["genui", "render", str(tmp_path / "bad.json"), "-o", str(tmp_path / "x.html")]) == 2
+
+
+RECORD = {"messages": [{"role": "user", "content": "a sign-up form"}]}
+CARD = {"type": "Card", "props": {"title": "Sign up"}, "children": [
+    {"type": "Text", "props": {"text": "Welcome"}},
+    {"type": "Buton", "props": {"label": "Go"}},
+    {"type": "Button", "props": {"label": "Go"}}]}
+
+
+def test_children_that_are_not_a_list_score_zero_with_the_reason():
+    scores = GenuiHarness(HarnessSettings()).score(RECORD, [json.dumps({**CARD, "children": 5})])
+    assert scores["schema_valid_rate"] == 0.0 and "children: 5 is not of type 'array'" in scores["_reason"]
+
+
+def test_thousand_deep_json_is_refused_with_a_reason():
+    deep = '{"type": "Card", "props": {"title": "x"}, "children": ' + "[" * 1000 + "]" * 1000 + "}"
+    for output in (deep, '{"a": ' * 1000 + "1" + "}" * 1000):
+        scores = GenuiHarness(HarnessSettings()).score(RECORD, [output])
+        assert scores["parse_rate"] == 0.0 and "nests more than" in scores["_reason"]
+
+
+def test_a_tree_with_prose_around_it_parses():
+    tree = {"type": "Text", "props": {"text": "braces } { and \" quotes"}}
+    assert parse_tree(f"Sure! Here it is:\n{json.dumps(tree)}\nHope that {{helps}}.") == tree
+    assert parse_tree(f"Here:\n```json\n{json.dumps(tree)}\n```\nDone.") == tree
+
+
+def test_two_trees_or_a_cut_off_tree_are_not_one_tree():
+    text = json.dumps({"type": "Text", "props": {"text": "a"}})
+    assert parse_tree(f"{text} or {text}") is None
+    # the outer object never closes: its inner Text node must not be taken for the answer
+    assert parse_tree('Here: {"type": "Card", "children": [{"type": "Text", "props": {"text": "hi"}}') is None
+
+
+def test_an_invalid_tree_names_its_first_failing_node():
+    from mint.harness.genui import tree_problems
+
+    assert tree_problems(CARD) == ["children[1]: unknown component 'Buton' (did you mean Button?)",
+                                   "children[2] (Button): props: 'action' is a required property"]
+    assert tree_problems({"type": "Card", "props": {"title": "x"}}) == []
+
+
+def test_render_names_the_failing_node_and_accepts_prose(tmp_path, capsys):
+    answer = tmp_path / "answer.txt"
+    answer.write_text("Here is the form you asked for:\n" + json.dumps(CARD) + "\nLet me know!")
+    assert main(["genui", "render", str(answer), "-o", str(tmp_path / "page.html")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())   # rich wraps at the terminal width
+    assert "children[1]: unknown component 'Buton' (did you mean Button?)" in printed
+    assert "is not valid under any of the given schemas" not in printed and "Welcome" not in printed
+    assert main(["genui", "render", str(answer), "-o", str(tmp_path / "page.html"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"][1] == \
+        "children[2] (Button): props: 'action' is a required property"
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe not utf-8", b"", b"[1, 2]", b"{" * 5000])
+def test_render_refuses_odd_files_with_exit_2(tmp_path, content, capsys):
+    (tmp_path / "odd.json").write_bytes(content)
+    assert main(["genui", "render", str(tmp_path / "odd.json"), "-o", str(tmp_path / "x.html")]) == 2
+    assert "odd.json" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+
+
+def test_render_to_a_missing_folder_is_exit_2(tmp_path):
+    (tmp_path / "tree.json").write_text(json.dumps(HELDOUT[0]["reference"]))
+    assert main(["genui", "render", str(tmp_path / "tree.json"), "-o", str(tmp_path / "no" / "page.html")]) == 2
+
+
+def test_a_wrong_leaf_under_many_nested_cards_is_found_without_exponential_validation():
+    # the catalog's oneOf re-validates every child under each container alternative: ~3^depth work when
+    # a deep leaf is wrong (8 levels took a minute); the node-by-node walk is linear
+    tree = {"type": "Text", "props": {"text": 5}}
+    for _ in range(30):
+        tree = {"type": "Card", "props": {"title": "x"}, "children": [tree]}
+    scores = GenuiHarness(HarnessSettings()).score(RECORD, [json.dumps(tree)])
+    assert scores["schema_valid_rate"] == 0.0
+    assert scores["_reason"] == "children[0]" + ".children[0]" * 29 + " (Text): props.text: 5 is not of type 'string'"
