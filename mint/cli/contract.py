@@ -30,7 +30,12 @@ contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
 
 @contract_app.command("check")
 def contract_check(paths: list[Path] = typer.Argument(..., metavar="FILE..."), json_out: bool = JSON_OPT) -> None:
-    """Validate contracts and their suites' data without running anything (exit 2 with file:line: field)."""
+    """Validate contracts and their suites' data without running anything (exit 2 with file:line: field).
+
+    Says per suite the smallest difference it can resolve, and for coding contracts which isolation runs programs.
+
+    Example: mint contract check contracts/*.yaml
+    """
     from mint.contract.schema import check_contract
 
     summaries = [check_contract(path) for path in paths]
@@ -49,6 +54,8 @@ def _render_check(path: Path, summary) -> None:
                     else "too small to show any difference as significant")
         out.print(f"  {s.name}: {s.records} records from {escape(s.data)}, metrics {', '.join(s.metrics)}; "
                   f"{resolves}")
+    if summary.isolation:
+        out.print(f"  programs run under [bold]{summary.isolation['isolation']}[/]: {escape(summary.isolation['detail'])}")
 
 
 @app.command("eval")

@@ -283,6 +283,7 @@ class ContractCheck:
     suites: list[SuiteCheck]
     gates: list[dict]
     min_examples: int
+    isolation: dict | None = None   # how untrusted programs run (the coding harness only)
     ok: bool = True
 
 
@@ -299,5 +300,11 @@ def check_contract(path: Path) -> ContractCheck:
         mde = minimum_detectable_effect(records)
         suites.append(SuiteCheck(suite.name, str(suite.data), records, suite.limit, list(suite.metrics),
                                  mde[0] if mde else None, mde[1] if mde else None))
+    isolation = None
+    if contract.harness_name == "coding":
+        from mint.harness.sandbox import describe_isolation
+
+        isolation = describe_isolation()
     return ContractCheck(contract.name, contract.version, contract.specialist, contract.harness_name,
-                         contract.sha256, suites, [asdict(g) for g in contract.gates], contract.min_examples)
+                         contract.sha256, suites, [asdict(g) for g in contract.gates], contract.min_examples,
+                         isolation)

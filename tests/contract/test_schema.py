@@ -137,3 +137,18 @@ def test_contract_check_takes_several_files(capsys):
     shipped = [str(Path(__file__).parents[2] / "contracts" / f"{name}.yaml") for name in ("agent", "genui")]
     assert main(["contract", "check", *shipped, "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["contracts"]) == len(shipped) > 1
+
+
+def test_contract_check_says_which_isolation_runs_coding_programs(capsys, monkeypatch):
+    from pathlib import Path
+
+    from mint.cli import main
+
+    coding = Path(__file__).resolve().parents[2] / "contracts" / "coding.yaml"
+    monkeypatch.setenv("MINT_SANDBOX_ISOLATION", "rlimits")
+    assert main(["contract", "check", str(coding), "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["isolation"]["isolation"] == "rlimits+audit"
+    assert main(["contract", "check", str(coding)]) == 0
+    assert "programs run under rlimits+audit" in capsys.readouterr().out
