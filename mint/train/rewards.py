@@ -28,9 +28,24 @@ def _last_user(prompt) -> str:
     return str(prompt)
 
 
+def _stated_examples(source: str, name: str) -> list[tuple[str, str]]:
+    """``name(args) == expected`` (or ``➞`` / ``=>``) lines of a docstring, as (call, expected) pairs that parse."""
+    pattern = re.compile(rf"^\s*({re.escape(name)}\(.*\))\s*(?:==|➞|=>)\s*(.+?)\s*$", re.M)
+    pairs = []
+    for call, expected in pattern.findall(source):
+        try:
+            ast.parse(call, mode="eval")
+            ast.parse(expected, mode="eval")
+        except SyntaxError:
+            continue
+        pairs.append((call, expected))
+    return pairs
+
+
 def coding_reward(prompts, completions, **_) -> list[float]:
-    """1 when the answer passes the doctest examples of the prompt's function (run in the sandbox);
-    with no examples to run, 1 when it at least parses as Python."""
+    """1 when the answer passes the examples the prompt gives for its function (``>>> f(x)`` doctests
+    and HumanEval-style ``f(x) == y`` lines), judged through the sandbox; 0 otherwise. An answer
+    with nothing to check it against earns 0: rewarding code for merely parsing is a reward hack."""
     from mint.harness.coding import extract_program
     from mint.harness.sandbox import Limits, run_tests
 
@@ -40,7 +55,7 @@ def coding_reward(prompts, completions, **_) -> list[float]:
         code_in_prompt = re.search(r"```(?:python)?\n(.*?)```", request, re.S)
         source = code_in_prompt.group(1) if code_in_prompt else request
         entry = _DEF.findall(source)
-        examples = _DOCTEST.findall(source)
+        examples = _DOCTEST.findall(source) + (_stated_examples(source, entry[-1]) if entry else [])
         text = _text(completion)
         if not entry:
             rewards.append(0.0)
@@ -52,7 +67,7 @@ def coding_reward(prompts, completions, **_) -> list[float]:
             rewards.append(0.0)
             continue
         if not examples:
-            rewards.append(1.0)
+            rewards.append(0.0)
             continue
         test = "def check(candidate):\n    " + f"{entry[-1]} = candidate\n" + "".join(
             f"    assert ({call}) == ({expected})\n" for call, expected in examples)

@@ -112,3 +112,15 @@ def test_the_coding_reward_runs_the_prompts_examples_through_the_judge():
                   "def square(x):\n    return Always(0)\n```")
     abs_leak = "```python\ndef abs(x):\n    return 4\ndef square(x):\n    return 9 if x == 3 else 0\n```"
     assert coding_reward([REWARD_PROMPT] * 4, [honest, wrong, type_patch, abs_leak]) == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_the_coding_reward_reads_humaneval_style_examples_and_pays_nothing_for_unverifiable_code():
+    from mint.train.rewards import coding_reward
+
+    stated = [{"role": "user", "content": 'Complete:\n```python\ndef add(a, b):\n    """Add.\n    add(2, 3) == 5\n'
+                                          '    add(-1, 1) == 0\n    """\n```'}]
+    unverifiable = [{"role": "user", "content": "```python\ndef add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n```"}]
+    right = "```python\ndef add(a, b):\n    return a + b\n```"
+    wrong = "```python\ndef add(a, b):\n    return a * b + 1\n```"
+    assert coding_reward([stated] * 2, [right, wrong]) == [1.0, 0.0]
+    assert coding_reward([unverifiable], [right]) == [0.0]     # parsing alone is not a pass
