@@ -68,7 +68,11 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
                                                             help="Score outputs produced elsewhere (JSONL)."),
                  base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
                  json_out: bool = JSON_OPT) -> None:
-    """Evaluate REF under a contract: generate, score, gate against the champion. Exit 0 pass, 1 fail."""
+    """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
+    one), paired by example with 95% intervals. Exit 0 pass, 1 fail.
+
+    Example: mint eval genui:v2 --contract contracts/genui.yaml
+    """
     from mint.contract.evaluate import evaluate
 
     quiet_transformers()

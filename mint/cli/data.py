@@ -39,7 +39,10 @@ def ingest(
     max_record_bytes: int = typer.Option(1_000_000, "--max-record-bytes", help="Larger records are quarantined."),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Turn interaction logs into a new immutable version of a dataset (scrubbed, deduplicated, labeled)."""
+    """Turn interaction logs into a new immutable version of a dataset (scrubbed, deduplicated, labeled).
+
+    Example: mint ingest logs/ .mint/logs --dataset prod
+    """
     from mint.data.ingest import ingest as run_ingest
     from mint.project import load_project
 
@@ -109,7 +112,10 @@ class _ByteProgress:
 
 @data_app.command("ls")
 def data_ls(json_out: bool = JSON_OPT) -> None:
-    """List datasets with their current version and episode counts."""
+    """List datasets with their current version and episode counts.
+
+    Example: mint data ls
+    """
     from mint.data.datasets import list_datasets
 
     rows = list_datasets(ws())
@@ -133,7 +139,10 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
                                                                help="Hash prefix or vN (default: latest)."),
               head: int = typer.Option(5, "--head", "-n", help="How many episodes to print."),
               json_out: bool = JSON_OPT) -> None:
-    """Show a dataset version's manifest, its history and its first episodes."""
+    """Show a dataset version's manifest, its history and its first episodes.
+
+    Example: mint data show prod --version v2 --head 3
+    """
     from mint.data.datasets import show_dataset
 
     view = show_dataset(ws(), name, version, head)
@@ -165,7 +174,8 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
 @data_app.command("export")
 def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                 fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
-                version: Optional[str] = typer.Option(None, "--version", "-v"),
+                version: Optional[str] = typer.Option(None, "--version", "-v",
+                                                      help="Hash prefix or vN (default: latest)."),
                 specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
                                                          help="Only episodes labeled with this specialist."),
                 min_rating: Optional[int] = typer.Option(

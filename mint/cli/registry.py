@@ -203,8 +203,13 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
 def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", help="The eval report (default: the "
                                                                                      "newest registered one)."),
             force: bool = typer.Option(False, "--force", help="Skip the report checks (needs --why)."),
-            why: Optional[str] = typer.Option(None, "--why"), json_out: bool = JSON_OPT) -> None:
-    """Make REF the champion of its specialist if its report passed against the current champion."""
+            why: Optional[str] = typer.Option(None, "--why", help="The reason for --force, kept in the event log."),
+            json_out: bool = JSON_OPT) -> None:
+    """Make REF the champion of its specialist if its registered report passed against the current champion
+    (or the bare base), measured on the same examples.
+
+    Example: mint promote genui:v2
+    """
     from mint.registry.promotion import promote as run_promote
 
     _render_move(run_promote(ws(), ref, report_path=report, force=force, why=why), json_out)
