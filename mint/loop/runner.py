@@ -344,7 +344,8 @@ class _Context:
 
         o = step.options
         parent = self.champions().get(step.specialist) if o.get("from", "champion") == "champion" else None
-        sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items()]
+        # continuing from a champion keeps its adapter's LoRA shape: lora.* settings apply to a new adapter only
+        sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items() if not (parent and str(k).startswith("lora."))]
         result = train(self.ws, specialist=step.specialist, data=self.recipe.dataset, method=o["method"],
                        from_ref=parent, base=None if parent else self.base, sets=sets)
         return {"revision": result.ref, "revision_id": result.revision_id, "run": result.run,
