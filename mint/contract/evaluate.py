@@ -83,10 +83,10 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
     suites = [(suite, read_suite(contract, suite, limit)) for suite in contract.suites]
     if predictions is not None:
         outputs, latencies = _read_predictions(predictions, suites)
-        base_name = None
+        base_name, generation = None, None
     else:
         base_name = base or (revision.base if revision else None) or _project_base()
-        outputs, latencies = _generate(contract, suites, revision, adapter_dir, base_name, progress)
+        outputs, latencies, generation = _generate(contract, suites, revision, adapter_dir, base_name, progress)
 
     metrics: dict[str, float] = {}
     rows: list[dict] = []
@@ -122,7 +122,7 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
         "metrics": metrics, "gates": [asdict(g) for g in gates],
         "verdict": "pass" if all(g.passed for g in gates) else "fail",
         "examples": {suite.name: len(records) for suite, records in suites},
-        "source": "predictions" if predictions is not None else "generated",
+        "source": "predictions" if predictions is not None else "generated", "generation": generation,
         "predictions": PREDICTIONS_FILE, "created_at": store.now(),
         "duration_s": round(time.perf_counter() - started, 3),
     }
@@ -162,7 +162,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress):
     from mint.base import load_base
-    from mint.mol.generate import generate_batches
+    from mint.mol.generate import answer_ends, generate
 
     loaded = load_base(base_name)
     if revision is not None and revision.base_fingerprint and revision.base_fingerprint != loaded.fingerprint:
@@ -175,7 +175,7 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
         model = PeftModel.from_pretrained(model, str(adapter_dir))
         model.eval()
     harness = contract.harness()
-    outputs, latencies = {}, {}
+    outputs, latencies, generation = {}, {}, {}
     for suite, records in suites:
         done = [0]
 
@@ -184,9 +184,14 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
             if progress:
                 progress(suite.name, done[0], len(records))
 
-        outputs[suite.name], latencies[suite.name] = generate_batches(
-            model, loaded.tokenizer, [harness.messages(r) for r in records], contract.settings, tick)
-    return outputs, latencies
+        result = generate(model, loaded.tokenizer, [harness.messages(r) for r in records], contract.settings, tick,
+                          answer_end=answer_ends(contract.harness_name))
+        outputs[suite.name], latencies[suite.name] = result.outputs, result.latencies_ms
+        # precision used and why, the bf16/fp32 parity check, tokens/s
+        generation[suite.name] = {"precision": result.precision, "reason": result.precision_reason,
+                                  "parity": result.parity, "new_tokens": result.new_tokens,
+                                  "tokens_per_s": round(result.tokens_per_s, 2)}
+    return outputs, latencies, generation
 
 
 def _read_predictions(path: Path, suites) -> tuple[dict, dict]:

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from mint.errors import BadInput
 from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
+from mint.mol.generate import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
 from mint.yamlfile import YamlDoc, load_yaml
 
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
-DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size")
+DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size", "precision")
 SUITE_KEYS = ("name", "data", "metrics", "limit")
 GATE_KEYS = ("metric", "min", "max", "no_regression")
 PROMOTION_KEYS = ("min_examples", "auto")
@@ -134,8 +135,11 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     system = harness.get("system")
     if system is not None and not isinstance(system, str):
         raise doc.error("harness.system", "expected a string")
+    precision = decoding.get("precision", "fp32")
+    if precision not in PRECISIONS:
+        raise doc.error("harness.decoding.precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     settings = HarnessSettings(
-        system=system, template=template, tools=tuple(tools) if tools is not None else None,
+        precision=precision, system=system, template=template, tools=tuple(tools) if tools is not None else None,
         max_new_tokens=_number(doc, decoding.get("max_new_tokens", 256), "harness.decoding.max_new_tokens",
                                minimum=1, integer=True),
         temperature=_number(doc, decoding.get("temperature", 0.0), "harness.decoding.temperature", minimum=0),
