@@ -220,6 +220,14 @@ def training_plan(method: str, hardware: Hardware) -> TrainingPlan:
     return TrainingPlan(hardware, choices)
 
 
+def reconcile(settings: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    """A user's fp16 (or bf16) replaces mint's other half-precision choice instead of clashing with it."""
+    for ours, theirs in (("bf16", "fp16"), ("fp16", "bf16")):
+        if user.get(theirs) is True and ours not in user:
+            settings = {**settings, ours: False}
+    return settings
+
+
 def torch_threads(hardware: Hardware) -> Choice:
     """Intra-op threads: one per core this process may use (torch counts the machine's, which
     oversubscribes under a CPU affinity mask or a container limit)."""

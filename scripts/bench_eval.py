@@ -6,7 +6,7 @@ Smoke run: python scripts/bench_eval.py --quick   (tiny-random, 4 prompts, 1 run
 The prompts are the GenUI contract's held-out suite under its harness (contracts/genui.yaml), greedy.
 Modes, each timed on the same model in one process, alternated (A B C ... A B C ...) after one warm-up each:
   today            fp32, batch 16, runs every row to max_new_tokens (what evaluation did before)
-  fast batched     precision auto (bf16 where the CPU has it natively), answers end at their end, batch 16
+  fast batched     precision auto (bf16 where the CPU has it natively), stop_at_answer_end, batch 16
   fast one-by-one  the same, batch 1
   fast static KV   fast batched with a static KV cache (kept out of mint's default unless it pays off here)
 Goals (issue 14): fast batched >= 8x fast one-by-one; evaluation tokens/s >= 2x today's.
@@ -53,8 +53,8 @@ def main() -> None:
                                    max_new_tokens=args.max_new_tokens or contract.settings.max_new_tokens)
     loaded = load_base(args.base)
     hardware = detect()
-    stop = answer_ends(contract.harness_name)
-    fast = dataclasses.replace(settings, precision="auto")
+    fast = dataclasses.replace(settings, precision="auto", stop_at_answer_end=True)
+    stop = answer_ends(contract.harness_name, fast)
     modes = {
         "today": lambda: generate(loaded.model, loaded.tokenizer, conversations,
                                   dataclasses.replace(settings, precision="fp32")),

@@ -93,6 +93,13 @@ def test_the_users_set_wins_over_the_hardware_choice_and_is_recorded(ws, logs, a
     assert settings["hardware"]["choices"]["bf16"]["overridden_by_user"] is False
 
 
+def test_a_users_fp16_replaces_the_bf16_choice_instead_of_clashing(amx_machine):
+    from mint.train.config import resolve_settings
+
+    settings = resolve_settings("sft", None, ["fp16=true"])
+    assert settings.trl["fp16"] is True and settings.trl["bf16"] is False
+
+
 def test_the_hardware_record_does_not_change_the_config_hash(amx_machine, monkeypatch):
     from mint.train.config import resolve_settings
 

@@ -185,7 +185,7 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
                 progress(suite.name, done[0], len(records))
 
         result = generate(model, loaded.tokenizer, [harness.messages(r) for r in records], contract.settings, tick,
-                          answer_end=answer_ends(contract.harness_name))
+                          answer_end=answer_ends(contract.harness_name, contract.settings))
         outputs[suite.name], latencies[suite.name] = result.outputs, result.latencies_ms
         # precision used and why, the bf16/fp32 parity check, tokens/s
         generation[suite.name] = {"precision": result.precision, "reason": result.precision_reason,

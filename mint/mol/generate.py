@@ -1,11 +1,11 @@
 """Batched generation: left-padded batches of similar length, one adapter (or none) for the whole batch.
 
-Three things keep contract evaluation fast without changing what it measures:
+Three things make contract evaluation faster; the last two are a contract's choice (its decoding block),
+because they can change what it measures:
 
 - prompts are batched by length (less left padding), and outputs come back in the caller's order;
-- generation ends at the end of the answer (a complete JSON value, a closed code fence, closed
-  ``<tool_call>`` blocks) for harnesses whose answer has such an end, instead of running to
-  ``max_new_tokens`` on every row;
+- ``decoding: {stop_at_answer_end: true}`` ends each row once its answer is complete (a JSON value, a
+  closed code fence, closed ``<tool_call>`` blocks, by harness) instead of running to ``max_new_tokens``;
 - ``decoding: {precision: bf16 | auto}`` generates with a bf16 copy of the model, and a greedy parity
   check against fp32 on the first prompts is returned with the outputs (``auto`` keeps fp32 when the
   hardware has no native bf16 or the check disagrees).
@@ -46,8 +46,10 @@ class Generation:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def answer_ends(harness_name: str) -> tuple[str, ...]:
-    return ANSWER_ENDS.get(harness_name, ())
+def answer_ends(harness_name: str, settings: HarnessSettings) -> tuple[str, ...]:
+    """The answer ends to stop at: only where the contract asks (``decoding.stop_at_answer_end``), since
+    cutting what follows a complete answer can change its score (trailing text fails a strict parse)."""
+    return ANSWER_ENDS.get(harness_name, ()) if settings.stop_at_answer_end else ()
 
 
 def answer_complete(text: str, kinds: tuple[str, ...]) -> bool:

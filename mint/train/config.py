@@ -102,7 +102,8 @@ def resolve_settings(method: str, config: Path | None, sets: list[str]) -> Train
     threads = hardware.torch_threads(plan.hardware)
     hardware.apply_threads(threads)
     user_trl = {**(file_blocks.get("trl") or {}), **overrides.get("trl", {})}
-    trl_values = {**hardware_defaults(method), **plan.settings(), **user_trl}   # the user's values always win
+    # the user's values always win
+    trl_values = hardware.reconcile({**hardware_defaults(method), **plan.settings(), **user_trl}, user_trl)
     fields = {f.name: f.type for f in dataclasses.fields(trl_config_class(method))}
     valid = set(fields)
     for key in trl_values:

@@ -85,7 +85,7 @@ def test_generation_stops_at_the_end_of_a_json_tree_and_rows_end_independently(t
 def test_generation_stops_after_a_closed_code_block(tokenizer):
     model = Scripted(tokenizer, {"code": CODE + "\nThis function returns one, as asked, and more."}).inner
     result = generate(model, tokenizer, [chat("code")], HarnessSettings(max_new_tokens=48, batch_size=1),
-                      answer_end=gen.answer_ends("coding"))
+                      answer_end=gen.answer_ends("coding", HarnessSettings(stop_at_answer_end=True)))
     assert result.outputs == [[CODE]]
 
 
@@ -147,6 +147,19 @@ def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path):
     report = evaluate(ws, candidate("genui").ref, contract).report
     core = report["generation"]["core"]
     assert core["precision"] == "bf16" and core["parity"]["examples"] == 3 and core["new_tokens"] > 0
+
+
+def test_answers_end_early_only_where_the_contract_asks(tmp_path):
+    from mint.contract.schema import load_contract
+    from tests.contract.test_schema import GOOD
+
+    (tmp_path / "core.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                                     "reference": {"type": "Card"}}) + "\n")
+    (tmp_path / "c.yaml").write_text(GOOD)
+    assert gen.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ()
+    (tmp_path / "c.yaml").write_text(GOOD.replace("batch_size: 2}", "batch_size: 2, stop_at_answer_end: true}"))
+    assert gen.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ("json", "fence")
+    assert gen.answer_ends("chat", load_contract(tmp_path / "c.yaml").settings) == ()
 
 
 def test_an_unknown_precision_names_its_field(tmp_path):
