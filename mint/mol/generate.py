@@ -135,13 +135,22 @@ def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
     return ("bf16" if found.bf16 else "fp32"), f"auto: {found.bf16_reason}"
 
 
+def _weights_state(model) -> tuple:
+    """Changes when the model's weights do (in place too: a tensor's version counter) or another adapter is
+    attached or made active, so a cached bf16 copy or parity check is never stale."""
+    return (str(getattr(model, "active_adapter", None)),
+            tuple((id(p), p._version) for p in model.parameters()))
+
+
 def bf16_copy(model):
-    """A bf16 copy of ``model``, made once per model (the fp32 original stays untouched for others)."""
+    """A bf16 copy of ``model``, made once per state of its weights (the fp32 original stays untouched)."""
     import torch
 
-    if model not in _bf16_models:
-        _bf16_models[model] = copy.deepcopy(model).to(torch.bfloat16).eval()
-    return _bf16_models[model]
+    state = _weights_state(model)
+    cached = _bf16_models.get(model)
+    if cached is None or cached[0] != state:
+        _bf16_models[model] = (state, copy.deepcopy(model).to(torch.bfloat16).eval())
+    return _bf16_models[model][1]
 
 
 def generate(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
@@ -175,8 +184,9 @@ def _parity(model, tokenizer, conversations, settings: HarnessSettings, answer_e
     paid by the first suite of an evaluation)."""
     import dataclasses
 
-    if model in _parity_checks:
-        return _parity_checks[model]
+    state = _weights_state(model)
+    if model in _parity_checks and _parity_checks[model][0] == state:
+        return _parity_checks[model][1]
     prompts = conversations[:PARITY_PROMPTS]
     greedy = dataclasses.replace(settings, temperature=0.0, samples=1)
     reference, _, _, _ = _run(model, tokenizer, prompts, greedy, None, answer_end, None)
@@ -186,7 +196,7 @@ def _parity(model, tokenizer, conversations, settings: HarnessSettings, answer_e
               "agreement": sum(same) / len(prompts),
               "mismatches": [{"prompt": i, "fp32": reference[i][0][:300], "bf16": candidate[i][0][:300]}
                              for i, ok in enumerate(same) if not ok]}
-    _parity_checks[model] = record
+    _parity_checks[model] = (state, record)
     return record
 
 

@@ -111,6 +111,20 @@ def test_bf16_generation_records_its_parity_with_fp32_and_leaves_the_model_in_fp
     assert json.dumps(parity)   # plain data, ready for the report
 
 
+def test_the_bf16_copy_follows_weights_changed_in_place():
+    loaded = load_base(TINY)
+    settings = HarnessSettings(max_new_tokens=6, batch_size=2, precision="bf16")
+    before = generate(loaded.model, loaded.tokenizer, [chat("tree"), chat("code")], settings).outputs
+    with torch.no_grad():
+        for parameter in loaded.model.parameters():
+            parameter.mul_(-3.0)
+    after = generate(loaded.model, loaded.tokenizer, [chat("tree"), chat("code")], settings)
+    fp32 = generate(loaded.model, loaded.tokenizer, [chat("tree"), chat("code")],
+                    HarnessSettings(max_new_tokens=6, batch_size=2))
+    assert after.outputs != before and after.parity["examples"] == 2
+    assert after.parity["identical"] == sum(a == b for a, b in zip(after.outputs, fp32.outputs))
+
+
 def test_auto_precision_stays_fp32_on_a_cpu_without_bf16(monkeypatch):
     from mint import hardware
 
