@@ -1,5 +1,6 @@
 """Training defaults that read the hardware: the precision choice, its reasons, and their record in run.json."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,40 +73,38 @@ def logs(ws, project, tmp_path):
 
 
 def test_run_json_records_the_precision_choice_and_its_reason(ws, logs, amx_machine):
-    from mint.train.run import prepare_run
+    from mint.train.run import train
 
-    run_dir = prepare_run(ws, specialist="chat", data=logs, method="sft", from_ref=None, base="tiny-random",
-                          config=None, sets=["max_steps=2"])
-    settings = json.loads((run_dir / "run.json").read_text())["settings"]
+    result = train(ws, specialist="chat", data=logs, method="sft", base="tiny-random",
+                   sets=["max_steps=1", "save_steps=10", "per_device_train_batch_size=2", "max_length=64", "lora.r=4"])
+    settings = json.loads((Path(result.run_dir) / "run.json").read_text())["settings"]
     assert settings["trl"]["bf16"] is True
     choice = settings["hardware"]["choices"]["bf16"]
     assert choice["value"] is True and "amx_bf16" in choice["reason"] and "overridden_by_user" not in choice
     assert "amx_bf16" in settings["hardware"]["hardware"]["cpu_flags"]
 
 
-def test_the_users_set_wins_over_the_hardware_choice_and_is_recorded(ws, logs, amx_machine):
-    from mint.train.run import prepare_run
+def test_the_users_set_wins_over_the_hardware_choice_and_is_recorded(amx_machine):
+    from mint.train.config import planned_settings
 
-    run_dir = prepare_run(ws, specialist="chat", data=logs, method="sft", from_ref=None, base="tiny-random",
-                          config=None, sets=["bf16=false"])
-    settings = json.loads((run_dir / "run.json").read_text())["settings"]
-    assert settings["trl"]["bf16"] is False
-    assert settings["hardware"]["choices"]["bf16"]["overridden_by_user"] is False
+    settings = planned_settings("sft", None, ["bf16=false"])
+    assert settings.trl["bf16"] is False
+    assert settings.hardware["choices"]["bf16"]["overridden_by_user"] is False
 
 
 def test_a_users_fp16_replaces_the_bf16_choice_instead_of_clashing(amx_machine):
-    from mint.train.config import resolve_settings
+    from mint.train.config import planned_settings
 
-    settings = resolve_settings("sft", None, ["fp16=true"])
+    settings = planned_settings("sft", None, ["fp16=true"])
     assert settings.trl["fp16"] is True and settings.trl["bf16"] is False
 
 
 def test_the_hardware_record_does_not_change_the_config_hash(amx_machine, monkeypatch):
-    from mint.train.config import resolve_settings
+    from mint.train.config import planned_settings
 
-    on_amx = resolve_settings("sft", None, ["bf16=false"])
+    on_amx = planned_settings("sft", None, ["bf16=false"])
     monkeypatch.setattr(hardware, "read_cpuinfo", lambda path=None: AVX2_CPU)
-    on_avx2 = resolve_settings("sft", None, ["bf16=false"])
+    on_avx2 = planned_settings("sft", None, ["bf16=false"])
     assert on_amx.hardware != on_avx2.hardware and on_amx.digest() == on_avx2.digest()
 
 
