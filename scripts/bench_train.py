@@ -1,18 +1,24 @@
-"""mint train against plain TRL on the same data and settings, and mint's defaults against TRL's.
+"""mint train against a plain TRL script on the same data and settings; mint's defaults against TRL's.
 
-Run: make bench   (or: python scripts/bench_train.py [--base smollm2-135m] [--steps 6])
+Run: make bench   (or: python scripts/bench_train.py [--base smollm2-135m] [--steps 6] [--repeats 3])
+Smoke run: python scripts/bench_train.py --quick   (tiny-random, 2 steps, one run per side, no warm-up)
 
-(a) `mint train` (CLI, end to end: data, run directory, checkpoints, registration) against a plain
-    TRL SFTTrainer script given exactly the settings mint resolved; wall-time ratio, goal <= 1.05.
-(b) mint's hardware-aware defaults against TRL's defaults (plus use_cpu on a CPU, without which TRL's
-    bf16 default does not start); training tokens/s ratio, goal >= 1.4.
-Both sides of each pair run as fresh processes on the same examples.
+(a) wall time of `mint train` (CLI, end to end: examples, run directory, training, adapter, registration)
+    against a plain TRL SFTTrainer script that does not import mint, given exactly the settings mint
+    resolved and the same examples. Goal: ratio of medians <= 1.05.
+(b) training tokens/s of mint's hardware-aware defaults against TRL's defaults (plus use_cpu on a CPU),
+    and against a well-tuned plain TRL script (fp32, no gradient checkpointing). Goal: >= 1.4 against
+    TRL's defaults. Both sides are the plain script, so only the settings differ; their loss curves are
+    compared too (bf16 must learn like fp32).
+Every side runs as a fresh process; sides alternate (A B A B ...) after one warm-up run of each, and
+min and median are printed. The tokenizer, model and examples are read from files both sides share.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,87 +26,183 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+WALL_GOAL, SPEED_GOAL = 1.05, 1.4
 
+# The reference: plain TRL + PEFT, no mint import. argv: spec.json (base dir, examples, settings), out dir.
 PLAIN = r"""
 import json, sys, time
 from datasets import Dataset
 from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
-from mint.base import load_base, training_chat_template
-run_dir, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-run = json.load(open(f"{run_dir}/run.json"))
-rows = [json.loads(l) for l in open(f"{run_dir}/examples.jsonl")]
-loaded = load_base(run["base"])
-loaded.tokenizer.chat_template = training_chat_template()
-trl = dict(run["settings"]["trl"])
-if mode == "trl-defaults":
-    import torch
-    trl = {k: trl[k] for k in ("max_steps", "per_device_train_batch_size", "learning_rate", "seed", "report_to",
-                               "save_steps", "assistant_only_loss", "max_length")}
-    if not torch.cuda.is_available():
-        trl["use_cpu"] = True
-lora = run["settings"]["lora"]
-args = SFTConfig(output_dir=out, **trl)
-trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=Dataset.from_list(rows),
-                     processing_class=loaded.tokenizer,
+spec, out = json.load(open(sys.argv[1])), sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(spec["base_dir"])
+tokenizer.chat_template = spec["chat_template"]
+model = AutoModelForCausalLM.from_pretrained(spec["base_dir"], dtype="float32")
+rows = [json.loads(line) for line in open(spec["examples"])]
+lora = spec["lora"]
+args = SFTConfig(output_dir=out, **spec["trl"])
+trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                      peft_config=LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                                             target_modules=lora["target_modules"], task_type="CAUSAL_LM"))
 began = time.perf_counter()
 trainer.train()
 seconds = time.perf_counter() - began
-tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
 trainer.model.save_pretrained(f"{out}/adapter")
-print(json.dumps({"tokens": tokens, "train_seconds": seconds,
-                  "gradient_checkpointing": args.gradient_checkpointing, "bf16": args.bf16}))
+history = trainer.state.log_history
+print(json.dumps({"tokens": max(h.get("num_tokens", 0) for h in history), "train_seconds": seconds,
+                  "losses": [h["loss"] for h in history if "loss" in h],
+                  "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing}))
 """
+# what a user states for the task, given to every side; the rest is each side's defaults
+TASK_KEYS = ("max_steps", "per_device_train_batch_size", "learning_rate", "seed", "report_to", "save_steps",
+             "assistant_only_loss", "max_length", "logging_steps")
 
 
-def timed(command: list[str], env: dict) -> tuple[float, str]:
+def run(command: list[str], env: dict, cwd: str) -> tuple[float, str]:
     began = time.perf_counter()
-    child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=env["BENCH_CWD"])
+    child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
+    seconds = time.perf_counter() - began
     if child.returncode != 0:
-        raise SystemExit(child.stderr[-3000:])
-    return time.perf_counter() - began, child.stdout
+        raise SystemExit(f"{' '.join(command[:4])} ... failed:\n{child.stderr[-3000:]}")
+    return seconds, child.stdout
+
+
+def alternate(sides: dict, repeats: int, warmup: bool) -> dict[str, list]:
+    """Each side's results, run in turn (A B C A B C ...) after one discarded warm-up of each."""
+    if warmup:
+        for name, side in sides.items():
+            print(f"  warm-up: {name}", file=sys.stderr)
+            side()
+    results = {name: [] for name in sides}
+    for round_number in range(repeats):
+        for name, side in sides.items():
+            print(f"  round {round_number + 1}/{repeats}: {name}", file=sys.stderr)
+            results[name].append(side())
+    return results
+
+
+def spread(values: list[float]) -> str:
+    return f"min {min(values):7.2f}  median {statistics.median(values):7.2f}  (n={len(values)})"
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def prepare_base(base: str, tmp: Path) -> tuple[str, Path]:
+    """(the --base mint is given, the model directory the plain script loads): the embedded base's own
+    directory; tiny-random (built in code) saved once as a local model directory both sides load."""
+    from mint.base import load_base, resolve_base, training_chat_template
+
+    directory = resolve_base(base)
+    if directory is not None:
+        return base, directory
+    loaded = load_base(base)
+    target = tmp / "base"
+    loaded.model.save_pretrained(target)
+    loaded.tokenizer.chat_template = training_chat_template()   # local bases train with their own template
+    loaded.tokenizer.save_pretrained(target)
+    return str(target), target
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="smollm2-135m")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (after one warm-up)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 2 steps, 1 run per side")
     args = parser.parse_args()
-    mint = [sys.executable, "-m", "mint"]
-    with tempfile.TemporaryDirectory(prefix="mint-bench-train-") as tmp:
-        env = {**os.environ, "MINT_HOME": f"{tmp}/home", "BENCH_CWD": tmp, "HF_HUB_OFFLINE": "1"}
-        subprocess.run([*mint, "ingest", str(ROOT / "examples/logs/server_log.jsonl.gz"), "--dataset", "ui",
-                        "--json"], check=True, capture_output=True, env=env, cwd=tmp)
-        sets = [f"max_steps={args.steps}", "per_device_train_batch_size=4", "save_steps=1000", "max_length=384"]
-        mint_s, out = timed([*mint, "train", "--specialist", "genui", "--data", "ui", "--method", "sft", "--base",
-                             args.base, "--json", *[x for s in sets for x in ("--set", s)]], env)
-        run_dir = json.loads(out)["run_dir"]
-        plain_s, out = timed([sys.executable, "-c", PLAIN, run_dir, f"{tmp}/plain", "same"], env)
-        plain = json.loads(out.strip().splitlines()[-1])
-        _defaults_s, out = timed([sys.executable, "-c", PLAIN, run_dir, f"{tmp}/defaults", "trl-defaults"], env)
-        defaults = json.loads(out.strip().splitlines()[-1])
-        mint_metrics = [json.loads(l) for l in open(f"{run_dir}/metrics.jsonl")]
-        start = next(m["time"] for m in mint_metrics if m.get("event") == "start")
-        end = max(m["time"] for m in mint_metrics)
-        run = json.load(open(f"{run_dir}/run.json"))
+    if args.quick:
+        args.base, args.steps, args.repeats = "tiny-random", 2, 1
 
-    trl = run["settings"]["trl"]
-    print(f"base {args.base}, SFT, {run['examples']} GenUI examples, {args.steps} steps, batch "
-          f"{trl['per_device_train_batch_size']}, max_length {trl['max_length']}, LoRA r={run['settings']['lora']['r']}"
-          f" on {run['settings']['lora']['target_modules']}")
-    wall = mint_s / plain_s
-    print(f"\n(a) wall time, whole process: mint train {mint_s:.1f} s, plain TRL script {plain_s:.1f} s "
-          f"-> ratio {wall:.3f} (goal <= 1.05): {'MET' if wall <= 1.05 else 'MISSED'}")
-    mint_tps = plain["tokens"] / plain["train_seconds"]
-    default_tps = defaults["tokens"] / defaults["train_seconds"]
-    speed = mint_tps / default_tps
-    print(f"(b) training tokens/s: mint defaults {mint_tps:.0f} (gradient_checkpointing "
-          f"{plain['gradient_checkpointing']}, bf16 {plain['bf16']}), TRL defaults {default_tps:.0f} "
-          f"(gradient_checkpointing {defaults['gradient_checkpointing']}, bf16 {defaults['bf16']}) "
-          f"-> ratio {speed:.2f} (goal >= 1.4): {'MET' if speed >= 1.4 else 'MISSED'}")
-    print(f"    (mint's own run trained for {end - start:.1f} s between its first and last metrics lines)")
+    from mint.base import training_chat_template
+    from mint.hardware import detect
+
+    hardware = detect()
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="mint-bench-train-") as tmp_name:
+        tmp = Path(tmp_name)
+        env = {**os.environ, "MINT_HOME": str(tmp / "home"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        mint = [python, "-m", "mint"]
+        run([*mint, "ingest", str(ROOT / "examples/logs/server_log.jsonl.gz"), "--dataset", "ui", "--json"], env,
+            tmp_name)
+        base_arg, base_dir = prepare_base(args.base, tmp)
+        task = [f"max_steps={args.steps}", "per_device_train_batch_size=4", "save_steps=1000", "max_length=384"]
+        sets = [x for s in task for x in ("--set", s)]
+        train_cli = [*mint, "train", "--specialist", "genui", "--data", "ui", "--method", "sft", "--base", base_arg,
+                     "--json", *sets]
+        _, shown = run([*mint, "train", "--dry-run", "--method", "sft", *sets], env, tmp_name)
+        resolved = json.loads(shown)
+        # one mint run first: its examples.jsonl is what every plain run trains on
+        _, out = run(train_cli, env, tmp_name)
+        examples = Path(json.loads(out)["run_dir"]) / "examples.jsonl"
+
+        def spec_file(name: str, trl: dict) -> Path:
+            path = tmp / f"{name}.json"
+            path.write_text(json.dumps({"base_dir": str(base_dir), "chat_template": training_chat_template(),
+                                        "examples": str(examples), "lora": resolved["lora"], "trl": trl}))
+            return path
+
+        counter = iter(range(10**6))
+
+        example_count = sum(1 for _ in open(examples))
+        plain_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}   # the reference cannot import mint
+
+        def plain(spec: Path):
+            def side():
+                seconds, out = run([python, "-c", PLAIN, str(spec), str(tmp / f"out-{next(counter)}")], plain_env,
+                                   tmp_name)
+                return {**json.loads(out.strip().splitlines()[-1]), "wall_s": seconds}
+            return side
+
+        def mint_train():
+            return {"wall_s": run(train_cli, env, tmp_name)[0]}
+
+        mint_trl = resolved["trl"]
+        trl_defaults = {k: mint_trl[k] for k in TASK_KEYS if k in mint_trl}
+        if hardware.device == "cpu":
+            trl_defaults["use_cpu"] = True   # without it TRL's bf16 default does not start on a CPU
+        tuned = {**trl_defaults, "bf16": False, "gradient_checkpointing": False}
+        print("(a) mint train vs the plain TRL script", file=sys.stderr)
+        walls = alternate({"mint train": mint_train, "plain TRL": plain(spec_file("same", mint_trl))},
+                          args.repeats, warmup=not args.quick)
+        walls = {name: [r["wall_s"] for r in results] for name, results in walls.items()}
+        print("(b) training tokens/s by settings", file=sys.stderr)
+        speeds = alternate({"mint defaults": plain(spec_file("mint", mint_trl)),
+                            "TRL defaults": plain(spec_file("trl", trl_defaults)),
+                            "tuned fp32": plain(spec_file("tuned", tuned))}, args.repeats, warmup=not args.quick)
+
+    print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, "
+          f"flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} ({hardware.bf16_reason})")
+    print("mint's choices: " + "; ".join(f"{k}={v['value']}" for k, v in resolved["hardware"]["choices"].items()))
+    print(f"base {args.base}, SFT, {example_count} GenUI examples, {args.steps} steps, batch 4, max_length 384, "
+          f"LoRA r={resolved['lora']['r']} on {resolved['lora']['target_modules']}; "
+          f"{args.repeats} alternated runs per side{'' if args.quick else ' after a warm-up'}")
+    print("\n(a) wall time, whole process (s)")
+    for name, values in walls.items():
+        print(f"  {name:<14} {spread(values)}")
+    wall_ratio = statistics.median(walls["mint train"]) / statistics.median(walls["plain TRL"])
+    wall_min = min(walls["mint train"]) / min(walls["plain TRL"])
+    print(f"  ratio mint / plain: median {wall_ratio:.3f}, min {wall_min:.3f} (goal <= {WALL_GOAL}): "
+          f"{verdict(wall_ratio <= WALL_GOAL)}")
+    print("\n(b) training tokens/s")
+    tps = {name: [r["tokens"] / r["train_seconds"] for r in results] for name, results in speeds.items()}
+    for name, results in speeds.items():
+        print(f"  {name:<14} {spread(tps[name])}   bf16 {results[0]['bf16']}, "
+              f"gradient_checkpointing {results[0]['gradient_checkpointing']}")
+    versus_defaults = statistics.median(tps["mint defaults"]) / statistics.median(tps["TRL defaults"])
+    versus_tuned = statistics.median(tps["mint defaults"]) / statistics.median(tps["tuned fp32"])
+    print(f"  mint defaults / TRL defaults: {versus_defaults:.2f} (goal >= {SPEED_GOAL}): "
+          f"{verdict(versus_defaults >= SPEED_GOAL)}")
+    print(f"  mint defaults / tuned fp32 TRL: {versus_tuned:.2f} (goal >= 1.0: mint's defaults are at least the "
+          f"tuned script's): {verdict(versus_tuned >= 1.0)}")
+    mint_losses, fp32_losses = speeds["mint defaults"][0]["losses"], speeds["tuned fp32"][0]["losses"]
+    if mint_losses and len(mint_losses) == len(fp32_losses):
+        gap = max(abs(a - b) for a, b in zip(mint_losses, fp32_losses))
+        print(f"  loss curve, mint defaults vs fp32 (same seed): max per-step gap {gap:.4f} "
+              f"(final {mint_losses[-1]:.4f} vs {fp32_losses[-1]:.4f})")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ def train_command(
     accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config",
                                                      help="An accelerate config file (GPUs, FSDP, DeepSpeed)."),
     env: Optional[str] = typer.Option(None, "--env", help="GRPO in a tool environment: orders, or module:Class."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the settings a run would use, and why; train nothing."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """Train a specialist's LoRA adapter from its episodes and register it as a candidate revision.
@@ -38,6 +39,9 @@ def train_command(
     """
     from mint.train.run import train
 
+    if dry_run:
+        from mint.train.config import planned_settings
+        return print_json(planned_settings(method, config, sets))
     display = TrainDisplay(live=err.is_terminal and not json_out)
     with display.bar:
         result = train(ws(), specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,

@@ -110,10 +110,12 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
             baseline, baseline_evaluated = _base_baseline(ws, contract, base_name, examples_sha256, limit, progress,
                                                           loaded)
 
+    generation = None
     if predictions is not None:
         outputs, latencies = _read_predictions(predictions, suites)
     else:
-        outputs, latencies = _generate(contract, suites, revision, adapter_dir, base_name, progress, loaded)
+        outputs, latencies, generation = _generate(contract, suites, revision, adapter_dir, base_name, progress,
+                                                   loaded)
 
     metrics: dict[str, float] = {}
     rows: list[dict] = []
@@ -153,7 +155,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         "examples": {suite.name: len(records) for suite, records in suites},
         "examples_sha256": examples_sha256,
         "statistics": STATISTICS,
-        "source": "predictions" if predictions is not None else "generated",
+        "source": "predictions" if predictions is not None else "generated", "generation": generation,
         "predictions": PREDICTIONS_FILE, "created_at": store.now(),
         "duration_s": round(time.perf_counter() - started, 3),
     }
@@ -332,7 +334,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict):
     from mint.base import load_base
-    from mint.mol.generate import generate_batches
+    from mint.mol.generate import answer_ends, generate
 
     # a base loaded earlier in this eval is reused once; attaching an adapter changes it, so it is not kept
     loaded = bases.pop(base_name, None) if adapter_dir is not None else bases.get(base_name)
@@ -349,7 +351,7 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
         model = PeftModel.from_pretrained(model, str(adapter_dir))
         model.eval()
     harness = contract.harness()
-    outputs, latencies = {}, {}
+    outputs, latencies, generation = {}, {}, {}
     for suite, records in suites:
         done = [0]
 
@@ -358,9 +360,14 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
             if progress:
                 progress(suite.name, done[0], len(records))
 
-        outputs[suite.name], latencies[suite.name] = generate_batches(
-            model, loaded.tokenizer, [harness.messages(r) for r in records], contract.settings, tick)
-    return outputs, latencies
+        result = generate(model, loaded.tokenizer, [harness.messages(r) for r in records], contract.settings, tick,
+                          answer_end=answer_ends(contract.harness_name, contract.settings))
+        outputs[suite.name], latencies[suite.name] = result.outputs, result.latencies_ms
+        # precision used and why, the bf16/fp32 parity check, tokens/s
+        generation[suite.name] = {"precision": result.precision, "reason": result.precision_reason,
+                                  "parity": result.parity, "new_tokens": result.new_tokens,
+                                  "tokens_per_s": round(result.tokens_per_s, 2)}
+    return outputs, latencies, generation
 
 
 def _read_predictions(path: Path, suites) -> tuple[dict, dict]:

@@ -13,13 +13,15 @@ from pathlib import Path
 
 from mint.errors import BadInput
 from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
+from mint.mol.generate import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
 from mint.yamlfile import YamlDoc, load_yaml
 
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
-DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size")
+DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size", "precision",
+                 "stop_at_answer_end")
 SUITE_KEYS = ("name", "data", "metrics", "limit")
 GATE_KEYS = ("metric", "min", "max", "no_regression", "improve")
 PROMOTION_KEYS = ("min_examples", "auto")
@@ -140,8 +142,14 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     system = harness.get("system")
     if system is not None and not isinstance(system, str):
         raise doc.error("harness.system", "expected a string")
+    precision = decoding.get("precision", "fp32")
+    if precision not in PRECISIONS:
+        raise doc.error("harness.decoding.precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    stop_at_answer_end = decoding.get("stop_at_answer_end", False)
+    if not isinstance(stop_at_answer_end, bool):
+        raise doc.error("harness.decoding.stop_at_answer_end", "expected true or false")
     settings = HarnessSettings(
-        system=system, template=template, tools=tuple(tools) if tools is not None else None,
+        precision=precision, stop_at_answer_end=stop_at_answer_end, system=system, template=template, tools=tuple(tools) if tools is not None else None,
         max_new_tokens=_number(doc, decoding.get("max_new_tokens", 256), "harness.decoding.max_new_tokens",
                                minimum=1, integer=True),
         temperature=_number(doc, decoding.get("temperature", 0.0), "harness.decoding.temperature", minimum=0),

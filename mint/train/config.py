@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from mint import hardware
 from mint.errors import BadInput
 from mint.yamlfile import load_yaml
 
@@ -42,26 +43,18 @@ def trl_config_class(method: str):
 
 
 def hardware_defaults(method: str) -> dict[str, Any]:
-    """Fast settings for the hardware at hand (measured on a 2-core CPU: bf16 fails there, gradient
-    checkpointing costs 1.5x, packing and padding-free are not faster)."""
-    import torch
-
+    """mint's defaults for ``method``; the hardware-dependent ones come from ``mint.hardware.training_plan``."""
     common = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "learning_rate": 2e-4,
               "lr_scheduler_type": "linear", "warmup_steps": 0, "logging_steps": 1, "save_steps": 10,
-              "save_total_limit": 2, "seed": 0, "max_steps": 20, "dataloader_num_workers": 0, "report_to": []}
-    if torch.cuda.is_available():
-        hardware = {"bf16": torch.cuda.is_bf16_supported(), "fp16": not torch.cuda.is_bf16_supported(),
-                    "gradient_checkpointing": True, "tf32": True}
-    else:
-        hardware = {"use_cpu": True, "bf16": False, "fp16": False, "gradient_checkpointing": False}
+              "save_total_limit": 2, "seed": 0, "max_steps": 20, "report_to": []}
     per_method = {
-        "sft": {"assistant_only_loss": True, "packing": False, "max_length": 1024},
+        "sft": {"assistant_only_loss": True, "max_length": 1024},
         "dpo": {"max_length": 1024, "beta": 0.1},
         "kto": {"max_length": 1024, "beta": 0.1},
         "grpo": {"num_generations": 4, "max_completion_length": 128, "per_device_train_batch_size": 4,
                  "temperature": 1.0},
     }[method]
-    return {**common, **hardware, **per_method}
+    return {**common, **per_method}
 
 
 def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
@@ -260,15 +253,31 @@ class TrainSettings:
     lora: dict
     trl: dict
     rewards: tuple[str, ...]
+    hardware: dict = dataclasses.field(default_factory=dict)   # what mint.hardware chose and why (not hashed)
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()).hexdigest()
+        record = {k: v for k, v in dataclasses.asdict(self).items() if k != "hardware"}
+        return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def resolve_settings(user: UserSettings) -> TrainSettings:
-    """The settings a run trains with: mint's defaults for this hardware, then what the user asked for."""
-    trl_values = {**hardware_defaults(user.method), **user.trl}
-    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards)
+    """The settings a run trains with: mint's defaults for this hardware (each choice recorded with its
+    reason), then what the user asked for, which always wins."""
+    plan = hardware.training_plan(user.method, hardware.detect())
+    threads = hardware.torch_threads(plan.hardware)
+    hardware.apply_threads(threads)
+    trl_values = hardware.reconcile({**hardware_defaults(user.method), **plan.settings(), **user.trl}, user.trl)
+    record = {**plan.record(user.trl), "torch_threads": dataclasses.asdict(threads)}
+    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record)
+
+
+def planned_settings(method: str | None, config: Path | None, sets: list[str]) -> TrainSettings:
+    """What ``mint train --dry-run`` shows: the settings a run would use and why, without a model or a trainer."""
+    from mint.train.examples import METHODS
+
+    if method not in METHODS:
+        raise BadInput(f"expected one of {', '.join(METHODS)}", field="--method")
+    return resolve_settings(check_settings(method, config, sets))
 
 
 def _unknown(doc, file_blocks: dict, block: str, key: str, message: str) -> BadInput:
