@@ -75,3 +75,16 @@ def peft_alone(base_name, adapter, conversation, max_new_tokens):
     new = out[0, ids["input_ids"].shape[1]:].tolist()
     eos = tokenizer.eos_token_id
     return new[:new.index(eos)] if eos in new else new
+
+
+@pytest.fixture
+def crown(ws):
+    """crown(specialist, lora_dir) -> the registered revision, made champion (forced: no eval in these tests)."""
+    def make(specialist, lora_dir, base="tiny-random"):
+        from mint.registry.artifacts import register
+        from mint.registry.promotion import promote
+
+        revision = register(ws, lora_dir, specialist=specialist, base=base, method="sft")
+        promote(ws, revision.ref, force=True, why="test")
+        return revision
+    return make

@@ -118,3 +118,37 @@ def test_mixed_batch_is_token_identical_on_smollm2(tmp_path):
     mixed = runtime.generate(CONVERSATIONS[:3], rows, Decoding(max_new_tokens=16))
     for conversation, specialist, got in zip(CONVERSATIONS[:3], rows, mixed):
         assert got.token_ids == peft_alone(SMOLLM2, loras.get(specialist), conversation, 16), specialist
+
+
+def test_sync_champions_loads_each_champion_then_swaps_only_the_one_promoted(ws, crown, tiny_runtime, tiny_loras):
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    crown("coding", tiny_loras["coding"])
+    crown("chat", tiny_loras["chat"])
+    first = tiny_runtime.sync_champions(ws)
+    assert sorted((m.specialist, m.new) for m in first) == [("chat", "chat:v1"), ("coding", "coding:v1")]
+    assert tiny_runtime.sync_champions(ws) == []              # nothing moved: nothing reloaded
+    crown("coding", tiny_loras["agent"])
+    moves = tiny_runtime.sync_champions(ws)
+    assert [(m.specialist, m.old, m.new) for m in moves] == [("coding", "coding:v1", "coding:v2")]
+    after = tiny_runtime.generate(CONVERSATIONS, ["coding", "chat", "coding", None, "chat"],
+                                  Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"])
+    fresh.sync_champions(ws)
+    expected = fresh.generate(CONVERSATIONS, ["coding", "chat", "coding", None, "chat"],
+                              Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in after] == [g.token_ids for g in expected]
+    assert after[0].served_by == "coding:v2" and after[3].served_by == "base"
+
+
+def test_sync_refuses_a_champion_trained_on_another_base(ws, tiny_runtime, tiny_loras):
+    from mint.registry.artifacts import register
+    from mint.registry.promotion import promote
+
+    revision = register(ws, tiny_loras["coding"], specialist="coding", base="smollm2-135m",
+                        base_fingerprint="sha256:" + "0" * 64)
+    promote(ws, revision.ref, force=True, why="test")
+    with pytest.raises(Refused, match="trained on another base"):
+        tiny_runtime.sync_champions(ws)
+    assert tiny_runtime.slots["coding"].ref is None
