@@ -52,6 +52,9 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
           accelerate_config: Path | None = None, env: str | None = None,
           progress: TrainProgress | None = None) -> TrainResult:
+    if specialist == "router":   # the router is a probe on the base, not a LoRA: mint.mol trains it
+        from mint.mol.router_training import train_router
+        return train_router(ws, data=data, base=base, sets=sets)
     if num_processes < 1:
         raise BadInput("must be at least 1", field="--num-processes")
     if resume:
