@@ -19,7 +19,7 @@ try:   # newer typer vendors its own copy of click, with its own exception class
 except ImportError:  # pragma: no cover
     _TyperClickException = click.ClickException
 
-from mint.cli import base, chat, contract, data, genui, monitor, project, registry, route, serve, train  # noqa: F401 - registers commands
+from mint.cli import base, chat, contract, data, export, genui, monitor, project, registry, route, serve, train  # noqa: F401 - registers commands
 from mint.cli.common import app, err
 from mint.errors import MintError
 
