@@ -158,3 +158,16 @@ def test_route_cli_empty_text_is_exit_2(ws):
     result = run_mint("route", "   ")
     assert result.returncode == 2
     assert "TEXT: the turn is empty" in result.stderr
+
+
+def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import turn_features
+
+    loaded = load_base(TINY)
+    short, long = "hi there", "please write a long python function that parses dates in many formats " * 3
+    alone = turn_features(loaded.model, loaded.tokenizer, [short], 2)
+    batched = turn_features(loaded.model, loaded.tokenizer, [long, short], 2)
+    assert torch.allclose(alone[0], batched[1], atol=1e-5)
