@@ -102,3 +102,22 @@ def test_feedback_for_an_unknown_answer_is_bad_input(mixture):
         mixture.feedback("chatcmpl-nope", rating=1)
     with pytest.raises(BadInput, match="rating"):
         mixture.feedback("chatcmpl-nope", rating=5)
+
+
+def test_chat_repl_shows_specialist_and_revision_and_survives_bad_commands(ws, crown, tiny_loras):
+    import os
+    import subprocess
+    import sys
+
+    crown("chat", tiny_loras["chat"])
+    (ws.home.parent / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  chat: {keywords: [hi]}\n"
+                                              "  coding: {keywords: [python]}\n")
+    script = "/specialist poetry\nhi there\n/feedback +1\n/specialist coding\npython?\n/quit\n"
+    result = subprocess.run([sys.executable, "-m", "mint", "chat", "--max-new-tokens", "2"], input=script,
+                            capture_output=True, text=True, env=dict(os.environ), cwd=ws.home.parent, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "chat (chat:v1, rules)" in result.stdout
+    assert "coding (base, forced)" in result.stdout
+    assert "unknown specialist 'poetry'" in result.stderr
+    ratings = [t["feedback"]["rating"] for t in logged(ws)]
+    assert ratings == [1, None]

@@ -171,3 +171,42 @@ def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
     alone = turn_features(loaded.model, loaded.tokenizer, [short], 2)
     batched = turn_features(loaded.model, loaded.tokenizer, [long, short], 2)
     assert torch.allclose(alone[0], batched[1], atol=1e-5)
+
+
+EVERYDAY = [
+    ("ugh my script keeps crashing with an index out of range error, can you look at it?", "coding"),
+    ("how do I flip a string backwards in python", "coding"),
+    ("my for loop never stops, what am I doing wrong", "coding"),
+    ("what's the weather going to be like in Lisbon this weekend?", "agent"),
+    ("find me the cheapest flight from Boston to Denver next Friday", "agent"),
+    ("how many euros is 250 dollars right now", "agent"),
+    ("I need a page where people can sign up with their email", "genui"),
+    ("put together a settings screen with a dark mode toggle and a save button", "genui"),
+    ("show our monthly sales as a bar chart", "genui"),
+    ("I'm feeling a bit lonely tonight", "chat"),
+    ("do you ever dream?", "chat"),
+    ("who painted the mona lisa", "chat"),
+]
+
+
+@pytest.mark.slow
+def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_path):
+    """Trained on the example logs, judged on examples/heldout (true labels from each file), then turns
+    written for this test in everyday words, not the phrasing of the training data."""
+    from mint.base import SMOLLM2
+    from mint.data.ingest import ingest
+    from mint.mol.router import route_text
+    from mint.mol.router_training import train_router
+    from mint.project import DEFAULT_PROJECT
+    from mint.registry.promotion import promote
+
+    repo = Path(__file__).resolve().parents[2]
+    ingest(ws, [repo / "examples" / "logs"], dataset="prod", project=DEFAULT_PROJECT, workers=0)
+    result = train_router(ws, data="prod", base=SMOLLM2, sets=[f"contract={repo / 'contracts' / 'router.yaml'}"],
+                          project=DEFAULT_PROJECT)
+    assert result.metrics["heldout.accuracy"] >= 0.99, result.metrics
+    assert result.metrics["verdict"] == "pass", result.metrics
+    promote(ws, result.ref)
+    wrong = [(text, want, got.specialist) for text, want in EVERYDAY
+             if (got := route_text(ws, text, project=DEFAULT_PROJECT)).specialist != want]
+    assert wrong == []
