@@ -31,10 +31,12 @@ class SlotTable:
     rows: object = None
     uniform: int | None = BASE_SLOT   # the slot every row uses, or None for a mixed batch
     used: tuple[int, ...] = (BASE_SLOT,)
+    version: int = 0          # bumped by every set_rows: modules re-gather their rows' weights once per batch
 
     def set_rows(self, slots: list[int]) -> None:
         distinct = tuple(sorted(set(slots)))
         self.used = distinct
+        self.version += 1
         if len(distinct) == 1:
             self.uniform, self.rows = distinct[0], None
         else:
@@ -63,6 +65,17 @@ class SlottedLoRALinear(nn.Module):
                              persistent=False)
         self.register_buffer("scale", torch.zeros(n_slots, dtype=dtype, device=device), persistent=False)
         self.ranks = [0] * n_slots     # the real rank in each slot (0: nothing loaded here)
+        self._rows: tuple | None = None   # (table version, A per row, B^T per row, scale per row)
+
+    def _gathered(self, rank: int) -> tuple:
+        """Each row's A and B^T, gathered once per batch (the rows keep their slots for the whole generate)."""
+        table = self.table
+        if self._rows is None or self._rows[0] != table.version:
+            a = self.lora_a[:, :rank].index_select(0, table.rows)                         # [batch, r, in]
+            b_t = self.lora_b[:, :, :rank].index_select(0, table.rows).transpose(1, 2)    # [batch, r, out]
+            scale = self.scale.index_select(0, table.rows).view(-1, 1, 1)
+            self._rows = (table.version, a.transpose(1, 2).contiguous(), b_t.contiguous(), scale)
+        return self._rows[1:]
 
     def forward(self, x):
         out = self.base(x)
@@ -77,13 +90,12 @@ class SlottedLoRALinear(nn.Module):
         rank = max(self.ranks[s] for s in table.used)
         if rank == 0:
             return out
-        a = self.lora_a[:, :rank].index_select(0, table.rows)            # [batch, r, in]
-        b = self.lora_b[:, :, :rank].index_select(0, table.rows)         # [batch, out, r]
-        delta = torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2))
-        return out + delta * self.scale.index_select(0, table.rows).view(-1, 1, 1)
+        a_t, b_t, scale = self._gathered(rank)
+        return out + torch.bmm(torch.bmm(x, a_t), b_t) * scale
 
     def load_slot(self, slot: int, a, b, scale: float) -> None:
         rank = a.shape[0]
+        self._rows = None
         with torch.no_grad():
             self.lora_a[slot].zero_()
             self.lora_b[slot].zero_()
@@ -93,6 +105,7 @@ class SlottedLoRALinear(nn.Module):
         self.ranks[slot] = rank
 
     def clear_slot(self, slot: int) -> None:
+        self._rows = None
         with torch.no_grad():
             self.lora_a[slot].zero_()
             self.lora_b[slot].zero_()
