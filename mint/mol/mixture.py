@@ -87,8 +87,8 @@ class Mixture:
             if target and target != self.router_revision_id:
                 started = time.perf_counter()
                 revision, directory = load_revision(self.ws, target)
+                old = self.router.revision
                 self.router = Router(self.project, Probe.load(directory), revision.ref)
-                old = self.router.revision if self.router_revision_id else None
                 self.router_revision_id = revision.id
                 moves.append(Handoff(ROUTER, old, revision.ref, time.perf_counter() - started))
         return moves

@@ -121,3 +121,26 @@ def test_chat_repl_shows_specialist_and_revision_and_survives_bad_commands(ws, c
     assert "unknown specialist 'poetry'" in result.stderr
     ratings = [t["feedback"]["rating"] for t in logged(ws)]
     assert ratings == [1, None]
+
+
+def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
+    from mint.mol.router_training import train_router
+    from mint.registry.promotion import promote
+    from tests.mol.test_router import TINY_SETS, _contract, _dataset
+
+    assert mixture.revisions()["router"] == "rules"
+    contract = _contract(tmp_path, _dataset(ws, tmp_path))
+    train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
+    promote(ws, "router:v1")
+    moves = mixture.sync()
+    assert [(m.specialist, m.old, m.new) for m in moves] == [("router", None, "router:v1")]
+    assert mixture.revisions()["router"] == "router:v1"
+    from mint.mol.mixture import Turn
+    from mint.mol.runtime import Decoding
+
+    [answer] = mixture.answer([Turn([{"role": "user", "content": "form button dashboard layout"}],
+                                    decoding=Decoding(2))])
+    assert (answer.route.decided_by, answer.route.revision, answer.specialist) == ("probe", "router:v1", "genui")
+    train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
+    promote(ws, "router:v2")
+    assert [(m.specialist, m.old, m.new) for m in mixture.sync()] == [("router", "router:v1", "router:v2")]
