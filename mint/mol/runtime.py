@@ -171,7 +171,13 @@ class MixtureRuntime:
         if decoding.max_new_tokens < 1:
             raise BadInput("must be at least 1", field="max_new_tokens")
         slots = [self._slot(s).index if s is not None else 0 for s in specialists]
-        return self.generate_ids(self.encode(conversations), slots, decoding, specialists)
+        prompts = self.encode(conversations)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        longest = max(len(p) for p in prompts)
+        if limit and longest + decoding.max_new_tokens > limit:
+            raise BadInput(f"the conversation is {longest} tokens and {decoding.max_new_tokens} more were asked "
+                           f"for; base {self.loaded.name} takes at most {limit} in all", field="messages")
+        return self.generate_ids(prompts, slots, decoding, specialists)
 
     def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
                      specialists: Sequence[str | None] | None = None) -> list[Generation]:

@@ -157,5 +157,8 @@ def test_malformed_requests_get_4xx_never_5xx(server):
     for body in [b"nope", b'{"id": 5}', b'{"id": "chatcmpl-unknown", "rating": 1}', b'{"id": "x", "rating": 9}']:
         response = httpx.post(f"{url}/v1/feedback", content=body)
         assert 400 <= response.status_code < 500, (body, response.status_code, response.text)
+    too_long = {"messages": [{"role": "user", "content": "word " * 3000}], "max_tokens": 8}
+    response = httpx.post(f"{url}/v1/chat/completions", json=too_long)
+    assert response.status_code == 400 and "at most 2048" in response.json()["error"]["message"]
     assert httpx.get(f"{url}/v1/nothing-here").status_code == 404
     assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
