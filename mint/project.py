@@ -15,6 +15,7 @@ from mint.errors import BadInput
 from mint.yamlfile import load_yaml
 
 PROJECT_FILE = "mint.yaml"
+MONITOR_DEFAULTS = (("share_shift", 0.15), ("max_share", 0.8))
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
@@ -24,6 +25,7 @@ class Specialist:
     description: str
     keywords: tuple[str, ...]
     tool_use: bool = False     # episodes with tool calls or tool definitions go to this specialist
+    patterns: tuple[str, ...] = ()   # regexes (any case) that send a turn here outright (the router's rules)
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Project:
     base: str
     specialists: tuple[Specialist, ...]
     path: Path | None = None
+    monitor: tuple[tuple[str, float], ...] = MONITOR_DEFAULTS   # `mint monitor` thresholds
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -96,10 +99,20 @@ def load_project(path: Path | None = None) -> Project:
     data = doc.data
     if not isinstance(data, dict):
         raise doc.error("", "expected a mapping with `base` and `specialists`")
-    unknown = set(data) - {"base", "specialists"}
+    unknown = set(data) - {"base", "specialists", "monitor"}
     if unknown:
         key = sorted(unknown)[0]
-        raise doc.error(key, "unknown key (expected base, specialists)")
+        raise doc.error(key, "unknown key (expected base, specialists, monitor)")
+    monitor = dict(MONITOR_DEFAULTS)
+    raw_monitor = data.get("monitor") or {}
+    if not isinstance(raw_monitor, dict):
+        raise doc.error("monitor", "expected a mapping like {share_shift: 0.15, max_share: 0.8}")
+    for key, value in raw_monitor.items():
+        if key not in monitor:
+            raise doc.error(f"monitor.{key}", f"unknown key (expected {', '.join(monitor)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise doc.error(f"monitor.{key}", "expected a number between 0 and 1")
+        monitor[key] = float(value)
     base = data.get("base", DEFAULT_PROJECT.base)
     if not isinstance(base, str) or not base:
         raise doc.error("base", "expected a base name or path")
@@ -114,9 +127,18 @@ def load_project(path: Path | None = None) -> Project:
         spec = spec or {}
         if not isinstance(spec, dict):
             raise doc.error(where, "expected a mapping with description and keywords")
-        extra = set(spec) - {"description", "keywords", "tool_use"}
+        extra = set(spec) - {"description", "keywords", "tool_use", "patterns"}
         if extra:
-            raise doc.error(f"{where}.{sorted(extra)[0]}", "unknown key (expected description, keywords, tool_use)")
+            raise doc.error(f"{where}.{sorted(extra)[0]}",
+                            "unknown key (expected description, keywords, tool_use, patterns)")
+        patterns = spec.get("patterns", [])
+        if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+            raise doc.error(f"{where}.patterns", "expected a list of regular expressions")
+        for index, pattern in enumerate(patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise doc.error(f"{where}.patterns", f"[{index}] {pattern!r} is not a regular expression: {exc}")
         tool_use = spec.get("tool_use", False)
         if not isinstance(tool_use, bool):
             raise doc.error(f"{where}.tool_use", "expected true or false")
@@ -126,8 +148,9 @@ def load_project(path: Path | None = None) -> Project:
         description = spec.get("description", "")
         if not isinstance(description, str):
             raise doc.error(f"{where}.description", "expected a string")
-        specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords), tool_use))
-    return Project(base=base, specialists=tuple(specialists), path=path)
+        specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords), tool_use,
+                                      tuple(patterns)))
+    return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ try:   # newer typer vendors its own copy of click, with its own exception class
 except ImportError:  # pragma: no cover
     _TyperClickException = click.ClickException
 
-from mint.cli import base, chat, contract, data, genui, loop, project, registry, report, runs, train  # noqa: F401,E501 - registers commands
+from mint.cli import (base, chat, contract, data, export, genui, loop, monitor, project,  # noqa: F401
+                      registry, report, route, runs, serve, train)  # each module registers its commands
 from mint.cli.common import app, err
 from mint.errors import MintError
 

@@ -7,25 +7,61 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers
+from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, ws
+
+
+def _render_reply(reply) -> None:
+    out.print(f"[bold]{escape(reply.specialist)} ({escape(reply.served_by)}, {reply.decided_by}):[/] "
+              f"{escape(reply.reply)}", highlight=False)
+    err.print(f"{reply.new_tokens} tokens in {reply.seconds:.2f}s")
 
 
 @app.command()
-def chat(prompt: str = typer.Argument(..., help="The user's message."),
+def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; without one, an interactive session."),
+         specialist: Optional[str] = typer.Option(None, "--specialist", "-s", help="Force a specialist instead of routing."),
          base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: mint.yaml's, else smollm2-135m)."),
          system: Optional[str] = typer.Option(None, "--system", help="A system prompt."),
          max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
          config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
          json_out: bool = JSON_OPT) -> None:
-    """Answer one user turn (greedy). Until specialists are promoted, the bare base answers."""
-    from mint.mol.chat import chat_once
+    """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged."""
+    from mint.errors import BadInput
+    from mint.mol.chat import ChatSession, chat_once
+    from mint.mol.mixture import Mixture
     from mint.project import load_project
 
     quiet_transformers()
-    reply = chat_once(prompt, base=base or load_project(config).base, system=system,
-                      max_new_tokens=max_new_tokens)
-    if json_out:
-        return print_json(reply)
-    out.print(f"[bold]user:[/] {escape(reply.prompt)}", highlight=False)
-    out.print(f"[bold]{reply.served_by} ({escape(reply.base)}):[/] {escape(reply.reply)}", highlight=False)
-    err.print(f"{reply.new_tokens} tokens in {reply.seconds:.2f}s (load {reply.load_seconds:.1f}s)")
+    project = load_project(config)
+    if specialist is not None and specialist not in project.names:
+        raise BadInput(f"unknown specialist {specialist!r} (expected {', '.join(project.names)})",
+                       field="--specialist")
+    if prompt is not None:
+        reply = chat_once(prompt, base=base, system=system, max_new_tokens=max_new_tokens, specialist=specialist,
+                          ws=ws(), project=project)
+        if json_out:
+            return print_json(reply)
+        out.print(f"[bold]user:[/] {escape(reply.prompt)}", highlight=False)
+        return _render_reply(reply)
+    if max_new_tokens < 1:
+        raise BadInput("must be at least 1", field="--max-new-tokens")
+    session = ChatSession(Mixture.open(ws(), project, base=base), system=system, max_new_tokens=max_new_tokens,
+                          specialist=specialist)
+    revisions = ", ".join(f"{k} {v}" for k, v in session.mixture.revisions().items())
+    err.print(f"serving: {escape(revisions)}  (/help for commands, /quit to leave)")
+    try:
+        while True:
+            try:
+                line = input("you> ")
+            except EOFError:
+                break
+            event = session.handle(line)
+            if event.kind == "quit":
+                return
+            if event.kind == "reply":
+                _render_reply(event.reply)
+            elif event.kind == "error":
+                err.print(f"[red]error:[/] {escape(event.message)}", highlight=False)
+            else:
+                err.print(escape(event.message), highlight=False)
+    finally:
+        session.close()

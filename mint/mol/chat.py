@@ -1,17 +1,27 @@
-"""One chat turn. Until the router and registry exist it is answered by the bare base."""
+"""Chat with the mixture: one turn, or a session that keeps the conversation and takes feedback commands.
+
+The routed specialist's champion answers (the bare base while a specialist has none). A session's turn is
+logged as an episode when the next turn starts, when feedback for it arrives, or when the session ends.
+"""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from mint.base import load_base
-from mint.errors import BadInput
+from mint.errors import BadInput, MintError
+from mint.mol.mixture import Answer, Mixture, Turn
+from mint.mol.runtime import Decoding
+from mint.project import Project
+from mint.workspace import Workspace, workspace
 
 
 @dataclass
 class ChatReply:
     base: str
+    specialist: str
     served_by: str
+    decided_by: str
+    probabilities: dict
     prompt: str
     reply: str
     new_tokens: int
@@ -19,24 +29,115 @@ class ChatReply:
     load_seconds: float
 
 
-def chat_once(prompt: str, *, base: str, system: str | None = None, max_new_tokens: int = 64) -> ChatReply:
-    """Greedy reply of ``base`` to one user message."""
+def _reply(mixture: Mixture, prompt: str, answer: Answer) -> ChatReply:
+    return ChatReply(mixture.runtime.loaded.name, answer.specialist, answer.served_by, answer.route.decided_by,
+                     answer.route.probabilities, prompt, answer.text, answer.completion_tokens,
+                     answer.latency_ms / 1000, mixture.runtime.loaded.seconds)
+
+
+def _check_prompt(prompt: str) -> None:
     if not prompt.strip():
         raise BadInput("the prompt is empty", field="PROMPT")
+
+
+def chat_once(prompt: str, *, base: str | None = None, system: str | None = None, max_new_tokens: int = 64,
+              specialist: str | None = None, ws: Workspace | None = None, project: Project | None = None
+              ) -> ChatReply:
+    """Route ``prompt``, answer it greedily with the chosen specialist's champion, and log the turn."""
+    from mint.project import load_project
+
+    _check_prompt(prompt)
     if max_new_tokens < 1:
         raise BadInput("must be at least 1", field="--max-new-tokens")
-    import torch
-
-    loaded = load_base(base)
-    tokenizer, model = loaded.tokenizer, loaded.model
+    project = project or load_project()
+    mixture = Mixture.open(ws or workspace(), project, base=base)
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    started = time.perf_counter()
-    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                           return_dict=True)
-    with torch.inference_mode():
-        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                pad_token_id=tokenizer.pad_token_id)
-    new = output[0, inputs["input_ids"].shape[1]:]
-    text = tokenizer.decode(new, skip_special_tokens=True).strip()
-    return ChatReply(base=base, served_by="base", prompt=prompt, reply=text, new_tokens=int(new.numel()),
-                     seconds=time.perf_counter() - started, load_seconds=loaded.seconds)
+    answer = mixture.answer([Turn(messages, specialist=specialist, decoding=Decoding(max_new_tokens))],
+                            keep_for_feedback=False)[0]
+    return _reply(mixture, prompt, answer)
+
+
+@dataclass
+class SessionEvent:
+    kind: str                        # reply | feedback | specialist | quit | error | help
+    message: str = ""
+    reply: ChatReply | None = None
+
+
+@dataclass
+class ChatSession:
+    """A REPL's state: the conversation, the forced specialist, the last answered turn awaiting feedback."""
+
+    mixture: Mixture
+    system: str | None = None
+    max_new_tokens: int = 64
+    specialist: str | None = None
+    messages: list[dict] = field(default_factory=list)
+    session_id: str = field(default_factory=lambda: f"chat-{int(time.time())}")
+    last_answer: str | None = None
+    last_feedback: dict = field(default_factory=dict)   # rating and/or correction for the last answer
+
+    HELP = ("/feedback +1|-1   rate the last answer\n/correct TEXT     the answer it should have given\n"
+            "/specialist NAME  force a specialist (/specialist auto: route again)\n/quit")
+
+    def handle(self, line: str) -> SessionEvent:
+        """One line typed by the user: a command or a message."""
+        text = line.strip()
+        if not text:
+            return SessionEvent("help", self.HELP)
+        if text.startswith("/"):
+            command, _, argument = text.partition(" ")
+            argument = argument.strip()
+            try:
+                return self._command(command, argument)
+            except MintError as exc:
+                return SessionEvent("error", str(exc))
+        self._log_last_turn()
+        turn_messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
+            self.messages + [{"role": "user", "content": text}]
+        answer = self.mixture.answer([Turn(turn_messages, specialist=self.specialist, session=self.session_id,
+                                           decoding=Decoding(self.max_new_tokens))])[0]
+        self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": answer.text}]
+        self.last_answer = answer.id
+        return SessionEvent("reply", reply=_reply(self.mixture, text, answer))
+
+    def _command(self, command: str, argument: str) -> SessionEvent:
+        if command in ("/quit", "/exit"):
+            self.close()
+            return SessionEvent("quit")
+        if command == "/help":
+            return SessionEvent("help", self.HELP)
+        if command == "/specialist":
+            if argument in ("", "auto"):
+                self.specialist = None
+                return SessionEvent("specialist", "the router picks the specialist again")
+            if argument not in self.mixture.project.names:
+                raise BadInput(f"unknown specialist {argument!r} (expected {', '.join(self.mixture.project.names)} "
+                               "or auto)", field="/specialist")
+            self.specialist = argument
+            return SessionEvent("specialist", f"{argument} answers from now on")
+        if command in ("/feedback", "/correct"):
+            if self.last_answer is None:
+                raise BadInput("no answer to give feedback on yet", field=command)
+            if command == "/feedback":
+                ratings = {"+1": 1, "1": 1, "-1": -1, "0": 0}
+                if argument not in ratings:
+                    raise BadInput(f"{argument!r}: expected +1, -1 or 0", field="/feedback")
+                self.last_feedback["rating"] = ratings[argument]
+            else:
+                if not argument:
+                    raise BadInput("expected the answer it should have given: /correct TEXT", field="/correct")
+                self.last_feedback["correction"] = argument
+            return SessionEvent("feedback", "noted; logged with the turn")
+        raise BadInput(f"unknown command {command} (try /help)", field="command")
+
+    def _log_last_turn(self) -> None:
+        """The previous turn gets no more feedback: log it with what it got."""
+        if self.last_answer is not None and self.last_feedback:
+            self.mixture.feedback(self.last_answer, **self.last_feedback)
+        self.last_answer, self.last_feedback = None, {}
+        self.mixture.expire_pending(all_of_them=True)
+
+    def close(self) -> None:
+        self._log_last_turn()
+        self.mixture.close()

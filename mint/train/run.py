@@ -98,6 +98,9 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
           accelerate_config: Path | None = None, env: str | None = None,
           progress: TrainProgress | None = None) -> TrainResult:
     """Check the request, prepare the run (or find the one to resume), train, register the adapter."""
+    if specialist == "router":   # the router is a probe on the base, not a LoRA: mint.mol trains it
+        from mint.mol.router_training import train_router
+        return train_router(ws, data=data, base=base, sets=sets)
     request = TrainRequest(specialist, data, method, from_ref, base, config, tuple(sets or ()), env, resume,
                            num_processes, accelerate_config)
     if request.resume:

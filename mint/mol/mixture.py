@@ -1,0 +1,206 @@
+"""The served mixture: runtime + router + champions from the registry + the turn log.
+
+``answer`` takes a batch of turns (from one chat user or many HTTP clients), routes the ones that do not
+force a specialist, generates them in one mixed-adapter batch per decoding setting, and keeps each answered
+turn until its feedback arrives (``feedback``) or ``feedback_window_s`` passes; then it is appended to the
+turn log as an episode. ``sync`` picks up promotions (the specialists' and the router's) without a restart.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from mint.errors import BadInput
+from mint.mol.router import ROUTER, Probe, Route, Router, turn_features
+from mint.mol.runtime import Decoding, Handoff, MixtureRuntime
+from mint.mol.turnlog import TurnLog
+from mint.project import Project
+from mint.registry.store import now
+from mint.workspace import Workspace
+
+DEFAULT_FEEDBACK_WINDOW_S = 600.0
+
+
+@dataclass(frozen=True)
+class Turn:
+    messages: list[dict]
+    tools: list[dict] = field(default_factory=list)
+    specialist: str | None = None          # forced (model `mint/coding`, `/specialist coding`); None routes
+    decoding: Decoding = Decoding()
+    session: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    id: str
+    specialist: str
+    served_by: str
+    text: str
+    route: Route
+    latency_ms: float
+    route_ms: float
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+class Mixture:
+    def __init__(self, ws: Workspace, project: Project, runtime: MixtureRuntime, *,
+                 feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S, log: TurnLog | None = None) -> None:
+        self.ws, self.project, self.runtime = ws, project, runtime
+        self.router = Router(project)
+        self.router_revision_id: str | None = None
+        self.feedback_window_s = feedback_window_s
+        self.log = log or TurnLog(ws)
+        self._pending: OrderedDict[str, tuple[float, dict]] = OrderedDict()
+        self._pending_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, ws: Workspace, project: Project, *, base: str | None = None, max_rank: int | None = None,
+             **options) -> "Mixture":
+        from mint.base import load_base
+        from mint.mol.runtime import DEFAULT_MAX_RANK
+
+        runtime = MixtureRuntime(load_base(base or project.base), project.names,
+                                 max_rank=max_rank or DEFAULT_MAX_RANK)
+        mixture = cls(ws, project, runtime, **options)
+        mixture.sync()
+        return mixture
+
+    # --- champions ---------------------------------------------------------------------
+
+    def sync(self) -> list[Handoff]:
+        """Load champions (and the router champion) whose alias moved since the last call."""
+        moves = self.runtime.sync_champions(self.ws)
+        from mint.registry import store
+        from mint.registry.artifacts import load_revision
+
+        if store.db_path(self.ws).exists():
+            conn = store.open_store(self.ws, create=False)
+            try:
+                target = store.alias_target(conn, ROUTER, "champion")
+            finally:
+                conn.close()
+            if target and target != self.router_revision_id:
+                started = time.perf_counter()
+                revision, directory = load_revision(self.ws, target)
+                old = self.router.revision
+                self.router = Router(self.project, Probe.load(directory), revision.ref)
+                self.router_revision_id = revision.id
+                moves.append(Handoff(ROUTER, old, revision.ref, time.perf_counter() - started))
+        return moves
+
+    def revisions(self) -> dict[str, str]:
+        served = {name: self.runtime.served_by(name) for name in self.project.names}
+        return {**served, ROUTER: self.router.revision or "rules"}
+
+    # --- turns ---------------------------------------------------------------------------
+
+    def features(self, texts: list[str], layer: int):
+        """The probe's features, computed by the runtime's base with every slot off."""
+        with self.runtime.lock:
+            self.runtime.table.set_rows([0])
+            return turn_features(self.runtime.model, self.runtime.tokenizer, texts, layer)
+
+    def route(self, turns: list[Turn]) -> tuple[list[Route], float]:
+        started = time.perf_counter()
+        routes: list[Route | None] = [None] * len(turns)
+        free = [i for i, t in enumerate(turns) if t.specialist is None]
+        for i, turn in enumerate(turns):
+            if turn.specialist is not None:
+                if turn.specialist not in self.project.names:
+                    raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
+                                   f"{', '.join(self.project.names)})", field="model")
+                routes[i] = Route(turn.specialist, {n: float(n == turn.specialist) for n in self.project.names},
+                                  "forced", None)
+        if free:
+            decided = self.router.route([turns[i].messages for i in free], [bool(turns[i].tools) for i in free],
+                                        self.features)
+            for i, route in zip(free, decided):
+                routes[i] = route
+        return routes, (time.perf_counter() - started) * 1000
+
+    def answer(self, turns: list[Turn], *, keep_for_feedback: bool = True) -> list[Answer]:
+        self.expire_pending()
+        if not turns:
+            return []
+        routes, route_ms = self.route(turns)
+        answers: list[Answer | None] = [None] * len(turns)
+        groups: dict[tuple, list[int]] = {}
+        for i, turn in enumerate(turns):
+            groups.setdefault((turn.decoding.temperature, turn.decoding.top_p, turn.decoding.seed), []).append(i)
+        for (temperature, top_p, seed), rows in groups.items():
+            longest = max(turns[i].decoding.max_new_tokens for i in rows)
+            started = time.perf_counter()
+            generated = self.runtime.generate([turns[i].messages for i in rows],
+                                              [routes[i].specialist for i in rows],
+                                              Decoding(longest, temperature, top_p, seed))
+            elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
+            for i, out in zip(rows, generated):
+                limit = turns[i].decoding.max_new_tokens
+                tokens, reason, text = out.token_ids, out.finish_reason, out.text
+                if len(tokens) > limit:   # this row asked for fewer tokens than the batch generated
+                    tokens, reason = tokens[:limit], "length"
+                    text = self.runtime.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+                answers[i] = Answer(f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist, out.served_by, text,
+                                    routes[i], elapsed_ms, route_ms, out.prompt_tokens, len(tokens), reason)
+        for turn, answer in zip(turns, answers):
+            episode = self._episode(turn, answer)
+            if keep_for_feedback:
+                with self._pending_lock:
+                    self._pending[answer.id] = (time.monotonic(), episode)
+            else:
+                self.log.append(episode)
+        return answers  # type: ignore[return-value]
+
+    def _episode(self, turn: Turn, answer: Answer) -> dict:
+        return {
+            "id": answer.id, "session": turn.session, "ts": now(), "specialist": answer.specialist,
+            "messages": [*turn.messages, {"role": "assistant", "content": answer.text}],
+            **({"tools": turn.tools} if turn.tools else {}),
+            "feedback": {"rating": None, "correction": None},
+            "served_by": answer.served_by,
+            "route": {"probabilities": answer.route.probabilities, "decided_by": answer.route.decided_by,
+                      "revision": answer.route.revision},
+            "latency_ms": round(answer.latency_ms, 3), "route_ms": round(answer.route_ms, 3),
+        }
+
+    # --- feedback ------------------------------------------------------------------------
+
+    def feedback(self, answer_id: str, *, rating: int | None = None, correction: str | None = None) -> dict:
+        """Attach a rating (-1, 0, 1) and/or a correction to an answered turn and log it now."""
+        if rating is None and correction is None:
+            raise BadInput("give a rating (-1, 0 or 1) or a correction", field="feedback")
+        if rating is not None and (isinstance(rating, bool) or rating not in (-1, 0, 1)):
+            raise BadInput(f"{rating!r} is not -1, 0 or 1", field="rating")
+        if correction is not None and (not isinstance(correction, str) or not correction.strip()):
+            raise BadInput("expected non-empty text", field="correction")
+        with self._pending_lock:
+            entry = self._pending.pop(answer_id, None)
+        if entry is None:
+            raise BadInput(f"no answered turn {answer_id!r} awaits feedback (unknown, or already logged)",
+                           field="id")
+        episode = entry[1]
+        episode["feedback"] = {"rating": rating, "correction": correction.strip() if correction else None}
+        self.log.append(episode)
+        return episode
+
+    def expire_pending(self, *, all_of_them: bool = False) -> int:
+        """Log the turns whose feedback window has passed (every pending turn with ``all_of_them``)."""
+        cutoff = time.monotonic() - self.feedback_window_s
+        expired = []
+        with self._pending_lock:
+            for answer_id, (created, episode) in list(self._pending.items()):
+                if not all_of_them and created > cutoff:
+                    break
+                expired.append(episode)
+                del self._pending[answer_id]
+        for episode in expired:
+            self.log.append(episode)
+        return len(expired)
+
+    def close(self) -> None:
+        self.expire_pending(all_of_them=True)

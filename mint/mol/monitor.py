@@ -1,0 +1,134 @@
+"""`mint monitor`: is one adapter silently capturing traffic? Routing share, feedback and latency per specialist.
+
+Reads the served-turn log. The window's routing share of each specialist is compared with the previous
+window's and with the held-out distribution in the router champion's contract report; thresholds come from
+``mint.yaml`` (``monitor: {share_shift: 0.15, max_share: 0.8}``). Any breach is an alert.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from mint.errors import BadInput
+from mint.mol.router import ROUTER
+from mint.mol.turnlog import read_turns
+from mint.project import Project
+from mint.workspace import Workspace
+
+WINDOWS = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class SpecialistStats:
+    specialist: str
+    turns: int
+    share: float
+    previous_share: float | None        # None: the previous window had no turns
+    heldout_share: float | None         # None: no router champion report to compare with
+    feedback_rate: float
+    mean_rating: float | None
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+
+
+@dataclass(frozen=True)
+class MonitorResult:
+    window: str
+    start: str
+    end: str
+    turns: int
+    previous_turns: int
+    specialists: list[SpecialistStats]
+    revisions: dict[str, int]           # served_by -> turns in the window
+    thresholds: dict[str, float]
+    alerts: list[str]
+
+
+def _time(value) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def _heldout_share(ws: Workspace) -> dict[str, float] | None:
+    """The true distribution of the router champion's held-out set, from its newest passing report."""
+    from mint.registry import store
+
+    if not store.db_path(ws).exists():
+        return None
+    conn = store.open_store(ws, create=False)
+    try:
+        champion = store.alias_target(conn, ROUTER, "champion")
+        row = conn.execute("SELECT path FROM reports WHERE revision_id = ? ORDER BY created_at DESC LIMIT 1",
+                           (champion,)).fetchone() if champion else None
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    try:
+        share = json.loads(Path(row[0]).read_text()).get("heldout_share")
+    except (OSError, ValueError):
+        return None
+    return share if isinstance(share, dict) else None
+
+
+def monitor(ws: Workspace, project: Project, *, window: str = "1d", now: float | None = None) -> MonitorResult:
+    if window not in WINDOWS:
+        raise BadInput(f"{window!r}: expected one of {', '.join(WINDOWS)}", field="--window")
+    span = WINDOWS[window]
+    end = now if now is not None else datetime.now(timezone.utc).timestamp()
+    current, previous = [], []
+    for turn in read_turns(ws):
+        at = _time(turn.get("ts"))
+        if at is None or not isinstance(turn.get("specialist"), str):
+            continue
+        if end - span < at <= end:
+            current.append(turn)
+        elif end - 2 * span < at <= end - span:
+            previous.append(turn)
+    thresholds = dict(project.monitor)
+    heldout = _heldout_share(ws)
+    names = list(project.names) + sorted({t["specialist"] for t in current} - set(project.names))
+    stats, alerts = [], []
+    for name in names:
+        mine = [t for t in current if t["specialist"] == name]
+        before = sum(t["specialist"] == name for t in previous)
+        share = len(mine) / len(current) if current else 0.0
+        previous_share = before / len(previous) if previous else None
+        ratings = [t["feedback"]["rating"] for t in mine if isinstance(t.get("feedback"), dict)
+                   and isinstance(t["feedback"].get("rating"), (int, float))]
+        rated = sum(1 for t in mine if isinstance(t.get("feedback"), dict)
+                    and (t["feedback"].get("rating") is not None or t["feedback"].get("correction")))
+        latencies = [float(t["latency_ms"]) for t in mine if isinstance(t.get("latency_ms"), (int, float))]
+        stats.append(SpecialistStats(
+            name, len(mine), share, previous_share, heldout.get(name) if heldout else None,
+            rated / len(mine) if mine else 0.0, sum(ratings) / len(ratings) if ratings else None,
+            _percentile(latencies, 0.50), _percentile(latencies, 0.95)))
+        if current and share > thresholds["max_share"]:
+            alerts.append(f"{name} takes {share:.0%} of the turns in the last {window} (max_share "
+                          f"{thresholds['max_share']:.0%})")
+        if current and previous_share is not None and abs(share - previous_share) > thresholds["share_shift"]:
+            alerts.append(f"{name}'s share moved from {previous_share:.0%} to {share:.0%} since the previous "
+                          f"{window} (share_shift {thresholds['share_shift']:.0%})")
+        if current and heldout and name in heldout and abs(share - heldout[name]) > thresholds["share_shift"]:
+            alerts.append(f"{name}'s share is {share:.0%}, but {heldout[name]:.0%} of the router contract's "
+                          f"held-out turns (share_shift {thresholds['share_shift']:.0%})")
+    revisions: dict[str, int] = {}
+    for turn in current:
+        key = str(turn.get("served_by") or "unknown")
+        revisions[key] = revisions.get(key, 0) + 1
+    stamp = lambda t: datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    return MonitorResult(window, stamp(end - span), stamp(end), len(current), len(previous), stats,
+                         dict(sorted(revisions.items())), thresholds, alerts)

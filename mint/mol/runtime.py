@@ -1,0 +1,224 @@
+"""The mixture runtime: the base loaded once, each specialist's champion in its own preallocated LoRA slot.
+
+``generate`` answers a batch of conversations with one specialist per row in one batch (see
+``mint.mol.lora``); ``load_adapter`` copies a new adapter into its slot in place (the adapter-only
+handoff), and ``sync_champions`` does that for every champion alias that moved in the registry.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from mint.base import LoadedBase
+from mint.errors import BadInput, Refused
+from mint.workspace import Workspace
+
+DEFAULT_MAX_RANK = 16
+
+
+@dataclass(frozen=True)
+class Slot:
+    specialist: str
+    index: int
+    revision_id: str | None = None
+    ref: str | None = None          # e.g. coding:v3; None while the slot is empty (the bare base answers)
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Decoding:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    specialist: str | None
+    served_by: str                  # the revision (coding:v3) or "base"
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    finish_reason: str              # stop | length
+    seconds: float                  # the batch's generation time
+
+
+@dataclass(frozen=True)
+class Handoff:
+    specialist: str
+    old: str | None
+    new: str | None
+    seconds: float
+
+
+class MixtureRuntime:
+    """One base, one LoRA slot per specialist; thread-safe (one batch at a time)."""
+
+    def __init__(self, loaded: LoadedBase, specialists: Sequence[str], *, max_rank: int = DEFAULT_MAX_RANK) -> None:
+        from mint.mol.lora import SlotTable, install_slots
+
+        if max_rank < 1:
+            raise BadInput("must be at least 1", field="--max-rank")
+        if len(set(specialists)) != len(specialists) or not specialists:
+            raise BadInput(f"expected distinct specialist names, got {list(specialists)}", field="specialists")
+        self.loaded = loaded
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.model.eval()
+        self.max_rank = max_rank
+        self.table = SlotTable()
+        self.modules = install_slots(self.model, len(specialists) + 1, max_rank, self.table)
+        self.slots = {name: Slot(name, i + 1) for i, name in enumerate(specialists)}
+        self.lock = threading.RLock()
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "left"   # new tokens must follow every prompt directly
+
+    # --- slots ------------------------------------------------------------------------
+
+    def _slot(self, specialist: str) -> Slot:
+        if specialist not in self.slots:
+            raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
+                           field="specialist")
+        return self.slots[specialist]
+
+    def load_adapter(self, specialist: str, directory: Path, *, revision_id: str | None = None,
+                     ref: str | None = None) -> Handoff:
+        """Copy the PEFT LoRA at ``directory`` into ``specialist``'s slot; all checks happen before any copy."""
+        from mint.mol.lora import read_adapter
+        from mint.registry.artifacts import check_adapter_dir
+
+        started = time.perf_counter()
+        slot = self._slot(specialist)
+        weights = read_adapter(directory, check_adapter_dir(directory))
+        name = ref or str(directory)
+        if weights.rank > self.max_rank:
+            raise Refused(f"{name} has LoRA rank {weights.rank}, above the runtime's slot rank {self.max_rank}; "
+                          f"start the runtime with --max-rank {weights.rank} or more")
+        for module, (a, b, _scale) in weights.modules.items():
+            target = self.modules.get(module)
+            if target is None:
+                raise BadInput(f"{name} adapts {module}, which is not a linear layer of base "
+                               f"{self.loaded.name}", file=str(directory))
+            if a.shape[1] != target.base.in_features or b.shape[0] != target.base.out_features:
+                raise BadInput(f"{name}: {module} is {target.base.in_features}->{target.base.out_features} in base "
+                               f"{self.loaded.name}, but the adapter's LoRA is {a.shape[1]}->{b.shape[0]}",
+                               file=str(directory))
+        with self.lock:
+            for module_name, module in self.modules.items():
+                if module_name in weights.modules:
+                    a, b, scale = weights.modules[module_name]
+                    module.load_slot(slot.index, a, b, scale)
+                elif module.ranks[slot.index]:
+                    module.clear_slot(slot.index)
+            self.slots[specialist] = Slot(specialist, slot.index, revision_id, ref or name, weights.rank)
+        return Handoff(specialist, slot.ref, ref or name, time.perf_counter() - started)
+
+    def clear(self, specialist: str) -> None:
+        slot = self._slot(specialist)
+        with self.lock:
+            for module in self.modules.values():
+                module.clear_slot(slot.index)
+            self.slots[specialist] = Slot(specialist, slot.index)
+
+    def sync_champions(self, ws: Workspace) -> list[Handoff]:
+        """Load every specialist's champion whose alias moved since the last call (the registry is polled)."""
+        from mint.registry import store
+        from mint.registry.artifacts import load_revision
+
+        if not store.db_path(ws).exists():
+            return []
+        conn = store.open_store(ws, create=False)
+        try:
+            targets = {name: store.alias_target(conn, name, "champion") for name in self.slots}
+        finally:
+            conn.close()
+        moves = []
+        for name, target in targets.items():
+            if target == self.slots[name].revision_id or target is None:
+                continue
+            revision, directory = load_revision(ws, target)
+            fingerprint = revision.base_fingerprint
+            if fingerprint and fingerprint != self.loaded.fingerprint:
+                raise Refused(f"{revision.ref} was trained on another base ({revision.base or fingerprint[:19]}), "
+                              f"not the loaded {self.loaded.name}")
+            moves.append(self.load_adapter(name, directory, revision_id=revision.id, ref=revision.ref))
+        return moves
+
+    def served_by(self, specialist: str | None) -> str:
+        return (self.slots[specialist].ref if specialist and self.slots[specialist].ref else None) or "base"
+
+    # --- generation -------------------------------------------------------------------
+
+    def encode(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
+        """The prompt token ids of each conversation (chat template, generation prompt)."""
+        prompts = []
+        for conversation in conversations:
+            text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+            prompts.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return prompts
+
+    def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
+                 decoding: Decoding = Decoding()) -> list[Generation]:
+        """One reply per conversation, row i answered by ``specialists[i]`` (None: the bare base), in one batch."""
+        if len(conversations) != len(specialists):
+            raise BadInput(f"{len(conversations)} conversations but {len(specialists)} specialists")
+        if not conversations:
+            return []
+        if decoding.max_new_tokens < 1:
+            raise BadInput("must be at least 1", field="max_new_tokens")
+        slots = [self._slot(s).index if s is not None else 0 for s in specialists]
+        prompts = self.encode(conversations)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        longest = max(len(p) for p in prompts)
+        if limit and longest + decoding.max_new_tokens > limit:
+            raise BadInput(f"the conversation is {longest} tokens and {decoding.max_new_tokens} more were asked "
+                           f"for; base {self.loaded.name} takes at most {limit} in all", field="messages")
+        return self.generate_ids(prompts, slots, decoding, specialists)
+
+    def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
+                     specialists: Sequence[str | None] | None = None) -> list[Generation]:
+        import torch
+
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
+        options = dict(max_new_tokens=decoding.max_new_tokens, pad_token_id=pad,
+                       do_sample=decoding.temperature > 0)
+        if decoding.temperature > 0:
+            options.update(temperature=decoding.temperature, top_p=decoding.top_p, top_k=0)
+        with self.lock:
+            self.table.set_rows(slots)
+            try:
+                if decoding.temperature > 0:
+                    torch.manual_seed(decoding.seed)
+                started = time.perf_counter()
+                with torch.inference_mode():
+                    output = self.model.generate(input_ids=input_ids, attention_mask=attention, **options)
+                seconds = time.perf_counter() - started
+            finally:
+                self.table.set_rows([0])
+            served = [self.served_by(s) for s in (specialists or [None] * len(prompts))]
+        eos = set(_eos_ids(self.model, self.tokenizer))
+        results = []
+        for row, prompt in enumerate(prompts):
+            new = output[row, width:].tolist()
+            stop = next((i for i, token in enumerate(new) if token in eos), None)
+            tokens = new[:stop] if stop is not None else new
+            results.append(Generation(
+                specialist=specialists[row] if specialists else None, served_by=served[row],
+                text=self.tokenizer.decode(tokens, skip_special_tokens=True).strip(), token_ids=tokens,
+                prompt_tokens=len(prompt), finish_reason="stop" if stop is not None else "length", seconds=seconds))
+        return results
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids = configured if isinstance(configured, list) else [configured] if configured is not None else []
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return ids

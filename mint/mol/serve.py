@@ -1,0 +1,316 @@
+"""`mint serve`: an OpenAI-compatible HTTP server over the mixture (FastAPI + uvicorn).
+
+Requests from concurrent clients are batched: the batcher thread waits up to ``window_ms`` after the first
+queued turn (or until ``max_batch`` are queued) and answers them in one mixed-adapter batch. A poller
+thread re-reads the registry's champion aliases every ``poll_s`` seconds and hot-swaps what moved. Every
+request body is checked here, so a malformed request gets a 4xx in OpenAI's error shape, never a 5xx.
+
+Streaming (``stream: true``) sends the answer as server-sent events in OpenAI's chunk format once its batch
+is done (the batch generates all rows together, so rows are not streamed token by token).
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
+
+from mint.errors import BadInput, MintError
+from mint.mol.mixture import Answer, Mixture, Turn
+from mint.mol.runtime import Decoding
+
+MODEL = "mint"
+MAX_TOKENS_LIMIT = 4096
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+# --- request parsing --------------------------------------------------------------------
+
+def _number(body: dict, key: str, low: float, high: float, default, *, integer: bool = False):
+    value = body.get(key)
+    if value is None:
+        return default
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
+        kind = "an integer" if integer else "a number"
+        raise RequestError(400, f"{key} must be {kind} from {low} to {high}", key)
+    return value
+
+
+def _content(value, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):   # [{"type": "text", "text": ...}]: text parts only
+        parts = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError(400, f"{where}[{i}] must be a text part {{type: text, text: ...}}", where)
+            parts.append(part["text"])
+        return "".join(parts)
+    raise RequestError(400, f"{where} must be a string, a list of text parts or null", where)
+
+
+def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, str]:
+    """(turn, stream, model) from a /v1/chat/completions body; RequestError (4xx) for anything malformed."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    model = body.get("model", MODEL)
+    if not isinstance(model, str):
+        raise RequestError(400, "model must be a string", "model")
+    forced = None
+    if model != MODEL:
+        prefix, _, name = model.partition("/")
+        if prefix != MODEL or name not in specialists:
+            raise RequestError(404, f"model {model!r} does not exist; use {MODEL} (routed) or "
+                                    f"{', '.join(f'{MODEL}/{s}' for s in specialists)}", "model", "model_not_found")
+        forced = name
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError(400, "messages must be a non-empty list", "messages")
+    messages = []
+    for i, message in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise RequestError(400, f"{where} must be an object", where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise RequestError(400, f"{where}.role must be one of {', '.join(ROLES)}", f"{where}.role")
+        content = _content(message.get("content"), f"{where}.content")
+        if content is None and role != "assistant":
+            raise RequestError(400, f"{where}.content is missing", f"{where}.content")
+        messages.append({"role": role, "content": content or ""})
+    if not any(m["role"] == "user" for m in messages):
+        raise RequestError(400, "messages need at least one user message", "messages")
+    tools = body.get("tools") or []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise RequestError(400, "tools must be a list of objects", "tools")
+    if _number(body, "n", 1, 1, 1, integer=True) != 1:
+        raise RequestError(400, "n must be 1", "n")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, "stream must be true or false", "stream")
+    max_tokens = _number(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT, None, integer=True)
+    max_tokens = max_tokens or _number(body, "max_tokens", 1, MAX_TOKENS_LIMIT, 64, integer=True)
+    decoding = Decoding(max_new_tokens=max_tokens, temperature=float(_number(body, "temperature", 0, 2, 0.0)),
+                        top_p=float(_number(body, "top_p", 0.01, 1, 1.0)),
+                        seed=int(_number(body, "seed", -(2 ** 63), 2 ** 63 - 1, 0, integer=True)))
+    session = body.get("user") if isinstance(body.get("user"), str) else None
+    return Turn(messages, tools, forced, decoding, session), stream, model
+
+
+# --- batching -----------------------------------------------------------------------------
+
+@dataclass
+class _Job:
+    turn: Turn
+    future: Future
+
+
+class Batcher:
+    """Collects turns from many clients and answers them together (windowed batching)."""
+
+    def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16) -> None:
+        self.mixture, self.window_s, self.max_batch = mixture, window_ms / 1000, max_batch
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.batch_sizes: list[int] = []
+        self._thread = threading.Thread(target=self._run, name="mint-batcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self._thread.join(timeout=60)
+
+    def submit(self, turn: Turn) -> Future:
+        job = _Job(turn, Future())
+        self.jobs.put(job)
+        return job.future
+
+    def _run(self) -> None:
+        while True:
+            first = self.jobs.get()
+            if first is None:
+                return
+            batch, deadline, stopping = [first], time.monotonic() + self.window_s, False
+            while len(batch) < self.max_batch:
+                try:
+                    job = self.jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                    break
+                batch.append(job)
+            self.batch_sizes.append(len(batch))
+            try:
+                answers = self.mixture.answer([job.turn for job in batch])
+                for job, answer in zip(batch, answers):
+                    job.future.set_result(answer)
+            except BaseException as exc:  # noqa: BLE001 - handed to each waiting request
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+            if stopping:
+                return
+
+
+class ChampionPoller:
+    """Re-reads the champion aliases every ``poll_s`` seconds; a failed load is reported, not fatal."""
+
+    def __init__(self, mixture: Mixture, poll_s: float) -> None:
+        self.mixture, self.poll_s = mixture, poll_s
+        self.last_error: str | None = None
+        self.handoffs: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mint-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.handoffs += self.mixture.sync()
+                self.last_error = None
+            except MintError as exc:    # e.g. a champion of another base: keep serving the old one
+                self.last_error = str(exc)
+
+
+# --- the app -------------------------------------------------------------------------------
+
+def _completion(answer: Answer, model: str) -> dict:
+    return {
+        "id": answer.id, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
+                     "finish_reason": answer.finish_reason}],
+        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+                  "total_tokens": answer.prompt_tokens + answer.completion_tokens},
+        "mint": {"specialist": answer.specialist, "served_by": answer.served_by,
+                 "route": {"probabilities": answer.route.probabilities, "decided_by": answer.route.decided_by,
+                           "revision": answer.route.revision}, "latency_ms": answer.latency_ms},
+    }
+
+
+def _chunks(answer: Answer, model: str):
+    created = int(time.time())
+    base = {"id": answer.id, "object": "chat.completion.chunk", "created": created, "model": model}
+    for delta, finish in (({"role": "assistant", "content": ""}, None), ({"content": answer.text}, None),
+                          ({}, answer.finish_reason)):
+        chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if finish:
+            chunk["mint"] = {"specialist": answer.specialist, "served_by": answer.served_by}
+        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0):
+    import asyncio
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.exceptions import HTTPException
+
+    batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch)
+    poller = ChampionPoller(mixture, poll_s)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        batcher.start()
+        poller.start()
+        try:
+            yield
+        finally:
+            poller.stop()
+            batcher.stop()
+            mixture.close()
+
+    app = FastAPI(title="mint", lifespan=lifespan)
+    app.state.batcher, app.state.poller, app.state.mixture = batcher, poller, mixture
+
+    def error(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_request, exc: RequestError):
+        return error(exc.status, exc.message, exc.param, exc.code)
+
+    @app.exception_handler(BadInput)
+    async def _bad_input(_request, exc: BadInput):
+        return error(400, str(exc), exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request, exc: RequestValidationError):
+        return error(400, f"invalid request: {exc.errors()[:1]}")
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request, exc: HTTPException):
+        return error(exc.status_code, str(exc.detail))
+
+    async def body_of(request: Request):
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(400, f"the body is not JSON: {exc}") from None
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "revisions": mixture.revisions(), "batches": len(batcher.batch_sizes),
+                "sync_error": poller.last_error}
+
+    @app.get("/v1/models")
+    async def models():
+        ids = [MODEL, *(f"{MODEL}/{name}" for name in mixture.project.names)]
+        return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "mint"}
+                                           for i in ids]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        turn, stream, model = parse_chat_request(await body_of(request), mixture.project.names)
+        answer = await asyncio.wrap_future(batcher.submit(turn))
+        if stream:
+            return StreamingResponse(_chunks(answer, model), media_type="text/event-stream")
+        return _completion(answer, model)
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request):
+        body = await body_of(request)
+        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+            raise RequestError(400, "the body must be {id: COMPLETION_ID, rating: -1|0|1, correction: TEXT}", "id")
+        try:
+            mixture.feedback(body["id"], rating=body.get("rating"), correction=body.get("correction"))
+        except BadInput as exc:
+            status = 404 if exc.field == "id" else 400
+            raise RequestError(status, str(exc), exc.field) from None
+        return {"id": body["id"], "logged": True}
+
+    return app
+
+
+def serve(mixture: Mixture, *, host: str = "127.0.0.1", port: int = 8000, window_ms: float = 10.0,
+          max_batch: int = 16, poll_s: float = 2.0) -> None:
+    """Serve until interrupted (blocking)."""
+    import uvicorn
+
+    if not 0 <= port <= 65535:
+        raise BadInput("must be from 0 to 65535", field="--port")
+    app = create_app(mixture, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

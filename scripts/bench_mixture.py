@@ -1,0 +1,260 @@
+"""Mixture-of-LoRA benchmark, one run, side by side, printed as ratios against issue 10's goals.
+
+Run: python scripts/bench_mixture.py            (the embedded SmolLM2-135M; minutes on a quiet machine)
+     python scripts/bench_mixture.py --quick    (the tiny base, few tokens: checks the script, not the goals)
+
+Measures, on one base with four random rank-16 LoRA adapters (q/k/v/o projections):
+  tokens/s   the mixed four-adapter batch (mint's runtime), the merged model (one adapter merged into the
+             weights: the ceiling), one adapter for the whole batch, PEFT's mixed batch (adapter_names=),
+             and per-request switching (PEFT, one request at a time, set_adapter between them);
+  handoff    seconds to put a new champion in place: adapter-only (copy into the slot) vs full checkpoint
+             (merge, save, reload the model);
+  router     the probe's share of one turn's latency (features at the probe layer vs route + generate);
+  serving    requests/s and p95 latency of `mint serve` with 8 concurrent clients.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from mint.base import SMOLLM2, TINY, load_base  # noqa: E402
+from mint.mol.runtime import Decoding, MixtureRuntime  # noqa: E402
+
+NAMES = ("chat", "agent", "coding", "genui")
+PROMPTS = ["Write a Python function that checks whether a number is prime.",
+           "Book a table for four at an Italian place tomorrow at 7pm.",
+           "Make a signup form with name, email and password fields.",
+           "What is a good way to spend a rainy Sunday afternoon?"]
+GOALS = {"mixed / merged tokens/s": (0.90, ">="), "full / adapter-only handoff": (20.0, ">="),
+         "router share of a turn": (0.03, "<")}
+
+
+def make_adapters(base: str, root: Path, rank: int) -> dict[str, Path]:
+    from peft import LoraConfig, get_peft_model
+
+    adapters = {}
+    for seed, name in enumerate(NAMES):
+        torch.manual_seed(seed)
+        model = get_peft_model(load_base(base).model, LoraConfig(
+            r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            init_lora_weights=False))
+        with torch.no_grad():
+            for pname, param in model.named_parameters():
+                if "lora_" in pname:
+                    param.normal_(0, 0.02)
+        model.save_pretrained(root / name)
+        adapters[name] = root / name
+    return adapters
+
+
+def no_eos(model) -> None:
+    """Every row generates exactly max_new_tokens, so tokens/s compares equal work."""
+    model.generation_config.eos_token_id = None
+
+
+def encode(tokenizer, rows: list[str]):
+    tokenizer.padding_side = "left"
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": r}], add_generation_prompt=True,
+                                           tokenize=False) for r in rows]
+    return tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+
+
+def timed(fn, repeats: int) -> float:
+    fn()                                     # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def bench_tokens(base: str, adapters: dict, batch: int, new_tokens: int, repeats: int) -> dict:
+    from peft import PeftModel
+
+    rows = [PROMPTS[i % len(PROMPTS)] for i in range(batch)]
+    row_names = [NAMES[i % len(NAMES)] for i in range(batch)]
+    runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
+    for name, path in adapters.items():
+        runtime.load_adapter(name, path)
+    no_eos(runtime.model)
+    conversations = [[{"role": "user", "content": r}] for r in rows]
+    decoding = Decoding(max_new_tokens=new_tokens)
+    work = batch * new_tokens
+    results = {"mixed batch (mint)": work / timed(lambda: runtime.generate(conversations, row_names, decoding),
+                                                  repeats),
+               "one adapter (mint)": work / timed(lambda: runtime.generate(conversations, ["coding"] * batch,
+                                                                           decoding), repeats)}
+    merged = PeftModel.from_pretrained(load_base(base).model, str(adapters["coding"])).merge_and_unload()
+    merged.eval()
+    no_eos(merged)
+    tokenizer = runtime.tokenizer
+    encoded = encode(tokenizer, rows)
+    options = dict(max_new_tokens=new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+
+    def run_merged():
+        with torch.inference_mode():
+            merged.generate(**encoded, **options)
+
+    results["merged model"] = work / timed(run_merged, repeats)
+    del merged
+    peft = PeftModel.from_pretrained(load_base(base).model, str(adapters[NAMES[0]]), adapter_name=NAMES[0])
+    for name in NAMES[1:]:
+        peft.load_adapter(str(adapters[name]), adapter_name=name)
+    peft.eval()
+    no_eos(peft)
+
+    def run_peft_mixed():
+        with torch.inference_mode():
+            peft.generate(**encoded, **options, adapter_names=row_names)
+
+    results["mixed batch (PEFT adapter_names)"] = work / timed(run_peft_mixed, repeats)
+    singles = [encode(tokenizer, [r]) for r in rows]
+
+    def run_switching():
+        with torch.inference_mode():
+            for name, single in zip(row_names, singles):
+                peft.set_adapter(name)
+                peft.generate(**single, **options)
+
+    results["per-request switching (PEFT)"] = work / timed(run_switching, max(1, repeats // 2))
+    return results
+
+
+def bench_handoff(base: str, adapters: dict, repeats: int) -> dict:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
+    runtime.load_adapter("coding", adapters["coding"])
+    adapter_only = timed(lambda: runtime.load_adapter("coding", adapters["genui"]), repeats)
+    base_model = load_base(base).model
+
+    def full_checkpoint():
+        with tempfile.TemporaryDirectory() as tmp:
+            merged = PeftModel.from_pretrained(base_model, str(adapters["genui"])).merge_and_unload()
+            merged.save_pretrained(tmp, safe_serialization=True)
+            AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)
+
+    full = timed(full_checkpoint, max(1, repeats // 2))
+    return {"adapter-only s": adapter_only, "full checkpoint s": full}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny base, few tokens: checks the script only")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=4, help="requests per client")
+    args = parser.parse_args()
+    base = TINY if args.quick else SMOLLM2
+    if args.quick:
+        args.new_tokens, args.repeats, args.requests = 8, 1, 2
+    torch.manual_seed(0)
+    print(f"base {base}, batch {args.batch}, {args.new_tokens} new tokens, torch threads {torch.get_num_threads()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        adapters = make_adapters(base, Path(tmp), rank=16)
+        tokens = bench_tokens(base, adapters, args.batch, args.new_tokens, args.repeats)
+        handoff = bench_handoff(base, adapters, args.repeats)
+        router = bench_router_share(base, adapters, args.new_tokens, args.repeats)
+        serving = bench_serving(base, adapters, args.clients, args.requests, args.new_tokens, Path(tmp))
+    print("\ntokens/s")
+    for name, value in tokens.items():
+        print(f"  {name:38s} {value:10.1f}   {value / tokens['merged model']:.2f}x merged")
+    print("\nhandoff")
+    for name, value in handoff.items():
+        print(f"  {name:38s} {value:10.4f}")
+    print(f"\nrouter: {router['route ms']:.1f} ms of a {router['turn ms']:.1f} ms turn")
+    print(f"serving ({args.clients} clients x {args.requests} requests): {serving['requests/s']:.2f} requests/s, "
+          f"p95 {serving['p95 ms']:.0f} ms, batches {serving['batches']} rows per batch on average")
+    ratios = {"mixed / merged tokens/s": tokens["mixed batch (mint)"] / tokens["merged model"],
+              "full / adapter-only handoff": handoff["full checkpoint s"] / handoff["adapter-only s"],
+              "router share of a turn": router["route ms"] / router["turn ms"]}
+    print("\nagainst the goals" + (" (--quick: the tiny base says nothing about the goals)" if args.quick else ""))
+    for name, value in ratios.items():
+        goal, sense = GOALS[name]
+        met = value >= goal if sense == ">=" else value < goal
+        print(f"  {name:30s} {value:8.3f}   goal {sense} {goal}   {'met' if met else 'NOT met'}")
+
+
+def bench_router_share(base: str, adapters: dict, new_tokens: int, repeats: int) -> dict:
+    from mint.mol.router import default_layer, turn_features
+
+    runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
+    runtime.load_adapter("coding", adapters["coding"])
+    no_eos(runtime.model)
+    text = PROMPTS[0]
+    layer = default_layer(runtime.model)
+    route_s = timed(lambda: turn_features(runtime.model, runtime.tokenizer, [text], layer), repeats)
+    turn_s = timed(lambda: runtime.generate([[{"role": "user", "content": text}]], ["coding"],
+                                            Decoding(max_new_tokens=new_tokens)), repeats)
+    return {"route ms": route_s * 1000, "turn ms": (route_s + turn_s) * 1000}
+
+
+def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_tokens: int, tmp: Path) -> dict:
+    import socket
+
+    import httpx
+    import uvicorn
+
+    from mint.mol.mixture import Mixture
+    from mint.mol.serve import create_app
+    from mint.project import DEFAULT_PROJECT, Project
+    from mint.workspace import workspace
+
+    runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
+    for name, path in adapters.items():
+        runtime.load_adapter(name, path)
+    no_eos(runtime.model)
+    project = Project(base=base, specialists=DEFAULT_PROJECT.specialists)
+    mixture = Mixture(workspace(tmp / "home"), project, runtime)
+    app = create_app(mixture, window_ms=20, max_batch=clients, poll_s=3600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    latencies: list[float] = []
+
+    def client(index: int) -> None:
+        with httpx.Client(timeout=600) as http:
+            for r in range(requests):
+                body = {"model": f"mint/{NAMES[(index + r) % len(NAMES)]}", "max_tokens": new_tokens,
+                        "messages": [{"role": "user", "content": PROMPTS[(index + r) % len(PROMPTS)]}]}
+                started = time.perf_counter()
+                http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).raise_for_status()
+                latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    server.should_exit = True
+    thread.join(timeout=60)
+    ordered = sorted(latencies)
+    return {"requests/s": len(latencies) / elapsed, "p95 ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000,
+            "batches": round(statistics.mean(app.state.batcher.batch_sizes), 2)}
+
+
+if __name__ == "__main__":
+    main()

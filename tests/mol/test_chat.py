@@ -1,0 +1,146 @@
+"""mint chat: champions answer, each turn is logged with its route and feedback, and the log ingests back."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mint.project import DEFAULT_PROJECT, Project
+from tests.conftest import run_mint
+
+TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
+
+
+@pytest.fixture
+def mixture(ws):
+    from mint.mol.mixture import Mixture
+    return Mixture.open(ws, TINY_PROJECT)
+
+
+def logged(ws) -> list[dict]:
+    from mint.mol.turnlog import read_turns
+    return read_turns(ws)
+
+
+def test_chat_cli_answers_with_the_champion_and_logs_the_turn(ws, crown, tiny_loras):
+    crown("coding", tiny_loras["coding"])
+    (ws.home.parent / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  chat: {keywords: [hi]}\n"
+                                              "  coding: {keywords: [python]}\n")
+    result = run_mint("chat", "fix my python please", "--max-new-tokens", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    assert (reply["specialist"], reply["served_by"], reply["decided_by"]) == ("coding", "coding:v1", "rules")
+    [turn] = logged(ws)
+    assert turn["served_by"] == "coding:v1"
+    assert turn["messages"][-1] == {"role": "assistant", "content": reply["reply"]}
+    assert turn["route"]["decided_by"] == "rules" and turn["latency_ms"] > 0
+
+
+def test_session_feedback_and_correction_are_logged_with_the_turn(ws, mixture):
+    from mint.mol.chat import ChatSession
+    from mint.mol.turnlog import read_turns
+
+    session = ChatSession(mixture, max_new_tokens=3)
+    first = session.handle("tell me a joke")
+    assert first.kind == "reply" and first.reply.specialist == "chat"
+    assert session.handle("/feedback -1").kind == "feedback"
+    assert session.handle("/correct Why did the chicken cross the road?").kind == "feedback"
+    assert read_turns(ws) == []                     # still open for feedback
+    session.handle("/specialist coding")
+    second = session.handle("and another one")
+    assert second.reply.specialist == "coding" and second.reply.decided_by == "forced"
+    session.close()
+    turns = read_turns(ws)
+    assert [t["feedback"] for t in turns] == [
+        {"rating": -1, "correction": "Why did the chicken cross the road?"}, {"rating": None, "correction": None}]
+    assert len(turns[1]["messages"]) == 4           # the conversation carries on
+
+
+@pytest.mark.parametrize("line", ["/feedback +2", "/specialist poetry", "/correct", "/teleport"])
+def test_session_commands_with_bad_arguments_are_errors_not_crashes(mixture, line):
+    from mint.mol.chat import ChatSession
+
+    session = ChatSession(mixture, max_new_tokens=2)
+    session.handle("hi")
+    assert session.handle(line).kind == "error"
+
+
+def test_served_log_ingests_back_with_feedback_and_served_by(ws, mixture, tmp_path):
+    from mint.data.datasets import iter_episodes
+    from mint.data.ingest import ingest
+    from mint.mol.mixture import Turn
+    from mint.mol.runtime import Decoding
+    from mint.mol.turnlog import logs_dir
+
+    answers = mixture.answer([Turn([{"role": "user", "content": f"tell me a story {i}"}],
+                                   decoding=Decoding(max_new_tokens=3)) for i in range(3)])
+    mixture.feedback(answers[0].id, rating=1)
+    mixture.close()
+    result = ingest(ws, [logs_dir(ws)], dataset="served", project=DEFAULT_PROJECT, workers=0)
+    assert result.quarantined_new == 0
+    episodes = list(iter_episodes(ws, "served"))
+    assert len(episodes) == 3
+    assert sorted(e["feedback"]["rating"] is not None for e in episodes) == [False, False, True]
+    assert {e["served_by"] for e in episodes} == {"base"}
+    assert {e["specialist"] for e in episodes} == {"chat"}
+
+
+def test_the_log_rotates_by_size_and_every_turn_is_read_back(ws):
+    from mint.mol.turnlog import TurnLog, logs_dir, read_turns
+
+    log = TurnLog(ws, max_bytes=300)
+    for i in range(10):
+        log.append({"id": str(i), "messages": [{"role": "user", "content": "x" * 50}], "feedback": {}})
+    assert len(list(logs_dir(ws).glob("served-*.jsonl"))) >= 3
+    assert [t["id"] for t in read_turns(ws)] == [str(i) for i in range(10)]
+
+
+def test_feedback_for_an_unknown_answer_is_bad_input(mixture):
+    from mint.errors import BadInput
+
+    with pytest.raises(BadInput, match="no answered turn"):
+        mixture.feedback("chatcmpl-nope", rating=1)
+    with pytest.raises(BadInput, match="rating"):
+        mixture.feedback("chatcmpl-nope", rating=5)
+
+
+def test_chat_repl_shows_specialist_and_revision_and_survives_bad_commands(ws, crown, tiny_loras):
+    import os
+    import subprocess
+    import sys
+
+    crown("chat", tiny_loras["chat"])
+    (ws.home.parent / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  chat: {keywords: [hi]}\n"
+                                              "  coding: {keywords: [python]}\n")
+    script = "/specialist poetry\nhi there\n/feedback +1\n/specialist coding\npython?\n/quit\n"
+    result = subprocess.run([sys.executable, "-m", "mint", "chat", "--max-new-tokens", "2"], input=script,
+                            capture_output=True, text=True, env=dict(os.environ), cwd=ws.home.parent, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "chat (chat:v1, rules)" in result.stdout
+    assert "coding (base, forced)" in result.stdout
+    assert "unknown specialist 'poetry'" in result.stderr
+    ratings = [t["feedback"]["rating"] for t in logged(ws)]
+    assert ratings == [1, None]
+
+
+def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
+    from mint.mol.router_training import train_router
+    from mint.registry.promotion import promote
+    from tests.mol.test_router import TINY_SETS, _contract, _dataset
+
+    assert mixture.revisions()["router"] == "rules"
+    contract = _contract(tmp_path, _dataset(ws, tmp_path))
+    train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
+    promote(ws, "router:v1")
+    moves = mixture.sync()
+    assert [(m.specialist, m.old, m.new) for m in moves] == [("router", None, "router:v1")]
+    assert mixture.revisions()["router"] == "router:v1"
+    from mint.mol.mixture import Turn
+    from mint.mol.runtime import Decoding
+
+    [answer] = mixture.answer([Turn([{"role": "user", "content": "form button dashboard layout"}],
+                                    decoding=Decoding(2))])
+    assert (answer.route.decided_by, answer.route.revision, answer.specialist) == ("probe", "router:v1", "genui")
+    train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
+    promote(ws, "router:v2")
+    assert [(m.specialist, m.old, m.new) for m in mixture.sync()] == [("router", "router:v1", "router:v2")]

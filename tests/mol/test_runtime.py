@@ -1,0 +1,154 @@
+"""The mixture runtime: a mixed batch answers each row as that row's adapter would alone."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mint.base import TINY
+from mint.errors import BadInput, Refused
+from tests.mol.conftest import CONVERSATIONS, peft_alone
+
+MAX_NEW = 12
+
+
+def test_mixed_batch_is_token_identical_to_each_row_alone_with_peft(tiny_runtime, tiny_loras):
+    for name in ("chat", "agent", "coding", "genui"):
+        tiny_runtime.load_adapter(name, tiny_loras[name])
+    rows = ["coding", "agent", None, "genui", "chat"]
+    from mint.mol.runtime import Decoding
+
+    mixed = tiny_runtime.generate(CONVERSATIONS, rows, Decoding(max_new_tokens=MAX_NEW))
+    for conversation, specialist, got in zip(CONVERSATIONS, rows, mixed):
+        expected = peft_alone(TINY, tiny_loras[specialist] if specialist else None, conversation, MAX_NEW)
+        assert got.token_ids == expected, specialist
+
+
+def test_adapters_change_the_answer(tiny_runtime, tiny_loras):
+    """Guards the identity test: with these weights every adapter differs from the base."""
+    from mint.mol.runtime import Decoding
+
+    conversation = CONVERSATIONS[0]
+    bare = tiny_runtime.generate([conversation], [None], Decoding(max_new_tokens=MAX_NEW))[0].token_ids
+    for name in ("chat", "agent", "coding", "genui"):
+        tiny_runtime.load_adapter(name, tiny_loras[name])
+    answers = tiny_runtime.generate([conversation] * 4, ["chat", "agent", "coding", "genui"],
+                                    Decoding(max_new_tokens=MAX_NEW))
+    assert all(a.token_ids != bare for a in answers)
+    assert len({tuple(a.token_ids) for a in answers}) == 4
+
+
+def test_a_uniform_batch_equals_the_same_rows_in_a_mixed_batch(tiny_runtime, tiny_loras):
+    from mint.mol.runtime import Decoding
+
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    tiny_runtime.load_adapter("chat", tiny_loras["chat"])
+    uniform = tiny_runtime.generate(CONVERSATIONS[:2], ["coding", "coding"], Decoding(max_new_tokens=MAX_NEW))
+    mixed = tiny_runtime.generate(CONVERSATIONS[:3], ["coding", "coding", "chat"], Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in uniform] == [g.token_ids for g in mixed[:2]]
+
+
+def test_adapter_swap_equals_a_fresh_load_of_the_new_adapter(tiny_runtime, tiny_loras):
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    tiny_runtime.load_adapter("coding", tiny_loras["genui"])       # rank 16, rslora: every slot entry used
+    tiny_runtime.load_adapter("coding", tiny_loras["chat"])        # rank 2, other modules: old rows must go
+    swapped = tiny_runtime.generate(CONVERSATIONS, ["coding"] * 5, Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"], max_rank=16)
+    fresh.load_adapter("coding", tiny_loras["chat"])
+    expected = fresh.generate(CONVERSATIONS, ["coding"] * 5, Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in swapped] == [g.token_ids for g in expected]
+    assert tiny_runtime.slots["coding"].rank == 2
+
+
+def test_an_adapter_above_the_slot_rank_is_refused_and_the_slot_kept(tiny_runtime, tiny_loras):
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    with pytest.raises(Refused, match=r"rank 32, above the runtime's slot rank 16.*--max-rank 32"):
+        tiny_runtime.load_adapter("coding", tiny_loras["wide"])
+    assert tiny_runtime.slots["coding"].rank == 4
+
+
+def test_adapter_for_another_architecture_is_bad_input(tiny_runtime, tiny_loras, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "other"
+    shutil.copytree(tiny_loras["chat"], broken)
+    tensors = load_file(str(broken / "adapter_model.safetensors"))
+    tensors = {k.replace("layers.1.", "layers.7."): v for k, v in tensors.items()}
+    save_file(tensors, str(broken / "adapter_model.safetensors"))
+    with pytest.raises(BadInput, match="layers.7.*not a linear layer"):
+        tiny_runtime.load_adapter("chat", broken)
+
+
+@pytest.mark.parametrize("setting", [{"use_dora": True}, {"bias": "all"}, {"peft_type": "IA3"},
+                                     {"lora_alpha": "eight"}, {"modules_to_save": ["lm_head"]}])
+def test_peft_settings_the_runtime_cannot_apply_are_bad_input(tiny_runtime, tiny_loras, tmp_path, setting):
+    import shutil
+
+    odd = tmp_path / "odd"
+    shutil.copytree(tiny_loras["chat"], odd)
+    config = json.loads((odd / "adapter_config.json").read_text())
+    config.update(setting)
+    (odd / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(BadInput, match=next(iter(setting))):
+        tiny_runtime.load_adapter("chat", odd)
+
+
+def test_unknown_specialist_is_bad_input(tiny_runtime):
+    with pytest.raises(BadInput, match="unknown specialist 'poetry'"):
+        tiny_runtime.generate(CONVERSATIONS[:1], ["poetry"])
+
+
+@pytest.mark.slow
+def test_mixed_batch_is_token_identical_on_smollm2(tmp_path):
+    from mint.base import SMOLLM2, load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+    from tests.mol.conftest import make_lora
+
+    loras = {name: make_lora(tmp_path / name, SMOLLM2, seed=seed, r=8, alpha=16, targets=targets)
+             for seed, (name, targets) in enumerate([("coding", ["q_proj", "v_proj"]),
+                                                     ("agent", ["o_proj", "down_proj"])], start=1)}
+    runtime = MixtureRuntime(load_base(SMOLLM2), ["coding", "agent"], max_rank=8)
+    for name, path in loras.items():
+        runtime.load_adapter(name, path)
+    rows = ["coding", "agent", None]
+    mixed = runtime.generate(CONVERSATIONS[:3], rows, Decoding(max_new_tokens=16))
+    for conversation, specialist, got in zip(CONVERSATIONS[:3], rows, mixed):
+        assert got.token_ids == peft_alone(SMOLLM2, loras.get(specialist), conversation, 16), specialist
+
+
+def test_sync_champions_loads_each_champion_then_swaps_only_the_one_promoted(ws, crown, tiny_runtime, tiny_loras):
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    crown("coding", tiny_loras["coding"])
+    crown("chat", tiny_loras["chat"])
+    first = tiny_runtime.sync_champions(ws)
+    assert sorted((m.specialist, m.new) for m in first) == [("chat", "chat:v1"), ("coding", "coding:v1")]
+    assert tiny_runtime.sync_champions(ws) == []              # nothing moved: nothing reloaded
+    crown("coding", tiny_loras["agent"])
+    moves = tiny_runtime.sync_champions(ws)
+    assert [(m.specialist, m.old, m.new) for m in moves] == [("coding", "coding:v1", "coding:v2")]
+    after = tiny_runtime.generate(CONVERSATIONS, ["coding", "chat", "coding", None, "chat"],
+                                  Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"])
+    fresh.sync_champions(ws)
+    expected = fresh.generate(CONVERSATIONS, ["coding", "chat", "coding", None, "chat"],
+                              Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in after] == [g.token_ids for g in expected]
+    assert after[0].served_by == "coding:v2" and after[3].served_by == "base"
+
+
+def test_sync_refuses_a_champion_trained_on_another_base(ws, tiny_runtime, tiny_loras):
+    from mint.registry.artifacts import register
+    from mint.registry.promotion import promote
+
+    revision = register(ws, tiny_loras["coding"], specialist="coding", base="smollm2-135m",
+                        base_fingerprint="sha256:" + "0" * 64)
+    promote(ws, revision.ref, force=True, why="test")
+    with pytest.raises(Refused, match="trained on another base"):
+        tiny_runtime.sync_champions(ws)
+    assert tiny_runtime.slots["coding"].ref is None

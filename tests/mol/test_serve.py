@@ -1,0 +1,164 @@
+"""mint serve: the official openai client against 127.0.0.1; hot swap; malformed requests are 4xx."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from mint.project import DEFAULT_PROJECT, Project
+
+TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(ws, crown, tiny_loras):
+    """A running server on the tiny base with coding:v1 as champion; yields (base_url, app)."""
+    import uvicorn
+
+    from mint.mol.mixture import Mixture
+    from mint.mol.serve import create_app
+
+    crown("coding", tiny_loras["coding"])
+    mixture = Mixture.open(ws, TINY_PROJECT)
+    app = create_app(mixture, window_ms=20, poll_s=0.1)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", app
+    server.should_exit = True
+    thread.join(timeout=60)
+
+
+def client(url):
+    from openai import OpenAI
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def wait_for(condition, what: str, limit_s: float = 120.0):
+    """Polls a condition (the server's poller runs on its own clock); the limit only catches a hang."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_models_lists_the_routed_model_and_one_per_specialist(server):
+    url, _app = server
+    ids = {m.id for m in client(url).models.list()}
+    assert ids == {"mint", "mint/chat", "mint/agent", "mint/coding", "mint/genui"}
+
+
+def test_completion_answers_with_the_forced_champion_and_stream_matches(server):
+    url, _app = server
+    openai = client(url)
+    messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    reply = openai.chat.completions.create(model="mint/coding", messages=messages, max_tokens=6)
+    assert reply.model_extra["mint"]["served_by"] == "coding:v1"
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.completion_tokens <= 6
+    streamed = openai.chat.completions.create(model="mint/coding", messages=messages, max_tokens=6, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+    assert text == reply.choices[0].message.content
+
+
+def test_a_promotion_during_serve_changes_the_serving_revision(server, crown, tiny_loras):
+    import httpx
+
+    url, _app = server
+    crown("coding", tiny_loras["agent"])
+    wait_for(lambda: httpx.get(f"{url}/health").json()["revisions"]["coding"] == "coding:v2", "no hot swap")
+    reply = client(url).chat.completions.create(model="mint/coding", max_tokens=2,
+                                                messages=[{"role": "user", "content": "hi"}])
+    assert reply.model_extra["mint"]["served_by"] == "coding:v2"
+
+
+def test_concurrent_clients_are_answered_and_feedback_is_logged(server, ws):
+    from mint.mol.turnlog import read_turns
+
+    url, app = server
+    openai = client(url)
+    results = [None] * 6
+
+    def ask(i):
+        results[i] = openai.chat.completions.create(
+            model="mint", max_tokens=3, messages=[{"role": "user", "content": f"tell me a joke number {i}"}])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.model_extra["mint"]["specialist"] == "chat" for r in results)
+    import httpx
+
+    answer = httpx.post(f"{url}/v1/feedback", json={"id": results[0].id, "rating": -1, "correction": "Knock knock."})
+    assert answer.status_code == 200
+    [turn] = [t for t in read_turns(ws) if t["id"] == results[0].id]
+    assert turn["feedback"] == {"rating": -1, "correction": "Knock knock."}
+    assert turn["served_by"] == "base" and turn["route"]["decided_by"] == "rules"
+
+
+def test_the_batcher_answers_queued_turns_in_one_batch(ws):
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.runtime import Decoding
+    from mint.mol.serve import Batcher
+
+    batcher = Batcher(Mixture.open(ws, TINY_PROJECT), window_ms=0, max_batch=8)
+    futures = [batcher.submit(Turn([{"role": "user", "content": f"hello {i}"}], decoding=Decoding(2)))
+               for i in range(5)]
+    batcher.start()          # everything was queued before the worker looked: one batch
+    answers = [f.result(timeout=120) for f in futures]
+    batcher.stop()
+    assert batcher.batch_sizes == [5]
+    assert len({a.id for a in answers}) == 5
+
+
+MALFORMED = [
+    b"not json", b"[1, 2]", b"{}", b'{"messages": "hi"}', b'{"messages": []}',
+    b'{"messages": [{"role": "wizard", "content": "x"}]}', b'{"messages": [{"role": "user", "content": 5}]}',
+    b'{"messages": [{"role": "user"}]}', b'{"messages": [{"role": "system", "content": "only a system"}]}',
+    b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}',
+    b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}',
+    b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}',
+    b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400}',
+    b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}',
+    b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+    b'{"messages": [{"role": "user", "content": "x"}], "n": 3}',
+    b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+    b'{"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}',
+    b'{"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}',
+    b'{"messages": [{"role": "user", "content": "x"}], "model": "mint/poetry"}',
+    b'{"messages": [{"role": "user", "content": "x"}], "model": 7}',
+    b'\xff\xfe',
+]
+
+
+def test_malformed_requests_get_4xx_never_5xx(server):
+    import httpx
+
+    url, _app = server
+    for body in MALFORMED:
+        response = httpx.post(f"{url}/v1/chat/completions", content=body,
+                              headers={"content-type": "application/json"})
+        assert 400 <= response.status_code < 500, (body, response.status_code, response.text)
+        assert response.json()["error"]["message"]
+    for body in [b"nope", b'{"id": 5}', b'{"id": "chatcmpl-unknown", "rating": 1}', b'{"id": "x", "rating": 9}']:
+        response = httpx.post(f"{url}/v1/feedback", content=body)
+        assert 400 <= response.status_code < 500, (body, response.status_code, response.text)
+    too_long = {"messages": [{"role": "user", "content": "word " * 3000}], "max_tokens": 8}
+    response = httpx.post(f"{url}/v1/chat/completions", json=too_long)
+    assert response.status_code == 400 and "at most 2048" in response.json()["error"]["message"]
+    assert httpx.get(f"{url}/v1/nothing-here").status_code == 404
+    assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
