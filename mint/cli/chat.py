@@ -21,10 +21,15 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
          specialist: Optional[str] = typer.Option(None, "--specialist", "-s", help="Force a specialist instead of routing."),
          base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: mint.yaml's, else smollm2-135m)."),
          system: Optional[str] = typer.Option(None, "--system", help="A system prompt."),
-         max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+         max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Longest answer, in tokens."),
          config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
          json_out: bool = JSON_OPT) -> None:
-    """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged."""
+    """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged.
+
+    Without a message: a REPL with /feedback +1|-1, /correct TEXT and /specialist NAME.
+
+    Example: mint chat "Make a signup form with name and email"
+    """
     from mint.errors import BadInput
     from mint.mol.chat import ChatSession, chat_once
     from mint.mol.mixture import Mixture

@@ -24,7 +24,10 @@ def monitor_command(window: str = typer.Option("1d", "--window", help="1h, 1d or
                     config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
                     json_out: bool = JSON_OPT) -> None:
     """Routing share per specialist vs the previous window and the router's held-out split, feedback, latency and
-    traffic per revision. Exits 1 when an alert fires (for cron)."""
+    traffic per revision. Exits 1 when an alert fires (for cron).
+
+    Example: mint monitor --window 1d
+    """
     from mint.mol.monitor import monitor
     from mint.project import load_project
 

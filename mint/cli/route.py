@@ -17,7 +17,10 @@ def route_command(text: str = typer.Argument(..., help="One user turn."),
                   base: Optional[str] = typer.Option(None, "--base", "-b", help="Base for the probe (default: the router's)."),
                   config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
                   json_out: bool = JSON_OPT) -> None:
-    """Which specialist answers TEXT, its probability per specialist, and whether rules or the probe decided."""
+    """Which specialist answers TEXT, its probability per specialist, and whether rules or the probe decided.
+
+    Example: mint route "book me a table for two at 8pm" --json
+    """
     from mint.mol.router import route_text
     from mint.project import load_project
 

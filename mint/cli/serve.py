@@ -11,17 +11,20 @@ from mint.cli.common import app, err, quiet_transformers, ws
 
 
 @app.command("serve")
-def serve_command(host: str = typer.Option("127.0.0.1", "--host"),
-                  port: int = typer.Option(8000, "--port"),
+def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+                  port: int = typer.Option(8000, "--port", help="Port to listen on."),
                   base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: mint.yaml's)."),
                   max_rank: int = typer.Option(16, "--max-rank", help="LoRA rank each specialist's slot holds."),
                   window_ms: float = typer.Option(10.0, "--window-ms", help="How long a batch waits for more requests."),
-                  max_batch: int = typer.Option(16, "--max-batch"),
+                  max_batch: int = typer.Option(16, "--max-batch", help="Most turns generated in one mixed batch."),
                   poll_s: float = typer.Option(2.0, "--poll", help="Seconds between checks for new champions."),
                   config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml).")
                   ) -> None:
     """OpenAI-compatible server: POST /v1/chat/completions (model `mint` routes, `mint/NAME` forces), /v1/models,
-    /v1/feedback, /health. New champions are picked up without a restart."""
+    /v1/feedback, /health. New champions are picked up without a restart.
+
+    Example: mint serve --port 8000
+    """
     from mint.errors import BadInput
     from mint.mol.mixture import Mixture
     from mint.mol.serve import serve
