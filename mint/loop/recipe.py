@@ -38,7 +38,7 @@ STEP_KEYS: dict[str, tuple[str, ...]] = {
     "train": ("specialist", "method", "from", "set", "data"),
     "eval": ("specialist", "contract", "limit"),
     "promote": ("specialist",),
-    "route": ("data",),
+    "route": ("contract",),
 }
 STEP_KINDS = tuple(STEP_KEYS)
 
@@ -166,6 +166,10 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
         origin = options.get("from", "champion")
         if origin not in ("champion", "scratch"):
             raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")
+    elif kind == "route" and "contract" in options:
+        contract_path = path.parent / _string(doc, options["contract"], f"{at}.contract")
+        if not contract_path.is_file():
+            raise doc.error(f"{at}.contract", f"no such contract: {contract_path}")
     elif kind == "eval":
         contract = options.get("contract")
         where = f"{at}.contract"

@@ -309,7 +309,7 @@ class _Context:
                 return None
             return _sha("promote", evaluation["revision_id"], evaluation["report"])
         if step.kind == "route":
-            return _sha("route", o, self.dataset_version())
+            return _sha("route", o, self.routing_labels(), self.base)
         raise AssertionError(step.kind)
 
     def absorb(self, step: Step, output: dict) -> None:
@@ -419,8 +419,45 @@ class _Context:
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
     def _run_route(self, step: Step) -> dict:
-        raise BadInput("the route step needs the router (mint/mol); it is not available in this build",
-                       field=f"steps[{step.index}].route")
+        from mint.mol.router_training import train_router
+        from mint.registry.promotion import promote, reject
+
+        contract = step.options.get("contract")
+        if contract is None:        # the project's router contract, beside its mint.yaml
+            folder = self.project.path.parent if self.project.path else Path.cwd()
+            contract = folder / "contracts" / "router.yaml"
+        contract = self.recipe.path.parent / contract
+        sets = [f"contract={contract}"] if contract.is_file() else []
+        result = train_router(self.ws, data=self.recipe.dataset, base=self.base, sets=sets, project=self.project)
+        verdict = result.metrics.get("verdict")
+        output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
+                  "examples": result.examples,
+                  "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}}
+        if verdict == "pass":
+            try:
+                promote(self.ws, result.ref)
+                output["action"] = "promoted"
+            except Refused as exc:
+                output.update(action="refused", reason=str(exc))
+        elif verdict == "fail":
+            reject(self.ws, result.ref, why="failed contracts/router.yaml")
+            output.update(action="rejected", reason="failed contracts/router.yaml")
+        output["champion"] = self.champion_ref("router")
+        return output
+
+    def routing_labels(self) -> str:
+        """A digest of (turn, specialist) pairs: the router is retrained only when what it learns from changed."""
+        from mint.data.datasets import iter_episodes
+
+        pairs = set()
+        try:
+            for episode in iter_episodes(self.ws, self.recipe.dataset, None):
+                user = [m.get("content") for m in episode.get("messages", []) if m.get("role") == "user"]
+                if user and isinstance(user[-1], str):
+                    pairs.add((hashlib.sha256(user[-1].encode("utf-8", "replace")).hexdigest(), episode["specialist"]))
+        except BadInput:
+            return ""
+        return _sha(sorted(pairs))
 
     def champion_ref(self, specialist: str) -> str | None:
         from mint.registry import store

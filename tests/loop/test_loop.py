@@ -129,3 +129,16 @@ def test_killed_after_training_then_resumed_reuses_the_trained_candidate(ws, tmp
     assert store.list_revisions(conn, specialist="genui").total == 1       # trained once, not twice
     conn.close()
     assert champion(ws) == "genui:v1"
+
+
+def test_the_route_step_trains_the_router_once_per_set_of_labels(ws, tmp_path, capsys):
+    path = tmp_path / "route.yaml"
+    path.write_text(f"recipe: route\nbase: tiny-random\ndataset: routed\nloop: {{iterations: 2}}\nsteps:\n"
+                    f"  - ingest: {{sources: [{ROOT / 'examples' / 'logs'}]}}\n  - route: {{contract: {ROOT / 'contracts' / 'router.yaml'}}}\n")
+    assert main(["loop", str(path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    routes = [s for s in result["steps"] if s["label"] == "route"]
+    assert [s["status"] for s in routes] == ["ran", "skipped"]        # the labels did not change in iteration 2
+    output = routes[0]["output"]
+    assert output["revision"] == "router:v1" and output["verdict"] in ("pass", "fail")
+    assert output["action"] in ("promoted", "rejected", "refused")
