@@ -32,25 +32,21 @@ $(STAMP): pyproject.toml
 test: setup
 	$(PY) -m pytest -q
 
-# The main job, one turn of the self-improvement cycle on the embedded base (SmolLM2-135M,
-# converted once to the cache): a project, the example logs ingested into a versioned dataset,
-# a GenUI LoRA trained from them, evaluated under contracts/genui.yaml, promoted, and one answer.
+# The main job: the self-improvement loop on the embedded base (SmolLM2-135M, converted once to the
+# cache) in a fresh project: recipes/demo.yaml ingests the example logs, measures the bare base as
+# generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them, then a
+# second generation learns from the champions' own scored answers. Then the lineage report, and a
+# few turns answered through the mixture, each naming the specialist and revision that took it.
 DEMO_DIR ?= $(CURDIR)/.mint-demo
-DEMO := $(MINT) --home $(DEMO_DIR)/.mint
+DEMO_MINT := cd $(DEMO_DIR) && $(abspath $(MINT))
 demo: setup
 	rm -rf $(DEMO_DIR)
 	$(MINT) init --dir $(DEMO_DIR)
-	$(DEMO) ingest examples/logs --dataset demo --config $(DEMO_DIR)/mint.yaml
-	$(DEMO) data show demo --head 1
-	$(MINT) base show smollm2-135m
-	$(DEMO) train --specialist genui --data demo --method sft --base smollm2-135m \
-		--set max_steps=20 --set learning_rate=1e-3 --set per_device_train_batch_size=4 --set max_length=384
-	# the whole contract (24 core + 12 retention examples): the base is measured first as generation 0, and
-	# the core gate needs a significant gain over it, which 6 examples per suite could never show
-	$(DEMO) eval genui:v1 --contract contracts/genui.yaml
-	$(DEMO) promote genui:v1
-	$(DEMO) registry history genui
-	$(MINT) chat "What is the capital of France?" --config $(DEMO_DIR)/mint.yaml --max-new-tokens 32
+	$(DEMO_MINT) loop recipes/demo.yaml
+	$(DEMO_MINT) report --html report.html
+	$(DEMO_MINT) chat "Make a signup form with name, email and a submit button"
+	$(DEMO_MINT) chat "What's the weather in Paris tomorrow? Use the get_weather tool."
+	$(DEMO_MINT) chat "Tell me a fun fact about octopuses."
 
 bench: setup
 	$(PY) scripts/bench_ingest.py

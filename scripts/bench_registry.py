@@ -79,7 +79,13 @@ def _promoter(home: str, worker: int, ids: list[str], barrier, results) -> None:
         conn.close()
         report = Path(home) / f"race-{round_}-{worker}.json"
         report.write_text(json.dumps({"revision_id": revision_id, "verdict": "pass", "baseline": {
-            "revision_id": champion}, "contract": {"name": "agent", "version": 1, "sha256": "0" * 64}}))
+            "revision_id": champion}, "contract": {"name": "agent", "version": 1, "sha256": "0" * 64},
+            "examples_sha256": "0" * 64}))
+        conn = store.open_store(ws, create=False)
+        try:
+            record_report(conn, read_report(report))     # as `mint eval` does: promote trusts registered reports
+        finally:
+            conn.close()
         barrier.wait()
         start = time.perf_counter()
         try:
@@ -95,6 +101,15 @@ def _promoter(home: str, worker: int, ids: list[str], barrier, results) -> None:
 def race(ws, made, rounds: int) -> tuple[list[float], int, int]:
     """PROMOTERS processes promoting agent revisions together, ``rounds`` times: (latencies, lost, errors)."""
     agent = [rid for specialist, _v, rid in made if specialist == "agent"][-PROMOTERS * rounds:]
+    conn = store.open_store(ws)
+    champion = store.alias_target(conn, "agent", "champion")
+    if champion:    # promotion compares with the champion's own report on the same examples: give it one
+        report = ws.home / "race-champion.json"
+        report.write_text(json.dumps({"revision_id": champion, "verdict": "pass", "baseline": {"revision_id": None},
+                                      "contract": {"name": "agent", "version": 1, "sha256": "0" * 64},
+                                      "examples_sha256": "0" * 64}))
+        record_report(conn, read_report(report))
+    conn.close()
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(PROMOTERS, timeout=600), context.Queue()
     workers = [context.Process(target=_promoter, args=(str(ws.home), i, agent[i::PROMOTERS], barrier, results))
@@ -111,6 +126,8 @@ def race(ws, made, rounds: int) -> tuple[list[float], int, int]:
     broken = sum(1 for before, after in zip(events, events[1:]) if after.old != before.new)
     lost = sum(abs(w - 1) for w in winners) + broken + abs(len(events) - rounds)
     errors = sum(1 for _, o, _ in outcomes if o.startswith("error"))
+    if errors:
+        print("first promoter error:", next(o for _, o, _ in outcomes if o.startswith("error")))
     return [ms for _, _, ms in outcomes], lost, errors
 
 
