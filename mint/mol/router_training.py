@@ -84,8 +84,18 @@ def load_router_contract(path: Path, names: tuple[str, ...]) -> RouterContract:
         if isinstance(gate["min"], bool) or not isinstance(gate["min"], (int, float)):
             raise doc.error(f"{where}.min", "expected a number")
         gates.append((gate["metric"], float(gate["min"])))
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return RouterContract(name, version, path.absolute(), digest, tuple(heldout), tuple(gates))
+    return RouterContract(name, version, path.absolute(), router_contract_sha256(path), tuple(heldout), tuple(gates))
+
+
+def router_contract_sha256(path: Path) -> str:
+    """The router contract's hash: its YAML and every held-out file it names, so editing either is a new contract."""
+    digest = hashlib.sha256(path.read_bytes())
+    data = load_yaml(path).data
+    for item in (data.get("heldout") or []) if isinstance(data, dict) else []:
+        if isinstance(item, dict) and isinstance(item.get("data"), str):
+            file = (path.parent / item["data"]).resolve()
+            digest.update(hashlib.sha256(file.read_bytes() if file.is_file() else b"").digest())
+    return digest.hexdigest()
 
 
 def read_heldout(contract: RouterContract) -> list[tuple[str, str, bool]]:
@@ -141,6 +151,9 @@ def evaluate_router(ws: Workspace, revision, probe: Probe, model, tokenizer, pro
         "verdict": verdict, "confusion": score.confusion, "heldout_share": score.share,
         "decided_by": {k: sum(r.decided_by == k for r in routes) for k in ("rules", "probe")},
         "examples": score.examples, "created_at": store.now(), "duration_s": time.perf_counter() - started,
+        # the held-out turns, so promotion can check the champion router was measured on the same ones
+        "examples_sha256": hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest(),
+        "source": "generated",
     }
     path = ws.reports / f"{revision.id}-{contract.name}-v{contract.version}.json"
     atomic_write_json(path, report)

@@ -167,9 +167,20 @@ def _newest_registered_report(conn, revision_id: str) -> Report | None:
     return None
 
 
-def _check_contract_is_current(conn, report: Report, ref: str) -> None:
+def _contract_sha256(path: Path) -> str:
+    """The current hash of a contract file: a specialist's HCP contract, or the router's (held-out turns)."""
     from mint.contract.schema import load_contract
+    from mint.yamlfile import load_yaml
 
+    data = load_yaml(path).data
+    if isinstance(data, dict) and "heldout" in data:
+        from mint.mol.router_training import router_contract_sha256
+
+        return router_contract_sha256(path)
+    return load_contract(path, check_data=False).sha256
+
+
+def _check_contract_is_current(conn, report: Report, ref: str) -> None:
     newer = conn.execute("SELECT MAX(contract_version) FROM reports WHERE contract_name = ?",
                          (report.contract_name,)).fetchone()[0]
     if newer is not None and newer > report.contract_version:
@@ -180,7 +191,7 @@ def _check_contract_is_current(conn, report: Report, ref: str) -> None:
         if not path.is_file():
             raise Refused(f"the report's contract {path} no longer exists; re-run `mint eval {ref}`")
         try:
-            sha256 = load_contract(path, check_data=False).sha256
+            sha256 = _contract_sha256(path)
         except BadInput as exc:
             raise Refused(f"contract {path} changed since this report and no longer loads ({exc}); "
                           f"re-run `mint eval {ref}`") from None
