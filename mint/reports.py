@@ -127,16 +127,16 @@ def _primary_metric(report: dict) -> str | None:
 
 def _loss_curves(ws: Workspace) -> dict[str, list[list[float]]]:
     """revision id -> [[step, loss], ...] from each finished run's metrics.jsonl."""
-    from mint.runs import METRICS_FILE, RESULT_FILE, _read_json, _read_metrics
+    from mint.runs import METRICS_FILE, RESULT_FILE, read_json_object, read_metrics
 
     curves: dict[str, list[list[float]]] = {}
     root = ws.home / "runs"
     if not root.is_dir():
         return curves
     for folder in root.iterdir():
-        result = _read_json(folder / RESULT_FILE)
+        result = read_json_object(folder / RESULT_FILE)
         if isinstance(result.get("revision_id"), str):
-            curves[result["revision_id"]] = [[row["step"], row["loss"]] for row in _read_metrics(folder / METRICS_FILE)
+            curves[result["revision_id"]] = [[row["step"], row["loss"]] for row in read_metrics(folder / METRICS_FILE)
                                              if isinstance(row.get("loss"), (int, float))
                                              and isinstance(row.get("step"), int)]
     return curves

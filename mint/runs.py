@@ -42,7 +42,7 @@ class RunDetail:
     metrics: list[dict] = field(default_factory=list)
 
 
-def _read_json(path: Path) -> dict:
+def read_json_object(path: Path) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -50,7 +50,7 @@ def _read_json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _read_metrics(path: Path) -> list[dict]:
+def read_metrics(path: Path) -> list[dict]:
     rows = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -74,9 +74,9 @@ def _last(rows: list[dict], key: str):
 
 
 def _summary(run_dir: Path, metrics: list[dict] | None = None) -> RunSummary:
-    run = _read_json(run_dir / RUN_FILE)
-    result = _read_json(run_dir / RESULT_FILE)
-    metrics = _read_metrics(run_dir / METRICS_FILE) if metrics is None else metrics
+    run = read_json_object(run_dir / RUN_FILE)
+    result = read_json_object(run_dir / RESULT_FILE)
+    metrics = read_metrics(run_dir / METRICS_FILE) if metrics is None else metrics
     times = [row["time"] for row in metrics if isinstance(row.get("time"), (int, float))]
     starts = [row for row in metrics if row.get("event") == "start"]
     return RunSummary(
@@ -126,7 +126,7 @@ def show_run(ws: Workspace, run: str) -> RunDetail:
         raise BadInput(f"{run!r} matches {len(candidates)} runs: " + ", ".join(p.name for p in candidates[:5]),
                        field="RUN")
     folder = candidates[0]
-    metrics = _read_metrics(folder / METRICS_FILE)
-    run_record = _read_json(folder / RUN_FILE)
+    metrics = read_metrics(folder / METRICS_FILE)
+    run_record = read_json_object(folder / RUN_FILE)
     return RunDetail(summary=_summary(folder, metrics), path=str(folder),
                      settings=run_record.get("settings") or {}, metrics=metrics)

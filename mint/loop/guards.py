@@ -14,19 +14,10 @@ LENGTH_GROWTH = 1.5      # candidate answers this much longer than the baseline'
 
 
 def _rewards(run_dir: Path) -> list[float]:
-    values = []
-    try:
-        with open(run_dir / "metrics.jsonl", encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("reward"), (int, float)):
-                    values.append(float(row["reward"]))
-    except OSError:
-        pass
-    return values
+    from mint.runs import METRICS_FILE, read_metrics
+
+    return [float(row["reward"]) for row in read_metrics(run_dir / METRICS_FILE)
+            if isinstance(row.get("reward"), (int, float)) and not isinstance(row.get("reward"), bool)]
 
 
 def mean_answer_length(predictions: Path) -> float | None:
