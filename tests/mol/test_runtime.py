@@ -200,3 +200,36 @@ def test_a_listener_that_refuses_stops_only_its_row(tiny_runtime, tiny_loras):
     assert (out[0].finish_reason, len(out[0].token_ids), len(calls)) == ("cancelled", 3, 3)
     assert (out[1].finish_reason, len(out[1].token_ids)) == ("cancelled", 1)
     assert out[2].token_ids == alone.token_ids and out[2].finish_reason == alone.finish_reason
+
+
+def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, tiny_loras):
+    """Routing runs its own pass on the bare base (the probe's features never see an adapter), and the routed
+    turn's answer is token for token what the chosen specialist gives when forced."""
+    import torch
+
+    from mint.base import load_base
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.router import Probe, Router, turn_features
+    from mint.mol.runtime import Decoding, MixtureRuntime
+    from mint.project import DEFAULT_PROJECT, Project
+
+    project = Project(base=TINY, specialists=DEFAULT_PROJECT.specialists)
+    runtime = MixtureRuntime(load_base(TINY), project.names, max_rank=16)
+    for name in project.names:
+        runtime.load_adapter(name, tiny_loras[name])
+    hidden = runtime.model.config.hidden_size
+    probe = Probe(project.names, 1, torch.randn(len(project.names), hidden, generator=torch.Generator().manual_seed(3)),
+                  torch.zeros(len(project.names)), torch.zeros(hidden), torch.ones(hidden))
+    mixture = Mixture(ws, project, runtime)
+    mixture.router = Router(project, probe, "router:test")
+    text = "What do you think about rainy Sundays?"   # no rule decides it
+    runtime.generate(CONVERSATIONS, ["coding", "agent", None, "genui", "chat"], Decoding(2))   # a mixed batch first
+    bare = load_base(TINY)
+    assert torch.equal(mixture.features([text], 1), turn_features(bare.model, bare.tokenizer, [text], 1))
+    [routed] = mixture.answer([Turn([{"role": "user", "content": text}], decoding=Decoding(MAX_NEW))],
+                              keep_for_feedback=False)
+    assert routed.route.decided_by == "probe"
+    forced = runtime.generate([[{"role": "user", "content": text}]], [routed.specialist], Decoding(MAX_NEW))[0]
+    assert (routed.text, routed.completion_tokens, routed.finish_reason) == \
+        (forced.text, len(forced.token_ids), forced.finish_reason)
+    assert routed.route_ms < routed.latency_ms
