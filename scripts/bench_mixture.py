@@ -12,11 +12,13 @@ Measures, on one base with four random rank-16 LoRA adapters (q/k/v/o projection
              (merge, save, reload the model);
   router     the probe's share of a routed turn's latency (its own pass up to the probe layer, vs route +
              generate of the same turn, read from Mixture.answer's timings; min and median of the repeats);
-  serving    requests/s and p95 latency of `mint serve` with 8 concurrent clients.
+  serving    requests/s and p95 latency of `mint serve` with 8 concurrent clients (--stream: the clients
+             stream, and the time to the first content chunk is printed beside the whole answer's).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -163,6 +165,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=4, help="requests per client")
+    parser.add_argument("--stream", action="store_true", help="serving: clients stream (stream: true)")
     parser.add_argument("--only", choices=SECTIONS, action="append",
                         help="run only this section (repeatable); default: all of them")
     args = parser.parse_args()
@@ -178,8 +181,8 @@ def main() -> None:
             if "tokens" in sections else None
         handoff = bench_handoff(base, adapters, args.repeats) if "handoff" in sections else None
         router = bench_router_share(base, adapters, args.new_tokens, args.repeats) if "router" in sections else None
-        serving = bench_serving(base, adapters, args.clients, args.requests, args.new_tokens, Path(tmp)) \
-            if "serving" in sections else None
+        serving = bench_serving(base, adapters, args.clients, args.requests, args.new_tokens, Path(tmp),
+                                args.stream) if "serving" in sections else None
     ratios = {}
     if tokens:
         print("\ntokens/s")
@@ -199,8 +202,12 @@ def main() -> None:
             print(f"  {name:38s} {min(values):10.4f} {statistics.median(values):10.4f}")
         ratios["router share of a turn"] = statistics.median(router["share"])
     if serving:
-        print(f"\nserving ({args.clients} clients x {args.requests} requests): {serving['requests/s']:.2f} "
-              f"requests/s, p95 {serving['p95 ms']:.0f} ms, batches {serving['batches']} rows per batch on average")
+        print(f"\nserving ({args.clients} clients x {args.requests} requests{', streamed' if args.stream else ''}): "
+              f"{serving['requests/s']:.2f} requests/s, p50 {serving['p50 ms']:.0f} ms, p95 {serving['p95 ms']:.0f} ms, "
+              f"batches {serving['batches']} rows per batch on average")
+        if serving["first text p50 ms"] is not None:
+            print(f"  first content chunk after {serving['first text p50 ms']:.0f} ms (p50), "
+                  f"{serving['first text p50 ms'] / serving['p50 ms']:.2f} of the whole answer's p50")
     print("\nagainst the goals" + (" (--quick: the tiny base says nothing about the goals)" if args.quick else ""))
     for name, value in ratios.items():
         goal, sense = GOALS[name]
@@ -239,7 +246,8 @@ def bench_router_share(base: str, adapters: dict, new_tokens: int, repeats: int)
             "layer": probe.layer, "layers": runtime.model.config.num_hidden_layers}
 
 
-def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_tokens: int, tmp: Path) -> dict:
+def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_tokens: int, tmp: Path,
+                  stream: bool = False) -> dict:
     import socket
 
     import httpx
@@ -266,6 +274,7 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     while not server.started:
         time.sleep(0.05)
     latencies: list[float] = []
+    first_text_at: dict[tuple[int, int], float] = {}   # streaming: seconds to the first content chunk
 
     def client(index: int) -> None:
         with httpx.Client(timeout=600) as http:
@@ -273,7 +282,17 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
                 body = {"model": f"mint/{NAMES[(index + r) % len(NAMES)]}", "max_tokens": new_tokens,
                         "messages": [{"role": "user", "content": PROMPTS[(index + r) % len(PROMPTS)]}]}
                 started = time.perf_counter()
-                http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).raise_for_status()
+                if not stream:
+                    http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).raise_for_status()
+                    latencies.append(time.perf_counter() - started)
+                    continue
+                with http.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 json={**body, "stream": True}) as response:
+                    response.raise_for_status()
+                    for line in response.iter_lines():
+                        if line.startswith("data: {") and not first_text_at.get((index, r)) and \
+                                json.loads(line[6:]).get("choices", [{}])[0].get("delta", {}).get("content"):
+                            first_text_at[(index, r)] = time.perf_counter() - started
                 latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -286,7 +305,10 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     server.should_exit = True
     thread.join(timeout=60)
     ordered = sorted(latencies)
+    firsts = sorted(first_text_at.values())
     return {"requests/s": len(latencies) / elapsed, "p95 ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000,
+            "p50 ms": statistics.median(ordered) * 1000,
+            "first text p50 ms": statistics.median(firsts) * 1000 if firsts else None,
             "batches": round(statistics.mean(app.state.batcher.batch_sizes), 2)}
 
 
