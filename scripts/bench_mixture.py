@@ -208,6 +208,8 @@ def main() -> None:
         if serving["first text p50 ms"] is not None:
             print(f"  first content chunk after {serving['first text p50 ms']:.0f} ms (p50), "
                   f"{serving['first text p50 ms'] / serving['p50 ms']:.2f} of the whole answer's p50")
+        elif args.stream:
+            print("  no answer had visible text (the tiny base answers with whitespace)")
     print("\nagainst the goals" + (" (--quick: the tiny base says nothing about the goals)" if args.quick else ""))
     for name, value in ratios.items():
         goal, sense = GOALS[name]
