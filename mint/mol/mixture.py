@@ -104,7 +104,13 @@ class Mixture:
     # --- turns ---------------------------------------------------------------------------
 
     def features(self, texts: list[str], layer: int):
-        """The probe's features, computed by the runtime's base with every slot off."""
+        """The probe's features, computed by the runtime's base with every slot off.
+
+        This is a pass of its own, not a share of the generation's prefill: the probe reads the last user
+        message alone (no chat template, no history, at most MAX_TURN_TOKENS), while the prefill encodes the
+        whole templated conversation under the chosen specialist's LoRA, so its hidden states differ from
+        what every trained probe was fitted on. The pass stops at the probe's layer and runs no LM head;
+        ``scripts/bench_mixture.py --only router`` measures its share of a turn."""
         with self.runtime.lock:
             self.runtime.table.set_rows([0])
             return turn_features(self.runtime.model, self.runtime.tokenizer, texts, layer)
