@@ -31,7 +31,8 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
          json_out: bool = JSON_OPT) -> None:
     """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged.
 
-    Without a message: a REPL with /feedback +1|-1, /correct TEXT and /specialist NAME.
+    Without a message: a REPL (replies are printed as they are decoded) with /feedback +1|-1, /correct TEXT
+    and /specialist NAME.
 
     Example: mint chat "Make a signup form with name and email"
     """
