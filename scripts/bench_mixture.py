@@ -98,6 +98,9 @@ def bench_tokens(base: str, adapters: dict, batch: int, new_tokens: int, repeats
     conversations = [[{"role": "user", "content": r}] for r in rows]
     decoding = Decoding(max_new_tokens=new_tokens)
     work = batch * new_tokens
+    longest = max(len(g.token_ids) for g in runtime.generate(conversations, row_names, decoding))
+    if longest < new_tokens:    # the runtime ends a row at EOS; the batch must still run every step
+        print(f"warning: every row of mint's batch ended by {longest} tokens: its tokens/s counts steps not run")
     results = {"mixed batch (mint)": work / timed(lambda: runtime.generate(conversations, row_names, decoding),
                                                   repeats),
                "one adapter (mint)": work / timed(lambda: runtime.generate(conversations, ["coding"] * batch,
