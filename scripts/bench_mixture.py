@@ -1,6 +1,7 @@
 """Mixture-of-LoRA benchmark, one run, side by side, printed as ratios against issue 10's goals.
 
 Run: python scripts/bench_mixture.py            (the embedded SmolLM2-135M; minutes on a quiet machine)
+     python scripts/bench_mixture.py --only router   (one section: tokens, handoff, router, serving)
      python scripts/bench_mixture.py --quick    (the tiny base, few tokens: checks the script, not the goals)
 
 Measures, on one base with four random rank-16 LoRA adapters (q/k/v/o projections):
@@ -9,12 +10,15 @@ Measures, on one base with four random rank-16 LoRA adapters (q/k/v/o projection
              and per-request switching (PEFT, one request at a time, set_adapter between them);
   handoff    seconds to put a new champion in place: adapter-only (copy into the slot) vs full checkpoint
              (merge, save, reload the model);
-  router     the probe's share of one turn's latency (features at the probe layer vs route + generate);
-  serving    requests/s and p95 latency of `mint serve` with 8 concurrent clients.
+  router     the probe's share of a routed turn's latency (its own pass up to the probe layer, vs route +
+             generate of the same turn, read from Mixture.answer's timings; min and median of the repeats);
+  serving    requests/s and p95 latency of `mint serve` with 8 concurrent clients (--stream: the clients
+             stream, and the time to the first content chunk is printed beside the whole answer's).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -37,6 +41,7 @@ PROMPTS = ["Write a Python function that checks whether a number is prime.",
            "Book a table for four at an Italian place tomorrow at 7pm.",
            "Make a signup form with name, email and password fields.",
            "What is a good way to spend a rainy Sunday afternoon?"]
+SECTIONS = ("tokens", "handoff", "router", "serving")
 GOALS = {"mixed / merged tokens/s": (0.90, ">="), "full / adapter-only handoff": (20.0, ">="),
          "router share of a turn": (0.03, "<")}
 
@@ -93,6 +98,9 @@ def bench_tokens(base: str, adapters: dict, batch: int, new_tokens: int, repeats
     conversations = [[{"role": "user", "content": r}] for r in rows]
     decoding = Decoding(max_new_tokens=new_tokens)
     work = batch * new_tokens
+    longest = max(len(g.token_ids) for g in runtime.generate(conversations, row_names, decoding))
+    if longest < new_tokens:    # the runtime ends a row at EOS; the batch must still run every step
+        print(f"warning: every row of mint's batch ended by {longest} tokens: its tokens/s counts steps not run")
     results = {"mixed batch (mint)": work / timed(lambda: runtime.generate(conversations, row_names, decoding),
                                                   repeats),
                "one adapter (mint)": work / timed(lambda: runtime.generate(conversations, ["coding"] * batch,
@@ -157,55 +165,94 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny base, few tokens: checks the script only")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=4, help="requests per client")
+    parser.add_argument("--stream", action="store_true", help="serving: clients stream (stream: true)")
+    parser.add_argument("--only", choices=SECTIONS, action="append",
+                        help="run only this section (repeatable); default: all of them")
     args = parser.parse_args()
     base = TINY if args.quick else SMOLLM2
     if args.quick:
         args.new_tokens, args.repeats, args.requests = 8, 1, 2
     torch.manual_seed(0)
     print(f"base {base}, batch {args.batch}, {args.new_tokens} new tokens, torch threads {torch.get_num_threads()}")
+    sections = args.only or list(SECTIONS)
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(base, Path(tmp), rank=16)
-        tokens = bench_tokens(base, adapters, args.batch, args.new_tokens, args.repeats)
-        handoff = bench_handoff(base, adapters, args.repeats)
-        router = bench_router_share(base, adapters, args.new_tokens, args.repeats)
-        serving = bench_serving(base, adapters, args.clients, args.requests, args.new_tokens, Path(tmp))
-    print("\ntokens/s")
-    for name, value in tokens.items():
-        print(f"  {name:38s} {value:10.1f}   {value / tokens['merged model']:.2f}x merged")
-    print("\nhandoff")
-    for name, value in handoff.items():
-        print(f"  {name:38s} {value:10.4f}")
-    print(f"\nrouter: {router['route ms']:.1f} ms of a {router['turn ms']:.1f} ms turn")
-    print(f"serving ({args.clients} clients x {args.requests} requests): {serving['requests/s']:.2f} requests/s, "
-          f"p95 {serving['p95 ms']:.0f} ms, batches {serving['batches']} rows per batch on average")
-    ratios = {"mixed / merged tokens/s": tokens["mixed batch (mint)"] / tokens["merged model"],
-              "full / adapter-only handoff": handoff["full checkpoint s"] / handoff["adapter-only s"],
-              "router share of a turn": router["route ms"] / router["turn ms"]}
+        tokens = bench_tokens(base, adapters, args.batch, args.new_tokens, args.repeats) \
+            if "tokens" in sections else None
+        handoff = bench_handoff(base, adapters, args.repeats) if "handoff" in sections else None
+        router = bench_router_share(base, adapters, args.new_tokens, args.repeats) if "router" in sections else None
+        serving = bench_serving(base, adapters, args.clients, args.requests, args.new_tokens, Path(tmp),
+                                args.stream) if "serving" in sections else None
+    ratios = {}
+    if tokens:
+        print("\ntokens/s")
+        for name, value in tokens.items():
+            print(f"  {name:38s} {value:10.1f}   {value / tokens['merged model']:.2f}x merged")
+        ratios["mixed / merged tokens/s"] = tokens["mixed batch (mint)"] / tokens["merged model"]
+    if handoff:
+        print("\nhandoff")
+        for name, value in handoff.items():
+            print(f"  {name:38s} {value:10.4f}")
+        ratios["full / adapter-only handoff"] = handoff["full checkpoint s"] / handoff["adapter-only s"]
+    if router:
+        print(f"\nrouter (probe at layer {router['layer']} of {router['layers']}, turns of {router['tokens']} "
+              f"tokens, {len(router['share'])} repeats)               min     median")
+        for name in ("route ms", "turn ms", "share"):
+            values = router[name]
+            print(f"  {name:38s} {min(values):10.4f} {statistics.median(values):10.4f}")
+        ratios["router share of a turn"] = statistics.median(router["share"])
+    if serving:
+        print(f"\nserving ({args.clients} clients x {args.requests} requests{', streamed' if args.stream else ''}): "
+              f"{serving['requests/s']:.2f} requests/s, p50 {serving['p50 ms']:.0f} ms, p95 {serving['p95 ms']:.0f} ms, "
+              f"batches {serving['batches']} rows per batch on average")
+        if serving["first text p50 ms"] is not None:
+            print(f"  first content chunk after {serving['first text p50 ms']:.0f} ms (p50), "
+                  f"{serving['first text p50 ms'] / serving['p50 ms']:.2f} of the whole answer's p50")
+        elif args.stream:
+            print("  no answer had visible text (the tiny base answers with whitespace)")
     print("\nagainst the goals" + (" (--quick: the tiny base says nothing about the goals)" if args.quick else ""))
     for name, value in ratios.items():
         goal, sense = GOALS[name]
         met = value >= goal if sense == ">=" else value < goal
         print(f"  {name:30s} {value:8.3f}   goal {sense} {goal}   {'met' if met else 'NOT met'}")
 
-
 def bench_router_share(base: str, adapters: dict, new_tokens: int, repeats: int) -> dict:
-    from mint.mol.router import default_layer, turn_features
+    """The probe's share of whole turns, side by side: each repeat answers one routed turn through
+    ``Mixture.answer`` (probe features, then the chosen specialist's generation) and reads both timings from
+    that same turn. The probe is fitted on random features here: its accuracy does not change its cost."""
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.router import Probe, Router, default_layer
+    from mint.project import DEFAULT_PROJECT, Project
+    from mint.workspace import workspace
 
     runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
-    runtime.load_adapter("coding", adapters["coding"])
+    for name, path in adapters.items():
+        runtime.load_adapter(name, path)
     no_eos(runtime.model)
-    text = PROMPTS[0]
-    layer = default_layer(runtime.model)
-    route_s = timed(lambda: turn_features(runtime.model, runtime.tokenizer, [text], layer), repeats)
-    turn_s = timed(lambda: runtime.generate([[{"role": "user", "content": text}]], ["coding"],
-                                            Decoding(max_new_tokens=new_tokens)), repeats)
-    return {"route ms": route_s * 1000, "turn ms": (route_s + turn_s) * 1000}
+    project = Project(base=base, specialists=DEFAULT_PROJECT.specialists)
+    hidden = runtime.model.config.hidden_size
+    generator = torch.Generator().manual_seed(0)
+    probe = Probe(NAMES, default_layer(runtime.model), torch.randn(len(NAMES), hidden, generator=generator),
+                  torch.zeros(len(NAMES)), torch.zeros(hidden), torch.ones(hidden))
+    with tempfile.TemporaryDirectory() as home:
+        mixture = Mixture(workspace(Path(home)), project, runtime)
+        mixture.router = Router(project, probe, "router:bench")
+        turn = Turn([{"role": "user", "content": PROMPTS[3]}], decoding=Decoding(max_new_tokens=new_tokens))
+        mixture.answer([turn], keep_for_feedback=False)               # warm-up
+        answers = [mixture.answer([turn], keep_for_feedback=False)[0] for _ in range(repeats)]
+    assert all(a.route.decided_by == "probe" for a in answers), "the bench turn must be routed by the probe"
+    route = [a.route_ms for a in answers]
+    turn_ms = [a.latency_ms for a in answers]
+    share = [a.route_ms / a.latency_ms for a in answers]
+    return {"route ms": route, "turn ms": turn_ms, "share": share, "tokens": answers[0].completion_tokens,
+            "layer": probe.layer, "layers": runtime.model.config.num_hidden_layers}
 
 
-def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_tokens: int, tmp: Path) -> dict:
+def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_tokens: int, tmp: Path,
+                  stream: bool = False) -> dict:
     import socket
 
     import httpx
@@ -232,6 +279,7 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     while not server.started:
         time.sleep(0.05)
     latencies: list[float] = []
+    first_text_at: dict[tuple[int, int], float] = {}   # streaming: seconds to the first content chunk
 
     def client(index: int) -> None:
         with httpx.Client(timeout=600) as http:
@@ -239,7 +287,17 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
                 body = {"model": f"mint/{NAMES[(index + r) % len(NAMES)]}", "max_tokens": new_tokens,
                         "messages": [{"role": "user", "content": PROMPTS[(index + r) % len(PROMPTS)]}]}
                 started = time.perf_counter()
-                http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).raise_for_status()
+                if not stream:
+                    http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).raise_for_status()
+                    latencies.append(time.perf_counter() - started)
+                    continue
+                with http.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 json={**body, "stream": True}) as response:
+                    response.raise_for_status()
+                    for line in response.iter_lines():
+                        if line.startswith("data: {") and not first_text_at.get((index, r)) and \
+                                json.loads(line[6:]).get("choices", [{}])[0].get("delta", {}).get("content"):
+                            first_text_at[(index, r)] = time.perf_counter() - started
                 latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -252,7 +310,10 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     server.should_exit = True
     thread.join(timeout=60)
     ordered = sorted(latencies)
+    firsts = sorted(first_text_at.values())
     return {"requests/s": len(latencies) / elapsed, "p95 ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000,
+            "p50 ms": statistics.median(ordered) * 1000,
+            "first text p50 ms": statistics.median(firsts) * 1000 if firsts else None,
             "batches": round(statistics.mean(app.state.batcher.batch_sizes), 2)}
 
 

@@ -10,6 +10,11 @@ from rich.markup import escape
 from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, ws
 
 
+def _print_piece(text: str) -> None:
+    out.print(escape(text), end="", highlight=False, soft_wrap=True)
+    out.file.flush()
+
+
 def _render_reply(reply) -> None:
     out.print(f"[bold]{escape(reply.specialist)} ({escape(reply.served_by)}, {reply.decided_by}):[/] "
               f"{escape(reply.reply)}", highlight=False)
@@ -26,7 +31,8 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
          json_out: bool = JSON_OPT) -> None:
     """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged.
 
-    Without a message: a REPL with /feedback +1|-1, /correct TEXT and /specialist NAME.
+    Without a message: a REPL (replies are printed as they are decoded) with /feedback +1|-1, /correct TEXT
+    and /specialist NAME.
 
     Example: mint chat "Make a signup form with name and email"
     """
@@ -59,11 +65,16 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
                 line = input("you> ")
             except EOFError:
                 break
-            event = session.handle(line)
+            if line.strip() and not line.strip().startswith("/"):
+                out.print("[bold]assistant:[/] ", end="")
+            event = session.handle(line, on_text=_print_piece)   # the reply is printed as it is decoded
             if event.kind == "quit":
                 return
             if event.kind == "reply":
-                _render_reply(event.reply)
+                reply = event.reply
+                out.print(f"\n[dim]{escape(reply.specialist)} ({escape(reply.served_by)}, {reply.decided_by})[/]",
+                          highlight=False)
+                err.print(f"{reply.new_tokens} tokens in {reply.seconds:.2f}s")
             elif event.kind == "error":
                 err.print(f"[red]error:[/] {escape(event.message)}", highlight=False)
             else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
@@ -57,6 +58,15 @@ def chat_once(prompt: str, *, base: str | None = None, system: str | None = None
     return _reply(mixture, prompt, answer)
 
 
+def _forward_text(on_text: Callable[[str], object]):
+    """A runtime listener that hands each non-empty piece of the reply to ``on_text`` (the REPL stays)."""
+    def listener(delta: str) -> bool:
+        if delta:
+            on_text(delta)
+        return True
+    return listener
+
+
 @dataclass
 class SessionEvent:
     kind: str                        # reply | feedback | specialist | quit | error | help
@@ -80,8 +90,8 @@ class ChatSession:
     HELP = ("/feedback +1|-1   rate the last answer\n/correct TEXT     the answer it should have given\n"
             "/specialist NAME  force a specialist (/specialist auto: route again)\n/quit")
 
-    def handle(self, line: str) -> SessionEvent:
-        """One line typed by the user: a command or a message."""
+    def handle(self, line: str, on_text: Callable[[str], object] | None = None) -> SessionEvent:
+        """One line typed by the user: a command or a message; ``on_text`` receives the reply as it is decoded."""
         text = line.strip()
         if not text:
             return SessionEvent("help", self.HELP)
@@ -95,8 +105,9 @@ class ChatSession:
         self._log_last_turn()
         turn_messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
             self.messages + [{"role": "user", "content": text}]
+        listener = None if on_text is None else _forward_text(on_text)
         answer = self.mixture.answer([Turn(turn_messages, specialist=self.specialist, session=self.session_id,
-                                           decoding=Decoding(self.max_new_tokens))])[0]
+                                           decoding=Decoding(self.max_new_tokens))], listeners=[listener])[0]
         self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": answer.text}]
         self.last_answer = answer.id
         return SessionEvent("reply", reply=_reply(self.mixture, text, answer))

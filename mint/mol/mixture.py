@@ -3,7 +3,9 @@
 ``answer`` takes a batch of turns (from one chat user or many HTTP clients), routes the ones that do not
 force a specialist, generates them in one mixed-adapter batch per decoding setting, and keeps each answered
 turn until its feedback arrives (``feedback``) or ``feedback_window_s`` passes; then it is appended to the
-turn log as an episode. ``sync`` picks up promotions (the specialists' and the router's) without a restart.
+turn log as an episode. A turn may stream: its listener receives the answer's text as it is decoded (see
+``mint.mol.runtime``); a turn whose listener's receiver went away ends ``cancelled`` and is not logged (its
+answer was cut short, and nobody read it). ``sync`` picks up promotions (the specialists' and the router's) without a restart.
 """
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from mint.errors import BadInput
 from mint.mol.router import ROUTER, Probe, Route, Router, turn_features
-from mint.mol.runtime import Decoding, Handoff, MixtureRuntime
+from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, TextListener
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
 from mint.registry.store import now
@@ -31,6 +34,7 @@ class Turn:
     specialist: str | None = None          # forced (model `mint/coding`, `/specialist coding`); None routes
     decoding: Decoding = Decoding()
     session: str | None = None
+    id: str | None = None                  # the answer's id, when the caller must know it first (a stream)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,13 @@ class Mixture:
     # --- turns ---------------------------------------------------------------------------
 
     def features(self, texts: list[str], layer: int):
-        """The probe's features, computed by the runtime's base with every slot off."""
+        """The probe's features, computed by the runtime's base with every slot off.
+
+        This is a pass of its own, not a share of the generation's prefill: the probe reads the last user
+        message alone (no chat template, no history, at most MAX_TURN_TOKENS), while the prefill encodes the
+        whole templated conversation under the chosen specialist's LoRA, so its hidden states differ from
+        what every trained probe was fitted on. The pass stops at the probe's layer and runs no LM head;
+        ``scripts/bench_mixture.py --only router`` measures its share of a turn."""
         with self.runtime.lock:
             self.runtime.table.set_rows([0])
             return turn_features(self.runtime.model, self.runtime.tokenizer, texts, layer)
@@ -123,10 +133,15 @@ class Mixture:
                 routes[i] = route
         return routes, (time.perf_counter() - started) * 1000
 
-    def answer(self, turns: list[Turn], *, keep_for_feedback: bool = True) -> list[Answer]:
+    def answer(self, turns: list[Turn], *, keep_for_feedback: bool = True,
+               listeners: Sequence[TextListener | None] | None = None) -> list[Answer]:
+        """Route and answer ``turns`` together; ``listeners[i]``, where given, streams turn i's text."""
         self.expire_pending()
         if not turns:
             return []
+        listeners = list(listeners) if listeners is not None else [None] * len(turns)
+        if len(listeners) != len(turns):
+            raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners")
         routes, route_ms = self.route(turns)
         answers: list[Answer | None] = [None] * len(turns)
         groups: dict[tuple, list[int]] = {}
@@ -137,17 +152,17 @@ class Mixture:
             started = time.perf_counter()
             generated = self.runtime.generate([turns[i].messages for i in rows],
                                               [routes[i].specialist for i in rows],
-                                              Decoding(longest, temperature, top_p, seed))
+                                              Decoding(longest, temperature, top_p, seed),
+                                              limits=[turns[i].decoding.max_new_tokens for i in rows],
+                                              listeners=[listeners[i] for i in rows])
             elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
             for i, out in zip(rows, generated):
-                limit = turns[i].decoding.max_new_tokens
-                tokens, reason, text = out.token_ids, out.finish_reason, out.text
-                if len(tokens) > limit:   # this row asked for fewer tokens than the batch generated
-                    tokens, reason = tokens[:limit], "length"
-                    text = self.runtime.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-                answers[i] = Answer(f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist, out.served_by, text,
-                                    routes[i], elapsed_ms, route_ms, out.prompt_tokens, len(tokens), reason)
+                answers[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist, out.served_by, out.text,
+                                    routes[i], elapsed_ms, route_ms, out.prompt_tokens, len(out.token_ids),
+                                    out.finish_reason)
         for turn, answer in zip(turns, answers):
+            if answer.finish_reason == CANCELLED:
+                continue
             episode = self._episode(turn, answer)
             if keep_for_feedback:
                 with self._pending_lock:

@@ -1,7 +1,11 @@
 """The mixture runtime: the base loaded once, each specialist's champion in its own preallocated LoRA slot.
 
 ``generate`` answers a batch of conversations with one specialist per row in one batch (see
-``mint.mol.lora``); ``load_adapter`` copies a new adapter into its slot in place (the adapter-only
+``mint.mol.lora``). A row may carry a listener: the decode loop hands it the row's new text after every
+step (decoded incrementally, so a multi-byte character or a word piece is sent once it is whole), and the
+row stops when the listener says its receiver is gone; each row also stops at its own token limit. Rows
+that stop are padded by ``model.generate`` until the whole batch ends (they stay in the batch's tensors,
+but nothing more is decoded or sent for them). ``load_adapter`` copies a new adapter into its slot in place (the adapter-only
 handoff), and ``sync_champions`` does that for every champion alias that moved in the registry.
 """
 from __future__ import annotations
@@ -10,13 +14,17 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mint.base import LoadedBase
 from mint.errors import BadInput, Refused
 from mint.workspace import Workspace
 
 DEFAULT_MAX_RANK = 16
+CANCELLED = "cancelled"     # the finish reason of a row whose listener's receiver went away
+
+# called after every decode step of its row with the text that became final (often ""); False: stop the row
+TextListener = Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ class Generation:
     text: str
     token_ids: list[int]
     prompt_tokens: int
-    finish_reason: str              # stop | length
+    finish_reason: str              # stop | length | cancelled
     seconds: float                  # the batch's generation time
 
 
@@ -162,14 +170,25 @@ class MixtureRuntime:
         return prompts
 
     def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
-                 decoding: Decoding = Decoding()) -> list[Generation]:
-        """One reply per conversation, row i answered by ``specialists[i]`` (None: the bare base), in one batch."""
+                 decoding: Decoding = Decoding(), *, limits: Sequence[int] | None = None,
+                 listeners: Sequence[TextListener | None] | None = None) -> list[Generation]:
+        """One reply per conversation, row i answered by ``specialists[i]`` (None: the bare base), in one batch.
+
+        ``limits[i]`` caps row i's new tokens (default: ``decoding.max_new_tokens`` for every row);
+        ``listeners[i]``, where given, receives row i's text as it is decoded (see the module's docstring).
+        """
         if len(conversations) != len(specialists):
             raise BadInput(f"{len(conversations)} conversations but {len(specialists)} specialists")
         if not conversations:
             return []
         if decoding.max_new_tokens < 1:
             raise BadInput("must be at least 1", field="max_new_tokens")
+        limits = list(limits) if limits is not None else [decoding.max_new_tokens] * len(conversations)
+        if len(limits) != len(conversations) or any(not 1 <= n <= decoding.max_new_tokens for n in limits):
+            raise BadInput(f"expected one limit from 1 to {decoding.max_new_tokens} per conversation, got {limits}",
+                           field="max_new_tokens")
+        if listeners is not None and len(listeners) != len(conversations):
+            raise BadInput(f"{len(conversations)} conversations but {len(listeners)} listeners")
         slots = [self._slot(s).index if s is not None else 0 for s in specialists]
         prompts = self.encode(conversations)
         limit = getattr(self.model.config, "max_position_embeddings", None)
@@ -177,18 +196,22 @@ class MixtureRuntime:
         if limit and longest + decoding.max_new_tokens > limit:
             raise BadInput(f"the conversation is {longest} tokens and {decoding.max_new_tokens} more were asked "
                            f"for; base {self.loaded.name} takes at most {limit} in all", field="messages")
-        return self.generate_ids(prompts, slots, decoding, specialists)
+        return self.generate_ids(prompts, slots, decoding, specialists, limits=limits, listeners=listeners)
 
     def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
-                     specialists: Sequence[str | None] | None = None) -> list[Generation]:
+                     specialists: Sequence[str | None] | None = None, *, limits: Sequence[int] | None = None,
+                     listeners: Sequence[TextListener | None] | None = None) -> list[Generation]:
         import torch
+        from transformers import StoppingCriteriaList
 
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
+        rows = _RowStops(self.tokenizer, limits or [decoding.max_new_tokens] * len(prompts),
+                         set(_eos_ids(self.model, self.tokenizer)), listeners or [None] * len(prompts))
         options = dict(max_new_tokens=decoding.max_new_tokens, pad_token_id=pad,
-                       do_sample=decoding.temperature > 0)
+                       do_sample=decoding.temperature > 0, stopping_criteria=StoppingCriteriaList([rows]))
         if decoding.temperature > 0:
             options.update(temperature=decoding.temperature, top_p=decoding.top_p, top_k=0)
         with self.lock:
@@ -198,22 +221,97 @@ class MixtureRuntime:
                     torch.manual_seed(decoding.seed)
                 started = time.perf_counter()
                 with torch.inference_mode():
-                    output = self.model.generate(input_ids=input_ids, attention_mask=attention, **options)
+                    self.model.generate(input_ids=input_ids, attention_mask=attention, **options)
                 seconds = time.perf_counter() - started
             finally:
                 self.table.set_rows([0])
             served = [self.served_by(s) for s in (specialists or [None] * len(prompts))]
-        eos = set(_eos_ids(self.model, self.tokenizer))
         results = []
         for row, prompt in enumerate(prompts):
-            new = output[row, width:].tolist()
-            stop = next((i for i, token in enumerate(new) if token in eos), None)
-            tokens = new[:stop] if stop is not None else new
+            tokens, text = rows.tokens[row], rows.finish(row)
             results.append(Generation(
-                specialist=specialists[row] if specialists else None, served_by=served[row],
-                text=self.tokenizer.decode(tokens, skip_special_tokens=True).strip(), token_ids=tokens,
-                prompt_tokens=len(prompt), finish_reason="stop" if stop is not None else "length", seconds=seconds))
+                specialist=specialists[row] if specialists else None, served_by=served[row], text=text,
+                token_ids=tokens, prompt_tokens=len(prompt), finish_reason=rows.reasons[row] or "length",
+                seconds=seconds))
         return results
+
+
+class IncrementalText:
+    """The text of a growing token list, handed out in pieces whose concatenation is the final answer.
+
+    The final answer is ``decode(tokens).strip()``, so leading whitespace is never sent and trailing
+    whitespace waits until more text follows it; a trailing U+FFFD (an incomplete UTF-8 sequence, the rest
+    of it still to come in the next token) waits too.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.sent = ""
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+
+    def push(self, tokens: list[int]) -> str:
+        """The new text that ``tokens`` make final (often "")."""
+        ready = self._text(tokens).rstrip("\ufffd").rstrip()
+        if not ready.startswith(self.sent):   # decoding revised earlier text: wait until it agrees again
+            return ""
+        delta, self.sent = ready[len(self.sent):], ready
+        return delta
+
+    def finish(self, tokens: list[int]) -> tuple[str, str]:
+        """(the final text, what of it was not sent yet)."""
+        final = self._text(tokens)
+        return final, final[len(self.sent):] if final.startswith(self.sent) else ""
+
+
+class _RowStops:
+    """A stopping criterion for ``model.generate`` that follows each row after every decode step: it
+    collects the row's tokens, stops the row at EOS, at its own limit or when its listener's receiver is
+    gone, and hands the listener the row's newly decoded text."""
+
+    def __init__(self, tokenizer, limits: Sequence[int], eos: set[int],
+                 listeners: Sequence[TextListener | None]) -> None:
+        self.limits, self.eos, self.listeners = list(limits), eos, list(listeners)
+        self.tokens: list[list[int]] = [[] for _ in limits]
+        self.reasons: list[str | None] = [None] * len(limits)     # stop | length | cancelled, once stopped
+        self.texts = [IncrementalText(tokenizer) if listener else None for listener in listeners]
+        self.tokenizer = tokenizer
+
+    def _tell(self, row: int, delta: str) -> None:
+        """Give the listener its text; a listener that refuses or fails cancels its row, never the batch."""
+        try:
+            alive = self.listeners[row](delta)
+        except Exception:  # noqa: BLE001 - the receiver's trouble is the receiver's, not the other rows'
+            alive = False
+        if not alive:
+            self.reasons[row], self.listeners[row] = CANCELLED, None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        newest = input_ids[:, -1].tolist()
+        for row, token in enumerate(newest):
+            if self.reasons[row] is not None:
+                continue
+            if token in self.eos:
+                self.reasons[row] = "stop"
+                continue
+            self.tokens[row].append(token)
+            if self.listeners[row] is not None:
+                self._tell(row, self.texts[row].push(self.tokens[row]))
+            if self.reasons[row] is None and len(self.tokens[row]) >= self.limits[row]:
+                self.reasons[row] = "length"
+        return torch.tensor([reason is not None for reason in self.reasons], device=input_ids.device)
+
+    def finish(self, row: int) -> str:
+        """The row's final text; its listener gets what it was not sent yet."""
+        if self.texts[row] is None:
+            return self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).strip()
+        final, rest = self.texts[row].finish(self.tokens[row])
+        if rest and self.listeners[row] is not None:
+            self._tell(row, rest)
+        return final
 
 
 def _eos_ids(model, tokenizer) -> list[int]:

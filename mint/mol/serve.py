@@ -5,15 +5,22 @@ queued turn (or until ``max_batch`` are queued) and answers them in one mixed-ad
 thread re-reads the registry's champion aliases every ``poll_s`` seconds and hot-swaps what moved. Every
 request body is checked here, so a malformed request gets a 4xx in OpenAI's error shape, never a 5xx.
 
-Streaming (``stream: true``) sends the answer as server-sent events in OpenAI's chunk format once its batch
-is done (the batch generates all rows together, so rows are not streamed token by token).
+Streaming (``stream: true``) sends server-sent events in OpenAI's chunk format while the batch decodes: a
+role delta once the turn's batch starts, a content delta as each piece of text is decoded, a last chunk
+with the finish reason, then ``data: [DONE]``. The streaming row is still one row of a mixed batch: the
+runtime's decode loop hands each step's text to the row's listener (a ``_Relay``), which passes it to the
+request's event loop. A client that disconnects marks its relay gone; the runtime then stops that row
+(``cancelled``, not logged) and the rest of the batch goes on.
 """
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import queue
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -21,7 +28,7 @@ from fastapi import Request   # at module level: FastAPI resolves the handlers' 
 
 from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
-from mint.mol.runtime import Decoding
+from mint.mol.runtime import CANCELLED, Decoding, TextListener
 
 MODEL = "mint"
 MAX_TOKENS_LIMIT = 4096
@@ -114,6 +121,7 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
 class _Job:
     turn: Turn
     future: Future
+    listener: TextListener | None = None
 
 
 class Batcher:
@@ -123,6 +131,7 @@ class Batcher:
         self.mixture, self.window_s, self.max_batch = mixture, window_ms / 1000, max_batch
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.batch_sizes: list[int] = []
+        self.cancelled = 0        # streamed turns whose client went away before the answer ended
         self._thread = threading.Thread(target=self._run, name="mint-batcher", daemon=True)
 
     def start(self) -> None:
@@ -132,8 +141,8 @@ class Batcher:
         self.jobs.put(None)
         self._thread.join(timeout=60)
 
-    def submit(self, turn: Turn) -> Future:
-        job = _Job(turn, Future())
+    def submit(self, turn: Turn, listener: TextListener | None = None) -> Future:
+        job = _Job(turn, Future(), listener)
         self.jobs.put(job)
         return job.future
 
@@ -154,7 +163,9 @@ class Batcher:
                 batch.append(job)
             self.batch_sizes.append(len(batch))
             try:
-                answers = self.mixture.answer([job.turn for job in batch])
+                answers = self.mixture.answer([job.turn for job in batch],
+                                              listeners=[job.listener for job in batch])
+                self.cancelled += sum(answer.finish_reason == CANCELLED for answer in answers)
                 for job, answer in zip(batch, answers):
                     job.future.set_result(answer)
             except BaseException as exc:  # noqa: BLE001 - handed to each waiting request
@@ -206,25 +217,73 @@ def _completion(answer: Answer, model: str) -> dict:
     }
 
 
-def _chunks(answer: Answer, model: str):
+_END = object()   # the relay's last item: the turn's future is done
+
+
+class _Relay:
+    """One streaming turn's text, from the batcher thread (``__call__``, a runtime listener) to the request's
+    event loop (``queue``). The first call, when the row's batch begins, queues "" so the stream can start."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.queue = loop, asyncio.Queue()
+        self.gone = False
+        self._started = False
+
+    def __call__(self, delta: str) -> bool:
+        if self.gone:
+            return False
+        if delta or not self._started:
+            self._started = True
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, delta)   # raises once the loop is closed
+        return True
+
+    def leave(self) -> None:
+        self.gone = True
+
+    def end(self, _future: Future) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, _END)
+        except RuntimeError:    # the server's loop has closed: nobody is left to tell
+            pass
+
+
+async def _events(relay: _Relay, future: Future, first, answer_id: str, model: str):
+    """The server-sent events of one streaming turn; ``first`` is the relay's first item."""
     created = int(time.time())
-    base = {"id": answer.id, "object": "chat.completion.chunk", "created": created, "model": model}
-    for delta, finish in (({"role": "assistant", "content": ""}, None), ({"content": answer.text}, None),
-                          ({}, answer.finish_reason)):
-        chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        if finish:
+
+    def event(delta: dict, finish: str | None = None, answer: Answer | None = None) -> str:
+        chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if answer is not None:
             chunk["mint"] = {"specialist": answer.specialist, "served_by": answer.served_by}
-        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-    yield "data: [DONE]\n\n"
+        return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+
+    try:
+        yield event({"role": "assistant", "content": ""})
+        item = first
+        while item is not _END:
+            if item:
+                yield event({"content": item})
+            item = await relay.queue.get()
+        try:
+            answer = future.result()
+        except Exception as exc:  # noqa: BLE001 - the batch failed after the stream began: say so in the stream
+            message = str(exc) if isinstance(exc, MintError) else f"internal error: {type(exc).__name__}"
+            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
+            return
+        yield event({}, answer.finish_reason, answer)
+        yield "data: [DONE]\n\n"
+    finally:   # a disconnect cancels this generator: the runtime stops the row at its next step
+        relay.gone = True
 
 
 def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0):
-    import asyncio
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException
 
     batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch)
@@ -285,10 +344,23 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         turn, stream, model = parse_chat_request(await body_of(request), mixture.project.names)
-        answer = await asyncio.wrap_future(batcher.submit(turn))
-        if stream:
-            return StreamingResponse(_chunks(answer, model), media_type="text/event-stream")
-        return _completion(answer, model)
+        if not stream:
+            return _completion(await asyncio.wrap_future(batcher.submit(turn)), model)
+        answer_id = f"chatcmpl-{uuid.uuid4().hex}"
+        relay = _Relay(asyncio.get_running_loop())
+        future = batcher.submit(dataclasses.replace(turn, id=answer_id), relay)
+        future.add_done_callback(relay.end)
+        try:
+            first = await relay.queue.get()   # the batch began (or failed: then answer as a plain error)
+        except asyncio.CancelledError:
+            relay.gone = True
+            raise
+        if first is _END and future.exception() is not None:
+            relay.gone = True
+            raise future.exception()
+        # the background task runs however the response ends, even if the generator never started
+        return StreamingResponse(_events(relay, future, first, answer_id, model), media_type="text/event-stream",
+                                 background=BackgroundTask(relay.leave))
 
     @app.post("/v1/feedback")
     async def feedback(request: Request):

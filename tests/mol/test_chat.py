@@ -144,3 +144,26 @@ def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
     promote(ws, "router:v2")
     assert [(m.specialist, m.old, m.new) for m in mixture.sync()] == [("router", "router:v1", "router:v2")]
+
+
+def test_a_session_streams_the_reply_while_it_is_decoded(ws, crown, tiny_loras):
+    from mint.mol.chat import ChatSession
+    from mint.mol.mixture import Mixture
+
+    crown("chat", tiny_loras["chat"])
+    session = ChatSession(Mixture.open(ws, TINY_PROJECT), max_new_tokens=12)
+    model = session.mixture.runtime.model
+    original, forwards, pieces = model.forward, [0], []
+
+    def counted(*args, **kwargs):
+        forwards[0] += 1
+        return original(*args, **kwargs)
+
+    model.forward = counted
+    event = session.handle("hi, tell me about rainy Sundays",
+                           on_text=lambda piece: pieces.append((piece, forwards[0])))
+    assert event.kind == "reply" and event.reply.new_tokens == 12
+    assert "".join(piece for piece, _ in pieces) == event.reply.reply
+    assert pieces[0][1] < forwards[0], "the first piece came only after the last forward"
+    session.close()
+    assert [t["messages"][-1]["content"] for t in logged(ws)] == [event.reply.reply]

@@ -152,3 +152,84 @@ def test_sync_refuses_a_champion_trained_on_another_base(ws, tiny_runtime, tiny_
     with pytest.raises(Refused, match="trained on another base"):
         tiny_runtime.sync_champions(ws)
     assert tiny_runtime.slots["coding"].ref is None
+
+
+def test_each_row_stops_at_its_own_limit_as_if_it_ran_alone(tiny_runtime, tiny_loras):
+    from mint.mol.runtime import Decoding
+
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    rows, limits = ["coding", None, "coding"], [3, MAX_NEW, 7]
+    mixed = tiny_runtime.generate(CONVERSATIONS[:3], rows, Decoding(MAX_NEW), limits=limits)
+    for conversation, specialist, limit, got in zip(CONVERSATIONS, rows, limits, mixed):
+        alone = tiny_runtime.generate([conversation], [specialist], Decoding(limit))[0]
+        assert (got.token_ids, got.text, got.finish_reason) == (alone.token_ids, alone.text, alone.finish_reason)
+    assert [len(g.token_ids) for g in mixed] == limits   # guards the test: no row ended early at EOS
+
+
+def test_incremental_text_sends_whole_characters_and_joins_to_the_final_answer(tiny_runtime):
+    from mint.mol.runtime import IncrementalText
+
+    tokenizer = tiny_runtime.tokenizer
+    tokens = tokenizer("  Grüße, 你好 🎉 — done.  ", add_special_tokens=False)["input_ids"]
+    assert any("\ufffd" in tokenizer.decode(tokens[:i]) for i in range(1, len(tokens))), \
+        "precondition: some token boundary splits a character"
+    stream = IncrementalText(tokenizer)
+    pieces = [stream.push(tokens[:i]) for i in range(1, len(tokens) + 1)]
+    final, rest = stream.finish(tokens)
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert "".join(pieces) + rest == final == "Grüße, 你好 🎉 — done."
+    assert pieces.index(next(p for p in pieces if p)) < len(tokens) - 1   # text went out before the end
+
+
+def test_a_listener_that_refuses_stops_only_its_row(tiny_runtime, tiny_loras):
+    from mint.mol.runtime import Decoding
+
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    calls = []
+
+    def leaves_after_three(delta):
+        calls.append(delta)
+        return len(calls) < 3
+
+    def fails(delta):
+        raise RuntimeError("the receiver broke")
+
+    out = tiny_runtime.generate(CONVERSATIONS[:3], ["coding"] * 3, Decoding(MAX_NEW),
+                                listeners=[leaves_after_three, fails, None])
+    alone = tiny_runtime.generate(CONVERSATIONS[2:3], ["coding"], Decoding(MAX_NEW))[0]
+    assert (out[0].finish_reason, len(out[0].token_ids), len(calls)) == ("cancelled", 3, 3)
+    assert (out[1].finish_reason, len(out[1].token_ids)) == ("cancelled", 1)
+    assert out[2].token_ids == alone.token_ids and out[2].finish_reason == alone.finish_reason
+
+
+def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, tiny_loras):
+    """Routing runs its own pass on the bare base (the probe's features never see an adapter), and the routed
+    turn's answer is token for token what the chosen specialist gives when forced."""
+    import torch
+
+    from mint.base import load_base
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.router import Probe, Router, turn_features
+    from mint.mol.runtime import Decoding, MixtureRuntime
+    from mint.project import DEFAULT_PROJECT, Project
+
+    project = Project(base=TINY, specialists=DEFAULT_PROJECT.specialists)
+    runtime = MixtureRuntime(load_base(TINY), project.names, max_rank=16)
+    for name in project.names:
+        runtime.load_adapter(name, tiny_loras[name])
+    hidden = runtime.model.config.hidden_size
+    probe = Probe(project.names, 1, torch.randn(len(project.names), hidden, generator=torch.Generator().manual_seed(3)),
+                  torch.zeros(len(project.names)), torch.zeros(hidden), torch.ones(hidden))
+    mixture = Mixture(ws, project, runtime)
+    mixture.router = Router(project, probe, "router:test")
+    text = "What do you think about rainy Sundays?"   # no rule decides it
+    runtime.generate(CONVERSATIONS, ["coding", "agent", None, "genui", "chat"], Decoding(2))   # a mixed batch first
+    bare = load_base(TINY)
+    assert torch.equal(mixture.features([text], 1), turn_features(bare.model, bare.tokenizer, [text], 1))
+    [routed] = mixture.answer([Turn([{"role": "user", "content": text}], decoding=Decoding(MAX_NEW))],
+                              keep_for_feedback=False)
+    assert routed.route.decided_by == "probe"
+    forced = runtime.generate([[{"role": "user", "content": text}]], [routed.specialist], Decoding(MAX_NEW))[0]
+    assert (routed.text, routed.completion_tokens, routed.finish_reason) == \
+        (forced.text, len(forced.token_ids), forced.finish_reason)
+    assert routed.route_ms < routed.latency_ms

@@ -1,6 +1,7 @@
 """mint serve: the official openai client against 127.0.0.1; hot swap; malformed requests are 4xx."""
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -162,3 +163,128 @@ def test_malformed_requests_get_4xx_never_5xx(server):
     assert response.status_code == 400 and "at most 2048" in response.json()["error"]["message"]
     assert httpx.get(f"{url}/v1/nothing-here").status_code == 404
     assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
+
+
+# --- streaming ---------------------------------------------------------------------------------
+
+def _gate_forward(model, at_call: int, until, record: list):
+    """Makes the model's ``at_call``-th forward from now wait until ``until()`` holds (up to 60 s; a stream
+    that sends nothing before its batch ends would wait that long and record False)."""
+    original, calls = model.forward, [0]
+
+    def gated(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at_call:
+            deadline = time.monotonic() + 60
+            while not until() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            record.append(until())
+        return original(*args, **kwargs)
+
+    model.forward = gated
+    return lambda: setattr(model, "forward", original)
+
+
+def test_stream_sends_text_while_the_turn_is_still_decoding_and_logs_it_once(server, ws):
+    import httpx
+
+    from mint.mol.runtime import Decoding, IncrementalText
+    from mint.mol.turnlog import read_turns
+
+    url, app = server
+    runtime, openai = app.state.mixture.runtime, client(url)
+    messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    reply = openai.chat.completions.create(model="mint/coding", messages=messages, max_tokens=12)
+    tokens = runtime.generate([messages], ["coding"], Decoding(12))[0].token_ids
+    assert len(tokens) == 12 and IncrementalText(runtime.tokenizer).push(tokens[:-1]), \
+        "precondition: text is decoded before the last token"
+    seen_content, waited = threading.Event(), []
+    restore = _gate_forward(runtime.model, 12, seen_content.is_set, waited)   # the forward of the last token
+    try:
+        chunks = []
+        for chunk in openai.chat.completions.create(model="mint/coding", messages=messages, max_tokens=12,
+                                                    stream=True):
+            chunks.append(chunk)
+            if chunk.choices and chunk.choices[0].delta.content:
+                seen_content.set()
+    finally:
+        restore()
+    assert waited == [True], "no content arrived while the last token was still to be generated"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == reply.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks][-1] == reply.choices[0].finish_reason
+    assert len({c.id for c in chunks}) == 1
+    assert httpx.post(f"{url}/v1/feedback", json={"id": chunks[0].id, "rating": 1}).status_code == 200
+    assert [t["messages"][-1]["content"] for t in read_turns(ws) if t["id"] == chunks[0].id] == \
+        [reply.choices[0].message.content]
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(server, ws, monkeypatch):
+    import httpx
+
+    from mint.mol import serve as serve_module
+    from mint.mol.turnlog import read_turns
+
+    url, app = server
+    relays = []
+    original_init = serve_module._Relay.__init__
+
+    def spying_init(self, loop):
+        original_init(self, loop)
+        relays.append(self)
+
+    monkeypatch.setattr(serve_module._Relay, "__init__", spying_init)
+    left, waited = threading.Event(), []
+    # the stream starts after the 1st forward; the 2nd waits until the server has noticed the client left
+    restore = _gate_forward(app.state.mixture.runtime.model, 2,
+                            lambda: left.is_set() and all(r.gone for r in relays), waited)
+    body = {"model": "mint/coding", "max_tokens": 200, "stream": True,
+            "messages": [{"role": "user", "content": "Write a long Python program."}]}
+    try:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as response:
+            assert response.status_code == 200
+            first = next(response.iter_lines())
+            assert first.startswith("data: ") and '"role": "assistant"' in first
+        left.set()
+        wait_for(lambda: app.state.batcher.cancelled == 1, "the left row was not cancelled")
+    finally:
+        restore()
+    assert waited == [True]
+    app.state.mixture.expire_pending(all_of_them=True)
+    answer_id = json.loads(first[len("data: "):])["id"]
+    assert not [t for t in read_turns(ws) if t["id"] == answer_id]
+    reply = client(url).chat.completions.create(model="mint/coding", max_tokens=3,
+                                                messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].message.content is not None
+
+
+def test_a_streamed_row_and_a_plain_row_share_one_batch_and_a_leaving_row_does_not_stop_the_other(ws):
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.runtime import Decoding
+    from mint.mol.serve import Batcher
+
+    mixture = Mixture.open(ws, TINY_PROJECT)
+    ask = [{"role": "user", "content": "Tell me about rainy Sundays."}]
+    alone = mixture.answer([Turn(ask, specialist="chat", decoding=Decoding(10))], keep_for_feedback=False)[0]
+    pieces, calls = [], []
+
+    def streaming(delta):
+        pieces.append(delta)
+        return True
+
+    def leaving(delta):
+        calls.append(delta)
+        return len(calls) < 2          # the client goes away after two steps
+
+    batcher = Batcher(mixture, window_ms=0, max_batch=8)
+    streamed = batcher.submit(Turn(ask, specialist="chat", decoding=Decoding(10)), streaming)
+    left = batcher.submit(Turn(ask, specialist="chat", decoding=Decoding(10)), leaving)
+    plain = batcher.submit(Turn(ask, specialist="chat", decoding=Decoding(10)))
+    batcher.start()
+    answers = [f.result(timeout=120) for f in (streamed, left, plain)]
+    batcher.stop()
+    assert batcher.batch_sizes == [3]
+    assert "".join(pieces) == answers[0].text == answers[2].text == alone.text
+    assert answers[0].completion_tokens == alone.completion_tokens
+    assert (answers[1].finish_reason, answers[1].completion_tokens, len(calls)) == ("cancelled", 2, 2)
+    assert batcher.cancelled == 1
