@@ -235,7 +235,7 @@ def check(home: Path, results: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--loops", type=int, default=3)
     parser.add_argument("--ops", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
