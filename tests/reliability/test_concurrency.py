@@ -1,6 +1,7 @@
 """Suite 2 of issue #12, fast form: two `mint loop` and six promote / reject / rollback processes released
 together on one workspace. The long form is scripts/reliability_concurrency.py."""
 import importlib.util
+import sys
 import random
 from pathlib import Path
 
@@ -10,6 +11,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_concurre
 def _suite():
     spec = importlib.util.spec_from_file_location("reliability_concurrency", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
