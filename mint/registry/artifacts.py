@@ -162,9 +162,10 @@ def verify_revision(ws: Workspace, revision: store.Revision) -> list[str]:
     problems = []
     if files_digest(recorded) != revision.files_sha256:
         problems.append(f"{directory / MINT_JSON}: its file list differs from the one registered")
-    # the rest of mint.json must say what the registry says (status moves after registration, so it is left out)
-    registered = {k: v for k, v in asdict(revision).items() if k != "status"}
-    changed = sorted(k for k in registered.keys() | metadata.keys() - {"status"}
+    # the rest of mint.json must say what the registry says; it was written at registration, when every
+    # revision is a candidate (the status moves in the registry only)
+    registered = {**asdict(revision), "status": "candidate"}
+    changed = sorted(k for k in registered.keys() | metadata.keys()
                      if metadata.get(k, object()) != registered.get(k, object()))
     if changed:
         problems.append(f"{directory / MINT_JSON}: {', '.join(changed)} differ from the registry's")

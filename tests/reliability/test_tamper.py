@@ -47,16 +47,18 @@ def test_force_promote_still_refuses_tampered_files(ws, candidate):
         promote(ws, revision.ref, force=True, why="operator override")
 
 
-def test_an_edited_field_of_mint_json_is_refused(ws, candidate):
-    """mint.json's metadata (not only its file list) must match the registry's."""
+@pytest.mark.parametrize("field, value", [("method", "dpo"), ("status", "champion")])
+def test_an_edited_field_of_mint_json_is_refused(ws, candidate, field, value):
+    """mint.json's metadata (not only its file list) must match the registry's; it keeps the status at
+    registration, which is always candidate."""
     revision = candidate()
     path = revision_dir(ws, revision) / "mint.json"
     metadata = json.loads(path.read_text())
-    metadata["method"] = "dpo"
+    metadata[field] = value
     path.write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
-    with pytest.raises(Refused, match="method differ from the registry's"):
+    with pytest.raises(Refused, match=f"{field} differ from the registry's"):
         load_revision(ws, revision.ref)
-    assert [p["problem"] for p in verify(ws).problems] == [f"{path}: method differ from the registry's"]
+    assert [p["problem"] for p in verify(ws).problems] == [f"{path}: {field} differ from the registry's"]
 
 
 def test_a_promoted_revision_still_verifies(ws, candidate, report_for):
