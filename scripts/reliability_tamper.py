@@ -15,7 +15,9 @@ the workspace, and then each consumer must refuse it with a MintError (a message
 - promote: `promote chat:v2` with its passing report;
 - verify:  `mint registry verify` (reports a problem naming the revision).
 
-A registered report edited after `mint eval` (one byte flipped, truncated) must be refused by promote.
+A registered report edited after `mint eval` (one byte flipped, truncated) must be refused by promote. Dataset
+versions carry a hash (their name): each version's episodes.jsonl and superseded.txt are flipped, truncated,
+deleted and swapped, and reading the dataset (what train, experience and router training do) must refuse.
 Controls (no tampering) must pass every consumer, or the figure is void. The figure (printed last) is the
 tampered cases tried and refused; goal 100%.
 """
@@ -93,6 +95,11 @@ def build(root: Path) -> Pristine:
     write_report(root, home, v1, baseline=None)
     promote(ws, v1.ref, force=True, why="suite setup")
     write_report(root, home, v2, baseline=v1.id)
+    from mint.data.ingest import ingest
+    from mint.project import DEFAULT_PROJECT
+
+    for source in ("app_openai.jsonl", "chat_sharegpt.json"):   # two versions of one dataset
+        ingest(ws, [ROOT / "examples" / "logs" / source], dataset="logs", project=DEFAULT_PROJECT, workers=0)
     return Pristine(root, v1.id, v2.id)
 
 
@@ -219,6 +226,54 @@ def run_case(pristine: Pristine, scratch: Path, tamper, runtime) -> dict[str, st
     return outcomes
 
 
+def dataset_tamperings(pristine: Pristine, flips: int, rng: random.Random) -> list:
+    """Each version's episodes.jsonl and superseded.txt: flipped bytes, truncated, deleted; the two versions'
+    episodes swapped."""
+    from mint.data.datasets import chain, read_head
+
+    directory = pristine.root / "home" / "datasets" / "logs"
+    versions = chain(directory, read_head(directory))
+    cases = []
+
+    def edit(label, version, name, change):
+        def apply(home: Path) -> None:
+            path = home / "datasets" / "logs" / version / name
+            change(path)
+        return f"{label} {version}/{name}", apply
+
+    def flipper(position):
+        def change(path):
+            data = bytearray(path.read_bytes())
+            data[int(position * len(data))] ^= 0x01
+            path.write_bytes(bytes(data))
+        return change
+
+    for version in versions:
+        for name in ("episodes.jsonl", "superseded.txt"):
+            if (directory / version / name).stat().st_size:
+                cases += [edit(f"flip @{p:.2f}", version, name, flipper(p)) for p in
+                          (rng.random() for _ in range(flips))]
+                cases.append(edit("truncate", version, name,
+                                  lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])))
+            cases.append(edit("delete", version, name, lambda path: path.unlink()))
+
+    def swap_episodes(home: Path) -> None:
+        a, b = (home / "datasets" / "logs" / v / "episodes.jsonl" for v in versions[:2])
+        data = a.read_bytes()
+        a.write_bytes(b.read_bytes())
+        b.write_bytes(data)
+    cases.append(("swap episodes.jsonl of the two versions", swap_episodes))
+    return cases
+
+
+def dataset_refused(home: Path) -> str | None:
+    """What training, experience and router training read: every episode of the dataset's head."""
+    from mint.data.datasets import iter_episodes
+    from mint.workspace import workspace
+
+    return refused(lambda: sum(1 for _ in iter_episodes(workspace(home), "logs")))
+
+
 def report_cases(pristine: Pristine, scratch: Path) -> dict[str, str | None]:
     """A registered report edited afterwards: promote must refuse it."""
     from mint.registry.promotion import promote
@@ -260,6 +315,16 @@ def run_suite(root: Path, flips: int, seed: int) -> tuple[int, list[str], list[s
         tried += 1
         if outcome:
             failures.append(f"{label} -> promote: {outcome}")
+    control = dataset_refused(copy_workspace(pristine, scratch))
+    if control != "accepted":
+        controls.append(f"control dataset read: {control}")
+    for label, tamper in dataset_tamperings(pristine, flips, random.Random(seed)):
+        home = copy_workspace(pristine, scratch)
+        tamper(home)
+        tried += 1
+        outcome = dataset_refused(home)
+        if outcome:
+            failures.append(f"dataset: {label} -> read: {outcome}")
     return tried, failures, controls
 
 
