@@ -67,3 +67,17 @@ def test_a_promoted_revision_still_verifies(ws, candidate, report_for):
     promote(ws, revision.ref, report_path=report_for(revision))
     assert verify(ws).ok
     load_revision(ws, "coding:champion")
+
+
+def test_reading_a_dataset_version_changed_after_ingest_is_refused(ws, project):
+    from mint.data.datasets import dataset_dir, iter_episodes, read_head
+    from mint.data.ingest import ingest
+
+    ingest(ws, [Path(__file__).resolve().parents[2] / "examples" / "logs" / "app_openai.jsonl"], dataset="logs",
+           project=project, workers=0)
+    episodes = dataset_dir(ws, "logs") / read_head(dataset_dir(ws, "logs")) / "episodes.jsonl"
+    intact = sum(1 for _ in iter_episodes(ws, "logs"))
+    episodes.write_bytes(episodes.read_bytes().replace(b'"role":"user"', b'"role":"system"', 1))
+    with pytest.raises(Refused, match="changed after ingest"):
+        next(iter_episodes(ws, "logs"))
+    assert intact > 0
