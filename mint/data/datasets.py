@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from mint.errors import BadInput
+from mint.errors import BadInput, Refused
 from mint.workspace import Workspace, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
@@ -142,6 +142,20 @@ def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tup
     raise BadInput(f"{version!r} {why} of dataset {name!r} ({listing})", field="--version")
 
 
+def verify_version(directory: Path, version: str) -> None:
+    """Refuse a version whose episodes or superseded ids no longer hash to its name (changed after ingest)."""
+    from mint.data.ingest import version_hash   # ingest imports this module
+
+    parent = read_manifest(directory, version).get("parent")
+    try:
+        actual = version_hash(parent, directory / version / EPISODES_FILE, directory / version / SUPERSEDED_FILE)
+    except FileNotFoundError as exc:
+        raise Refused(f"{directory / version}: {Path(exc.filename).name} is missing") from None
+    if actual != version:
+        raise Refused(f"{directory / version}: changed after ingest ({EPISODES_FILE} and {SUPERSEDED_FILE} hash "
+                      f"to {actual}, not to the version's name); ingest the logs again into a fresh dataset")
+
+
 def superseded_ids(directory: Path, versions: list[str]) -> set[bytes]:
     """First 128 bits of the ids of episodes that ``versions`` replaced by a later record."""
     gone: set[bytes] = set()
@@ -159,6 +173,8 @@ def iter_episodes(ws: Workspace, name: str, version: str | None = None,
     the same conversation replaced (up to ``version``)."""
     directory, manifest = resolve_version(ws, name, version)
     versions = chain(directory, manifest["version"])
+    for v in versions:   # before the first episode: nothing downstream may see a changed version
+        verify_version(directory, v)
     gone = superseded_ids(directory, versions)
     for v in versions:
         for episode in read_episodes(directory, v):

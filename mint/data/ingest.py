@@ -161,7 +161,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                 checkpoint("ingest.episodes_written")
                 if not added:
                     raise _NothingNew
-                version = _version_hash(parent, tmp / datasets.EPISODES_FILE, tmp / datasets.SUPERSEDED_FILE)
+                version = version_hash(parent, tmp / datasets.EPISODES_FILE, tmp / datasets.SUPERSEDED_FILE)
                 manifest = _manifest(dataset, version, parent, parent_manifest, fmt, scrub, stats,
                                      by_specialist, scrubbed, added, replaced)
                 (tmp / datasets.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -548,7 +548,7 @@ def _append_quarantine(directory: Path, index: sqlite3.Connection, scratch, vers
     return new
 
 
-def _version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
+def version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
     digest = hashlib.sha256((parent or "").encode() + b"\n")
     for path in (episodes, superseded):
         with open(path, "rb") as f:

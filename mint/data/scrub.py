@@ -58,9 +58,10 @@ def _ipv6(match: re.Match) -> str | None:
     return "[IP_ADDRESS]"
 
 
-# Numbers that look like phones but are named as something else just before them.
-_NOT_A_PHONE = re.compile(r"(?i)(?:order|invoice|tracking|ticket|ref|reference|id|sku|pid|build|version|serial|isbn|"
-                          r"transaction|txn|case|po)\W{0,3}$")
+# Numbers that look like phones but are named as something else just before them, or are the operand or
+# result of arithmetic ("2^36 = 68719476736").
+_NOT_A_PHONE = re.compile(r"(?i)(?:(?:order|invoice|tracking|ticket|ref|reference|id|sku|pid|build|version|serial|"
+                          r"isbn|transaction|txn|case|po)\W{0,3}|[\d)]\s*[=*/^+×÷-]\s*)$")
 _NANP = re.compile(r"1?[2-9]\d{2}[2-9]\d{6}")   # area code and exchange never start with 0 or 1
 
 
@@ -95,18 +96,38 @@ def _is_phone(text: str) -> bool:
         region = "GB"
     elif _NANP.fullmatch(digits):
         region = "US"
+    elif text.startswith("("):   # an area code in parentheses without a trunk 0: "(11) 91723-2166"
+        return any(_valid_in(text, other) for other in _NATIONAL_REGIONS)
     else:
         return False   # cheap shape checks first: parsing costs ~100 µs
+    if _valid_in(text, region):
+        return True
     try:
         number = phonenumbers.parse(text, region)
     except phonenumbers.NumberParseException:
         return False
-    if phonenumbers.is_valid_number(number):
-        return True
     # UK numbers reserved for drama (07700 900xxx, 020 7946 0xxx) are possible, not valid: a log that
     # holds one was written by a person, so a UK national number of the right length counts
-    return region == "GB" and stripped.startswith("0") and len(digits) == 11 \
-        and phonenumbers.is_possible_number(number)
+    if region == "GB" and stripped.startswith("0") and len(digits) == 11 and phonenumbers.is_possible_number(number):
+        return True
+    # a national number of another country that dials a trunk 0 first (030 ... in Berlin, 03-... in Tokyo):
+    # valid in one of the most-populous such countries' numbering plans
+    return region == "GB" and any(_valid_in(text, other) for other in _NATIONAL_REGIONS)
+
+
+# Countries whose national numbers are written with a leading trunk 0 (or an area code in parentheses), by
+# population of their internet users; GB and the NANP are tried first above.
+_NATIONAL_REGIONS = ("IN", "BR", "JP", "DE", "FR", "TR", "IT", "AU", "NL", "ZA", "AR", "PH", "BE", "AT", "CH",
+                     "NZ", "IE", "SE", "PL", "IL")
+
+
+def _valid_in(text: str, region: str | None) -> bool:
+    import phonenumbers
+
+    try:
+        return phonenumbers.is_valid_number(phonenumbers.parse(text, region))
+    except phonenumbers.NumberParseException:
+        return False
 
 
 def _ssn(match: re.Match) -> str | None:
@@ -128,6 +149,15 @@ def _iban(match: re.Match) -> str | None:
     return "[IBAN]" if int(number) % 97 == 1 else None
 
 
+def _random_key(match: re.Match) -> str | None:
+    tail = match.group(0)[3:]
+    return "[API_KEY]" if any(c.isdigit() for c in tail) and any(c.isalpha() for c in tail) else None
+
+
+def _url_password(match: re.Match) -> str | None:
+    return match.group("prefix") + "[PASSWORD]@"
+
+
 def _bearer(match: re.Match) -> str | None:
     token = match.group("token")
     if not (any(c.isdigit() for c in token) or (any(c.isupper() for c in token) and any(c.islower() for c in token))):
@@ -144,7 +174,9 @@ _RULES: list[tuple[str, str, re.Pattern, Replacer | None]] = [
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
         re.S), None),
     ("JWT", "jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), None),
-    ("API_KEY", "sk", re.compile(r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{20,}"), None),
+    # OpenAI keys: sk-, sk-proj-, sk-svcacct-... then a random tail that holds _ and - too; a long kebab-case
+    # word after sk- (no digit) is not a key
+    ("API_KEY", "sk", re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}(?![A-Za-z0-9_-])"), _random_key),
     # Stripe secret and restricted keys, live and test (detect-secrets' StripeDetector, widened for the
     # longer keys Stripe issues now)
     ("API_KEY", "stripe", re.compile(r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"), None),
@@ -156,11 +188,18 @@ _RULES: list[tuple[str, str, re.Pattern, Replacer | None]] = [
     ("SLACK_TOKEN", "slack", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"), None),
     ("TOKEN", "bearer", re.compile(r"(?P<scheme>\b[Bb]earer\s+)(?P<token>[A-Za-z0-9\-._~+/]{16,}=*)(?![\w\-.~+/=])"),
      _bearer),
+    # scheme://user:password@host: only the password goes (the e-mail rule would take password@host)
+    ("PASSWORD", "url", re.compile(r"(?P<prefix>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?P<password>[^\s/]+)@"
+                                   r"(?=[A-Za-z0-9\[])"), _url_password),
     ("EMAIL", "at", re.compile(
         r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"
         r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}\b"), None),
     ("IBAN", "digits", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), _iban),
-    ("CREDIT_CARD", "digits", re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d.-]?\d)"), _credit_card),
+    ("CREDIT_CARD", "digits", re.compile(r"(?<![\d.+-])\d(?:[ -]?\d){12,18}(?![\d.-]?\d)"), _credit_card),
+    # UK National Insurance numbers: the prefixes HMRC never issues are left out (D, F, I, Q, U, V first or
+    # second; O second; BG, GB, KN, NK, NT, TN, ZZ)
+    ("NI_NUMBER", "ni", re.compile(r"\b(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]"
+                                   r"(?P<sep> ?)\d{2}(?P=sep)\d{2}(?P=sep)\d{2}(?P=sep)[A-D]\b"), None),
     ("SSN", "digits", re.compile(r"(?<![\w-])(?P<area>\d{3})(?P<sep>[- ])(?P<group>\d{2})(?P=sep)(?P<serial>\d{4})"
                                  r"(?![\w-]|\.\d)"), _ssn),
     ("IP_ADDRESS", "dot", re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)"), None),
@@ -178,13 +217,14 @@ _RULES: list[tuple[str, str, re.Pattern, Replacer | None]] = [
 _LITERALS = (("pem", "-----BEGIN"), ("jwt", "eyJ"), ("sk", "sk-"), ("aws", "AKIA"), ("aws", "ASIA"),
              ("gh", "ghp_"), ("gh", "gho_"), ("gh", "ghu_"), ("gh", "ghs_"), ("gh", "ghr_"), ("gh", "github_pat_"),
              ("slack", "xox"), ("at", "@"), ("colon", ":"), ("stripe", "k_live_"), ("stripe", "k_test_"),
-             ("hf", "hf_"), ("google", "AIza"), ("bearer", "earer "), ("bearer", "earer\t"))
+             ("hf", "hf_"), ("google", "AIza"), ("bearer", "earer "), ("bearer", "earer\t"), ("url", "://"))
 # one pass over the text finds every literal trigger (twenty `in` tests cost more)
 _TRIGGER_OF = {literal: name for name, literal in _LITERALS}
 _TRIGGERS = re.compile("|".join(re.escape(literal) for literal in sorted(_TRIGGER_OF, key=len, reverse=True)))
 _DIGIT = re.compile(r"\d")
 _DIGIT_DOT = re.compile(r"\d\.\d")
 _SEVEN_DIGITS = re.compile(r"\d(?:[^\d\n]{0,3}\d){6}")
+_NI_TAIL = re.compile(r"\d\d ?\d\d ?\d\d ?[A-D]\b")
 
 PLACEHOLDER_TYPES = tuple(dict.fromkeys(rule[0] for rule in _RULES))
 
@@ -205,6 +245,8 @@ def scrub_text(text: str, counts: Counter) -> str:
             present.add("dot")
         if _SEVEN_DIGITS.search(text):
             present.add("digits")
+        if _NI_TAIL.search(text):
+            present.add("ni")
     if not present:
         return text
     for kind, trigger, pattern, replacer in _RULES:

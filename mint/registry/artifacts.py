@@ -155,12 +155,20 @@ def verify_revision(ws: Workspace, revision: store.Revision) -> list[str]:
     if not directory.is_dir():
         return [f"{directory}: missing"]
     try:
-        recorded = json.loads((directory / MINT_JSON).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        metadata = json.loads((directory / MINT_JSON).read_text())
+        recorded = metadata.pop("files")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return [f"{directory / MINT_JSON}: missing or unreadable"]
     problems = []
     if files_digest(recorded) != revision.files_sha256:
         problems.append(f"{directory / MINT_JSON}: its file list differs from the one registered")
+    # the rest of mint.json must say what the registry says; it was written at registration, when every
+    # revision is a candidate (the status moves in the registry only)
+    registered = {**asdict(revision), "status": "candidate"}
+    changed = sorted(k for k in registered.keys() | metadata.keys()
+                     if metadata.get(k, object()) != registered.get(k, object()))
+    if changed:
+        problems.append(f"{directory / MINT_JSON}: {', '.join(changed)} differ from the registry's")
     actual = {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and p.name != MINT_JSON}
     for name, digest in sorted(recorded.items()):
         path = directory / name

@@ -14,6 +14,7 @@ from pathlib import Path
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint
 from mint.registry import store
+from mint.registry.artifacts import verify_revision
 from mint.registry.refs import check_name
 from mint.registry.store import StaleBaseline
 from mint.workspace import Workspace
@@ -257,9 +258,14 @@ def _move_champion(conn, specialist: str, current: str | None, target: store.Rev
 
 
 def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: bool = False,
-            why: str | None = None) -> AliasMove:
-    """Make ``ref`` its specialist's champion if its registered, passing report was measured against the current
-    one on the same examples. Every check runs inside the one write transaction that moves the alias."""
+            why: str | None = None, check_files: bool = True) -> AliasMove:
+    """Make ``ref`` its specialist's champion if its files are intact and its registered, passing report was
+    measured against the current one on the same examples. Every report check runs inside the one write
+    transaction that moves the alias.
+
+    ``check_files=False`` only for registries of metadata-only revisions (benchmarks at scale); ``--force``
+    skips the report checks, never the files' hashes.
+    """
     if force and not (why and why.strip()):
         raise BadInput("--force needs --why TEXT, which the event log keeps", field="--why")
     conn = store.open_store(ws, create=False)
@@ -270,6 +276,11 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
             raise BadInput(f"this is a report of the bare base ({given.base_fingerprint}), the baseline of "
                            "generation 0; base reports can't be promoted: promote a revision with its own report",
                            file=given.path, field="revision")
+        if check_files:   # before the transaction: hashing the weights must not hold the write lock
+            problems = verify_revision(ws, revision)
+            if problems:
+                raise Refused(f"{revision.ref} ({revision.id[:12]}) failed verification, so it is not promoted: "
+                              + "; ".join(problems))
         checkpoint("promote.read")
         with store.write(conn):
             # re-read inside the transaction: a reject or promotion committed since the lines above counts
