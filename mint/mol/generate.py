@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from mint.harness.base import HarnessSettings
+from mint.harness.genui import json_bracket_end
 
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
 ENGINES = ("stream", "hf")
@@ -70,7 +71,7 @@ def answer_complete(text: str, kinds: tuple[str, ...]) -> bool:
     if not stripped:
         return False
     if "json" in kinds and stripped[0] in "{[":
-        return _json_value_end(stripped) is not None
+        return json_bracket_end(stripped) is not None
     if "fence" in kinds and stripped.startswith("```"):
         opened = stripped.find("\n")   # the fence's own line (```python) ends here; the block closes after it
         return opened != -1 and "```" in stripped[opened:]
@@ -84,28 +85,6 @@ def answer_complete(text: str, kinds: tuple[str, ...]) -> bool:
         # another call may follow; only a character that cannot start one ends the answer
         return bool(rest) and not "<tool_call>".startswith(rest[:len("<tool_call>")])
     return False
-
-
-def _json_value_end(text: str) -> int | None:
-    """Index just past the JSON object or array that opens ``text``, when its brackets close."""
-    depth, in_string, escaped = 0, False, False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None
 
 
 def _closing_tokens(tokenizer) -> Callable[[int], bool]:
