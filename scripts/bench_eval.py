@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)}")
+    parser.add_argument("--no-warm-up", action="store_true", help="time from the first run (a contended machine)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 6 prompts, 1 run per mode")
     args = parser.parse_args()
     if args.quick:
@@ -83,7 +84,8 @@ def main() -> None:
         return generate(loaded.model, loaded.tokenizer, conversations, settings, engine=engine, kv_cache=kv_cache,
                         answer_end=answer_ends(contract.harness_name, settings))
 
-    if not args.quick:
+    warm_up = not (args.quick or args.no_warm_up)
+    if warm_up:
         for name in chosen:
             print(f"  warm-up: {name}", file=sys.stderr)
             run(name)
@@ -99,7 +101,7 @@ def main() -> None:
           f"{torch.get_num_threads()}, flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} "
           f"({hardware.bf16_reason})")
     print(f"base {args.base}, {len(conversations)} genui prompts, greedy, max_new_tokens {today.max_new_tokens}, "
-          f"batch {args.batch}; {args.repeats} alternated runs per mode{'' if args.quick else ' after a warm-up'}")
+          f"batch {args.batch}; {args.repeats} alternated runs per mode{' after a warm-up' if warm_up else ', no warm-up'}")
     print(f"\n{'mode':<16} {'precision':>9} {'seconds min/median':>19} {'tokens':>7} {'tokens/s min/median':>20}")
     median_s, median_tps = {}, {}
     for name, runs in results.items():

@@ -235,7 +235,6 @@ class _Row:
     sample: int
     prompt: list[int]
     generator: object | None          # torch.Generator when sampling
-    admitted: float
     tokens: list[int] = field(default_factory=list)
 
 
@@ -311,7 +310,7 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, progress
                         generator.manual_seed(conversation * settings.samples + sample)
                     if sample == 0:
                         first_admitted[conversation] = now
-                    rows.append(_Row(conversation, sample, prompts[conversation], generator, now))
+                    rows.append(_Row(conversation, sample, prompts[conversation], generator))
                 logits, group_cache, group_mask = _prefill(model, [r.prompt for r in rows], pad)
                 cache, mask = _join(cache, mask, group_cache, group_mask)
                 running += rows

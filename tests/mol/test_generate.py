@@ -161,7 +161,8 @@ def test_auto_precision_falls_back_to_fp32_when_bf16_disagrees(monkeypatch):
     assert result.parity["examples"] == 2
 
 
-def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path):
+@pytest.mark.parametrize("precision", ["bf16", "int8"])   # int8 merges the candidate's adapter into its copy
+def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path, precision):
     from mint.contract.evaluate import evaluate
     from tests.contract.test_schema import GOOD
 
@@ -169,10 +170,10 @@ def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path):
              "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(3)]
     (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     contract = tmp_path / "ui.yaml"
-    contract.write_text(GOOD.replace("batch_size: 2}", "batch_size: 2, precision: bf16}"))
+    contract.write_text(GOOD.replace("batch_size: 2}", f"batch_size: 2, precision: {precision}}}"))
     report = evaluate(ws, candidate("genui").ref, contract).report
     core = report["generation"]["core"]
-    assert core["precision"] == "bf16" and core["parity"]["examples"] == 3 and core["new_tokens"] > 0
+    assert core["precision"] == precision and core["parity"]["examples"] == 3 and core["new_tokens"] > 0
 
 
 def test_answers_end_early_only_where_the_contract_asks(tmp_path):
