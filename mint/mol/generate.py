@@ -128,6 +128,11 @@ def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
     if requested == "int8":
         if device.startswith("cuda"):   # torch's dynamic quantization runs on CPUs only
             return "fp32", "the contract asks for int8, which mint runs on CPUs only; fp32 on a GPU"
+        import torch
+
+        engines = torch.backends.quantized.supported_engines
+        if not {"x86", "fbgemm", "qnnpack"} & set(engines):
+            return "fp32", f"the contract asks for int8, but this torch has no quantized CPU kernels ({engines})"
         return "int8", "the contract asks for int8 (dynamic quantization of Linear layers)"
     from mint.hardware import detect
 
