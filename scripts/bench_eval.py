@@ -13,6 +13,8 @@ mode runs on the same model and prompts in one process, alternated (A B C ... A 
   stream int8      the same with precision int8 (dynamic quantization; parity vs fp32 printed)
   stream 1-by-1    the new path with batch 1 (one prompt at a time)
 Goals (issue 14): stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
+On a machine shared with other work, read the cpu-time ratios (this process's CPU seconds; run with
+--threads 1 --no-warm-up): wall times there measure the neighbours.
 torch.compile is not measured: compiling takes longer than a whole demo evaluation (12 prompts) on a CPU,
 and the stream's batch shape changes every few steps (each new shape recompiles).
 """
@@ -90,27 +92,33 @@ def main() -> None:
             print(f"  warm-up: {name}", file=sys.stderr)
             run(name)
     results: dict[str, list] = {name: [] for name in chosen}
+    # this process's CPU time: on a machine shared with other work it tracks quiet wall time better than
+    # wall time does (with --threads 1 most closely)
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in chosen}
     for round_number in range(args.repeats):
         for name in chosen:
             print(f"  round {round_number + 1}/{args.repeats}: {name}", file=sys.stderr)
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             generation = run(name)
             results[name].append((time.perf_counter() - began, generation))
+            cpu_seconds[name].append(time.process_time() - began_cpu)
 
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, torch threads "
           f"{torch.get_num_threads()}, flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} "
           f"({hardware.bf16_reason})")
     print(f"base {args.base}, {len(conversations)} genui prompts, greedy, max_new_tokens {today.max_new_tokens}, "
           f"batch {args.batch}; {args.repeats} alternated runs per mode{' after a warm-up' if warm_up else ', no warm-up'}")
-    print(f"\n{'mode':<16} {'precision':>9} {'seconds min/median':>19} {'tokens':>7} {'tokens/s min/median':>20}")
-    median_s, median_tps = {}, {}
+    print(f"\n{'mode':<16} {'precision':>9} {'seconds min/median':>19} {'cpu s median':>12} {'tokens':>7} "
+          f"{'tokens/s min/median':>20}")
+    median_s, median_tps, median_cpu = {}, {}, {}
     for name, runs in results.items():
         seconds = [s for s, _ in runs]
         tps = [g.tokens_per_s for _, g in runs]
         median_s[name], median_tps[name] = statistics.median(seconds), statistics.median(tps)
         generation = runs[0][1]
+        median_cpu[name] = statistics.median(cpu_seconds[name])
         print(f"{name:<16} {generation.precision:>9} {min(seconds):>9.2f}/{median_s[name]:<9.2f} "
-              f"{generation.new_tokens:>7} {min(tps):>9.1f}/{median_tps[name]:<10.1f}")
+              f"{median_cpu[name]:>12.2f} {generation.new_tokens:>7} {min(tps):>9.1f}/{median_tps[name]:<10.1f}")
 
     def ratio(label, value, goal=None):
         verdict = f" (goal >= {goal:g}x: {'MET' if value >= goal else 'MISSED'})" if goal else ""
@@ -126,6 +134,10 @@ def main() -> None:
     if {"stream int8", "today"} <= results.keys():
         ratio("tokens/s, stream int8 / today", median_tps["stream int8"] / median_tps["today"], TOKENS_GOAL)
         ratio("wall time, today / stream int8", median_s["today"] / median_s["stream int8"])
+    if {"stream", "stream 1-by-1", "today"} <= results.keys():
+        ratio("cpu time: stream 1-by-1 / stream", median_cpu["stream 1-by-1"] / median_cpu["stream"], BATCH_GOAL)
+        ratio("cpu time per token: today / stream", median_cpu["today"] / results["today"][0][1].new_tokens
+              / (median_cpu["stream"] / results["stream"][0][1].new_tokens), TOKENS_GOAL)
     if {"stream", "hf + answer end"} <= results.keys():
         ratio("dropping finished rows, wall time (hf + answer end / stream)",
               median_s["hf + answer end"] / median_s["stream"])
