@@ -24,7 +24,7 @@ class HarnessSettings:
     batch_size: int = 8
     timeout_s: float = 10.0             # coding: wall-clock limit per program
     catalog: Path | None = None         # genui: the UI4A catalog (JSON Schema)
-    precision: str = "fp32"             # generation: fp32, bf16, or auto (bf16 where the hardware runs it natively)
+    precision: str = "fp32"             # generation: fp32, bf16, int8, or auto (bf16 where the hardware runs it natively)
     stop_at_answer_end: bool = False    # generation: end a row once its answer is complete (mint.mol.generate)
 
 

@@ -139,15 +139,16 @@ def find_tree(output: Any) -> TreeParse:
     return TreeParse(None, "no JSON object in the answer")
 
 
-def _brace_regions(text: str) -> list[str]:
-    """The outermost balanced ``{...}`` spans of ``text`` (braces inside JSON strings do not count). An
-    object that never closes (a cut-off answer) yields nothing: its inner objects are not the tree."""
-    regions, depth, start, in_string, escaped = [], 0, 0, False, False
-    for i, char in enumerate(text):
-        if depth == 0:
-            if char == "{":
-                start, depth = i, 1
-        elif in_string:
+def json_bracket_end(text: str, start: int = 0) -> int | None:
+    """Index just past the bracket that closes the ``{`` or ``[`` at ``text[start]``, or None when it never
+    closes (a cut-off answer). Only brackets of that kind count, and none inside JSON strings. The one JSON
+    bracket scanner: finding a tree here, and deciding in ``mint.mol.generate`` that an answer is complete."""
+    opener = text[start]
+    closer = "}" if opener == "{" else "]"
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
             if escaped:
                 escaped = False
             elif char == "\\":
@@ -156,12 +157,25 @@ def _brace_regions(text: str) -> list[str]:
                 in_string = False
         elif char == '"':
             in_string = True
-        elif char == "{":
+        elif char == opener:
             depth += 1
-        elif char == "}":
+        elif char == closer:
             depth -= 1
             if depth == 0:
-                regions.append(text[start:i + 1])
+                return index + 1
+    return None
+
+
+def _brace_regions(text: str) -> list[str]:
+    """The outermost balanced ``{...}`` spans of ``text`` (braces inside JSON strings do not count). An
+    object that never closes (a cut-off answer) yields nothing: its inner objects are not the tree."""
+    regions, start = [], text.find("{")
+    while start != -1:
+        end = json_bracket_end(text, start)
+        if end is None:
+            break
+        regions.append(text[start:end])
+        start = text.find("{", end)
     return regions
 
 

@@ -1,45 +1,55 @@
-"""Batched generation: left-padded batches of similar length, one adapter (or none) for the whole batch.
+"""Batched generation for contract evaluation: one adapter (or none) for the whole suite.
 
-Three things make contract evaluation faster; the last two are a contract's choice (its decoding block),
-because they can change what it measures:
+What makes contract evaluation fast; the last two are a contract's choice (its decoding block), because they
+can change what it measures:
 
-- prompts are batched by length (less left padding), and outputs come back in the caller's order;
+- the suite runs as one stream (``engine="stream"``, the default): a row leaves the batch as soon as it has
+  finished (EOS, its answer's end, ``max_new_tokens``) and a waiting prompt takes its slot, so no row pays
+  for the longest one in its batch. Greedy and sampled outputs are HF ``generate``'s token for token (each
+  sample draws from its own seeded generator, so an output does not depend on which rows it ran beside);
+  ``engine="hf"`` is HF ``generate`` on length-sorted batches (the old path, kept for the benchmark);
 - ``decoding: {stop_at_answer_end: true}`` ends each row once its answer is complete (a JSON value, a
   closed code fence, closed ``<tool_call>`` blocks, by harness) instead of running to ``max_new_tokens``;
-- ``decoding: {precision: bf16 | auto}`` generates with a bf16 copy of the model, and a greedy parity
-  check against fp32 on the first prompts is returned with the outputs (``auto`` keeps fp32 when the
-  hardware has no native bf16 or the check disagrees).
+- ``decoding: {precision: bf16 | int8 | auto}`` generates with a bf16 copy of the model (or an int8
+  dynamically quantized copy of its Linear layers, the adapter merged in first), and a greedy parity check
+  against fp32 on the first prompts is returned with the outputs (``auto`` keeps fp32 when the hardware has
+  no native bf16 or the check disagrees; it never picks int8, which only a contract can ask for).
 """
 from __future__ import annotations
 
 import copy
 import time
 import weakref
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from mint.harness.base import HarnessSettings
+from mint.harness.genui import json_bracket_end
 
-PRECISIONS = ("fp32", "bf16", "auto")
+PRECISIONS = ("fp32", "bf16", "int8", "auto")
+ENGINES = ("stream", "hf")
 # the kinds of answer end each harness's scorer reads (see answer_complete); others stop at EOS only
 ANSWER_ENDS = {"genui": ("json", "fence"), "agent": ("json", "fence", "tool_call"), "coding": ("fence",)}
 PARITY_PROMPTS = 4
 PARITY_MIN_AGREEMENT = 0.75   # auto keeps bf16 only if at least this share of greedy outputs match fp32
 _CLOSERS = ("}", "]", "`", ">")
+# HF logits processors that transform each row of scores alone, without reading the tokens so far
+_ROW_WISE_PROCESSORS = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
 
-_bf16_models: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_parity_checks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_precision_copies: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # model -> {precision: (state, copy)}
+_parity_checks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # model -> {precision: (state, record)}
 
 
 @dataclass
 class Generation:
     outputs: list[list[str]]       # settings.samples outputs per conversation, in the caller's order
-    latencies_ms: list[float]      # each conversation's batch time
-    new_tokens: int                # tokens generated (not counting padding after a row ended)
-    seconds: float                 # time inside model.generate
-    precision: str                 # "fp32" or "bf16": what generated the outputs
+    latencies_ms: list[float]      # each conversation's time in the batch (stream: first admitted to last done)
+    new_tokens: int                # tokens generated (not counting EOS or padding after a row ended)
+    seconds: float                 # time inside the decode loop (or model.generate)
+    precision: str                 # "fp32", "bf16" or "int8": what generated the outputs
     precision_reason: str
-    parity: dict | None            # bf16 vs fp32 greedy outputs on the first prompts, when bf16 was considered
+    parity: dict | None            # bf16/int8 vs fp32 greedy outputs on the first prompts, when considered
 
     @property
     def tokens_per_s(self) -> float:
@@ -61,7 +71,7 @@ def answer_complete(text: str, kinds: tuple[str, ...]) -> bool:
     if not stripped:
         return False
     if "json" in kinds and stripped[0] in "{[":
-        return _json_value_end(stripped) is not None
+        return json_bracket_end(stripped) is not None
     if "fence" in kinds and stripped.startswith("```"):
         opened = stripped.find("\n")   # the fence's own line (```python) ends here; the block closes after it
         return opened != -1 and "```" in stripped[opened:]
@@ -77,26 +87,17 @@ def answer_complete(text: str, kinds: tuple[str, ...]) -> bool:
     return False
 
 
-def _json_value_end(text: str) -> int | None:
-    """Index just past the JSON object or array that opens ``text``, when its brackets close."""
-    depth, in_string, escaped = 0, False, False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None
+def _closing_tokens(tokenizer) -> Callable[[int], bool]:
+    """Whether a token carries a closing character: only such a token can complete an answer, so the
+    (decoding) answer check runs only after one."""
+    closing: dict[int, bool] = {}
+
+    def closes(token_id: int) -> bool:
+        if token_id not in closing:
+            closing[token_id] = any(c in tokenizer.decode([token_id]) for c in _CLOSERS)
+        return closing[token_id]
+
+    return closes
 
 
 def _answer_end_criteria(tokenizer, prompt_length: int, kinds: tuple[str, ...]):
@@ -104,12 +105,7 @@ def _answer_end_criteria(tokenizer, prompt_length: int, kinds: tuple[str, ...]):
     import torch
     from transformers import StoppingCriteria
 
-    closing: dict[int, bool] = {}
-
-    def closes(token_id: int) -> bool:   # only a token with a closing character can complete an answer
-        if token_id not in closing:
-            closing[token_id] = any(c in tokenizer.decode([token_id]) for c in _CLOSERS)
-        return closing[token_id]
+    closes = _closing_tokens(tokenizer)
 
     class AnswerEnd(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):
@@ -124,11 +120,20 @@ def _answer_end_criteria(tokenizer, prompt_length: int, kinds: tuple[str, ...]):
 
 
 def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
-    """(fp32 or bf16, why) for a contract's ``decoding.precision``."""
+    """(fp32, bf16 or int8, why) for a contract's ``decoding.precision``."""
     if requested == "fp32":
         return "fp32", "the contract asks for fp32"
     if requested == "bf16":
         return "bf16", "the contract asks for bf16"
+    if requested == "int8":
+        if device.startswith("cuda"):   # torch's dynamic quantization runs on CPUs only
+            return "fp32", "the contract asks for int8, which mint runs on CPUs only; fp32 on a GPU"
+        import torch
+
+        engines = torch.backends.quantized.supported_engines
+        if not {"x86", "fbgemm", "qnnpack"} & set(engines):
+            return "fp32", f"the contract asks for int8, but this torch has no quantized CPU kernels ({engines})"
+        return "int8", "the contract asks for int8 (dynamic quantization of Linear layers)"
     from mint.hardware import detect
 
     found = detect(cuda=device.startswith("cuda"))
@@ -137,67 +142,263 @@ def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
 
 def _weights_state(model) -> tuple:
     """Changes when the model's weights do (in place too: a tensor's version counter) or another adapter is
-    attached or made active, so a cached bf16 copy or parity check is never stale."""
+    attached or made active, so a cached copy or parity check is never stale."""
     return (str(getattr(model, "active_adapter", None)),
             tuple((id(p), p._version) for p in model.parameters()))
 
 
-def bf16_copy(model):
-    """A bf16 copy of ``model``, made once per state of its weights (the fp32 original stays untouched)."""
+def precision_copy(model, precision: str):
+    """A bf16 or int8 copy of ``model``, made once per state of its weights (the fp32 original stays
+    untouched). int8: a PEFT adapter is merged into the copy first, then every Linear layer (the LM head
+    too) is dynamically quantized (int8 weights, activations quantized per call)."""
     import torch
 
     state = _weights_state(model)
-    cached = _bf16_models.get(model)
-    if cached is None or cached[0] != state:
-        _bf16_models[model] = (state, copy.deepcopy(model).to(torch.bfloat16).eval())
-    return _bf16_models[model][1]
+    copies = _precision_copies.setdefault(model, {})
+    if precision not in copies or copies[precision][0] != state:
+        copies.pop(precision, None)   # free the stale copy before making the new one
+        clone = copy.deepcopy(model)
+        if precision == "bf16":
+            clone = clone.to(torch.bfloat16)
+        else:
+            if hasattr(clone, "merge_and_unload"):
+                clone = clone.merge_and_unload()
+            clone = torch.ao.quantization.quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)
+        copies[precision] = (state, clone.eval())
+    return copies[precision][1]
+
+
+def bf16_copy(model):
+    return precision_copy(model, "bf16")
 
 
 def generate(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
              progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
-             kv_cache: str | None = None) -> Generation:
+             engine: str = "stream", kv_cache: str | None = None) -> Generation:
     """Generate ``settings.samples`` outputs per conversation. ``answer_end`` (see ``answer_ends``) stops
-    each row at the end of its answer; ``kv_cache="static"`` preallocates the KV cache."""
+    each row at the end of its answer; ``engine`` is ``stream`` (mint's decode loop) or ``hf`` (HF generate
+    per batch, where ``kv_cache="static"`` preallocates the KV cache)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     precision, reason = resolve_precision(settings.precision, str(model.device))
     parity = None
-    if precision == "bf16" and conversations:
-        parity = _parity(model, tokenizer, conversations, settings, answer_end)
+    if precision != "fp32" and conversations:
+        parity = _parity(model, tokenizer, conversations, settings, answer_end, precision)
         if settings.precision == "auto" and parity["agreement"] < PARITY_MIN_AGREEMENT:
             precision, reason = "fp32", (f"auto: bf16 greedy outputs matched fp32 on {parity['identical']}/"
                                          f"{parity['examples']} prompts (< {PARITY_MIN_AGREEMENT:.0%})")
-    runner = bf16_copy(model) if precision == "bf16" else model
-    outputs, latencies, tokens, seconds = _run(runner, tokenizer, conversations, settings, progress, answer_end,
-                                               kv_cache)
+    runner = precision_copy(model, precision) if precision != "fp32" else model
+    if engine == "stream":
+        outputs, latencies, tokens, seconds = _stream(runner, tokenizer, conversations, settings, progress,
+                                                      answer_end)
+    else:
+        outputs, latencies, tokens, seconds = _run(runner, tokenizer, conversations, settings, progress,
+                                                   answer_end, kv_cache)
     return Generation(outputs, latencies, tokens, seconds, precision, reason, parity)
 
 
 def generate_batches(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
                      progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = ()
                      ) -> tuple[list[list[str]], list[float]]:
-    """``settings.samples`` outputs per conversation, and each conversation's latency in ms (its batch's time)."""
+    """``settings.samples`` outputs per conversation, and each conversation's latency in ms."""
     result = generate(model, tokenizer, conversations, settings, progress, answer_end=answer_end)
     return result.outputs, result.latencies_ms
 
 
-def _parity(model, tokenizer, conversations, settings: HarnessSettings, answer_end) -> dict:
-    """Greedy fp32 and bf16 outputs on the first prompts, compared (once per model: the check's cost is
-    paid by the first suite of an evaluation)."""
+def _parity(model, tokenizer, conversations, settings: HarnessSettings, answer_end, precision: str) -> dict:
+    """Greedy fp32 and bf16 (or int8) outputs on the first prompts, compared (once per model and precision:
+    the check's cost is paid by the first suite of an evaluation)."""
     import dataclasses
 
     state = _weights_state(model)
-    if model in _parity_checks and _parity_checks[model][0] == state:
-        return _parity_checks[model][1]
+    checks = _parity_checks.setdefault(model, {})
+    if precision in checks and checks[precision][0] == state:
+        return checks[precision][1]
     prompts = conversations[:PARITY_PROMPTS]
     greedy = dataclasses.replace(settings, temperature=0.0, samples=1)
-    reference, _, _, _ = _run(model, tokenizer, prompts, greedy, None, answer_end, None)
-    candidate, _, _, _ = _run(bf16_copy(model), tokenizer, prompts, greedy, None, answer_end, None)
+    reference, _, _, _ = _stream(model, tokenizer, prompts, greedy, None, answer_end)
+    candidate, _, _, _ = _stream(precision_copy(model, precision), tokenizer, prompts, greedy, None, answer_end)
     same = [a[0] == b[0] for a, b in zip(reference, candidate)]
-    record = {"compared": "greedy bf16 vs fp32", "examples": len(prompts), "identical": sum(same),
+    record = {"compared": f"greedy {precision} vs fp32", "examples": len(prompts), "identical": sum(same),
               "agreement": sum(same) / len(prompts),
-              "mismatches": [{"prompt": i, "fp32": reference[i][0][:300], "bf16": candidate[i][0][:300]}
+              "mismatches": [{"prompt": i, "fp32": reference[i][0][:300], precision: candidate[i][0][:300]}
                              for i, ok in enumerate(same) if not ok]}
-    _parity_checks[model] = (state, record)
+    checks[precision] = (state, record)
     return record
+
+
+def _prompt_ids(tokenizer, conversations) -> list[list[int]]:
+    texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+
+@dataclass
+class _Row:
+    """One output being generated: a conversation's ``sample``-th draw."""
+
+    conversation: int
+    sample: int
+    prompt: list[int]
+    generator: object | None          # torch.Generator when sampling
+    tokens: list[int] = field(default_factory=list)
+
+
+def _logits_processors(model, settings: HarnessSettings):
+    """The logits processors HF generate would apply for these settings (temperature, top-k/top-p from the
+    model's generation config too), so that sampling draws from exactly HF's distribution."""
+    config, _ = model._prepare_generation_config(None, do_sample=True, temperature=settings.temperature,
+                                                 top_p=settings.top_p, max_new_tokens=settings.max_new_tokens)
+    return model._get_logits_processor(generation_config=config, device=str(model.device))
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = eos if eos is not None else tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def _stream(model, tokenizer, conversations, settings: HarnessSettings, progress, answer_end):
+    """The whole suite as one stream of rows through a decode loop (prefill, then one token per step with a
+    DynamicCache): a finished row is dropped from the batch and its cache (index_select), and waiting
+    prompts (longest first) are prefilled together and join the batch in the freed slots. Each row keeps
+    its own attention mask and positions, so its left padding never reaches its outputs."""
+    import torch
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = _eos_ids(model, tokenizer)
+    sampling = settings.temperature > 0
+    processors = _logits_processors(model, settings) if sampling else None
+    row_wise = sampling and all(type(p).__name__ in _ROW_WISE_PROCESSORS for p in processors)
+    closes = _closing_tokens(tokenizer) if answer_end else None
+    prompts = _prompt_ids(tokenizer, conversations)
+    # longest first (similar lengths are prefilled together); a conversation's samples are adjacent
+    waiting = deque((c, s) for c in sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+                    for s in range(settings.samples))
+    outputs = [[""] * settings.samples for _ in prompts]
+    first_admitted, finished_at = [0.0] * len(prompts), [0.0] * len(prompts)
+    samples_left = [settings.samples] * len(prompts)
+    running: list[_Row] = []
+    cache = mask = None
+    tokens = 0
+    began = time.perf_counter()
+
+    def choose(logits, rows) -> list[int]:
+        logits = logits.float()
+        if not sampling:
+            return logits.argmax(-1).tolist()
+        if row_wise:   # these processors read no history: one call for the whole batch gives each row's own
+            probs = torch.softmax(processors(None, logits), dim=-1)
+        else:
+            probs = torch.cat([torch.softmax(processors(torch.tensor([row.prompt + row.tokens], device=logits.device),
+                                                        scores[None]), dim=-1) for row, scores in zip(rows, logits)])
+        return [int(torch.multinomial(p[None], 1, generator=row.generator)) for row, p in zip(rows, probs)]
+
+    def finished(row: _Row, token: int) -> bool:
+        if token in eos:
+            return True
+        row.tokens.append(token)
+        if len(row.tokens) >= settings.max_new_tokens:
+            return True
+        return bool(answer_end) and closes(token) and answer_complete(
+            tokenizer.decode(row.tokens, skip_special_tokens=True), answer_end)
+
+    with torch.inference_mode():
+        while waiting or running:
+            if waiting and len(running) < settings.batch_size:
+                group = [waiting.popleft() for _ in range(min(settings.batch_size - len(running), len(waiting)))]
+                now = time.perf_counter()
+                rows = []
+                for conversation, sample in group:
+                    generator = None
+                    if sampling:   # one seed per output: it does not depend on the rows beside it
+                        generator = torch.Generator(device=model.device)
+                        generator.manual_seed(conversation * settings.samples + sample)
+                    if sample == 0:
+                        first_admitted[conversation] = now
+                    rows.append(_Row(conversation, sample, prompts[conversation], generator))
+                logits, group_cache, group_mask = _prefill(model, [r.prompt for r in rows], pad)
+                cache, mask = _join(cache, mask, group_cache, group_mask)
+                running += rows
+                new_tokens = choose(logits, rows)
+                done = [finished(row, token) for row, token in zip(rows, new_tokens)]
+                done = [False] * (len(running) - len(rows)) + done
+            else:
+                fed = torch.tensor([[row.tokens[-1]] for row in running], device=model.device)
+                positions = torch.tensor([[len(row.prompt) + len(row.tokens) - 1] for row in running],
+                                         device=model.device)
+                mask = torch.cat([mask, mask.new_ones((len(running), 1))], dim=1)
+                out = model(input_ids=fed, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+                done = [finished(row, token) for row, token in zip(running, choose(out.logits[:, -1], running))]
+            if any(done):
+                now = time.perf_counter()
+                for row in (r for r, d in zip(running, done) if d):
+                    tokens += len(row.tokens)
+                    outputs[row.conversation][row.sample] = tokenizer.decode(row.tokens,
+                                                                             skip_special_tokens=True).strip()
+                    samples_left[row.conversation] -= 1
+                    if samples_left[row.conversation] == 0:
+                        finished_at[row.conversation] = now
+                        if progress:
+                            progress(1)
+                keep = [i for i, d in enumerate(done) if not d]
+                running = [running[i] for i in keep]
+                cache, mask = _select(cache, mask, keep)
+    seconds = time.perf_counter() - began
+    latencies = [(end - start) * 1000 for start, end in zip(first_admitted, finished_at)]
+    return outputs, latencies, tokens, seconds
+
+
+def _prefill(model, prompts: list[list[int]], pad: int):
+    """Last-position logits, cache and attention mask of left-padded ``prompts`` (positions as HF generate
+    gives them: counted over real tokens only)."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1], out.cache, mask
+
+
+def _join(cache, mask, new_cache, new_mask):
+    """The running batch's cache and mask with a newly prefilled group appended (rows below), the shorter
+    side left-padded with masked zeros so both have one length."""
+    import torch
+
+    if cache is None:
+        return new_cache, new_mask
+    width = max(mask.shape[1], new_mask.shape[1])
+
+    def widen(tensor, dim):   # left-pad along ``dim`` to ``width``
+        missing = width - tensor.shape[dim]
+        if missing == 0:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = missing
+        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+    for layer, new_layer in zip(cache.layers, new_cache.layers):
+        layer.keys = torch.cat([widen(layer.keys, 2), widen(new_layer.keys, 2)])
+        layer.values = torch.cat([widen(layer.values, 2), widen(new_layer.values, 2)])
+    return cache, torch.cat([widen(mask, 1), widen(new_mask, 1)])
+
+
+def _select(cache, mask, keep: list[int]):
+    """Only the rows ``keep`` of the cache and mask, without the leading columns that are padding in every
+    remaining row (masked keys change no output, and cost a step its time)."""
+    import torch
+
+    if not keep:
+        return None, None
+    index = torch.tensor(keep, device=mask.device)
+    mask = mask.index_select(0, index)
+    first = int(mask.any(0).nonzero()[0])
+    mask = mask[:, first:]
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, index)[:, :, first:]
+        layer.values = layer.values.index_select(0, index)[:, :, first:]
+    return cache, mask
 
 
 def _run(model, tokenizer, conversations, settings: HarnessSettings, progress, answer_end, kv_cache):

@@ -34,7 +34,10 @@ def test_answer_complete(text, kinds, complete):
 
 
 class Scripted(torch.nn.Module):
-    """Wraps the tiny llama so that each row generates a fixed text, chosen by a word in its prompt."""
+    """Wraps the tiny llama so that each row generates a fixed text, chosen by a word in its prompt. Rows
+    come and go (the stream engine drops finished rows and prefills new ones), so a step finds each row's
+    script by its position and the token it was fed: (prompt length, script) pairs seen at prefill where
+    the script has that token there."""
 
     def __init__(self, tokenizer, scripts: dict[str, str]):
         super().__init__()
@@ -42,21 +45,30 @@ class Scripted(torch.nn.Module):
         self.tokenizer = tokenizer
         self.scripts = {tokenizer.encode(" " + word, add_special_tokens=False)[-1]: tokenizer.encode(text,
                         add_special_tokens=False) for word, text in scripts.items()}
-        self.rows, self.step = [], 0
+        self.seen: set[tuple[int, tuple[int, ...]]] = set()
         self.inner.forward = self._forward(self.inner.forward)
 
+    def _next(self, script, step):
+        return script[step] if step < len(script) else self.tokenizer.eos_token_id
+
     def _forward(self, original):
-        def forward(input_ids=None, **kwargs):
-            out = original(input_ids=input_ids, **kwargs)
-            if input_ids.shape[1] > 1:   # prefill: pick each row's script
-                self.step = 0
-                self.rows = [next(s for marker, s in self.scripts.items() if marker in row.tolist())
-                             for row in input_ids]
+        def forward(input_ids=None, attention_mask=None, **kwargs):
+            out = original(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             logits = torch.full_like(out.logits[:, -1:, :], -1e4)
-            for row, script in enumerate(self.rows):
-                token = script[self.step] if self.step < len(script) else self.tokenizer.eos_token_id
+            for row, ids in enumerate(input_ids):
+                if input_ids.shape[1] > 1:   # prefill: pick the row's script by the word in its prompt
+                    script = next(s for marker, s in self.scripts.items() if marker in ids.tolist())
+                    length = int(attention_mask[row].sum())
+                    self.seen.add((length, tuple(script)))
+                    token = self._next(script, 0)
+                else:   # the row fed token t at position p = prompt length + step - 1
+                    position = int(attention_mask[row].sum()) - 1
+                    fed = int(ids[-1])
+                    found = {self._next(s, position - length + 1) for length, s in self.seen
+                             if 0 <= position - length < len(s) and s[position - length] == fed}
+                    assert len(found) == 1, f"the scripts cannot tell this row apart: {found}"
+                    token = found.pop()
                 logits[row, -1, token] = 1e4
-            self.step += 1
             out.logits = logits
             return out
         return forward
@@ -73,11 +85,11 @@ def chat(word):
 
 def test_generation_stops_at_the_end_of_a_json_tree_and_rows_end_independently(tokenizer):
     model = Scripted(tokenizer, {"tree": TREE + " and then more words that go on and on and on and on",
-                                 "prose": "words " * 40}).inner
+                                 "prose": "cat " * 40}).inner
     settings = HarnessSettings(max_new_tokens=40, batch_size=2)
     stopped = generate(model, tokenizer, [chat("tree"), chat("prose")], settings, answer_end=("json", "fence"))
     assert stopped.outputs[0] == [TREE]
-    assert stopped.outputs[1][0].split() == ["words"] * 40         # no answer end: runs to max_new_tokens
+    assert stopped.outputs[1][0].split() == ["cat"] * 40         # no answer end: runs to max_new_tokens
     unstopped = generate(model, tokenizer, [chat("tree"), chat("prose")], settings)
     assert unstopped.outputs[0][0].startswith(TREE + " and then") and unstopped.new_tokens > stopped.new_tokens
 
@@ -149,7 +161,8 @@ def test_auto_precision_falls_back_to_fp32_when_bf16_disagrees(monkeypatch):
     assert result.parity["examples"] == 2
 
 
-def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path):
+@pytest.mark.parametrize("precision", ["bf16", "int8"])   # int8 merges the candidate's adapter into its copy
+def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path, precision):
     from mint.contract.evaluate import evaluate
     from tests.contract.test_schema import GOOD
 
@@ -157,10 +170,10 @@ def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path):
              "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(3)]
     (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     contract = tmp_path / "ui.yaml"
-    contract.write_text(GOOD.replace("batch_size: 2}", "batch_size: 2, precision: bf16}"))
+    contract.write_text(GOOD.replace("batch_size: 2}", f"batch_size: 2, precision: {precision}}}"))
     report = evaluate(ws, candidate("genui").ref, contract).report
     core = report["generation"]["core"]
-    assert core["precision"] == "bf16" and core["parity"]["examples"] == 3 and core["new_tokens"] > 0
+    assert core["precision"] == precision and core["parity"]["examples"] == 3 and core["new_tokens"] > 0
 
 
 def test_answers_end_early_only_where_the_contract_asks(tmp_path):
@@ -186,3 +199,81 @@ def test_an_unknown_precision_names_its_field(tmp_path):
     (tmp_path / "c.yaml").write_text(GOOD.replace("batch_size: 2}", "batch_size: 2, precision: fp8}"))
     with pytest.raises(BadInput, match="harness.decoding.precision"):
         load_contract(tmp_path / "c.yaml")
+
+
+def hf_generate_alone(loaded, conversation, max_new_tokens, temperature=0.0, seed=0):
+    """HF generate on one prompt by itself (no padding, no neighbours): the reference output."""
+    ids = gen._prompt_ids(loaded.tokenizer, [conversation])[0]
+    options = dict(max_new_tokens=max_new_tokens, pad_token_id=loaded.tokenizer.pad_token_id,
+                   do_sample=temperature > 0)
+    if temperature > 0:
+        options.update(temperature=temperature, top_p=0.9)
+        torch.manual_seed(seed)
+    with torch.inference_mode():
+        out = loaded.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                    **options)
+    return loaded.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True).strip()
+
+
+# prompts of different lengths, more than a batch: rows are left-padded, dropped, and their slots refilled
+VARIED = [chat("tree"), [{"role": "user", "content": "a much longer prompt about cats " * 3}], chat("code"),
+          [{"role": "user", "content": "Show a login form"}], chat("rain")]
+
+
+def test_the_stream_gives_hf_generates_greedy_outputs_token_for_token():
+    loaded = load_base(TINY)
+    result = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=12, batch_size=2))
+    assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
+
+
+def test_each_sampled_output_is_hf_generates_with_its_own_seed():
+    loaded = load_base(TINY)
+    settings = HarnessSettings(max_new_tokens=8, batch_size=2, temperature=0.8, top_p=0.9, samples=2)
+    result = generate(loaded.model, loaded.tokenizer, VARIED[:3], settings)
+    expected = [[hf_generate_alone(loaded, c, 8, 0.8, seed=i * 2 + s) for s in range(2)]
+                for i, c in enumerate(VARIED[:3])]
+    assert result.outputs == expected and result.outputs[0][0] != result.outputs[0][1]
+
+
+def test_the_stream_gives_hf_generates_greedy_outputs_on_smollm2():
+    loaded = load_base("smollm2-135m")
+    prompts = VARIED[:3]
+    result = generate(loaded.model, loaded.tokenizer, prompts, HarnessSettings(max_new_tokens=10, batch_size=2))
+    assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 10) for c in prompts]
+
+
+def test_a_finished_row_leaves_the_batch_and_a_waiting_prompt_takes_its_slot(tokenizer):
+    scripted = Scripted(tokenizer, {"tree": TREE + " then more", "code": "a b", "rain": "c d e f"})
+    rows_per_call = []
+    forward = scripted.inner.forward
+
+    def counting(input_ids=None, **kwargs):
+        rows_per_call.append((input_ids.shape[0], input_ids.shape[1] > 1))
+        return forward(input_ids=input_ids, **kwargs)
+
+    scripted.inner.forward = counting
+    prompts = [chat("tree"), chat("code"), chat("rain")]
+    result = generate(scripted.inner, tokenizer, prompts, HarnessSettings(max_new_tokens=40, batch_size=2),
+                      answer_end=("json",))
+    assert [o[0] for o in result.outputs] == [TREE, "a b", "c d e f"]
+    produced = [len(tokenizer.encode(t, add_special_tokens=False)) for t in (TREE, "a b", "c d e f")]
+    produced[1] += 1; produced[2] += 1                              # and their EOS; the tree ends at its brace
+    # each row costs one prefill row and one step row per later token, nothing after it finished
+    assert sum(rows for rows, prefill in rows_per_call if not prefill) == sum(n - 1 for n in produced)
+    prefills = [i for i, (_, prefill) in enumerate(rows_per_call) if prefill]
+    assert len(prefills) == 2 and rows_per_call[prefills[0]][0] == 2
+    # the third prompt took the freed slot while the tree was still being generated beside it
+    assert max(rows for rows, _ in rows_per_call[prefills[1] + 1:]) == 2
+
+
+def test_int8_generation_records_its_parity_with_fp32_and_leaves_the_model_untouched():
+    loaded = load_base(TINY)
+    prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain")]
+    result = generate(loaded.model, loaded.tokenizer, prompts,
+                      HarnessSettings(max_new_tokens=6, batch_size=3, precision="int8"))
+    fp32 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS],
+                    HarnessSettings(max_new_tokens=6, batch_size=3))
+    assert result.precision == "int8" and result.parity["compared"] == "greedy int8 vs fp32"
+    assert result.parity["identical"] == sum(a == b for a, b in zip(result.outputs, fp32.outputs))
+    assert all(type(m) is not torch.nn.Linear or m.weight.dtype == torch.float32 for m in loaded.model.modules())
+    assert any("quantized" in type(m).__module__ for m in gen.precision_copy(loaded.model, "int8").modules())
