@@ -1,0 +1,75 @@
+"""Reliability suite 3 (issue #12), fast form: fuzz every input mint reads from outside, 0 crashes.
+
+The long form is ``python scripts/reliability_fuzz.py`` (10,000+ cases); this runs its small version on the
+tiny base, plus one regression test per defect it found.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_fuzz.py"
+
+
+def _fuzz_module():
+    spec = importlib.util.spec_from_file_location("reliability_fuzz", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fuzzed_inputs_never_crash_mint():
+    fuzz = _fuzz_module()
+    result = fuzz.run_suite(140, seed=12, log=lambda _line: None)
+    assert result["cases"] >= 130
+    assert set(result["by_target"]) == set(fuzz.WEIGHTS)
+    assert result["crashes"] == 0, result["examples"][:5]
+
+
+# --- regressions: one per defect the long form found ------------------------------------------------
+
+def test_a_gzip_log_damaged_mid_stream_is_quarantined_not_a_crash(tmp_path, project):
+    from mint.data.ingest import ingest
+    from mint.workspace import workspace
+
+    good = gzip.compress(b"".join(json.dumps({"messages": [{"role": "user", "content": f"q{i} " * 50}]}).encode()
+                                  + b"\n" for i in range(200)), mtime=0)
+    damaged = bytearray(good)
+    damaged[len(good) // 2] ^= 1 << 2   # one flipped bit: zlib.error ("invalid distance too far back")
+    path = tmp_path / "app.jsonl.gz"
+    path.write_bytes(bytes(damaged))
+    result = ingest(workspace(tmp_path / "home"), [path], dataset="d", project=project, workers=0)
+    stats = result.sources[0]
+    assert stats.quarantined >= 1 and stats.read == stats.kept + stats.duplicate + stats.quarantined
+    assert "unreadable" in result.reasons
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "a:\n" + "  - " * 2000 + "x"])
+def test_yaml_nested_too_deeply_is_bad_input_at_its_file(tmp_path, text):
+    from mint.errors import BadInput
+    from mint.yamlfile import load_yaml
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    with pytest.raises(BadInput, match="deep.yaml"):
+        load_yaml(path)
+
+
+def test_serve_answers_a_request_nested_too_deeply_with_400(ws):
+    from fastapi.testclient import TestClient
+
+    from mint.mol.mixture import Mixture
+    from mint.mol.serve import create_app
+    from mint.project import DEFAULT_PROJECT, Project
+
+    mixture = Mixture.open(ws, Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists))
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with TestClient(create_app(mixture, window_ms=0, poll_s=60), raise_server_exceptions=False) as client:
+        for endpoint in ("/v1/chat/completions", "/v1/feedback"):
+            response = client.post(endpoint, content=body)
+            assert response.status_code == 400, response.text
+            assert "nested" in response.json()["error"]["message"]
