@@ -33,16 +33,29 @@ class YamlDoc:
         return BadInput(message, file=str(self.path), line=self.line(dotted), field=dotted or None)
 
 
-def _index(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+def _index(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int], ancestors: set[int]) -> None:
+    """Map each field path under ``node`` to its line. An aliased node is indexed once, at its anchor: walking
+    every alias would take exponential time on nested aliases (a "billion laughs" file)."""
+    if id(node) in ancestors:
+        raise _SelfAlias()
     lines.setdefault(prefix, node.start_mark.line + 1)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    ancestors.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             name = f"{prefix}.{key.value}" if prefix else str(key.value)
             lines[name] = key.start_mark.line + 1
-            _index(value, name, lines)
+            _index(value, name, lines, seen, ancestors)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index(item, f"{prefix}[{i}]", lines)
+            _index(item, f"{prefix}[{i}]", lines, seen, ancestors)
+    ancestors.discard(id(node))
+
+
+class _SelfAlias(Exception):
+    """An alias inside its own anchor (``a: &a [*a]``): data with no end."""
 
 
 def load_yaml(path: Path) -> YamlDoc:
@@ -62,7 +75,14 @@ def load_yaml(path: Path) -> YamlDoc:
                        line=mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise BadInput(f"invalid YAML: {exc}", file=str(path)) from None
+    except RecursionError:   # PyYAML's parser recurses once per level of nesting
+        raise BadInput("invalid YAML: nested too deeply to read", file=str(path)) from None
     lines: dict[str, int] = {}
     if node is not None:
-        _index(node, "", lines)
+        try:
+            _index(node, "", lines, set(), set())
+        except _SelfAlias:
+            raise BadInput("invalid YAML: an alias refers to itself", file=str(path)) from None
+        except RecursionError:
+            raise BadInput("invalid YAML: nested too deeply to read", file=str(path)) from None
     return YamlDoc(path=path, data=data, lines=lines)
