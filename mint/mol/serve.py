@@ -270,6 +270,8 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"the body is not JSON: {exc}") from None
+        except RecursionError:   # json.loads recurses once per level of nesting
+            raise RequestError(400, "the body is nested too deeply to read") from None
 
     @app.get("/health")
     async def health():
