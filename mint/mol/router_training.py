@@ -46,7 +46,8 @@ def load_router_contract(path: Path, names: tuple[str, ...]) -> RouterContract:
         raise doc.error("", "expected a mapping with contract, version, heldout, gates")
     unknown = set(data) - {"contract", "version", "specialist", "heldout", "gates"}
     if unknown:
-        raise doc.error(sorted(unknown)[0], "unknown key (expected contract, version, specialist, heldout, gates)")
+        raise doc.error(str(sorted(unknown, key=str)[0]),   # YAML keys may be numbers too
+                        "unknown key (expected contract, version, specialist, heldout, gates)")
     if data.get("specialist", ROUTER) != ROUTER:
         raise doc.error("specialist", f"a router contract is for specialist {ROUTER}")
     name, version = data.get("contract"), data.get("version")

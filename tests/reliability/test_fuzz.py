@@ -98,3 +98,16 @@ def test_serve_answers_a_request_nested_too_deeply_with_400(ws):
             response = client.post(endpoint, content=body)
             assert response.status_code == 400, response.text
             assert "nested" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("reader", ["project", "router"])
+def test_a_config_with_number_and_text_keys_is_bad_input_at_its_file(tmp_path, reader):
+    from mint.errors import BadInput
+    from mint.mol.router_training import load_router_contract
+    from mint.project import load_project
+
+    path = tmp_path / "mixed.yaml"
+    path.write_text("-817: x\nzeta: 1\n")
+    load = load_project if reader == "project" else lambda p: load_router_contract(p, ("chat",))
+    with pytest.raises(BadInput, match=r"mixed.yaml:1: -817: unknown key"):
+        load(path)
