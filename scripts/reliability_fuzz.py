@@ -87,8 +87,9 @@ def _damage(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
     return bytes(out)
 
 
-_ops = st.lists(st.tuples(st.sampled_from(["truncate", "flip", "bad_utf8", "nul", "huge", "deep", "newline",
-                                           "dup"]),
+# a huge line costs a megabyte per case, so it is drawn a quarter as often as the others
+_ops = st.lists(st.tuples(st.sampled_from(["truncate", "flip", "bad_utf8", "nul", "deep", "newline", "dup"] * 4
+                                          + ["huge"]),
                           st.integers(0, 1 << 30), st.integers(0, 255)), max_size=3)
 
 
@@ -274,6 +275,9 @@ class Project:
         self.root = root
         code, output = run_cli(["init", "--dir", str(root)])
         assert code == 0, output
+        self.one_log = root / "one.jsonl"   # what `mint ingest --config FUZZED` reads: one short episode
+        self.one_log.write_text(json.dumps({"messages": [{"role": "user", "content": "Reverse a list"},
+                                                         {"role": "assistant", "content": "xs[::-1]"}]}) + "\n")
 
 
 def check_contract(text: bytes, project: Project) -> str | None:
@@ -305,7 +309,7 @@ def check_project(text: bytes, project: Project) -> str | None:
     path = project.root / "fuzzed-mint.yaml"
     path.write_bytes(text)
     home = project.root / "home-project"
-    code, output = run_cli(["--home", str(home), "ingest", str(project.root / "examples" / "logs"),
+    code, output = run_cli(["--home", str(home), "ingest", str(project.one_log),
                             "--config", str(path), "--dataset", "p", "--json"])
     problem = cli_verdict(code, output, "fuzzed-mint.yaml")
     if problem is None and code == 2 and (home / "datasets" / "p" / "HEAD").exists():
