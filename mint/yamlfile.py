@@ -86,3 +86,19 @@ def load_yaml(path: Path) -> YamlDoc:
         except RecursionError:
             raise BadInput("invalid YAML: nested too deeply to read", file=str(path)) from None
     return YamlDoc(path=path, data=data, lines=lines)
+
+
+def is_file(path: Path) -> bool:
+    """Whether a path a config file names is a file; False, not OSError, for a name too long for the OS."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def exists(path: Path) -> bool:
+    """Whether a path a config file names exists; False, not OSError, for a name too long for the OS."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,29 @@ def test_a_config_with_number_and_text_keys_is_bad_input_at_its_file(tmp_path, r
     load = load_project if reader == "project" else lambda p: load_router_contract(p, ("chat",))
     with pytest.raises(BadInput, match=r"mixed.yaml:1: -817: unknown key"):
         load(path)
+
+
+def test_a_config_naming_a_file_too_long_for_the_os_is_bad_input(tmp_path):
+    import yaml
+
+    from mint.contract.schema import load_contract
+    from mint.errors import BadInput
+    from mint.loop.recipe import load_recipe
+    from mint.mol.router_training import load_router_contract
+    from mint.project import init_project
+
+    init_project(tmp_path)
+    too_long = "../" + "x" * 300   # one name over NAME_MAX: is_file() raises OSError, not False
+    cases = [("contracts/coding.yaml", lambda d: d["suites"][0].update(data=too_long), load_contract,
+              "suites[0].data"),
+             ("contracts/router.yaml", lambda d: d["heldout"][0].update(data=too_long),
+              lambda p: load_router_contract(p, ("chat", "agent", "coding", "genui")), "heldout[0].data"),
+             ("recipes/smoke.yaml", lambda d: d["steps"][0]["ingest"].update(sources=[too_long]), load_recipe,
+              "steps[0].ingest.sources[0]")]
+    for name, damage, load, field in cases:
+        path = tmp_path / name
+        doc = yaml.safe_load(path.read_text())
+        damage(doc)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with pytest.raises(BadInput, match=rf"{name}:\d+: {re.escape(field)}: no such"):
+            load(path)
