@@ -495,7 +495,7 @@ def run_suite(total: int, seed: int, targets: list[str] | None = None, log=print
             "project": (mutated_yaml(projects), lambda c: check_project(c, project)),
             "set": (set_values(), lambda c: check_set(c, project)),
         }
-        for offset, name in enumerate(targets):
+        for name in targets:
             cases = max(1, round(total * WEIGHTS[name]))
             started = time.perf_counter()
             if name == "serve":
@@ -504,7 +504,8 @@ def run_suite(total: int, seed: int, targets: list[str] | None = None, log=print
             else:
                 strategy, check = plan[name]
             before = len(crashes)
-            by_target[name] = run_target(name, strategy, check, cases, seed + offset, crashes)
+            by_target[name] = run_target(name, strategy, check, cases, seed + list(WEIGHTS).index(name),
+                                         crashes)
             log(f"{name:9s} cases={by_target[name]:6d} crashes={len(crashes) - before:4d} "
                 f"({time.perf_counter() - started:.1f} s)")
     finally:
@@ -520,18 +521,52 @@ def run_suite(total: int, seed: int, targets: list[str] | None = None, log=print
             "examples": crashes}
 
 
+def _run_one(job: tuple[int, int, str]) -> dict:
+    total, seed, target = job
+    from mint.cli.common import quiet_transformers
+    quiet_transformers()
+    lines: list[str] = []
+    result = run_suite(total, seed, [target], log=lines.append)
+    result["log"] = lines
+    return result
+
+
+def run_parallel(total: int, seed: int, targets: list[str], jobs: int) -> dict:
+    """``run_suite`` with each target in one of ``jobs`` worker processes (the targets share nothing)."""
+    import multiprocessing
+
+    merged: dict = {"cases": 0, "crashes": 0, "by_target": {}, "examples": []}
+    # costliest first, so the cores finish together
+    order = sorted(targets, key=lambda t: -WEIGHTS[t] * (3 if t == "serve" else 1))
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        for result in pool.imap_unordered(_run_one, [(total, seed, t) for t in order]):
+            for line in result["log"]:
+                print(line, flush=True)
+            merged["cases"] += result["cases"]
+            merged["crashes"] += result["crashes"]
+            merged["by_target"].update(result["by_target"])
+            merged["examples"] += result["examples"]
+    return merged
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few hundred cases instead of 10,000+")
     parser.add_argument("--cases", type=int, default=None, help="cases in all (default 10,500; --quick 350)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (the same seed, the same cases)")
     parser.add_argument("--only", action="append", choices=list(WEIGHTS), help="fuzz only this target (repeatable)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="worker processes, one target each at a time (default: 2 where there are 2 cores)")
     args = parser.parse_args()
     total = args.cases or (350 if args.quick else 10_500)
-    from mint.cli.common import quiet_transformers
-    quiet_transformers()
     started = time.perf_counter()
-    result = run_suite(total, args.seed, args.only)
+    targets = args.only or list(WEIGHTS)
+    if args.jobs > 1:
+        result = run_parallel(total, args.seed, targets, args.jobs)
+    else:
+        from mint.cli.common import quiet_transformers
+        quiet_transformers()
+        result = run_suite(total, args.seed, targets)
     for target, problem, case in result["examples"][:20]:
         print(f"CRASH {target}: {problem}\n      case: {case}")
     wanted = sum(max(1, round(total * WEIGHTS[t])) for t in (args.only or WEIGHTS))
