@@ -153,16 +153,25 @@ class Batcher:
                     break
                 batch.append(job)
             self.batch_sizes.append(len(batch))
-            try:
-                answers = self.mixture.answer([job.turn for job in batch])
-                for job, answer in zip(batch, answers):
-                    job.future.set_result(answer)
-            except BaseException as exc:  # noqa: BLE001 - handed to each waiting request
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+            self._answer(batch)
             if stopping:
                 return
+
+    def _answer(self, batch: list[_Job]) -> None:
+        try:
+            answers = self.mixture.answer([job.turn for job in batch])
+            for job, answer in zip(batch, answers):
+                job.future.set_result(answer)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting request(s)
+            if len(batch) > 1:
+                # one bad turn (say, longer than the base's context) must not fail the turns that shared
+                # its batch: answer each alone, so only the bad one gets the error (nothing was logged yet)
+                for job in batch:
+                    self._answer([job])
+                return
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(exc)
 
 
 class ChampionPoller:
