@@ -6,6 +6,7 @@ marks, so the document is composed once more to map each field path
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,20 @@ class _SelfAlias(Exception):
     """An alias inside its own anchor (``a: &a [*a]``): data with no end."""
 
 
+MAX_FLOW_DEPTH = 100
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """How deep ``[``/``{`` nest, counting brackets inside quoted text too (an upper bound that real
+    configs stay far below)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def load_yaml(path: Path) -> YamlDoc:
     """Load ``path`` with the safe loader; a syntax error is BadInput at its line."""
     try:
@@ -66,6 +81,9 @@ def load_yaml(path: Path) -> YamlDoc:
         raise BadInput("no such file", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read: {exc}", file=str(path)) from None
+    depth = _flow_depth(text)
+    if depth > MAX_FLOW_DEPTH:   # PyYAML takes seconds to fail on thousands of nested brackets
+        raise BadInput(f"invalid YAML: brackets nested {depth} deep (at most {MAX_FLOW_DEPTH})", file=str(path))
     try:
         data = yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
