@@ -79,7 +79,7 @@ def load_router_contract(path: Path, names: tuple[str, ...]) -> RouterContract:
         where = f"gates[{i}]"
         if not isinstance(gate, dict) or set(gate) != {"metric", "min"}:
             raise doc.error(where, "expected {metric: NAME, min: NUMBER}")
-        if gate["metric"] not in allowed:
+        if not isinstance(gate["metric"], str) or gate["metric"] not in allowed:
             raise doc.error(f"{where}.metric", f"unknown metric {gate['metric']!r} (expected one of "
                                                f"{', '.join(sorted(allowed))})")
         if isinstance(gate["min"], bool) or not isinstance(gate["min"], (int, float)):
