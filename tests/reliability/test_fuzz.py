@@ -138,3 +138,26 @@ def test_a_config_naming_a_file_too_long_for_the_os_is_bad_input(tmp_path):
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         with pytest.raises(BadInput, match=rf"{name}:\d+: {re.escape(field)}: no such"):
             load(path)
+
+
+def test_yaml_with_thousands_of_nested_brackets_is_refused_before_parsing(tmp_path):
+    """PyYAML took seconds per file to fail on these (a hang in the fuzzer's eyes)."""
+    from mint.errors import BadInput
+    from mint.yamlfile import load_yaml
+
+    path = tmp_path / "brackets.yaml"
+    path.write_text("a: &a [x]\nb: " + "[" * 60_000 + "\n")
+    with pytest.raises(BadInput, match="brackets.yaml: invalid YAML: brackets nested 60000 deep"):
+        load_yaml(path)
+
+
+def test_a_router_gate_whose_metric_is_a_list_is_bad_input(tmp_path):
+    from mint.errors import BadInput
+    from mint.mol.router_training import load_router_contract
+
+    (tmp_path / "chat.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    path = tmp_path / "router.yaml"
+    path.write_text("contract: router\nversion: 1\nheldout:\n- {specialist: chat, data: chat.jsonl}\n"
+                    "gates:\n- {metric: [heldout.accuracy], min: 0.9}\n")
+    with pytest.raises(BadInput, match=r"router.yaml:6: gates\[0\].metric: unknown metric"):
+        load_router_contract(path, ("chat",))
