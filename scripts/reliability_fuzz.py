@@ -343,9 +343,10 @@ def check_set(case, project: Project) -> str | None:
         args += ["--set", item]
     code, output = run_cli(args)
     flat = " ".join(output.split())
+    # a key may hold characters str.split() takes for spaces, so it is looked for in the raw output too
     if code == 2 and "--set" not in flat and not any(item.partition("=")[0].strip() and
-                                                     item.partition("=")[0].strip().split(".")[-1] in flat
-                                                     for item in sets):
+                                                     item.partition("=")[0].strip().split(".")[-1] in text
+                                                     for item in sets for text in (flat, output)):
         return f"exit 2 without naming the --set key: {flat[-300:]}"
     return cli_verdict(code, output, "")
 

@@ -70,6 +70,7 @@ class Outcome:
     text: str | None = None
     served_by: str | None = None
     error: str | None = None
+    seconds: float = 0.0
 
 
 @dataclass
@@ -258,7 +259,9 @@ def run_load(url: str, plan: list[dict], clients: int, promote, on_warm) -> list
     hooks = {warm_at: on_warm, promote_at: promote}
 
     def one(request: dict) -> Outcome:
+        started = time.perf_counter()
         outcome = send(url, request)
+        outcome.seconds = time.perf_counter() - started
         with lock:
             done["n"] += 1
             hook = hooks.pop(done["n"], None)
@@ -374,6 +377,10 @@ def run_suite(requests: int, clients: int, seed: int, *, sample: int = 64, log=p
             f"{rss['end']:.0f} MB at the end; exit {code} on SIGINT")
         if promoted.get("code") != 0:
             raise RuntimeError(f"mint promote failed: {promoted.get('output')}")
+        by_kind: dict[str, list[float]] = {}
+        for o in outcomes:
+            by_kind.setdefault(o.kind, []).append(o.seconds)
+        log("mean seconds per request: " + ", ".join(f"{k} {sum(v) / len(v):.2f}" for k, v in sorted(by_kind.items())))
         served = Counter(o.served_by for o in outcomes if o.served_by)
         log("served_by: " + ", ".join(f"{k} {v}" for k, v in sorted(served.items())))
         figure = judge(outcomes, home, rss["end"] - rss.get("warm", rss["end"]), sample, seed)
