@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import sys
 import json
 import re
 from pathlib import Path
@@ -19,14 +20,15 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_fuzz.py"
 def _fuzz_module():
     spec = importlib.util.spec_from_file_location("reliability_fuzz", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
 
 def test_fuzzed_inputs_never_crash_mint():
     fuzz = _fuzz_module()
-    result = fuzz.run_suite(140, seed=12, log=lambda _line: None)
-    assert result["cases"] >= 130
+    result = fuzz.run_suite(100, seed=12, log=lambda _line: None)
+    assert result["cases"] >= 95
     assert set(result["by_target"]) == set(fuzz.WEIGHTS)
     assert result["crashes"] == 0, result["examples"][:5]
 
