@@ -256,7 +256,7 @@ def run_load(url: str, plan: list[dict], clients: int, promote, on_warm) -> list
     done = Counter()
     lock = threading.Lock()
     warm_at, promote_at = max(1, len(plan) // 10), len(plan) // 2
-    hooks = {warm_at: on_warm, promote_at: promote}
+    hooks = {warm_at: on_warm, promote_at: promote, **{len(plan) * q // 4: on_warm for q in (1, 3)}}
 
     def one(request: dict) -> Outcome:
         started = time.perf_counter()
@@ -364,8 +364,9 @@ def run_suite(requests: int, clients: int, seed: int, *, sample: int = 64, log=p
             promoted["code"], promoted["output"] = result.returncode, result.stdout + result.stderr
             log(f"mint promote coding:v2 -> exit {result.returncode}")
 
-        def on_warm() -> None:
-            rss["warm"] = server.rss_mb()
+        def on_warm() -> None:   # the first call is the warm-up mark; later ones show whether growth levels off
+            rss.setdefault("warm", server.rss_mb())
+            rss.setdefault("series", []).append(round(server.rss_mb()))
 
         started = time.perf_counter()
         outcomes = run_load(server.url, plan_requests(requests, seed), clients, promote, on_warm)
@@ -374,7 +375,8 @@ def run_suite(requests: int, clients: int, seed: int, *, sample: int = 64, log=p
         code = server.stop()
         server = None
         log(f"{requests} requests in {seconds:.1f} s; server RSS {rss.get('warm', 0):.0f} MB after warm-up, "
-            f"{rss['end']:.0f} MB at the end; exit {code} on SIGINT")
+            f"{rss['end']:.0f} MB at the end (at 10%/25%/75% of the requests: {rss.get('series')}); exit {code} "
+            "on SIGINT")
         if promoted.get("code") != 0:
             raise RuntimeError(f"mint promote failed: {promoted.get('output')}")
         by_kind: dict[str, list[float]] = {}
