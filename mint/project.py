@@ -101,7 +101,7 @@ def load_project(path: Path | None = None) -> Project:
         raise doc.error("", "expected a mapping with `base` and `specialists`")
     unknown = set(data) - {"base", "specialists", "monitor"}
     if unknown:
-        key = sorted(unknown)[0]
+        key = str(sorted(unknown, key=str)[0])   # YAML keys may be numbers too
         raise doc.error(key, "unknown key (expected base, specialists, monitor)")
     monitor = dict(MONITOR_DEFAULTS)
     raw_monitor = data.get("monitor") or {}
@@ -129,7 +129,7 @@ def load_project(path: Path | None = None) -> Project:
             raise doc.error(where, "expected a mapping with description and keywords")
         extra = set(spec) - {"description", "keywords", "tool_use", "patterns"}
         if extra:
-            raise doc.error(f"{where}.{sorted(extra)[0]}",
+            raise doc.error(f"{where}.{sorted(extra, key=str)[0]}",
                             "unknown key (expected description, keywords, tool_use, patterns)")
         patterns = spec.get("patterns", [])
         if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):

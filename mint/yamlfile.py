@@ -6,6 +6,7 @@ marks, so the document is composed once more to map each field path
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +34,43 @@ class YamlDoc:
         return BadInput(message, file=str(self.path), line=self.line(dotted), field=dotted or None)
 
 
-def _index(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+def _index(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int], ancestors: set[int]) -> None:
+    """Map each field path under ``node`` to its line. An aliased node is indexed once, at its anchor: walking
+    every alias would take exponential time on nested aliases (a "billion laughs" file)."""
+    if id(node) in ancestors:
+        raise _SelfAlias()
     lines.setdefault(prefix, node.start_mark.line + 1)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    ancestors.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             name = f"{prefix}.{key.value}" if prefix else str(key.value)
             lines[name] = key.start_mark.line + 1
-            _index(value, name, lines)
+            _index(value, name, lines, seen, ancestors)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index(item, f"{prefix}[{i}]", lines)
+            _index(item, f"{prefix}[{i}]", lines, seen, ancestors)
+    ancestors.discard(id(node))
+
+
+class _SelfAlias(Exception):
+    """An alias inside its own anchor (``a: &a [*a]``): data with no end."""
+
+
+MAX_FLOW_DEPTH = 100
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """How deep ``[``/``{`` nest, counting brackets inside quoted text too (an upper bound that real
+    configs stay far below)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def load_yaml(path: Path) -> YamlDoc:
@@ -53,6 +81,9 @@ def load_yaml(path: Path) -> YamlDoc:
         raise BadInput("no such file", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read: {exc}", file=str(path)) from None
+    depth = _flow_depth(text)
+    if depth > MAX_FLOW_DEPTH:   # PyYAML takes seconds to fail on thousands of nested brackets
+        raise BadInput(f"invalid YAML: brackets nested {depth} deep (at most {MAX_FLOW_DEPTH})", file=str(path))
     try:
         data = yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -62,7 +93,30 @@ def load_yaml(path: Path) -> YamlDoc:
                        line=mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise BadInput(f"invalid YAML: {exc}", file=str(path)) from None
+    except RecursionError:   # PyYAML's parser recurses once per level of nesting
+        raise BadInput("invalid YAML: nested too deeply to read", file=str(path)) from None
     lines: dict[str, int] = {}
     if node is not None:
-        _index(node, "", lines)
+        try:
+            _index(node, "", lines, set(), set())
+        except _SelfAlias:
+            raise BadInput("invalid YAML: an alias refers to itself", file=str(path)) from None
+        except RecursionError:
+            raise BadInput("invalid YAML: nested too deeply to read", file=str(path)) from None
     return YamlDoc(path=path, data=data, lines=lines)
+
+
+def is_file(path: Path) -> bool:
+    """Whether a path a config file names is a file; False, not OSError, for a name too long for the OS."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def exists(path: Path) -> bool:
+    """Whether a path a config file names exists; False, not OSError, for a name too long for the OS."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

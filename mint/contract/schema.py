@@ -16,7 +16,7 @@ from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
 from mint.mol.generate import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
-from mint.yamlfile import YamlDoc, load_yaml
+from mint.yamlfile import YamlDoc, is_file, load_yaml
 
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
@@ -137,7 +137,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     catalog = None
     if "catalog" in harness:
         catalog = (path.parent / _string(doc, harness["catalog"], "harness.catalog")).resolve()
-        if not catalog.is_file():
+        if not is_file(catalog):
             raise doc.error("harness.catalog", f"no such file: {catalog}")
     system = harness.get("system")
     if system is not None and not isinstance(system, str):
@@ -180,7 +180,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             raise doc.error(f"{where}.name", f"suite {suite_name!r} appears twice")
         names.add(suite_name)
         data_path = (path.parent / _string(doc, raw["data"], f"{where}.data")).resolve()
-        if not data_path.is_file():
+        if not is_file(data_path):
             raise doc.error(f"{where}.data", f"no such file: {data_path}")
         metrics = raw.get("metrics", list(available))
         if not isinstance(metrics, list) or not metrics:

@@ -21,6 +21,7 @@ import json
 import lzma
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -213,8 +214,8 @@ class Undecodable(Exception):
     """The file is not text in any encoding a byte-order mark or its NUL pattern names."""
 
 
-# Errors a damaged compressed stream raises part-way through.
-_STREAM_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, ValueError)
+# Errors a damaged compressed stream raises part-way through (gzip's deflate raises zlib.error, not OSError).
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, ValueError, zlib.error)
 
 
 def _sniff_encoding(head: bytes) -> tuple[str, int]:

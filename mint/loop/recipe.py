@@ -27,7 +27,7 @@ from typing import Any
 from mint.contract.schema import _closest, _keys, _number, _string
 from mint.errors import BadInput
 from mint.train.examples import METHODS
-from mint.yamlfile import YamlDoc, load_yaml
+from mint.yamlfile import YamlDoc, exists, is_file, load_yaml
 
 TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps")
 LOOP_KEYS = ("iterations",)
@@ -145,7 +145,7 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
         if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s for s in sources):
             raise doc.error(f"{at}.sources", "expected a non-empty list of files or folders")
         for j, source in enumerate(sources):
-            if "$" not in source and not (path.parent / source).exists():
+            if "$" not in source and not exists(path.parent / source):
                 raise doc.error(f"{at}.sources[{j}]", f"no such file or folder: {(path.parent / source)}")
     elif kind == "train":
         method = options.get("method")
@@ -168,13 +168,13 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
             raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")
     elif kind == "route" and "contract" in options:
         contract_path = path.parent / _string(doc, options["contract"], f"{at}.contract")
-        if not contract_path.is_file():
+        if not is_file(contract_path):
             raise doc.error(f"{at}.contract", f"no such contract: {contract_path}")
     elif kind == "eval":
         contract = options.get("contract")
         where = f"{at}.contract"
         contract_path = path.parent / _string(doc, contract, where)
-        if not contract_path.is_file():
+        if not is_file(contract_path):
             raise doc.error(where, f"no such contract: {contract_path}")
         if check_contracts:
             from mint.contract.schema import load_contract

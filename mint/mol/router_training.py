@@ -19,7 +19,7 @@ from mint.errors import BadInput
 from mint.mol.router import ROUTER, Probe, Router, fit_probe, last_user_text, score_routes, turn_features
 from mint.project import Project
 from mint.workspace import Workspace, atomic_write_json
-from mint.yamlfile import load_yaml
+from mint.yamlfile import is_file, load_yaml
 
 DEFAULT_CONTRACT = Path("contracts/router.yaml")
 _METRIC_PREFIX = "heldout."
@@ -46,7 +46,8 @@ def load_router_contract(path: Path, names: tuple[str, ...]) -> RouterContract:
         raise doc.error("", "expected a mapping with contract, version, heldout, gates")
     unknown = set(data) - {"contract", "version", "specialist", "heldout", "gates"}
     if unknown:
-        raise doc.error(sorted(unknown)[0], "unknown key (expected contract, version, specialist, heldout, gates)")
+        raise doc.error(str(sorted(unknown, key=str)[0]),   # YAML keys may be numbers too
+                        "unknown key (expected contract, version, specialist, heldout, gates)")
     if data.get("specialist", ROUTER) != ROUTER:
         raise doc.error("specialist", f"a router contract is for specialist {ROUTER}")
     name, version = data.get("contract"), data.get("version")
@@ -66,7 +67,7 @@ def load_router_contract(path: Path, names: tuple[str, ...]) -> RouterContract:
             raise doc.error(f"{where}.specialist", f"{item['specialist']!r} is not a specialist of mint.yaml "
                                                    f"({', '.join(names)})")
         file = (path.parent / str(item["data"])).resolve()
-        if not file.is_file():
+        if not is_file(file):
             raise doc.error(f"{where}.data", f"no such file {file}")
         heldout.append((item["specialist"], file))
     gates = []
@@ -78,7 +79,7 @@ def load_router_contract(path: Path, names: tuple[str, ...]) -> RouterContract:
         where = f"gates[{i}]"
         if not isinstance(gate, dict) or set(gate) != {"metric", "min"}:
             raise doc.error(where, "expected {metric: NAME, min: NUMBER}")
-        if gate["metric"] not in allowed:
+        if not isinstance(gate["metric"], str) or gate["metric"] not in allowed:
             raise doc.error(f"{where}.metric", f"unknown metric {gate['metric']!r} (expected one of "
                                                f"{', '.join(sorted(allowed))})")
         if isinstance(gate["min"], bool) or not isinstance(gate["min"], (int, float)):
@@ -94,7 +95,7 @@ def router_contract_sha256(path: Path) -> str:
     for item in (data.get("heldout") or []) if isinstance(data, dict) else []:
         if isinstance(item, dict) and isinstance(item.get("data"), str):
             file = (path.parent / item["data"]).resolve()
-            digest.update(hashlib.sha256(file.read_bytes() if file.is_file() else b"").digest())
+            digest.update(hashlib.sha256(file.read_bytes() if is_file(file) else b"").digest())
     return digest.hexdigest()
 
 

@@ -162,18 +162,39 @@ class Batcher:
                     break
                 batch.append(job)
             self.batch_sizes.append(len(batch))
-            try:
-                answers = self.mixture.answer([job.turn for job in batch],
-                                              listeners=[job.listener for job in batch])
-                self.cancelled += sum(answer.finish_reason == CANCELLED for answer in answers)
-                for job, answer in zip(batch, answers):
-                    job.future.set_result(answer)
-            except BaseException as exc:  # noqa: BLE001 - handed to each waiting request
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+            self._answer(batch)
             if stopping:
                 return
+
+    def _answer(self, batch: list[_Job]) -> None:
+        streamed = [False] * len(batch)
+
+        def watch(index: int, listener: TextListener | None):
+            if listener is None:
+                return None
+
+            def heard(*args, **kwargs):
+                streamed[index] = True
+                return listener(*args, **kwargs)
+            return heard
+
+        try:
+            answers = self.mixture.answer([job.turn for job in batch],
+                                          listeners=[watch(i, job.listener) for i, job in enumerate(batch)])
+            self.cancelled += sum(answer.finish_reason == CANCELLED for answer in answers)
+            for job, answer in zip(batch, answers):
+                job.future.set_result(answer)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting request(s)
+            if len(batch) > 1 and not any(streamed):
+                # one bad turn (say, longer than the base's context) must not fail the turns that shared
+                # its batch: answer each alone, so only the bad one gets the error (nothing was logged or
+                # streamed yet; once a client has text, a retry would send it twice)
+                for job in batch:
+                    self._answer([job])
+                return
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(exc)
 
 
 class ChampionPoller:
@@ -329,6 +350,8 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"the body is not JSON: {exc}") from None
+        except RecursionError:   # json.loads recurses once per level of nesting
+            raise RequestError(400, "the body is nested too deeply to read") from None
 
     @app.get("/health")
     async def health():
