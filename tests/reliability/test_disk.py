@@ -42,3 +42,31 @@ def test_the_suite_names_a_traceback_and_a_left_behind_file_as_failures(tmp_path
     (home / "adapters").mkdir()
     (home / "adapters" / ".tmp-stage-x").write_text("half")
     assert suite.state_problems(home, *before) == ["files left behind: ['adapters/.tmp-stage-x']"]
+
+
+def test_a_refused_write_deep_in_a_library_is_one_error_line_with_exit_1(tmp_path, monkeypatch, capsys):
+    """Regression: an OSError (ENOSPC, EROFS) or SQLite's 'database or disk is full', even re-raised as
+    another exception, is the machine's refusal, not a bug: exit 1, one line, no traceback."""
+    import errno
+    import sqlite3
+
+    from mint.cli import main
+    from mint.data import ingest as ingest_module
+
+    def full_disk(*args, **kwargs):
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as exc:
+            raise RuntimeError("while writing the index") from exc
+
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}\n')
+    monkeypatch.setenv("MINT_HOME", str(tmp_path / "ws"))
+    monkeypatch.setattr(ingest_module, "_open_index", full_disk)
+    assert main(["ingest", str(logs)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("error:") == 1 and "database or disk is full" in err
+    monkeypatch.setattr(ingest_module, "_open_index",
+                        lambda *a: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system", "/ws")))
+    assert main(["ingest", str(logs)]) == 1
+    assert "/ws: Read-only file system" in capsys.readouterr().err
