@@ -57,7 +57,8 @@ def unwritable(exc: BaseException) -> Unwritable | None:
             return Unwritable(f"{where}{os.strerror(seen.errno)}; nothing was published: free some space or make "
                               "the workspace writable, then run the command again")
         if isinstance(seen, sqlite3.OperationalError) and any(s in str(seen) for s in _UNWRITABLE_SQLITE):
-            return Unwritable(f"the workspace database: {seen}; nothing was published: free some space or make "
-                              "the workspace writable, then run the command again")
+            return Unwritable(f"cannot write the workspace database ({seen}: is the disk full or the workspace "
+                              "read-only?); nothing was published: free some space or make the workspace writable, "
+                              "then run the command again")
         seen = seen.__cause__ or seen.__context__
     return None

@@ -70,3 +70,29 @@ def test_a_refused_write_deep_in_a_library_is_one_error_line_with_exit_1(tmp_pat
                         lambda *a: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system", "/ws")))
     assert main(["ingest", str(logs)]) == 1
     assert "/ws: Read-only file system" in capsys.readouterr().err
+
+
+def test_a_registry_on_a_full_disk_is_not_called_damaged(ws, candidate, monkeypatch):
+    """Regression (found by this suite): promote on a full disk said 'not a usable registry database: disk
+    I/O error' (exit 2), as if the database were damaged."""
+    import sqlite3
+
+    from mint.errors import Unwritable
+    from mint.registry import store
+
+    candidate()
+    real_connect = sqlite3.connect
+
+    class FullDisk:   # SQLite's answer when it cannot create the WAL index beside the database
+        def __init__(self, *args, **kwargs):
+            self.conn = real_connect(*args, **kwargs)
+
+        def execute(self, sql, *args):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    monkeypatch.setattr(store.sqlite3, "connect", FullDisk)
+    with pytest.raises(Unwritable, match="is the disk full or the workspace read-only"):
+        store.open_store(ws, create=False)
