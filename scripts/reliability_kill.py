@@ -5,7 +5,8 @@ Run:   python scripts/reliability_kill.py            # the long form: 50 trials 
        python scripts/reliability_kill.py --seed 7 --commands ingest,promote --trials 20
 
 Each command is first run uninterrupted on a copy of its starting workspace (tiny-random base), which
-measures its duration and records the result it should give. Then each trial restores that starting
+measures its duration and records the result it should give (generation 0, the bare base under the
+contract, is measured once beforehand and is part of every starting workspace). Then each trial restores that starting
 workspace, starts the command as a subprocess and kills it with SIGKILL: either after a seeded random
 delay spread over the measured duration, or at one of the named MINT_FAULT points (mint/faults.py),
 each point once. After the kill it checks that
@@ -259,6 +260,13 @@ class Suite:
         self.restore("ingest")
         lifecycle = [c for c in commands if c != "loop"]
         needed = COMMANDS[:max(COMMANDS.index(c) for c in lifecycle) + 1] if lifecycle else ()
+        if "eval" in needed or "loop" in commands:
+            # generation 0 once, in every starting workspace: each eval then measures only its candidate
+            base = self.run([sys.executable, "-m", "mint", "eval", "base", "--contract", str(CONTRACT),
+                             "--base", "tiny-random"])
+            if base.returncode != 0:
+                raise SystemExit(f"the clean `mint eval base` failed: {base.stderr[-2000:]}")
+        self.save_template("base")
         for command in needed:
             self.save_template(command)
             self.cleans[command] = self.clean_run(command)
@@ -266,8 +274,8 @@ class Suite:
                 raise SystemExit(f"the clean `{' '.join(self.cleans[command].argv[2:])}` failed: "
                                  f"{self.cleans[command].output.get('stderr', '')[-2000:]}")
         if "loop" in commands:
+            self.templates["loop"] = self.templates["base"]
             self.restore("loop")
-            self.save_template("loop")
             self.cleans["loop"] = self.clean_run("loop")
 
     def clean_run(self, command: str) -> Clean:
@@ -307,7 +315,7 @@ class Suite:
 
 
 # Shares of the trials: the quick commands get more, so that the long form fits in about 5 quiet minutes.
-SHARES = {"ingest": 0.30, "promote": 0.26, "train": 0.16, "eval": 0.16, "loop": 0.12}
+SHARES = {"ingest": 0.34, "promote": 0.30, "train": 0.12, "eval": 0.12, "loop": 0.12}
 
 
 def plan(commands: list[str], trials: int, cleans: dict[str, Clean], rng: random.Random) -> list[tuple[str, str]]:
