@@ -5,6 +5,10 @@ exit code (DESIGN.md, "Command-line conventions").
 """
 from __future__ import annotations
 
+import errno
+import os
+import sqlite3
+
 
 class MintError(Exception):
     """Base class. A bare MintError is an internal error (exit 3)."""
@@ -33,3 +37,28 @@ class Refused(MintError):
     """The request was well-formed but a rule refused it (a failed gate, a stale baseline): exit 1."""
 
     exit_code = 1
+
+
+class Unwritable(Refused):
+    """The machine refused a write: the disk is full or the workspace is read-only (exit 1). Every artifact is
+    written to a temporary path and renamed into place, so what was published before is left as it was."""
+
+
+_UNWRITABLE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
+_UNWRITABLE_SQLITE = ("disk is full", "readonly database", "unable to open database file", "disk I/O error")
+
+
+def unwritable(exc: BaseException) -> Unwritable | None:
+    """The Unwritable that ``exc``, or an exception it was raised from, stands for; None for anything else."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _UNWRITABLE_ERRNOS:
+            where = f"{seen.filename}: " if seen.filename else ""
+            return Unwritable(f"{where}{os.strerror(seen.errno)}; nothing was published: free some space or make "
+                              "the workspace writable, then run the command again")
+        if isinstance(seen, sqlite3.OperationalError) and any(s in str(seen) for s in _UNWRITABLE_SQLITE):
+            return Unwritable(f"cannot write the workspace database ({seen}: is the disk full or the workspace "
+                              "read-only?); nothing was published: free some space or make the workspace writable, "
+                              "then run the command again")
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -249,6 +249,8 @@ def _render_move(move, json_out: bool) -> None:
         return print_json(move)
     if move.action == "reject":
         out.print(f"rejected {move.new_ref}")
+    elif move.action == "unchanged":
+        out.print(f"{move.new_ref} is already the champion of {move.specialist}; nothing changed")
     else:
         out.print(f"{move.specialist}:champion → [bold]{move.new_ref}[/] ({move.new[:12]}), "
                   f"was {(move.old or 'none')[:12]} ({move.action})")

@@ -25,6 +25,7 @@ from mint.errors import BadInput, Refused
 from mint.registry import store
 from mint.registry.artifacts import load_revision
 from mint.registry.promotion import Report, base_report_owner, find_registered_report, read_report, record_report
+from mint.faults import checkpoint
 from mint.workspace import Workspace, atomic_dir
 
 # (suite name, examples done, examples in the suite)
@@ -173,6 +174,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     with atomic_dir(target) as tmp:
         (tmp / PREDICTIONS_FILE).write_text(predictions_text, encoding="utf-8")
         (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    checkpoint("eval.report_published")   # on disk but not registered: promote must not trust it
     if revision is not None or is_base:
         conn = store.open_store(ws)
         try:

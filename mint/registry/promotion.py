@@ -288,7 +288,9 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
             report = given or _newest_registered_report(conn, revision.id)
             current = store.alias_target(conn, revision.specialist, "champion")
             if current == revision.id:
-                raise Refused(f"{revision.ref} is already the champion of {revision.specialist}")
+                # a retry of a promote that committed before its process died (or a second cron run): the
+                # outcome the caller asked for already holds, so nothing moves and it is not a refusal
+                return AliasMove("unchanged", revision.specialist, current, revision.id, revision.ref, None, None)
             if not force:
                 _check_promotable(conn, revision, report, current)
             checkpoint("promote.checked")

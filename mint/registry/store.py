@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from mint.errors import BadInput, Refused
+from mint.errors import BadInput, Refused, unwritable
 from mint.registry.refs import Ref, check_name, parse_ref
 from mint.workspace import Workspace
 
@@ -206,7 +206,8 @@ def open_store(ws: Workspace, *, create: bool = True) -> sqlite3.Connection:
             _migrate(conn, path)
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise BadInput(f"not a usable registry database: {exc}", file=str(path)) from None
+        refused_write = unwritable(exc)   # a full disk or read-only folder, not a damaged database
+        raise (refused_write or BadInput(f"not a usable registry database: {exc}", file=str(path))) from None
     except BaseException:
         conn.close()
         raise

@@ -1,0 +1,60 @@
+"""Reliability suite 1 (issue #12), fast form: kill -9 at seeded random points and at the named fault
+points, then check what is listed and that a rerun gives the clean result. The long form, over train,
+eval, promote and the loop too, is `python scripts/reliability_kill.py` (`--quick` for a small one)."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from mint.registry import store
+from mint.registry.maintenance import verify
+from tests.conftest import run_mint
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_kill.py"
+
+
+def load_suite():
+    spec = importlib.util.spec_from_file_location("reliability_kill", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ingest_killed_at_each_fault_point_and_at_random_delays_reruns_to_the_clean_dataset(tmp_path, capsys):
+    suite = load_suite()
+    # 3 named points, then 1 seeded delay spread over the measured duration
+    assert suite.main(["--commands", "ingest", "--trials", "4", "--seed", "3", "--keep", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "FIGURE kill9: trials=4 failures=0 goal=0 PASS"
+    trials = [line for line in lines if line.startswith("trial")]
+    assert [t.split()[3] for t in trials[:3]] == [f"fault:{p}" for p in suite.FAULT_POINTS["ingest"]]
+    assert all(t.split()[3].startswith("delay:") for t in trials[3:])
+
+
+def test_the_suite_reports_a_lost_episode_as_a_failure(tmp_path):
+    """The checks can fail: a dataset missing one episode of the clean run is named, not passed."""
+    suite = load_suite()
+    clean_after = suite.Snapshot({"kill": "v2"}, ["a", "b"], [], {}, 0, [], [])
+    clean = suite.Clean("ingest", [], 1.0, 0, suite.Snapshot({}, [], [], {}, 0, [], []), clean_after, {})
+    rerun = suite.Snapshot({"kill": "v2"}, ["a"], [], {}, 0, [], [])
+    problems = suite.result_problems(rerun, clean, rerun)
+    assert problems == ["episodes 1 != clean 2 (lost 1, duplicated 0)"]
+    assert suite.visible_problems(suite.Snapshot({"kill": "v1"}, ["a"], [], {}, 0, [], []), clean)
+
+
+def test_a_promote_retried_after_a_kill_at_commit_exits_0_and_moves_nothing(ws, candidate, report_for):
+    """Regression (found by the kill suite): the retry of a promote killed after its commit exited 1
+    ("already the champion"), so a cron job retrying a crashed promote saw a refusal."""
+    v1 = candidate()
+    report = report_for(v1)
+    killed = run_mint("promote", v1.ref, "--report", str(report), env={"MINT_FAULT": "promote.committed"})
+    assert killed.returncode == -9
+    again = run_mint("promote", v1.ref, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["action"] == "unchanged"
+    conn = store.open_store(ws)
+    assert store.alias_target(conn, "coding", "champion") == v1.id
+    assert len(store.history(conn, "coding")) == 1   # the retry added no event
+    conn.close()
+    assert verify(ws).ok
