@@ -1,7 +1,7 @@
 """The router: which specialist answers a user turn.
 
 Two stages. Rules from ``mint.yaml`` come first where they are certain: a turn that carries tools goes to
-the ``tool_use`` specialist, a turn matching a specialist's ``patterns`` goes there. Otherwise the learned
+the ``tool_use`` specialist, a turn matching the ``patterns`` of one specialist (and no other's) goes there. Otherwise the learned
 probe decides: a logistic regression on the frozen base's hidden states at one layer, mean-pooled over the
 turn's tokens (no second model; the runtime computes them with every slot off, stopping at that layer).
 Without a probe (no ``router`` champion yet) the keyword counts of ``mint.yaml`` decide, and a turn with no
@@ -59,9 +59,10 @@ class Rules:
     def certain(self, text: str, has_tools: bool) -> Route | None:
         if has_tools and self.tool_specialist:
             return self._certain(self.tool_specialist, "tools")
-        for pattern, name in self.patterns:
-            if pattern.search(text):
-                return self._certain(name, "pattern")
+        # certain only when one specialist's patterns match: a turn that matches two is left to the probe
+        matched = {name for pattern, name in self.patterns if pattern.search(text)}
+        if len(matched) == 1:
+            return self._certain(matched.pop(), "pattern")
         return None
 
     def keywords(self, text: str) -> Route:
@@ -158,13 +159,15 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
         captured["hidden"] = output[0] if isinstance(output, tuple) else output
         raise _Stop
 
+    all_ids = [tokenizer(t if t.strip() else " ", add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
+               [tokenizer.eos_token_id] for t in texts]
+    # batches of similar lengths waste little on padding (on mixed data, less than half the tokens)
+    order = sorted(range(len(texts)), key=lambda i: len(all_ids[i]))
     handle = layers[layer - 1].register_forward_hook(capture)
     pooled = []
     try:
         for start in range(0, len(texts), batch_size):
-            chunk = [t if t.strip() else " " for t in texts[start:start + batch_size]]
-            ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
-                   [tokenizer.eos_token_id] for t in chunk]
+            ids = [all_ids[i] for i in order[start:start + batch_size]]
             width = max(len(i) for i in ids)
             pad = tokenizer.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
@@ -179,7 +182,11 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
             pooled.append((hidden * weights).sum(1) / weights.sum(1))
     finally:
         handle.remove()
-    return torch.cat(pooled)
+    if not pooled:
+        return torch.zeros(0, model.config.hidden_size)
+    position = torch.empty(len(order), dtype=torch.long)
+    position[torch.tensor(order)] = torch.arange(len(order))
+    return torch.cat(pooled)[position]
 
 
 def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = 1e-3) -> Probe:
