@@ -26,6 +26,9 @@ from mint.project import Project
 ROUTER = "router"
 PROBE_TYPE = "MINT_ROUTER_PROBE"
 MAX_TURN_TOKENS = 256      # a turn's head is enough to route it, and bounds the cost of very long turns
+# Below this top probability the probe abstains and the keywords of mint.yaml decide (when any match): a probe
+# trained on the logs' phrasing is unsure on turns worded unlike them, where a keyword is the better guess.
+PROBE_MIN_CONFIDENCE = 0.6
 
 
 @dataclass(frozen=True)
@@ -148,23 +151,32 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
     The forward pass stops at that layer: the rest of the model and the LM head never run. The caller makes
     sure no LoRA slot is active (the runtime holds its lock and selects the base slot).
     """
+    return turn_features_by_layer(model, tokenizer, texts, [layer], batch_size)[layer]
+
+
+def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Sequence[int], batch_size: int = 16):
+    """``{layer: turn_features(..., layer)}`` for several layers from one forward pass that stops at the last."""
     import torch
 
-    layers = _decoder_layers(model)
-    if layer > len(layers):
-        raise BadInput(f"layer {layer} is beyond the base's {len(layers)} layers", field="layer")
+    decoder_layers = _decoder_layers(model)
+    wanted = sorted(set(layers))
+    if not wanted or wanted[0] < 1 or wanted[-1] > len(decoder_layers):
+        raise BadInput(f"layers {wanted} are not all within the base's {len(decoder_layers)} layers", field="layer")
     captured = {}
 
-    def capture(_module, _inputs, output):
-        captured["hidden"] = output[0] if isinstance(output, tuple) else output
-        raise _Stop
+    def capture(layer):
+        def hook(_module, _inputs, output):
+            captured[layer] = output[0] if isinstance(output, tuple) else output
+            if layer == wanted[-1]:
+                raise _Stop
+        return hook
 
     all_ids = [tokenizer(t if t.strip() else " ", add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
                [tokenizer.eos_token_id] for t in texts]
     # batches of similar lengths waste little on padding (on mixed data, less than half the tokens)
     order = sorted(range(len(texts)), key=lambda i: len(all_ids[i]))
-    handle = layers[layer - 1].register_forward_hook(capture)
-    pooled = []
+    handles = [decoder_layers[layer - 1].register_forward_hook(capture(layer)) for layer in wanted]
+    pooled = {layer: [] for layer in wanted}
     try:
         for start in range(0, len(texts), batch_size):
             ids = [all_ids[i] for i in order[start:start + batch_size]]
@@ -177,16 +189,17 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
                     model(input_ids=input_ids, attention_mask=mask, use_cache=False)
                 except _Stop:
                     pass
-            hidden = captured.pop("hidden").float()
             weights = mask.unsqueeze(-1).float()
-            pooled.append((hidden * weights).sum(1) / weights.sum(1))
+            for layer in wanted:
+                hidden = captured.pop(layer).float()
+                pooled[layer].append((hidden * weights).sum(1) / weights.sum(1))
     finally:
-        handle.remove()
-    if not pooled:
-        return torch.zeros(0, model.config.hidden_size)
+        for handle in handles:
+            handle.remove()
     position = torch.empty(len(order), dtype=torch.long)
-    position[torch.tensor(order)] = torch.arange(len(order))
-    return torch.cat(pooled)[position]
+    position[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+    return {layer: torch.cat(chunks)[position] if chunks else torch.zeros(0, model.config.hidden_size)
+            for layer, chunks in pooled.items()}
 
 
 def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = 1e-3) -> Probe:
@@ -238,7 +251,7 @@ def score_routes(truth: Sequence[str], predicted: Sequence[str], names: Sequence
 
 
 class Router:
-    """Rules, then the probe (when there is one), then keywords."""
+    """Rules, then the probe (when there is one; keywords where it is unsure), then keywords."""
 
     def __init__(self, project: Project, probe: Probe | None = None, revision: str | None = None) -> None:
         self.rules = Rules(project)
@@ -259,6 +272,11 @@ class Router:
             probabilities = self.probe.probabilities(features_fn([texts[i] for i in undecided], self.probe.layer))
             for i, row in zip(undecided, probabilities.tolist()):
                 chosen = {label: round(p, 6) for label, p in zip(self.probe.labels, row)}
+                if max(chosen.values()) < PROBE_MIN_CONFIDENCE:
+                    fallback = self.rules.keywords(texts[i])
+                    if fallback.rule == "keywords":
+                        routes[i] = fallback
+                        continue
                 full = {name: chosen.get(name, 0.0) for name in self.names}
                 routes[i] = Route(max(chosen, key=chosen.get), full, "probe", self.revision)
         return [r if r is not None else self.rules.keywords(t) for r, t in zip(routes, texts)]

@@ -12,11 +12,18 @@ from tests.conftest import chat_row, run_mint, write_jsonl
 TINY_SETS = ["layer=1"]
 
 
-def write_project(directory: Path, extra: str = "") -> Path:
-    from mint.project import render_project_yaml
+def write_project(directory: Path, extra: str = "", genui_patterns: tuple[str, ...] | None = None) -> Path:
+    """The default mint.yaml on the tiny base; ``genui_patterns`` replaces the genui specialist's patterns."""
+    from dataclasses import replace
 
+    from mint.project import DEFAULT_PROJECT, render_project_yaml
+
+    project = DEFAULT_PROJECT
+    if genui_patterns is not None:
+        project = replace(project, specialists=tuple(replace(s, patterns=genui_patterns) if s.name == "genui" else s
+                                                     for s in project.specialists))
     path = directory / "mint.yaml"
-    path.write_text(render_project_yaml().replace("base: smollm2-135m", "base: tiny-random") + extra)
+    path.write_text(render_project_yaml(project).replace("base: smollm2-135m", "base: tiny-random") + extra)
     return path
 
 
@@ -37,7 +44,7 @@ def test_patterns_in_mint_yaml_route_outright(tmp_path):
     from mint.mol.router import Rules
     from mint.project import load_project
 
-    path = write_project(tmp_path)
+    path = write_project(tmp_path, genui_patterns=())
     text = path.read_text().replace('  genui:\n', '  genui:\n    patterns: ["\\\\b(mock ?up|wireframe)s?\\\\b"]\n')
     path.write_text(text)
     route = Rules(load_project(path)).certain("Could you sketch a wireframe for my shop?", has_tools=False)
@@ -47,7 +54,7 @@ def test_patterns_in_mint_yaml_route_outright(tmp_path):
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
     from mint.project import load_project
 
-    path = write_project(tmp_path)
+    path = write_project(tmp_path, genui_patterns=())
     path.write_text(path.read_text().replace('  genui:\n', '  genui:\n    patterns: ["(unclosed"]\n'))
     with pytest.raises(BadInput, match=r"mint.yaml:\d+: specialists.genui.patterns: \[0\] '\(unclosed'"):
         load_project(path)
@@ -116,6 +123,7 @@ def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=DEFAULT_PROJECT)
+    write_project(tmp_path, genui_patterns=())      # so that no pattern decides this turn before the probe
     before = run_mint("route", "dashboard widget layout please", "--json")
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["decided_by"] == "rules"          # no router champion yet
