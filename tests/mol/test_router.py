@@ -51,6 +51,64 @@ def test_patterns_in_mint_yaml_route_outright(tmp_path):
     assert (route.specialist, route.decided_by, route.rule) == ("genui", "rules", "pattern")
 
 
+def test_a_turn_matching_two_specialists_patterns_is_left_to_the_probe():
+    from mint.mol.router import Rules
+    from mint.project import DEFAULT_PROJECT
+
+    rules = Rules(DEFAULT_PROJECT)
+    assert rules.certain("my python script crashes with a KeyError", has_tools=False).specialist == "coding"
+    assert rules.certain("make a form to book a table for two", has_tools=False) is None     # genui and agent
+
+
+EVERYDAY_FILE = Path(__file__).parent / "data" / "everyday_turns.jsonl"
+
+
+def read_everyday() -> list[tuple[str, str]]:
+    """(true specialist, turn) of the everyday set: turns written in plain words, never trained on."""
+    rows = [json.loads(line) for line in EVERYDAY_FILE.read_text().splitlines() if line.strip()]
+    return [(row["specialist"], row["messages"][-1]["content"]) for row in rows]
+
+
+def test_default_patterns_are_never_wrong_on_the_heldout_turns_and_route_most_everyday_turns():
+    from mint.mol.router import Rules
+    from mint.mol.router_training import load_router_contract, read_heldout
+    from mint.project import DEFAULT_PROJECT
+
+    rules = Rules(DEFAULT_PROJECT)
+    contract = load_router_contract(Path(__file__).resolve().parents[2] / "contracts" / "router.yaml",
+                                    DEFAULT_PROJECT.names)
+    heldout = [(truth, text) for truth, text, tools in read_heldout(contract) if not tools]
+    for rows, most_wrong in ((heldout, 0), (read_everyday(), 2)):
+        decided = [(truth, route.specialist) for truth, text in rows
+                   if (route := Rules(DEFAULT_PROJECT).certain(text, has_tools=False)) is not None]
+        assert sum(truth != got for truth, got in decided) <= most_wrong, decided
+    acting = [text for truth, text in read_everyday() if truth != "chat"]     # small talk has no patterns
+    assert sum(rules.certain(text, False) is not None for text in acting) >= 0.7 * len(acting)
+
+
+def test_an_unsure_probe_leaves_the_turn_to_the_keywords():
+    import torch
+
+    from mint.mol.router import Probe, Router
+    from mint.project import DEFAULT_PROJECT
+
+    names = DEFAULT_PROJECT.names
+    hidden = 8
+    flat = Probe(names, 1, torch.zeros(len(names), hidden), torch.zeros(len(names)), torch.zeros(hidden),
+                 torch.ones(hidden))                                   # every specialist 0.25
+    sure = Probe(names, 1, torch.zeros(len(names), hidden), torch.tensor([0.0, 0.0, 0.0, 9.0]),
+                 torch.zeros(hidden), torch.ones(hidden))             # genui, almost 1
+    turn = [[{"role": "user", "content": "tell me a joke"}]]
+    features = lambda texts, layer: torch.zeros(len(texts), hidden)   # noqa: E731
+    unsure = Router(DEFAULT_PROJECT, flat, "router:v1").route(turn, [False], features)[0]
+    assert (unsure.specialist, unsure.decided_by, unsure.rule) == ("chat", "rules", "keywords")
+    confident = Router(DEFAULT_PROJECT, sure, "router:v2").route(turn, [False], features)[0]
+    assert (confident.specialist, confident.decided_by) == ("genui", "probe")
+    no_keyword = Router(DEFAULT_PROJECT, flat, "router:v1").route([[{"role": "user", "content": "zzzz"}]], [False],
+                                                                   features)[0]
+    assert no_keyword.decided_by == "probe"
+
+
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
     from mint.project import load_project
 
@@ -166,6 +224,20 @@ def test_route_cli_empty_text_is_exit_2(ws):
     result = run_mint("route", "   ")
     assert result.returncode == 2
     assert "TEXT: the turn is empty" in result.stderr
+
+
+def test_features_of_several_layers_from_one_pass_equal_those_of_each_layer():
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import turn_features, turn_features_by_layer
+
+    loaded = load_base(TINY)
+    texts = ["hi there", "please write a long python function that parses dates " * 3, "ok"]
+    both = turn_features_by_layer(loaded.model, loaded.tokenizer, texts, [2, 1])
+    for layer in (1, 2):
+        assert torch.allclose(both[layer], turn_features(loaded.model, loaded.tokenizer, texts, layer), atol=1e-5)
+    assert not torch.allclose(both[1], both[2])
 
 
 def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
