@@ -253,31 +253,17 @@ def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
     assert torch.allclose(alone[0], batched[1], atol=1e-5)
 
 
-EVERYDAY = [
-    ("ugh my script keeps crashing with an index out of range error, can you look at it?", "coding"),
-    ("how do I flip a string backwards in python", "coding"),
-    ("my for loop never stops, what am I doing wrong", "coding"),
-    ("what's the weather going to be like in Lisbon this weekend?", "agent"),
-    ("find me the cheapest flight from Boston to Denver next Friday", "agent"),
-    ("how many euros is 250 dollars right now", "agent"),
-    ("I need a page where people can sign up with their email", "genui"),
-    ("put together a settings screen with a dark mode toggle and a save button", "genui"),
-    ("show our monthly sales as a bar chart", "genui"),
-    ("I'm feeling a bit lonely tonight", "chat"),
-    ("do you ever dream?", "chat"),
-    ("who painted the mona lisa", "chat"),
-]
-
-
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 10 goal not met yet: measured 2026-11-30, rules + probe at layer 15 "
-                   "reach 0.976 held-out accuracy (probe alone 0.95); everyday coding/agent turns go to chat")
+@pytest.mark.xfail(strict=True, reason="issue 10 goal, not re-measured: on 2026-11-30 rules + probe at layer 15 "
+                   "reached 0.976 held-out accuracy and everyday coding/agent turns went to chat; the default "
+                   "patterns and the probe's abstention since then were measured by rules alone only "
+                   "(held-out 0.994, everyday 0.851); run scripts/bench_router.py on a quiet machine")
 def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_path):
-    """Trained on the example logs, judged on examples/heldout (true labels from each file), then turns
-    written for this test in everyday words, not the phrasing of the training data."""
-    from mint.base import SMOLLM2
+    """Trained on the example logs, judged on examples/heldout (true labels from each file), then on the
+    everyday set: turns written in plain words, not the phrasing of the training data, never trained on."""
+    from mint.base import SMOLLM2, load_base
     from mint.data.ingest import ingest
-    from mint.mol.router import route_text
+    from mint.mol.router import champion_router, score_routes, turn_features
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
@@ -289,6 +275,10 @@ def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_
     assert result.metrics["heldout.accuracy"] >= 0.99, result.metrics
     assert result.metrics["verdict"] == "pass", result.metrics
     promote(ws, result.ref)
-    wrong = [(text, want, got.specialist) for text, want in EVERYDAY
-             if (got := route_text(ws, text, project=DEFAULT_PROJECT)).specialist != want]
-    assert wrong == []
+    router, _base = champion_router(ws, DEFAULT_PROJECT)
+    loaded = load_base(SMOLLM2)
+    everyday = read_everyday()
+    routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
+                          lambda texts, layer: turn_features(loaded.model, loaded.tokenizer, texts, layer))
+    score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
+    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, score
