@@ -49,16 +49,41 @@ DEFAULT_SPECIALISTS = (
         "book", "schedule", "calendar", "meeting", "reminder", "order", "refund", "weather",
         "forecast", "flight", "hotel", "send an email", "look up", "search for", "convert",
         "exchange rate", "stock price", "call the", "use the tool",
-    ), tool_use=True),
+    ), tool_use=True, patterns=(
+        # acting for the user in the world: reminders, bookings, messages, live data, devices
+        r"\b(remind(er)?s? me|set (an? |my )?(alarm|timer|reminder)|wake me up)\b",
+        r"\b(book|reserve|cancel|reschedule|order) (me |us |my )?(a |an |the )?(table|flight|hotel|room|taxi|cab|"
+        r"ride|car|rental|seat|ticket|appointment|meeting|reservation|pizza|delivery)s?\b",
+        r"\b(weather|forecast)\b|\bgoing to (rain|snow)\b",
+        r"\bsend an? (email|text|message)\b|\b(text|email|message) \w+ (that|saying)\b",
+        r"\b(exchange rate|stock price|share price|price of (bitcoin|gold|oil))\b|\bhow (much|many) \w+ is [\d.,]+",
+        r"\b(my (calendar|schedule|inbox|shopping list|notes|package|bill)|where'?s my)\b",
+        r"\b(turn (on|off) the|play (some|me)|track my|look (it |this |that )?up|find me an?|get me an?)\b",
+        r"\bflights? (from|to)\b|\b(cheapest|next|my) flight\b|\b(hotels?|taxi|uber|train to|directions to)\b",
+    )),
     Specialist("coding", "writing, fixing and explaining code", (
         "python", "javascript", "typescript", "rust", "java", "sql", "regex", "function",
         "code", "bug", "debug", "compile", "exception", "traceback", "stack trace", "def",
         "class", "algorithm", "unit test", "implement", "refactor", "script", "return",
+    ), patterns=(
+        # code itself, an error message, or the vocabulary of programming
+        r"```|\bdef \w+\(|\w+\.\w+\(|\bimport \w+",
+        r"\b\w*(Error|Exception)\b|\b(traceback|stack ?trace|seg ?fault|null pointer|syntax error|undefined is not)\b",
+        r"\b(python|javascript|js|typescript|java|c\+\+|c#|rust|golang|sql|regex|bash|node|pip|npm|git|html|css|"
+        r"json|csv|api)\b",
+        r"\b(code|coding|script|program|function|method|variable|array|loop|recursion|compiler?|debug|bug|"
+        r"unit tests?|my tests|query|dictionar(y|ies)|list comprehension|string|integer)s?\b",
     )),
     Specialist("genui", "answers as a UI4A JSON component tree that a client renders", (
         "ui", "form", "button", "card", "component", "layout", "dashboard", "widget",
         "screen", "page", "table view", "text field", "dropdown", "select", "chart",
         "render", "mockup", "interface",
+    ), patterns=(
+        # a screen, its widgets, or data shown as a chart or a table
+        r"\b(page|screen|form|button|dashboard|widget|card|layout|lay out|mock ?up|wireframe|dropdown|slider|toggle|"
+        r"tabs|banner|modal|navbar|sidebar|checkbox|search bar|progress bar|text field|input field)s?\b",
+        r"\b(bar|line|pie) (chart|graph)s?\b|\bas an? (chart|graph|table|list|grid)\b|"
+        r"\b(show|display|render|make|create) (me )?(a |an |the )?(table|grid|list) of\b",
     )),
 )
 
@@ -72,6 +97,8 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
         "# specialist marked `tool_use: true` when it calls tools or defines them, else with the",
         "# specialist whose keywords its user turns mention most (whole words, any case);",
         "# an episode that matches none stays `unlabeled`.",
+        "# The router sends a turn outright to the one specialist whose `patterns` (regexes, any case)",
+        "# it matches; a turn that matches none, or those of two specialists, goes to the learned probe.",
         f"base: {project.base}",
         "specialists:",
     ]
@@ -81,6 +108,9 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
         if s.tool_use:
             out.append("    tool_use: true")
         out.append("    keywords: [" + ", ".join(_yaml_str(k) for k in s.keywords) + "]")
+        if s.patterns:
+            out.append("    patterns:")
+            out.extend(f"      - {_yaml_str(p)}" for p in s.patterns)
     return "\n".join(out) + "\n"
 
 

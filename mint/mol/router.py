@@ -1,7 +1,7 @@
 """The router: which specialist answers a user turn.
 
 Two stages. Rules from ``mint.yaml`` come first where they are certain: a turn that carries tools goes to
-the ``tool_use`` specialist, a turn matching a specialist's ``patterns`` goes there. Otherwise the learned
+the ``tool_use`` specialist, a turn matching the ``patterns`` of one specialist (and no other's) goes there. Otherwise the learned
 probe decides: a logistic regression on the frozen base's hidden states at one layer, mean-pooled over the
 turn's tokens (no second model; the runtime computes them with every slot off, stopping at that layer).
 Without a probe (no ``router`` champion yet) the keyword counts of ``mint.yaml`` decide, and a turn with no
@@ -26,6 +26,9 @@ from mint.project import Project
 ROUTER = "router"
 PROBE_TYPE = "MINT_ROUTER_PROBE"
 MAX_TURN_TOKENS = 256      # a turn's head is enough to route it, and bounds the cost of very long turns
+# Below this top probability the probe abstains and the keywords of mint.yaml decide (when any match): a probe
+# trained on the logs' phrasing is unsure on turns worded unlike them, where a keyword is the better guess.
+PROBE_MIN_CONFIDENCE = 0.6
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,10 @@ class Rules:
     def certain(self, text: str, has_tools: bool) -> Route | None:
         if has_tools and self.tool_specialist:
             return self._certain(self.tool_specialist, "tools")
-        for pattern, name in self.patterns:
-            if pattern.search(text):
-                return self._certain(name, "pattern")
+        # certain only when one specialist's patterns match: a turn that matches two is left to the probe
+        matched = {name for pattern, name in self.patterns if pattern.search(text)}
+        if len(matched) == 1:
+            return self._certain(matched.pop(), "pattern")
         return None
 
     def keywords(self, text: str) -> Route:
@@ -147,24 +151,35 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
     The forward pass stops at that layer: the rest of the model and the LM head never run. The caller makes
     sure no LoRA slot is active (the runtime holds its lock and selects the base slot).
     """
+    return turn_features_by_layer(model, tokenizer, texts, [layer], batch_size)[layer]
+
+
+def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Sequence[int], batch_size: int = 16):
+    """``{layer: turn_features(..., layer)}`` for several layers from one forward pass that stops at the last."""
     import torch
 
-    layers = _decoder_layers(model)
-    if layer > len(layers):
-        raise BadInput(f"layer {layer} is beyond the base's {len(layers)} layers", field="layer")
+    decoder_layers = _decoder_layers(model)
+    wanted = sorted(set(layers))
+    if not wanted or wanted[0] < 1 or wanted[-1] > len(decoder_layers):
+        raise BadInput(f"layers {wanted} are not all within the base's {len(decoder_layers)} layers", field="layer")
     captured = {}
 
-    def capture(_module, _inputs, output):
-        captured["hidden"] = output[0] if isinstance(output, tuple) else output
-        raise _Stop
+    def capture(layer):
+        def hook(_module, _inputs, output):
+            captured[layer] = output[0] if isinstance(output, tuple) else output
+            if layer == wanted[-1]:
+                raise _Stop
+        return hook
 
-    handle = layers[layer - 1].register_forward_hook(capture)
-    pooled = []
+    all_ids = [tokenizer(t if t.strip() else " ", add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
+               [tokenizer.eos_token_id] for t in texts]
+    # batches of similar lengths waste little on padding (on mixed data, less than half the tokens)
+    order = sorted(range(len(texts)), key=lambda i: len(all_ids[i]))
+    handles = [decoder_layers[layer - 1].register_forward_hook(capture(layer)) for layer in wanted]
+    pooled = {layer: [] for layer in wanted}
     try:
         for start in range(0, len(texts), batch_size):
-            chunk = [t if t.strip() else " " for t in texts[start:start + batch_size]]
-            ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
-                   [tokenizer.eos_token_id] for t in chunk]
+            ids = [all_ids[i] for i in order[start:start + batch_size]]
             width = max(len(i) for i in ids)
             pad = tokenizer.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
@@ -174,12 +189,17 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
                     model(input_ids=input_ids, attention_mask=mask, use_cache=False)
                 except _Stop:
                     pass
-            hidden = captured.pop("hidden").float()
             weights = mask.unsqueeze(-1).float()
-            pooled.append((hidden * weights).sum(1) / weights.sum(1))
+            for layer in wanted:
+                hidden = captured.pop(layer).float()
+                pooled[layer].append((hidden * weights).sum(1) / weights.sum(1))
     finally:
-        handle.remove()
-    return torch.cat(pooled)
+        for handle in handles:
+            handle.remove()
+    position = torch.empty(len(order), dtype=torch.long)
+    position[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+    return {layer: torch.cat(chunks)[position] if chunks else torch.zeros(0, model.config.hidden_size)
+            for layer, chunks in pooled.items()}
 
 
 def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = 1e-3) -> Probe:
@@ -231,7 +251,7 @@ def score_routes(truth: Sequence[str], predicted: Sequence[str], names: Sequence
 
 
 class Router:
-    """Rules, then the probe (when there is one), then keywords."""
+    """Rules, then the probe (when there is one; keywords where it is unsure), then keywords."""
 
     def __init__(self, project: Project, probe: Probe | None = None, revision: str | None = None) -> None:
         self.rules = Rules(project)
@@ -252,6 +272,11 @@ class Router:
             probabilities = self.probe.probabilities(features_fn([texts[i] for i in undecided], self.probe.layer))
             for i, row in zip(undecided, probabilities.tolist()):
                 chosen = {label: round(p, 6) for label, p in zip(self.probe.labels, row)}
+                if max(chosen.values()) < PROBE_MIN_CONFIDENCE:
+                    fallback = self.rules.keywords(texts[i])
+                    if fallback.rule == "keywords":
+                        routes[i] = fallback
+                        continue
                 full = {name: chosen.get(name, 0.0) for name in self.names}
                 routes[i] = Route(max(chosen, key=chosen.get), full, "probe", self.revision)
         return [r if r is not None else self.rules.keywords(t) for r, t in zip(routes, texts)]

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from mint.project import DEFAULT_PROJECT, Project
 from tests.conftest import run_mint
 
-TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
+# without the default patterns, so that the probe (not a pattern) routes the turns these tests send
+TINY_PROJECT = Project(base="tiny-random", specialists=tuple(replace(s, patterns=())
+                                                             for s in DEFAULT_PROJECT.specialists))
 
 
 @pytest.fixture

@@ -12,11 +12,18 @@ from tests.conftest import chat_row, run_mint, write_jsonl
 TINY_SETS = ["layer=1"]
 
 
-def write_project(directory: Path, extra: str = "") -> Path:
-    from mint.project import render_project_yaml
+def write_project(directory: Path, extra: str = "", genui_patterns: tuple[str, ...] | None = None) -> Path:
+    """The default mint.yaml on the tiny base; ``genui_patterns`` replaces the genui specialist's patterns."""
+    from dataclasses import replace
 
+    from mint.project import DEFAULT_PROJECT, render_project_yaml
+
+    project = DEFAULT_PROJECT
+    if genui_patterns is not None:
+        project = replace(project, specialists=tuple(replace(s, patterns=genui_patterns) if s.name == "genui" else s
+                                                     for s in project.specialists))
     path = directory / "mint.yaml"
-    path.write_text(render_project_yaml().replace("base: smollm2-135m", "base: tiny-random") + extra)
+    path.write_text(render_project_yaml(project).replace("base: smollm2-135m", "base: tiny-random") + extra)
     return path
 
 
@@ -37,17 +44,75 @@ def test_patterns_in_mint_yaml_route_outright(tmp_path):
     from mint.mol.router import Rules
     from mint.project import load_project
 
-    path = write_project(tmp_path)
+    path = write_project(tmp_path, genui_patterns=())
     text = path.read_text().replace('  genui:\n', '  genui:\n    patterns: ["\\\\b(mock ?up|wireframe)s?\\\\b"]\n')
     path.write_text(text)
     route = Rules(load_project(path)).certain("Could you sketch a wireframe for my shop?", has_tools=False)
     assert (route.specialist, route.decided_by, route.rule) == ("genui", "rules", "pattern")
 
 
+def test_a_turn_matching_two_specialists_patterns_is_left_to_the_probe():
+    from mint.mol.router import Rules
+    from mint.project import DEFAULT_PROJECT
+
+    rules = Rules(DEFAULT_PROJECT)
+    assert rules.certain("my python script crashes with a KeyError", has_tools=False).specialist == "coding"
+    assert rules.certain("make a form to book a table for two", has_tools=False) is None     # genui and agent
+
+
+EVERYDAY_FILE = Path(__file__).parent / "data" / "everyday_turns.jsonl"
+
+
+def read_everyday() -> list[tuple[str, str]]:
+    """(true specialist, turn) of the everyday set: turns written in plain words, never trained on."""
+    rows = [json.loads(line) for line in EVERYDAY_FILE.read_text().splitlines() if line.strip()]
+    return [(row["specialist"], row["messages"][-1]["content"]) for row in rows]
+
+
+def test_default_patterns_are_never_wrong_on_the_heldout_turns_and_route_most_everyday_turns():
+    from mint.mol.router import Rules
+    from mint.mol.router_training import load_router_contract, read_heldout
+    from mint.project import DEFAULT_PROJECT
+
+    rules = Rules(DEFAULT_PROJECT)
+    contract = load_router_contract(Path(__file__).resolve().parents[2] / "contracts" / "router.yaml",
+                                    DEFAULT_PROJECT.names)
+    heldout = [(truth, text) for truth, text, tools in read_heldout(contract) if not tools]
+    for rows, most_wrong in ((heldout, 0), (read_everyday(), 2)):
+        decided = [(truth, route.specialist) for truth, text in rows
+                   if (route := Rules(DEFAULT_PROJECT).certain(text, has_tools=False)) is not None]
+        assert sum(truth != got for truth, got in decided) <= most_wrong, decided
+    acting = [text for truth, text in read_everyday() if truth != "chat"]     # small talk has no patterns
+    assert sum(rules.certain(text, False) is not None for text in acting) >= 0.7 * len(acting)
+
+
+def test_an_unsure_probe_leaves_the_turn_to_the_keywords():
+    import torch
+
+    from mint.mol.router import Probe, Router
+    from mint.project import DEFAULT_PROJECT
+
+    names = DEFAULT_PROJECT.names
+    hidden = 8
+    flat = Probe(names, 1, torch.zeros(len(names), hidden), torch.zeros(len(names)), torch.zeros(hidden),
+                 torch.ones(hidden))                                   # every specialist 0.25
+    sure = Probe(names, 1, torch.zeros(len(names), hidden), torch.tensor([0.0, 0.0, 0.0, 9.0]),
+                 torch.zeros(hidden), torch.ones(hidden))             # genui, almost 1
+    turn = [[{"role": "user", "content": "tell me a joke"}]]
+    features = lambda texts, layer: torch.zeros(len(texts), hidden)   # noqa: E731
+    unsure = Router(DEFAULT_PROJECT, flat, "router:v1").route(turn, [False], features)[0]
+    assert (unsure.specialist, unsure.decided_by, unsure.rule) == ("chat", "rules", "keywords")
+    confident = Router(DEFAULT_PROJECT, sure, "router:v2").route(turn, [False], features)[0]
+    assert (confident.specialist, confident.decided_by) == ("genui", "probe")
+    no_keyword = Router(DEFAULT_PROJECT, flat, "router:v1").route([[{"role": "user", "content": "zzzz"}]], [False],
+                                                                   features)[0]
+    assert no_keyword.decided_by == "probe"
+
+
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
     from mint.project import load_project
 
-    path = write_project(tmp_path)
+    path = write_project(tmp_path, genui_patterns=())
     path.write_text(path.read_text().replace('  genui:\n', '  genui:\n    patterns: ["(unclosed"]\n'))
     with pytest.raises(BadInput, match=r"mint.yaml:\d+: specialists.genui.patterns: \[0\] '\(unclosed'"):
         load_project(path)
@@ -116,6 +181,7 @@ def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=DEFAULT_PROJECT)
+    write_project(tmp_path, genui_patterns=())      # so that no pattern decides this turn before the probe
     before = run_mint("route", "dashboard widget layout please", "--json")
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["decided_by"] == "rules"          # no router champion yet
@@ -160,6 +226,20 @@ def test_route_cli_empty_text_is_exit_2(ws):
     assert "TEXT: the turn is empty" in result.stderr
 
 
+def test_features_of_several_layers_from_one_pass_equal_those_of_each_layer():
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import turn_features, turn_features_by_layer
+
+    loaded = load_base(TINY)
+    texts = ["hi there", "please write a long python function that parses dates " * 3, "ok"]
+    both = turn_features_by_layer(loaded.model, loaded.tokenizer, texts, [2, 1])
+    for layer in (1, 2):
+        assert torch.allclose(both[layer], turn_features(loaded.model, loaded.tokenizer, texts, layer), atol=1e-5)
+    assert not torch.allclose(both[1], both[2])
+
+
 def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
     import torch
 
@@ -173,31 +253,16 @@ def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
     assert torch.allclose(alone[0], batched[1], atol=1e-5)
 
 
-EVERYDAY = [
-    ("ugh my script keeps crashing with an index out of range error, can you look at it?", "coding"),
-    ("how do I flip a string backwards in python", "coding"),
-    ("my for loop never stops, what am I doing wrong", "coding"),
-    ("what's the weather going to be like in Lisbon this weekend?", "agent"),
-    ("find me the cheapest flight from Boston to Denver next Friday", "agent"),
-    ("how many euros is 250 dollars right now", "agent"),
-    ("I need a page where people can sign up with their email", "genui"),
-    ("put together a settings screen with a dark mode toggle and a save button", "genui"),
-    ("show our monthly sales as a bar chart", "genui"),
-    ("I'm feeling a bit lonely tonight", "chat"),
-    ("do you ever dream?", "chat"),
-    ("who painted the mona lisa", "chat"),
-]
-
-
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 10 goal not met yet: measured 2026-11-30, rules + probe at layer 15 "
-                   "reach 0.976 held-out accuracy (probe alone 0.95); everyday coding/agent turns go to chat")
+@pytest.mark.xfail(strict=True, reason="issue 10 goal not met yet: measured 2026-11-30 (scripts/bench_router.py), "
+                   "rules + probe at layer 15 reach 0.982 held-out (chat recall 0.94, the probe's) and 0.881 on the "
+                   "everyday turns (coding recall 0.71: the probe sends plain-worded coding turns to chat)")
 def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_path):
-    """Trained on the example logs, judged on examples/heldout (true labels from each file), then turns
-    written for this test in everyday words, not the phrasing of the training data."""
-    from mint.base import SMOLLM2
+    """Trained on the example logs, judged on examples/heldout (true labels from each file), then on the
+    everyday set: turns written in plain words, not the phrasing of the training data, never trained on."""
+    from mint.base import SMOLLM2, load_base
     from mint.data.ingest import ingest
-    from mint.mol.router import route_text
+    from mint.mol.router import champion_router, score_routes, turn_features
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
@@ -209,6 +274,10 @@ def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_
     assert result.metrics["heldout.accuracy"] >= 0.99, result.metrics
     assert result.metrics["verdict"] == "pass", result.metrics
     promote(ws, result.ref)
-    wrong = [(text, want, got.specialist) for text, want in EVERYDAY
-             if (got := route_text(ws, text, project=DEFAULT_PROJECT)).specialist != want]
-    assert wrong == []
+    router, _base = champion_router(ws, DEFAULT_PROJECT)
+    loaded = load_base(SMOLLM2)
+    everyday = read_everyday()
+    routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
+                          lambda texts, layer: turn_features(loaded.model, loaded.tokenizer, texts, layer))
+    score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
+    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, score
