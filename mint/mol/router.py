@@ -158,13 +158,16 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
         captured["hidden"] = output[0] if isinstance(output, tuple) else output
         raise _Stop
 
+    all_ids = [tokenizer(t if t.strip() else " ", add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
+               [tokenizer.eos_token_id] for t in texts]
+    # shortest first: a batch pads to its longest turn, and turns of similar length waste little on padding
+    # (the demo's logs: 27k tokens instead of 71k); the features go back in the caller's order below
+    order = sorted(range(len(all_ids)), key=lambda i: len(all_ids[i]))
     handle = layers[layer - 1].register_forward_hook(capture)
     pooled = []
     try:
-        for start in range(0, len(texts), batch_size):
-            chunk = [t if t.strip() else " " for t in texts[start:start + batch_size]]
-            ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
-                   [tokenizer.eos_token_id] for t in chunk]
+        for start in range(0, len(order), batch_size):
+            ids = [all_ids[i] for i in order[start:start + batch_size]]
             width = max(len(i) for i in ids)
             pad = tokenizer.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
@@ -179,7 +182,10 @@ def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size
             pooled.append((hidden * weights).sum(1) / weights.sum(1))
     finally:
         handle.remove()
-    return torch.cat(pooled)
+    features = torch.cat(pooled)
+    restored = torch.empty_like(features)
+    restored[torch.tensor(order)] = features
+    return restored
 
 
 def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = 1e-3) -> Probe:
