@@ -25,7 +25,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     from mint.data.datasets import iter_episodes
     from mint.data.ingest import ingest
     from mint.harness.base import HarnessSettings
-    from mint.mol.generate import generate_batches
+    from mint.mol.generate import answer_ends, generate_batches
     from mint.registry import store
     from mint.train.examples import build_examples
     from mint.train.rewards import reward_functions
@@ -55,8 +55,11 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     model.eval()
     settings = HarnessSettings(system=None, template="{prompt}", tools=None, max_new_tokens=max_new_tokens,
                                temperature=temperature, top_p=0.95, samples=samples, batch_size=8, timeout_s=10.0,
-                               catalog=None)
-    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(r) for r in rows], settings)
+                               catalog=None, stop_at_answer_end=True)
+    # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
+    # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
+    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(r) for r in rows], settings,
+                                         answer_end=answer_ends(specialist, settings))
 
     rewards = reward_functions(specialist, ())
     served_by = champion.ref if champion else f"base:{model_base}"

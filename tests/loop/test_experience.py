@@ -11,7 +11,7 @@ USER = {"role": "user", "content": "Weather in Paris?"}
 CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
 
-def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call(ws, project, tmp_path, monkeypatch):
+def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_stops_after_the_call(ws, project, tmp_path, monkeypatch):
     from mint.data.ingest import ingest
     from mint.loop.experience import gather_experience
     from mint.mol import generate
@@ -21,10 +21,11 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call(ws, pr
                                        "tools": TOOLS, "specialist": "agent"}) + "\n"
                            for user in (USER, {"role": "user", "content": "And in Rome?"})))
     ingest(ws, [log], dataset="logs", project=project)
-    shown = []
+    shown, stops = [], []
 
     def answer_with_the_call(model, tokenizer, conversations, settings, *args, **kwargs):
         shown.extend(conversations)
+        stops.append(kwargs.get("answer_end"))
         return [['{"name": "get_weather", "arguments": {"city": "Paris"}}'] for _ in conversations], [0.0]
 
     monkeypatch.setattr(generate, "generate_batches", answer_with_the_call)
@@ -32,4 +33,5 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call(ws, pr
                                samples=1, prompts=2, max_new_tokens=4)
     listing = AgentHarness(HarnessSettings()).system({"messages": [USER], "tools": TOOLS})
     assert [{"role": "system", "content": listing}, USER] in shown and len(shown) == 2
+    assert stops == [("json", "fence", "tool_call")]
     assert result["passed"] == 2   # both logged answers are the call it makes
