@@ -255,7 +255,9 @@ class AgentHarness(Harness):
 
     def system(self, record: dict) -> str | None:
         base = super().system(record) or ""
-        tools = json.dumps([t.get("function", t) for t in self.tools(record)], ensure_ascii=False)
+        # keys sorted: JSON key order carries no meaning, and ingested episodes (what training shows) store
+        # them sorted, so a suite's tools read the same as the logged ones whatever order its file has
+        tools = json.dumps([t.get("function", t) for t in self.tools(record)], ensure_ascii=False, sort_keys=True)
         return (base + "\n\n" if base else "") + (
             "You can call these functions:\n" + tools + "\nAnswer with the call as JSON: "
             '{"name": "...", "arguments": {...}}, or a JSON list of such calls.')

@@ -25,7 +25,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     from mint.data.datasets import iter_episodes
     from mint.data.ingest import ingest
     from mint.harness.base import HarnessSettings
-    from mint.mol.generate import generate_batches
+    from mint.mol.generate import answer_ends, generate_batches
     from mint.registry import store
     from mint.train.examples import build_examples
     from mint.train.rewards import reward_functions
@@ -55,8 +55,11 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     model.eval()
     settings = HarnessSettings(system=None, template="{prompt}", tools=None, max_new_tokens=max_new_tokens,
                                temperature=temperature, top_p=0.95, samples=samples, batch_size=8, timeout_s=10.0,
-                               catalog=None)
-    answers, _latency = generate_batches(model, loaded.tokenizer, [r["prompt"] for r in rows], settings)
+                               catalog=None, stop_at_answer_end=True)
+    # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
+    # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
+    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(r) for r in rows], settings,
+                                         answer_end=answer_ends(specialist, settings))
 
     rewards = reward_functions(specialist, ())
     served_by = champion.ref if champion else f"base:{model_base}"
@@ -87,6 +90,19 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     return {"prompts": len(rows), "answers": scored, "passed": passed,
             "mean_reward": round(total_reward / scored, 4) if scored else None, "served_by": served_by,
             "file": str(path), "version": result.version, "episodes_added": result.episodes_added}
+
+
+def _prompt_as_trained(row: dict) -> list[dict]:
+    """The row's prompt with its tools listed in the system turn, in the agent harness's words, as mint's
+    training template shows them: without the listing an agent cannot know which functions it may call."""
+    from mint.harness.agent import AgentHarness
+    from mint.harness.base import HarnessSettings
+
+    tools = json.loads(row.get("tools") or "[]")
+    if not tools:
+        return row["prompt"]
+    system = AgentHarness(HarnessSettings()).system({"messages": row["prompt"], "tools": tools})
+    return [{"role": "system", "content": system}] + [m for m in row["prompt"] if m.get("role") != "system"]
 
 
 def _distinct_prompts(rows: list[dict]) -> list[dict]:

@@ -253,6 +253,27 @@ def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
     assert torch.allclose(alone[0], batched[1], atol=1e-5)
 
 
+def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_similar_length():
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import turn_features
+
+    loaded = load_base(TINY)
+    long = "please write a long python function that parses dates in many formats " * 3
+    texts = [long, "hi", long + "and times", "yo"]
+    widths = []
+    hook = loaded.model.get_decoder().embed_tokens.register_forward_hook(
+        lambda _module, inputs, _output: widths.append(inputs[0].shape[1]))
+    try:
+        batched = turn_features(loaded.model, loaded.tokenizer, texts, 2, batch_size=2)
+    finally:
+        hook.remove()
+    one_by_one = torch.cat([turn_features(loaded.model, loaded.tokenizer, [t], 2) for t in texts])
+    assert torch.allclose(batched, one_by_one, atol=1e-5)
+    assert min(widths[:2]) <= 2      # the two short turns share a batch instead of padding to the long ones
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 10 goal not met yet: measured 2026-11-30 (scripts/bench_router.py), "
                    "rules + probe at layer 15 reach 0.982 held-out (chat recall 0.94, the probe's) and 0.881 on the "

@@ -93,3 +93,27 @@ def test_agent_rows_carry_their_tools_and_the_template_shows_them_as_the_agent_h
                                               tokenize=False)
         expected = harness.system({"messages": messages, "tools": TOOLS})
         assert shown.startswith(f"<|im_start|>system\n{expected}<|im_end|>\n<|im_start|>user\nWeather in Paris?")
+
+
+def test_a_logged_agent_turn_is_trained_under_the_system_prompt_its_eval_shows(ws, project, tokenizer, tmp_path):
+    """Ingest stores episodes as canonical (key-sorted) JSON; a suite keeps its file's key order. The
+    training text must still show the tools exactly as the agent harness shows them to the model."""
+    from mint.data.datasets import iter_episodes
+    from mint.data.ingest import ingest
+
+    tools = [{"type": "function", "function": {"name": "draw_rectangle", "description": "Draw a rectangle.",
+                                              "parameters": {"type": "object", "properties": {
+                                                  "width": {"type": "integer"}, "height": {"type": "integer"},
+                                                  "color": {"type": "string"}}, "required": ["width", "height"]}}}]
+    user = {"role": "user", "content": "A red rectangle, 20 by 10."}
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "draw_rectangle", "arguments": '{"width": 20, "height": 10, "color": "red"}'}}
+    log = tmp_path / "app.jsonl"
+    log.write_text(json.dumps({"messages": [user, {"role": "assistant", "content": None, "tool_calls": [call]}],
+                               "tools": tools, "specialist": "agent"}) + "\n")
+    ingest(ws, [log], dataset="logs", project=project)
+    (row,) = build_examples("sft", iter_episodes(ws, "logs", None, "agent"), dataset="logs")
+    trained = tokenizer.apply_chat_template(row["messages"], tools=json.loads(row["tools"]),
+                                            chat_template=training_chat_template(), tokenize=False)
+    evaluated = AgentHarness(HarnessSettings()).system({"messages": [user], "tools": tools})
+    assert trained.startswith(f"<|im_start|>system\n{evaluated}<|im_end|>\n<|im_start|>user\n{user['content']}")
