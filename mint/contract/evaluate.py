@@ -158,6 +158,10 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         "verdict": "pass" if all(g.passed for g in gates) else "fail",
         "examples": {suite.name: len(records) for suite, records in suites},
         "examples_sha256": examples_sha256,
+        # what each suite was, so a later generation can be measured on this one's retention suites again
+        "suites": [{"name": suite.name, "source": suite.source, "metrics": list(suite.metrics),
+                    "sha256": None if suite.live else hashlib.sha256(suite.data.read_bytes()).hexdigest()}
+                   for suite, _records in suites],
         # suites drawn from a dataset: its resolved version and the episodes used, to make the report again
         **({"live_suites": live_suites} if live_suites else {}),
         "statistics": STATISTICS,
