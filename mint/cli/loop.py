@@ -115,6 +115,8 @@ def _render_generations(result) -> None:
     for row in result.generations:
         if row.reason:
             out.print(f"[yellow]{row.specialist} (iteration {row.iteration}):[/] {escape(row.reason)}")
+    for alert in result.alerts:
+        out.print(f"[yellow]warning (mint monitor):[/] {escape(alert)}")
 
 
 def _render_progress(result) -> None:
