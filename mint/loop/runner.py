@@ -169,7 +169,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         if not resume and state.last_run.get("finished") and state.last_run.get("end") == start:
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
-                                      "left them: nothing to do")
+                                      "left them: nothing to do", alerts=routing_alerts(ws, project))
         first = 1
         if resume:
             if state.last_run and not state.last_run.get("finished"):
