@@ -57,16 +57,3 @@ def test_a_candidate_that_forgets_an_earlier_retention_suite_is_rejected(ws, tmp
     reason = forgetting_reason(transfer)
     assert reason.startswith("forgetting: retention.parse_rate fell from 1") and first.ref in reason
 
-
-def test_a_retention_suite_the_eval_measured_is_reused_not_generated_again(ws, tmp_path, candidate):
-    suite(tmp_path / "core.jsonl", ["alpha", "beta"])
-    suite(tmp_path / "retention.jsonl", ["north", "south"])
-    path = tmp_path / "c.yaml"
-    path.write_text(CONTRACT.format(version=1, retention="retention.jsonl"))
-    first = candidate("genui")
-    promote(ws, first.ref, report_path=evaluate(ws, first.ref, path).report_path)
-    second = candidate("genui")
-    result = evaluate(ws, second.ref, path)
-    [row] = backward_transfer(ws, load_contract(path), second.ref, result.report_path)
-    assert row["reused"] and row["introduced_by"] == first.ref and not row["regressed"]
-    assert forgetting_reason([row]) is None
