@@ -52,6 +52,10 @@ def _render_check(path: Path, summary) -> None:
         resolves = (f"resolves pass/fail differences of {s.detectable:.0%} or more ({s.detectable_examples} of "
                     f"{s.records} examples, all one way)" if s.detectable is not None
                     else "too small to show any difference as significant")
+        if s.records is None:     # a live suite: its records exist only in a workspace, read by `mint eval`
+            out.print(f"  {s.name}: the held-out split of {escape(s.data)}, read when evaluated"
+                      f"{f', up to {s.limit} records' if s.limit else ''}, metrics {', '.join(s.metrics)}")
+            continue
         out.print(f"  {s.name}: {s.records} records from {escape(s.data)}, metrics {', '.join(s.metrics)}; "
                   f"{resolves}")
     if summary.isolation:

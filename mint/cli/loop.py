@@ -82,10 +82,13 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         out.print(table)
         if result.message:
             out.print(result.message)
-    elif result.status == "nothing new":
-        out.print(f"{result.recipe}: {result.message}")
     else:
-        _render_generations(result)
+        if result.status == "nothing new":
+            out.print(f"{result.recipe}: {result.message}")
+        else:
+            _render_generations(result)
+        for alert in result.alerts:
+            out.print(f"[yellow]warning (mint monitor):[/] {escape(alert)}")
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 from mint.contract.gates import apply_gates
+from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
-from mint.contract.schema import Contract, load_contract, read_suite
+from mint.contract.schema import Contract, load_contract
 from mint.errors import BadInput, Refused
 from mint.registry import store
 from mint.registry.artifacts import load_revision
@@ -86,7 +87,9 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
 
 
 def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, limit, predictions, base, progress,
-              loaded: dict) -> EvalResult:
+              loaded: dict, resolved: tuple[list, dict] | None = None) -> EvalResult:
+    """``resolved``: the suites' records as the candidate's evaluation read them, so that its baseline is
+    measured on the same episodes of a live suite (`@latest` resolved once)."""
     started = time.perf_counter()
     revision, adapter_dir = None, None
     if ref not in (None, "base"):
@@ -94,7 +97,8 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         if revision.specialist != contract.specialist:
             raise BadInput(f"{revision.ref} is a {revision.specialist} revision; contract {contract.name} is for "
                            f"{contract.specialist}", field="REF")
-    suites = [(suite, read_suite(contract, suite, limit)) for suite in contract.suites]
+    resolved = resolved or read_suites(ws, contract, limit)
+    suites, live_suites = resolved
     keys = {suite.name: example_keys(records) for suite, records in suites}
     examples_sha256 = examples_digest(suites)
     base_name = base or (revision.base if revision else None) or _project_base()
@@ -106,10 +110,10 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     if not is_base:
         if champion_id is not None and (revision is None or champion_id != revision.id):
             baseline, baseline_evaluated = _champion_baseline(ws, contract, champion_id, examples_sha256, limit,
-                                                              base, progress, loaded)
+                                                              base, progress, loaded, resolved)
         else:
             baseline, baseline_evaluated = _base_baseline(ws, contract, base_name, examples_sha256, limit, progress,
-                                                          loaded)
+                                                          loaded, resolved)
 
     generation = None
     if predictions is not None:
@@ -155,6 +159,12 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         "verdict": "pass" if all(g.passed for g in gates) else "fail",
         "examples": {suite.name: len(records) for suite, records in suites},
         "examples_sha256": examples_sha256,
+        # what each suite was, so a later generation can be measured on this one's retention suites again
+        "suites": [{"name": suite.name, "source": suite.source, "metrics": list(suite.metrics),
+                    "sha256": None if suite.live else hashlib.sha256(suite.data.read_bytes()).hexdigest()}
+                   for suite, _records in suites],
+        # suites drawn from a dataset: its resolved version and the episodes used, to make the report again
+        **({"live_suites": live_suites} if live_suites else {}),
         "statistics": STATISTICS,
         "source": "predictions" if predictions is not None else "generated", "generation": generation,
         "predictions": PREDICTIONS_FILE, "created_at": store.now(),
@@ -277,7 +287,7 @@ def _load_baseline(ws: Workspace, report: Report) -> Baseline:
                     report.examples_sha256)
 
 
-def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded):
+def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded, resolved):
     """The champion's newest registered, generated report on these examples; evaluated now when it has none."""
     conn = store.open_store(ws)
     try:
@@ -288,7 +298,7 @@ def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, 
     if found is not None:
         return _load_baseline(ws, found), False
     result = _evaluate(ws, champion.ref, contract, out_dir=None, limit=limit, predictions=None, base=base,
-                       progress=progress, loaded=loaded)
+                       progress=progress, loaded=loaded, resolved=resolved)
     return _load_baseline(ws, read_report(Path(result.report_path))), True
 
 
@@ -297,7 +307,7 @@ def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha2
         f"base-{fingerprint.split(':')[-1][:16]}-{contract.sha256[:12]}-{examples_sha256[:12]}"
 
 
-def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded):
+def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded, resolved):
     """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint and examples."""
     fingerprint = _base_fingerprint(base_name, loaded)
     if store.db_path(ws).exists():
@@ -309,7 +319,7 @@ def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, lo
         if found is not None:
             return _load_baseline(ws, found), False
     result = _evaluate(ws, "base", contract, out_dir=None, limit=limit, predictions=None, base=base_name,
-                       progress=progress, loaded=loaded)
+                       progress=progress, loaded=loaded, resolved=resolved)
     return _load_baseline(ws, read_report(Path(result.report_path))), True
 
 

@@ -27,14 +27,29 @@ GATE_KEYS = ("metric", "min", "max", "no_regression", "improve")
 PROMOTION_KEYS = ("min_examples", "auto")
 LATENCY_METRICS = ("latency.p50_ms", "latency.p95_ms")
 _SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+LIVE_PREFIX = "dataset:"
+_LIVE_REF = re.compile(r"^dataset:([A-Za-z0-9][A-Za-z0-9._-]{0,99})@([A-Za-z0-9._-]{1,64})$")
+# a live suite's records are made from logged episodes; HumanEval-style tests cannot be
+LIVE_HARNESSES = ("chat", "agent", "genui")
 
 
 @dataclass(frozen=True)
 class Suite:
     name: str
-    data: Path
+    data: Path | None               # a suite file; None for a live suite
     metrics: tuple[str, ...]
     limit: int | None
+    dataset: str | None = None      # a live suite: drawn from this dataset's held-out split ...
+    version: str | None = None      # ... at this version (`latest` resolves when the suite is read)
+    where: str = ""                 # the suite's field in the contract, for errors about its data
+
+    @property
+    def live(self) -> bool:
+        return self.dataset is not None
+
+    @property
+    def source(self) -> str:
+        return f"{LIVE_PREFIX}{self.dataset}@{self.version}" if self.live else str(self.data)
 
 
 @dataclass(frozen=True)
@@ -179,9 +194,21 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         if suite_name in names:
             raise doc.error(f"{where}.name", f"suite {suite_name!r} appears twice")
         names.add(suite_name)
-        data_path = (path.parent / _string(doc, raw["data"], f"{where}.data")).resolve()
-        if not is_file(data_path):
-            raise doc.error(f"{where}.data", f"no such file: {data_path}")
+        data_text = _string(doc, raw["data"], f"{where}.data")
+        dataset = dataset_version = data_path = None
+        if data_text.startswith(LIVE_PREFIX):
+            match = _LIVE_REF.match(data_text)
+            if match is None:
+                raise doc.error(f"{where}.data", f"expected {LIVE_PREFIX}NAME@VERSION (a version hash prefix, vN "
+                                                 f"or latest), got {data_text!r}")
+            if harness_name not in LIVE_HARNESSES:
+                raise doc.error(f"{where}.data", f"the {harness_name} harness cannot score logged episodes "
+                                                 f"(live suites: {', '.join(LIVE_HARNESSES)}); use a suite file")
+            dataset, dataset_version = match.groups()
+        else:
+            data_path = (path.parent / data_text).resolve()
+            if not is_file(data_path):
+                raise doc.error(f"{where}.data", f"no such file: {data_path}")
         metrics = raw.get("metrics", list(available))
         if not isinstance(metrics, list) or not metrics:
             raise doc.error(f"{where}.metrics", "expected a non-empty list of metric names")
@@ -192,7 +219,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         limit = raw.get("limit")
         if limit is not None:
             _number(doc, limit, f"{where}.limit", minimum=1, integer=True)
-        suites.append(Suite(suite_name, data_path, tuple(metrics), limit))
+        suites.append(Suite(suite_name, data_path, tuple(metrics), limit, dataset, dataset_version, f"{where}.data"))
 
     gates = []
     raw_gates = data.get("gates") or []
@@ -227,10 +254,12 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         raise doc.error("promotion.auto", "expected true or false")
 
     contract = Contract(name, version, specialist, harness_name, settings, tuple(suites), tuple(gates), min_examples,
-                        auto, path.absolute(), contract_sha256(path, [s.data for s in suites], catalog), doc)
+                        auto, path.absolute(), contract_sha256(path, [s.data for s in suites if not s.live], catalog),
+                        doc)
     if check_data:
         for suite in contract.suites:
-            read_suite(contract, suite)
+            if not suite.live:      # a live suite's data exists only in a workspace: read when evaluated
+                read_suite(contract, suite)
     return contract
 
 
@@ -245,7 +274,8 @@ def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None) -
 
 
 def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> list[dict]:
-    """The suite's records (up to the smaller of its limit and ``limit``); a bad line is BadInput at its line."""
+    """The suite file's records (up to the smaller of its limit and ``limit``); a bad line is BadInput at its
+    line. Live suites are read by mint.contract.live."""
     harness = contract.harness()
     cap = min(x for x in (suite.limit, limit) if x is not None) if (suite.limit or limit) else None
     records = []
@@ -272,7 +302,7 @@ def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> li
 class SuiteCheck:
     name: str
     data: str
-    records: int
+    records: int | None             # None: a live suite, counted when it is evaluated
     limit: int | None
     metrics: list[str]
     detectable: float | None        # the smallest pass/fail delta this many examples can show at 95%
@@ -304,9 +334,9 @@ def check_contract(path: Path) -> ContractCheck:
     contract = load_contract(path, check_data=False)
     suites = []
     for suite in contract.suites:
-        records = len(read_suite(contract, suite))
-        mde = minimum_detectable_effect(records)
-        suites.append(SuiteCheck(suite.name, str(suite.data), records, suite.limit, list(suite.metrics),
+        records = None if suite.live else len(read_suite(contract, suite))
+        mde = minimum_detectable_effect(records) if records else None
+        suites.append(SuiteCheck(suite.name, suite.source, records, suite.limit, list(suite.metrics),
                                  mde[0] if mde else None, mde[1] if mde else None))
     isolation = None
     if contract.harness_name == "coding":

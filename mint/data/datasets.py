@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import itertools
 import json
 import os
@@ -34,6 +35,11 @@ SUPERSEDED_FILE = "superseded.txt"
 VERSION_CHARS = 12
 EXPORT_FORMATS = ("openai", "hf")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# The held-out split: the slice of every dataset that contract suites drawn from the data
+# (`dataset:NAME@latest`) evaluate on and that training never sees. Fixed key and fraction, so an
+# episode's side never changes as the dataset grows.
+HELDOUT_FRACTION = 0.1
+HELDOUT_KEY = b"mint-heldout-v1"
 
 
 def check_name(name: str) -> None:
@@ -108,6 +114,33 @@ def quarantine_keys(directory: Path) -> Iterator[bytes]:
                 continue   # a torn line: cut at the next append
 
 
+# --- the held-out split ----------------------------------------------------------
+
+def heldout_key(episode: dict) -> str | None:
+    """What decides an episode's side: the text of its first user message. Not the episode id, because
+    the same question must stay on one side when it is re-logged with more turns or later feedback (a
+    new id), asked again, or answered by the champion as experience. None when there is no user turn."""
+    for message in episode.get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False)
+    return None
+
+
+def heldout_position(episode: dict) -> float | None:
+    """A keyed hash of :func:`heldout_key` mapped to [0, 1); None when the episode has no user turn."""
+    key = heldout_key(episode)
+    if key is None:
+        return None
+    digest = hmac.new(HELDOUT_KEY, key.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
+def is_heldout(episode: dict, fraction: float = HELDOUT_FRACTION) -> bool:
+    position = heldout_position(episode)
+    return position is not None and position < fraction
+
+
 # --- reading for users and later stages ----------------------------------------
 
 def dataset_dir(ws: Workspace, name: str) -> Path:
@@ -167,10 +200,17 @@ def superseded_ids(directory: Path, versions: list[str]) -> set[bytes]:
     return gone
 
 
+SPLITS = (None, "train", "heldout")
+
+
 def iter_episodes(ws: Workspace, name: str, version: str | None = None,
-                  specialist: str | None = None) -> Iterator[dict]:
+                  specialist: str | None = None, split: str | None = None) -> Iterator[dict]:
     """Every episode of the dataset as of ``version``, oldest first, without those a later record of
-    the same conversation replaced (up to ``version``)."""
+    the same conversation replaced (up to ``version``). ``split="train"`` leaves out the held-out split
+    (every reader of training data asks for it: `mint train`, the loop's experience, `mint data export`);
+    ``split="heldout"`` keeps only that split (live contract suites)."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}")
     directory, manifest = resolve_version(ws, name, version)
     versions = chain(directory, manifest["version"])
     for v in versions:   # before the first episode: nothing downstream may see a changed version
@@ -179,7 +219,8 @@ def iter_episodes(ws: Workspace, name: str, version: str | None = None,
     for v in versions:
         for episode in read_episodes(directory, v):
             if (specialist is None or episode["specialist"] == specialist) and \
-                    (not gone or bytes.fromhex(episode["id"][:32]) not in gone):
+                    (not gone or bytes.fromhex(episode["id"][:32]) not in gone) and \
+                    (split is None or is_heldout(episode) == (split == "heldout")):
                 yield episode
 
 
@@ -306,7 +347,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
     _directory, manifest = resolve_version(ws, name, version)
     if out.exists() and not force:
         raise BadInput("already exists; choose another path or pass --force", file=str(out))
-    episodes = rated(iter_episodes(ws, name, manifest["version"], specialist), min_rating)
+    episodes = rated(iter_episodes(ws, name, manifest["version"], specialist, split="train"), min_rating)
     first = next(episodes, None)
     if first is None:
         which = f"of specialist {specialist!r}" if specialist else "at all"
@@ -338,7 +379,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
 
 def _hf_rows(home: str, name: str, version: str, specialist: str | None,
              min_rating: int | None = None) -> Iterator[dict]:
-    for episode in rated(iter_episodes(Workspace(Path(home)), name, version, specialist), min_rating):
+    for episode in rated(iter_episodes(Workspace(Path(home)), name, version, specialist, split="train"), min_rating):
         record = to_openai(episode)
         yield {
             "id": episode["id"], "specialist": episode["specialist"],

@@ -30,7 +30,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     from mint.train.examples import build_examples
     from mint.train.rewards import reward_functions
 
-    rows = build_examples("grpo", iter_episodes(ws, dataset, None, specialist), dataset=f"{dataset} ({specialist})")
+    rows = build_examples("grpo", iter_episodes(ws, dataset, None, specialist, split="train"),
+                          dataset=f"{dataset} ({specialist})")
     rows = _distinct_prompts(rows)[:prompts]
 
     champion, adapter_dir, model_base = None, None, base

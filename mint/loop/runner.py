@@ -63,6 +63,9 @@ class LoopResult:
     plan: list[dict] = field(default_factory=list)
     state_file: str = ""
     message: str = ""
+    # `mint monitor`'s alerts on the workspace's served logs (routing share shift, max share): a warning to
+    # read with the verdicts, never a failure of the loop
+    alerts: list[str] = field(default_factory=list)
 
 
 def _sha(*parts: Any) -> str:
@@ -166,7 +169,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         if not resume and state.last_run.get("finished") and state.last_run.get("end") == start:
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
-                                      "left them: nothing to do")
+                                      "left them: nothing to do", alerts=routing_alerts(ws, project))
         first = 1
         if resume:
             if state.last_run and not state.last_run.get("finished"):
@@ -191,7 +194,14 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         state.runs.append(dict(state.last_run))
         state.save()
         return LoopResult(recipe.name, "ran", total - first + 1, exit_code, outcomes, generations,
-                          state_file=str(state.path))
+                          state_file=str(state.path), alerts=routing_alerts(ws, project))
+
+
+def routing_alerts(ws: Workspace, project) -> list[str]:
+    """`mint monitor`'s alerts for the last day of served turns, with the thresholds of ``mint.yaml``."""
+    from mint.mol.monitor import monitor
+
+    return list(monitor(ws, project, window="1d").alerts)
 
 
 def _now() -> str:
@@ -353,15 +363,22 @@ class _Context:
                 "train_loss": result.metrics.get("train_loss")}
 
     def _run_eval(self, step: Step) -> dict:
+        """The candidate under its contract, then on every earlier generation's retention suites."""
         from mint.contract.evaluate import evaluate
+        from mint.contract.forgetting import backward_transfer
+        from mint.contract.schema import load_contract
 
         candidate = self.candidates[step.specialist]
-        result = evaluate(self.ws, candidate["revision"], self.recipe.path.parent / step.options["contract"],
-                          limit=step.options.get("limit"))
+        contract_path = self.recipe.path.parent / step.options["contract"]
+        result = evaluate(self.ws, candidate["revision"], contract_path, limit=step.options.get("limit"))
         report = result.report
+        transfer = backward_transfer(self.ws, load_contract(contract_path), candidate["revision"],
+                                     Path(result.report_path), base=self.base)
         return {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
                 "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
-                "baseline": report.get("baseline") or {}, "gates": report.get("gates") or []}
+                "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
+                "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
+                                                  if report.get("live_suites") else {})}
 
     def _run_promote(self, step: Step) -> dict:
         from mint.registry.promotion import promote, reject
@@ -369,6 +386,10 @@ class _Context:
         evaluation = self.evaluations[step.specialist]
         ref = evaluation["revision"]
         hacked = self.guard(step.specialist, evaluation) if evaluation["verdict"] == "pass" else None
+        if hacked is None and evaluation["verdict"] == "pass":
+            from mint.contract.forgetting import forgetting_reason
+
+            hacked = forgetting_reason(evaluation.get("backward_transfer") or [])
         if hacked:
             reject(self.ws, ref, why=hacked)
             return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": hacked,

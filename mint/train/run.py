@@ -263,7 +263,7 @@ def build_run_examples(ws: Workspace, plan: TrainPlan) -> list[dict]:
     if plan.dataset is None:
         return list(load_environment(plan.env).tasks())
     name, _, version = plan.dataset.partition("@")
-    return build_examples(plan.method, iter_episodes(ws, name, version, plan.specialist),
+    return build_examples(plan.method, iter_episodes(ws, name, version, plan.specialist, split="train"),
                           dataset=f"{plan.dataset} ({plan.specialist})")
 
 

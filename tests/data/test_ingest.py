@@ -173,11 +173,12 @@ def test_export_hf_loads_with_datasets(ws, project, tmp_path):
     from datasets import load_from_disk
 
     ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", feedback={"thumbs": "down"}),
-                                                   chat_row("python code please")])],
+                                                   chat_row("write python code please")])],
            dataset="d", project=project)
     datasets.export_dataset(ws, "d", "hf", tmp_path / "hf", specialist="coding")
     loaded = load_from_disk(str(tmp_path / "hf"))
-    assert len(loaded) == 1 and loaded[0]["messages"][0]["content"] == "python code please"
+    # ("python code please" falls in the held-out split, which export leaves out)
+    assert len(loaded) == 1 and loaded[0]["messages"][0]["content"] == "write python code please"
 
 
 def test_export_refuses_to_overwrite(ws, project, tmp_path):

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from mint.cli import main
+from mint.data.datasets import iter_episodes
 from mint.errors import Refused
 from mint.loop.runner import LoopLock, run_loop
 from mint.registry import store
 from tests.conftest import run_mint
+from tests.mol.test_monitor import _log
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
@@ -21,7 +23,7 @@ RECIPE = """\
 # Run: mint loop r.yaml
 recipe: {name}
 base: tiny-random
-dataset: loopdata
+dataset: smoke
 loop: {{iterations: {iterations}}}
 steps:
   - ingest: {{sources: [{logs}]}}
@@ -42,8 +44,10 @@ def recipe(tmp_path, name="t", iterations=2, contract=SMOKE_CONTRACT, fatal="fal
 def strict_contract(tmp_path) -> Path:
     """The smoke contract with a gate the tiny random base cannot pass."""
     text = SMOKE_CONTRACT.read_text().replace("contract: genui-smoke", "contract: genui-strict")
-    text = text.replace("ui4a/", f"{SMOKE_CONTRACT.parent}/ui4a/").replace("../examples", f"{ROOT}/examples")
-    text = text.replace("suites/", f"{SMOKE_CONTRACT.parent}/suites/")
+    for key in ("catalog: ", "data: "):       # its files by absolute path (and not inside a path already made so)
+        text = text.replace(key + "ui4a/", f"{key}{SMOKE_CONTRACT.parent}/ui4a/")
+        text = text.replace(key + "../examples", f"{key}{ROOT}/examples")
+        text = text.replace(key + "suites/", f"{key}{SMOKE_CONTRACT.parent}/suites/")
     text = text.replace("  - {metric: core.parse_rate, no_regression: 0.05}",
                         "  - {metric: core.parse_rate, min: 0.9}")
     path = tmp_path / "strict-contract.yaml"
@@ -60,11 +64,17 @@ def champion(ws, specialist="genui"):
         conn.close()
 
 
+def first_request(episode: dict) -> str:
+    return next(m["content"] for m in episode["messages"] if m["role"] == "user")
+
+
 def test_two_generations_then_an_idempotent_rerun(ws, tmp_path, capsys):
+    _log(ws, {"chat": 1, "coding": 17, "genui": 2}, seconds_ago=60)       # served traffic: coding takes 85%
     path = recipe(tmp_path)
     assert main(["loop", str(path), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "ran" and result["exit_code"] == 0
+    assert any("coding takes 85%" in a for a in result["alerts"])       # mint monitor's alert: a warning only
     rows = result["generations"]
     assert [(r["iteration"], r["candidate"]) for r in rows] == [(1, "genui:v1"), (2, "genui:v2")]
     kinds = [(s["iteration"], s["label"], s["status"]) for s in result["steps"]]
@@ -78,10 +88,29 @@ def test_two_generations_then_an_idempotent_rerun(ws, tmp_path, capsys):
     assert v2.parent == store.resolve(conn, "genui:v1").id
     conn.close()
     assert champion(ws) == "genui:v2"
+    # the live suite: each generation measured on the held-out split of the version it ran on
+    ingested = next(s for s in result["steps"] if s["label"] == "ingest")["output"]["version"]
+    evals = [s["output"] for s in result["steps"] if s["label"] == "eval genui"]
+    live = [e["live_suites"]["live"] for e in evals]
+    assert live[0]["version"] == ingested and live[1]["version"] == experience["output"]["version"]
+    assert all(x["dataset"] == "smoke" and x["count"] == len(x["episodes"]) == 4 for x in live)
+    # ... which no training run ever read, in either generation (the second also trains on experience)
+    heldout = {first_request(e) for e in iter_episodes(ws, "smoke", split="heldout")}
+    assert {first_request(e) for e in iter_episodes(ws, "smoke") if e["id"] in live[1]["episodes"]} <= heldout
+    for train in (s["output"] for s in result["steps"] if s["label"] == "train genui"):
+        rows = [json.loads(line) for line in open(ws.home / "runs" / train["run"] / "examples.jsonl")]
+        assert rows and not heldout & {m["content"] for r in rows for m in r.get("messages") or r.get("prompt")}
+    # backward transfer: generation 2 against generation 1 on its retention suite, reused from the same eval
+    assert evals[0]["backward_transfer"] == []
+    (transfer,) = evals[1]["backward_transfer"]
+    assert transfer["introduced_by"] == "genui:v1" and transfer["reused"] and not transfer["regressed"]
     # nothing changed since: a cron run costs a state check and does nothing
     assert main(["loop", str(path), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["status"] == "nothing new" and again["steps"] == []
+    assert any("coding takes 85%" in a for a in again["alerts"])
+    assert main(["loop", str(path)]) == 0
+    assert "warning (mint monitor): coding takes 85%" in capsys.readouterr().out
     assert main(["loop", str(path), "--dry-run"]) == 0
     assert "nothing new" in capsys.readouterr().out
 
