@@ -205,6 +205,8 @@ def test_a_listener_that_refuses_stops_only_its_row(tiny_runtime, tiny_loras):
 def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, tiny_loras):
     """Routing runs its own pass on the bare base (the probe's features never see an adapter), and the routed
     turn's answer is token for token what the chosen specialist gives when forced."""
+    from dataclasses import replace
+
     import torch
 
     from mint.base import load_base
@@ -213,7 +215,9 @@ def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, 
     from mint.mol.runtime import Decoding, MixtureRuntime
     from mint.project import DEFAULT_PROJECT, Project
 
-    project = Project(base=TINY, specialists=DEFAULT_PROJECT.specialists)
+    # no keywords or patterns: the probe, however unsure, decides
+    project = Project(base=TINY, specialists=tuple(replace(s, keywords=(), patterns=())
+                                                   for s in DEFAULT_PROJECT.specialists))
     runtime = MixtureRuntime(load_base(TINY), project.names, max_rank=16)
     for name in project.names:
         runtime.load_adapter(name, tiny_loras[name])
@@ -222,7 +226,7 @@ def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, 
                   torch.zeros(len(project.names)), torch.zeros(hidden), torch.ones(hidden))
     mixture = Mixture(ws, project, runtime)
     mixture.router = Router(project, probe, "router:test")
-    text = "What do you think about rainy Sundays?"   # no rule decides it
+    text = "What do you think about rainy Sundays?"
     runtime.generate(CONVERSATIONS, ["coding", "agent", None, "genui", "chat"], Decoding(2))   # a mixed batch first
     bare = load_base(TINY)
     assert torch.equal(mixture.features([text], 1), turn_features(bare.model, bare.tokenizer, [text], 1))
