@@ -252,11 +252,13 @@ def send(url: str, request: dict) -> Outcome:
 
 
 def run_load(url: str, plan: list[dict], clients: int, promote, on_warm) -> list[Outcome]:
-    """Send ``plan`` from ``clients`` threads; ``on_warm`` runs after the first tenth, ``promote`` halfway."""
+    """Send ``plan`` from ``clients`` threads; ``on_warm`` runs after the first quarter (by then every kind of
+    request has been served: the allocator's arenas and caches have grown) and again at three quarters,
+    ``promote`` halfway."""
     done = Counter()
     lock = threading.Lock()
-    warm_at, promote_at = max(1, len(plan) // 10), len(plan) // 2
-    hooks = {warm_at: on_warm, promote_at: promote, **{len(plan) * q // 4: on_warm for q in (1, 3)}}
+    warm_at, promote_at = max(1, len(plan) // 4), len(plan) // 2
+    hooks = {warm_at: on_warm, promote_at: promote, max(warm_at + 1, len(plan) * 3 // 4): on_warm}
 
     def one(request: dict) -> Outcome:
         started = time.perf_counter()
@@ -375,7 +377,7 @@ def run_suite(requests: int, clients: int, seed: int, *, sample: int = 64, log=p
         code = server.stop()
         server = None
         log(f"{requests} requests in {seconds:.1f} s; server RSS {rss.get('warm', 0):.0f} MB after warm-up, "
-            f"{rss['end']:.0f} MB at the end (at 10%/25%/75% of the requests: {rss.get('series')}); exit {code} "
+            f"{rss['end']:.0f} MB at the end (at 25%/75% of the requests: {rss.get('series')}); exit {code} "
             "on SIGINT")
         if promoted.get("code") != 0:
             raise RuntimeError(f"mint promote failed: {promoted.get('output')}")

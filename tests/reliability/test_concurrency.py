@@ -1,30 +1,19 @@
 """Suite 2 of issue #12, fast form: two `mint loop` and six promote / reject / rollback processes released
 together on one workspace. The long form is scripts/reliability_concurrency.py."""
-import importlib.util
-import sys
 import random
 from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_concurrency.py"
-
-
-def _suite():
-    spec = importlib.util.spec_from_file_location("reliability_concurrency", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.reliability.scripts import load_script
 
 
 def test_racing_loops_and_alias_moves_lose_no_update(tmp_path, ws):
-    problems, counts = _suite().run_once(tmp_path, random.Random(1), loops=2, ops=6, train=False)
+    problems, counts = load_script("concurrency").run_once(tmp_path, random.Random(1), loops=2, ops=6, train=False)
     assert problems == []
     assert counts["loop"] >= 1 and sum(counts.values()) >= 3   # the race did move aliases
 
 
 def test_the_suite_sees_a_lost_update(tmp_path, ws):
     """The checker itself: an alias moved from a champion that was no longer current is reported."""
-    suite = _suite()
+    suite = load_script("concurrency")
     home, reports = suite.build_workspace(tmp_path, candidates=2)
     from mint.registry import store
     conn = store.open_store(suite.workspace_of(home))

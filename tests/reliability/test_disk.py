@@ -1,27 +1,17 @@
 """Reliability suite 7 (issue #12), fast form: `mint ingest` on a full tmpfs and on a read-only workspace
 fails with one `error:` line, exit 1 or 2, and changes nothing. The long form, over train, eval and
 promote too, is `python scripts/reliability_disk.py` (`--quick` for a small one)."""
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_disk.py"
-
-
-def load_suite():
-    spec = importlib.util.spec_from_file_location("reliability_disk", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.reliability.scripts import load_script
 
 
 def test_ingest_on_a_full_disk_and_a_read_only_workspace_fails_cleanly_and_changes_nothing(tmp_path, capsys):
     """Regression (found by this suite): both printed a traceback and exited 3 (sqlite3 'database or disk
     is full', OSError EROFS)."""
-    suite = load_suite()
+    suite = load_script("disk")
     code = suite.main(["--quick", "--commands", "ingest", "--keep", str(tmp_path)])
     lines = capsys.readouterr().out.strip().splitlines()
     if "skipped=2" in lines[-1]:
@@ -33,7 +23,7 @@ def test_ingest_on_a_full_disk_and_a_read_only_workspace_fails_cleanly_and_chang
 
 
 def test_the_suite_names_a_traceback_and_a_left_behind_file_as_failures(tmp_path):
-    suite = load_suite()
+    suite = load_script("disk")
     _, problems = suite.message_problems("Traceback (most recent call last):\nOSError: [Errno 28]\n", 3)
     assert problems[:2] == ["exit 3 (expected 1 or 2)", "printed a traceback"]
     home = tmp_path / "ws"

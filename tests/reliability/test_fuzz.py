@@ -6,27 +6,15 @@ tiny base, plus one regression test per defect it found.
 from __future__ import annotations
 
 import gzip
-import importlib.util
-import sys
 import json
 import re
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_fuzz.py"
-
-
-def _fuzz_module():
-    spec = importlib.util.spec_from_file_location("reliability_fuzz", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+from tests.reliability.scripts import load_script
 
 
 def test_fuzzed_inputs_never_crash_mint():
-    fuzz = _fuzz_module()
+    fuzz = load_script("fuzz")
     result = fuzz.run_suite(100, seed=12, log=lambda _line: None)
     assert result["cases"] >= 95
     assert set(result["by_target"]) == set(fuzz.WEIGHTS)

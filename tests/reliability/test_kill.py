@@ -1,7 +1,6 @@
 """Reliability suite 1 (issue #12), fast form: kill -9 at seeded random points and at the named fault
 points, then check what is listed and that a rerun gives the clean result. The long form, over train,
 eval, promote and the loop too, is `python scripts/reliability_kill.py` (`--quick` for a small one)."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -9,20 +8,11 @@ from pathlib import Path
 from mint.registry import store
 from mint.registry.maintenance import verify
 from tests.conftest import run_mint
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_kill.py"
-
-
-def load_suite():
-    spec = importlib.util.spec_from_file_location("reliability_kill", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.reliability.scripts import load_script
 
 
 def test_ingest_killed_at_each_fault_point_and_at_random_delays_reruns_to_the_clean_dataset(tmp_path, capsys):
-    suite = load_suite()
+    suite = load_script("kill")
     # 3 named points, then 1 seeded delay spread over the measured duration
     assert suite.main(["--commands", "ingest", "--trials", "4", "--seed", "3", "--keep", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -34,7 +24,7 @@ def test_ingest_killed_at_each_fault_point_and_at_random_delays_reruns_to_the_cl
 
 def test_the_suite_reports_a_lost_episode_as_a_failure(tmp_path):
     """The checks can fail: a dataset missing one episode of the clean run is named, not passed."""
-    suite = load_suite()
+    suite = load_script("kill")
     clean_after = suite.Snapshot({"kill": "v2"}, ["a", "b"], [], {}, 0, [], [])
     clean = suite.Clean("ingest", [], 1.0, 0, suite.Snapshot({}, [], [], {}, 0, [], []), clean_after, {})
     rerun = suite.Snapshot({"kill": "v2"}, ["a"], [], {}, 0, [], [])

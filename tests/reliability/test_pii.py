@@ -1,23 +1,12 @@
 """Suite 5 of issue #12, fast form: the scrubber's recall and precision on the labelled PII set written for it
 (dev: tuned on; held-out: measured only). The long form, with per-type tables, is scripts/reliability_pii.py."""
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from mint.data.scrub import scrub_text
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_pii.py"
-
-
-def _suite():
-    spec = importlib.util.spec_from_file_location("reliability_pii", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.reliability.scripts import load_script
 
 
 def scrub(text):
@@ -26,7 +15,7 @@ def scrub(text):
 
 
 def test_the_labelled_set_has_500_strings_of_every_type_and_look_alikes():
-    suite = _suite()
+    suite = load_script("pii")
     items = suite.read_set(suite.SETS["dev"]) + suite.read_set(suite.SETS["heldout"])
     kinds = Counter(p["type"] for i in items for p in i["pii"])
     assert len(items) >= 500 and sum(1 for i in items if not i["pii"]) >= 250
@@ -36,7 +25,7 @@ def test_the_labelled_set_has_500_strings_of_every_type_and_look_alikes():
 
 @pytest.mark.parametrize("split", ["dev", "heldout"])
 def test_recall_and_precision_meet_the_goals(split):
-    suite = _suite()
+    suite = load_script("pii")
     scores, mistakes = suite.score(suite.read_set(suite.SETS[split]))
     recall, precision = suite.rates(sum(scores.values(), Counter()))
     assert recall >= suite.RECALL_GOAL and precision >= suite.PRECISION_GOAL, mistakes

@@ -5,28 +5,17 @@ version (a real `mint serve` process on the tiny base), plus one regression test
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from mint.project import DEFAULT_PROJECT, Project
+from tests.reliability.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_server.py"
 TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
 
 
-def _load_module():
-    spec = importlib.util.spec_from_file_location("reliability_server", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_serve_under_load_loses_nothing_and_never_mixes_revisions():
-    load = _load_module()
+    load = load_script("server")
     figure = load.run_suite(100, 4, seed=6, sample=24, log=lambda _line: None)
     assert figure.requests == 100
     assert figure.checked >= 5

@@ -1,8 +1,6 @@
 """Suite 4 of issue #12, fast form: every tampering of a revision's files (one byte flip per file, truncation,
 deletion, swaps, extra files) and of its report is refused by load, serve, promote and verify. The long form
 is scripts/reliability_tamper.py."""
-import importlib.util
-import sys
 import json
 from pathlib import Path
 
@@ -12,20 +10,11 @@ from mint.errors import Refused
 from mint.registry.artifacts import load_revision, revision_dir
 from mint.registry.maintenance import verify
 from mint.registry.promotion import promote
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability_tamper.py"
-
-
-def _suite():
-    spec = importlib.util.spec_from_file_location("reliability_tamper", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.reliability.scripts import load_script
 
 
 def test_every_tampering_is_refused_by_every_consumer(tmp_path, ws):
-    tried, failures, controls = _suite().run_suite(tmp_path, flips=1, seed=0)
+    tried, failures, controls = load_script("tamper").run_suite(tmp_path, flips=1, seed=0)
     assert controls == []                      # the intact revision loads, serves, promotes and verifies
     assert tried >= 60 and failures == []
 
