@@ -43,7 +43,7 @@ COMMANDS = ("ingest", "train", "eval", "promote")
 CONDITIONS = ("full", "readonly")
 LOGS = [ROOT / "examples" / "logs" / name for name in ("server_log.jsonl.gz", "app_openai.jsonl", "chat_sharegpt.json")]
 CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
-DATASET = "disk"
+DATASET = "smoke"   # the name contracts/genui-smoke.yaml's live suite reads
 TRAIN_SETTINGS = ["max_steps=1", "per_device_train_batch_size=2", "max_length=96", "lora.r=2"]
 UNPRIVILEGED = 65534          # nobody:nogroup
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()

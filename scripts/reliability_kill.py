@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 COMMANDS = ("ingest", "train", "eval", "promote", "loop")
 LOGS = [ROOT / "examples" / "logs" / name for name in ("server_log.jsonl.gz", "app_openai.jsonl", "chat_sharegpt.json")]
 CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
-DATASET = "kill"
+DATASET = "smoke"   # the name contracts/genui-smoke.yaml's live suite reads
 TRAIN_SETTINGS = ["max_steps=1", "per_device_train_batch_size=2", "max_length=96", "lora.r=2"]
 
 # The named kill points each command passes through (mint/faults.py); the loop passes through all of them.
