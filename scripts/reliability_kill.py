@@ -260,21 +260,21 @@ class Suite:
         self.restore("ingest")
         lifecycle = [c for c in commands if c != "loop"]
         needed = COMMANDS[:max(COMMANDS.index(c) for c in lifecycle) + 1] if lifecycle else ()
-        if "eval" in needed or "loop" in commands:
-            # generation 0 once, in every starting workspace: each eval then measures only its candidate
-            base = self.run([sys.executable, "-m", "mint", "eval", "base", "--contract", str(CONTRACT),
-                             "--base", "tiny-random"])
-            if base.returncode != 0:
-                raise SystemExit(f"the clean `mint eval base` failed: {base.stderr[-2000:]}")
-        self.save_template("base")
         for command in needed:
+            if command == "train" and "eval" in needed:
+                # generation 0 once, after the ingest (the contract's live suite reads the dataset): each
+                # later starting workspace has it, so each eval then measures only its candidate
+                base = self.run([sys.executable, "-m", "mint", "eval", "base", "--contract", str(CONTRACT),
+                                 "--base", "tiny-random"])
+                if base.returncode != 0:
+                    raise SystemExit(f"the clean `mint eval base` failed: {base.stderr[-2000:]}")
             self.save_template(command)
             self.cleans[command] = self.clean_run(command)
             if self.cleans[command].exit_code != 0:
                 raise SystemExit(f"the clean `{' '.join(self.cleans[command].argv[2:])}` failed: "
                                  f"{self.cleans[command].output.get('stderr', '')[-2000:]}")
         if "loop" in commands:
-            self.templates["loop"] = self.templates["base"]
+            self.templates.pop("loop", None)   # the loop starts from an empty workspace and does it all
             self.restore("loop")
             self.cleans["loop"] = self.clean_run("loop")
 
