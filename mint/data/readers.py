@@ -305,9 +305,11 @@ def parse_value(source: str, text: str) -> RawRecord:
     raw = text if len(text) <= RAW_KEEP_CHARS else None
     try:
         return RawRecord(source, data=json.loads(text), raw=raw)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         where = f" at column {exc.colno}" if exc.lineno == 1 else f" at line +{exc.lineno - 1} column {exc.colno}"
         return RawRecord(source, error=f"invalid JSON: {exc.msg}{where}", raw=text[:RAW_KEEP_CHARS])
+    except ValueError as exc:   # valid syntax json will not read, e.g. an integer of more than 4,300 digits
+        return RawRecord(source, error=f"invalid JSON: {exc}", raw=text[:RAW_KEEP_CHARS])
     except RecursionError:
         return RawRecord(source, error="invalid JSON: nested too deeply to read", raw=text[:RAW_KEEP_CHARS])
 

@@ -70,6 +70,8 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
         if block not in ("lora", "trl"):
             raise BadInput(f"{key}: --set takes lora.KEY or trl.KEY (or a bare TRL key)"
                            f"{closest(block, ('lora', 'trl'))}", field="--set")
+        if not name.strip():
+            raise BadInput(f"expected {block}.KEY=VALUE, got {item!r}", field="--set")
         value = _scalar(raw)
         out.setdefault(block, {})[name] = value
     return out
@@ -282,7 +284,8 @@ def planned_settings(method: str | None, config: Path | None, sets: list[str]) -
 
 def _unknown(doc, file_blocks: dict, block: str, key: str, message: str) -> BadInput:
     """The error for a bad key: at its line when it came from the config file, else naming the --set key."""
-    where = f"{block}.{key}"
+    # a key with characters a terminal would not show (control or unassigned ones) is shown escaped
+    where = f"{block}.{key if key.isprintable() else ascii(key)}"
     if doc is not None and key in (file_blocks.get(block) or {}):
         return doc.error(where, message)
     return BadInput(message, field=where)

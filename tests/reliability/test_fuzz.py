@@ -151,3 +151,26 @@ def test_a_router_gate_whose_metric_is_a_list_is_bad_input(tmp_path):
                     "gates:\n- {metric: [heldout.accuracy], min: 0.9}\n")
     with pytest.raises(BadInput, match=r"router.yaml:6: gates\[0\].metric: unknown metric"):
         load_router_contract(path, ("chat",))
+
+
+def test_a_json_line_python_will_not_read_is_quarantined_with_its_reason(tmp_path, project):
+    """Regression (the long form, 10,500 cases): an integer of more than 4,300 digits is valid JSON that
+    json.loads refuses with a plain ValueError, which has no line number: ingest crashed."""
+    from mint.data.ingest import ingest
+    from mint.workspace import workspace
+
+    path = tmp_path / "app.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"
+                    + '{"messages": [], "n": ' + "9" * 5000 + "}\n")
+    result = ingest(workspace(tmp_path / "home"), [path], dataset="d", project=project, workers=0)
+    assert result.sources[0].quarantined == 1 and result.sources[0].kept == 1
+    from mint.data.readers import parse_value
+    assert "4300 digits" in parse_value("app.jsonl:2", '{"n": ' + "9" * 5000 + "}").error
+
+
+@pytest.mark.parametrize("item, shown", [("trl.==1", "expected trl.KEY=VALUE"), ("\x01=1", r"trl.'\x01'")])
+def test_a_set_key_that_is_empty_or_unprintable_is_named(item, shown):
+    """Regression (the long form): `--set trl.=X` said "trl.: not a field", and a key of control characters
+    was printed as nothing."""
+    code, output = load_script("fuzz").run_cli(["train", "--dry-run", "--method", "sft", "--set", item])
+    assert code == 2 and shown in " ".join(output.split())
