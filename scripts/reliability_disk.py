@@ -41,10 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 COMMANDS = ("ingest", "train", "eval", "promote")
 CONDITIONS = ("full", "readonly")
-LOGS = [ROOT / "examples" / "logs" / name for name in ("server_log.jsonl.gz", "app_openai.jsonl", "chat_sharegpt.json")]
-CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
-DATASET = "smoke"   # the name contracts/genui-smoke.yaml's live suite reads
-TRAIN_SETTINGS = ["max_steps=1", "per_device_train_batch_size=2", "max_length=96", "lora.r=2"]
+sys.path.insert(0, str(ROOT / "scripts"))
+from reliability_kill import DATASET, lifecycle_argv  # noqa: E402 - the same lifecycle commands as the kill suite
 UNPRIVILEGED = 65534          # nobody:nogroup
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 FILLER = ".filler-of-reliability-disk"   # not a name mint reads or writes
@@ -179,16 +177,7 @@ class Suite:
         self.mounting = mount and can_mount(work / "probe")
 
     def argv(self, command: str) -> list[str]:
-        mint = [sys.executable, "-m", "mint"]
-        if command == "ingest":
-            return mint + ["ingest", *map(str, LOGS), "--dataset", DATASET]
-        if command == "train":
-            sets = [a for s in TRAIN_SETTINGS for a in ("--set", s)]
-            return mint + ["train", "--specialist", "genui", "--data", DATASET, "--method", "sft",
-                           "--base", "tiny-random", *sets]
-        if command == "eval":
-            return mint + ["eval", "genui:v1", "--contract", str(CONTRACT)]
-        return mint + ["promote", "genui:v1"]
+        return lifecycle_argv(command)
 
     def prepare(self, commands: list[str]) -> None:
         """Clean runs in the lifecycle's order; each one's end state is the next one's starting workspace."""

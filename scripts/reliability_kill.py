@@ -44,6 +44,21 @@ CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
 DATASET = "smoke"   # the name contracts/genui-smoke.yaml's live suite reads
 TRAIN_SETTINGS = ["max_steps=1", "per_device_train_batch_size=2", "max_length=96", "lora.r=2"]
 
+
+def lifecycle_argv(command: str) -> list[str]:
+    """The command line of one lifecycle step (ingest, train, eval, promote) on the tiny base; the disk
+    suite runs the same ones."""
+    mint = [sys.executable, "-m", "mint"]
+    if command == "ingest":
+        return mint + ["ingest", *map(str, LOGS), "--dataset", DATASET]
+    if command == "train":
+        sets = [a for s in TRAIN_SETTINGS for a in ("--set", s)]
+        return mint + ["train", "--specialist", "genui", "--data", DATASET, "--method", "sft",
+                       "--base", "tiny-random", *sets]
+    if command == "eval":
+        return mint + ["eval", "genui:v1", "--contract", str(CONTRACT)]
+    return mint + ["promote", "genui:v1"]
+
 # The named kill points each command passes through (mint/faults.py); the loop passes through all of them.
 FAULT_POINTS = {
     "ingest": ["ingest.episodes_written", "ingest.version_published", "ingest.head_written"],
@@ -225,18 +240,9 @@ class Suite:
                                              contract=CONTRACT))
 
     def argv(self, command: str, rerun: bool = False) -> list[str]:
-        mint = [sys.executable, "-m", "mint"]
-        if command == "ingest":
-            return mint + ["ingest", *map(str, LOGS), "--dataset", DATASET]
-        if command == "train":
-            sets = [a for s in TRAIN_SETTINGS for a in ("--set", s)]
-            return mint + ["train", "--specialist", "genui", "--data", DATASET, "--method", "sft",
-                           "--base", "tiny-random", *sets]
-        if command == "eval":
-            return mint + ["eval", "genui:v1", "--contract", str(CONTRACT)]
-        if command == "promote":
-            return mint + ["promote", "genui:v1"]
-        return mint + ["loop", str(self.recipe)] + (["--resume"] if rerun else [])
+        if command == "loop":
+            return [sys.executable, "-m", "mint", "loop", str(self.recipe)] + (["--resume"] if rerun else [])
+        return lifecycle_argv(command)
 
     def restore(self, command: str) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
