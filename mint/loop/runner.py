@@ -74,6 +74,9 @@ def _sha(*parts: Any) -> str:
 
 # --- the workspace lock --------------------------------------------------------------------------
 
+HOLDER_WAIT_S = 2.0   # how long a refused loop waits for the holder to write its name into the lock file
+
+
 class LoopLock:
     """An exclusive, non-blocking lock on the workspace; its file names the holder."""
 
@@ -87,14 +90,8 @@ class LoopLock:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip()
+            who = self._holder(handle)
             handle.close()
-            try:
-                info = json.loads(holder)
-                who = f"host {info['host']}, pid {info['pid']}, since {info['since']}"
-            except (ValueError, KeyError, TypeError):
-                who = "another process"
             raise Refused(f"another `mint loop` holds the workspace lock {self.path} ({who})") from None
         handle.seek(0)
         handle.truncate()
@@ -103,6 +100,21 @@ class LoopLock:
         handle.flush()
         self.handle = handle
         return self
+
+    @staticmethod
+    def _holder(handle) -> str:
+        """Who holds the lock, from its file. The holder writes its name just after taking the lock, so a
+        loop refused in between reads an empty file: wait briefly for the name rather than report nobody."""
+        deadline = time.monotonic() + HOLDER_WAIT_S
+        while True:
+            handle.seek(0)
+            try:
+                info = json.loads(handle.read())
+                return f"host {info['host']}, pid {info['pid']}, since {info['since']}"
+            except (ValueError, KeyError, TypeError):
+                if time.monotonic() >= deadline:
+                    return "another process"
+            time.sleep(0.02)
 
     def __exit__(self, *exc) -> None:
         if self.handle is not None:

@@ -144,6 +144,30 @@ def test_a_second_loop_on_the_workspace_exits_1_naming_the_holder(ws, tmp_path, 
         run_loop(ws, recipe(tmp_path))
 
 
+def test_a_loop_refused_before_the_holder_wrote_its_name_still_names_it(ws):
+    """The holder takes the lock, then writes its name: a loop refused in that window waits for the name."""
+    import fcntl
+    import threading
+
+    path = ws.home / "loop.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = open(path, "a+", encoding="utf-8")
+    fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def write_name_late():
+        holder.write(json.dumps({"host": "h1", "pid": 4242, "since": "2026-11-30T00:00:00Z"}))
+        holder.flush()
+
+    late = threading.Timer(0.3, write_name_late)
+    late.start()
+    try:
+        with pytest.raises(Refused, match="host h1, pid 4242, since 2026-11-30"):
+            LoopLock(ws).__enter__()
+    finally:
+        late.join()
+        holder.close()
+
+
 def test_killed_after_training_then_resumed_reuses_the_trained_candidate(ws, tmp_path):
     path = recipe(tmp_path, iterations=1)
     killed = run_mint("loop", str(path), env={"MINT_FAULT": "loop.1.2"})      # SIGKILL right after train
