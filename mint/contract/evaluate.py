@@ -363,22 +363,33 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
         model = PeftModel.from_pretrained(model, str(adapter_dir))
         model.eval()
     harness = contract.harness()
-    outputs, latencies, generation = {}, {}, {}
-    for suite, records in suites:
-        done = [0]
+    # every suite in one stream: a batch stays full across suites (two suites of 12 decode as one batch of
+    # 24, not two of 12), and each row's output does not depend on the rows beside it
+    owners = [(suite, index) for suite, records in suites for index in range(len(records))]
+    done = {suite.name: 0 for suite, _ in suites}
+    totals = {suite.name: len(records) for suite, records in suites}
 
-        def tick(n, suite=suite, records=records, done=done):
-            done[0] += n
-            if progress:
-                progress(suite.name, done[0], len(records))
+    def tick(conversation: int) -> None:
+        suite = owners[conversation][0]
+        done[suite.name] += 1
+        if progress:
+            progress(suite.name, done[suite.name], totals[suite.name])
 
-        result = generate(model, loaded.tokenizer, [harness.messages(r) for r in records], contract.settings, tick,
-                          answer_end=answer_ends(contract.harness_name, contract.settings))
-        outputs[suite.name], latencies[suite.name] = result.outputs, result.latencies_ms
-        # precision used and why, the bf16/fp32 parity check, tokens/s
-        generation[suite.name] = {"precision": result.precision, "reason": result.precision_reason,
-                                  "parity": result.parity, "new_tokens": result.new_tokens,
-                                  "tokens_per_s": round(result.tokens_per_s, 2)}
+    conversations = [harness.messages(r) for _suite, records in suites for r in records]
+    result = generate(model, loaded.tokenizer, conversations, contract.settings, on_done=tick,
+                      answer_end=answer_ends(contract.harness_name, contract.settings))
+    outputs = {suite.name: [] for suite, _ in suites}
+    latencies = {suite.name: [] for suite, _ in suites}
+    tokens = {suite.name: 0 for suite, _ in suites}
+    for (suite, _index), output, latency, count in zip(owners, result.outputs, result.latencies_ms,
+                                                       result.row_tokens):
+        outputs[suite.name].append(output)
+        latencies[suite.name].append(latency)
+        tokens[suite.name] += count
+    # precision used and why, the bf16/fp32 parity check (one for the stream), tokens/s of the whole stream
+    generation = {suite.name: {"precision": result.precision, "reason": result.precision_reason,
+                               "parity": result.parity, "new_tokens": tokens[suite.name],
+                               "tokens_per_s": round(result.tokens_per_s, 2)} for suite, _ in suites}
     return outputs, latencies, generation
 
 

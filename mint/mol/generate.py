@@ -50,6 +50,7 @@ class Generation:
     precision: str                 # "fp32", "bf16" or "int8": what generated the outputs
     precision_reason: str
     parity: dict | None            # bf16/int8 vs fp32 greedy outputs on the first prompts, when considered
+    row_tokens: list[int] = field(default_factory=list)   # tokens generated per conversation (all its samples)
 
     @property
     def tokens_per_s(self) -> float:
@@ -174,10 +175,12 @@ def bf16_copy(model):
 
 def generate(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
              progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
-             engine: str = "stream", kv_cache: str | None = None) -> Generation:
+             engine: str = "stream", kv_cache: str | None = None,
+             on_done: Callable[[int], None] | None = None) -> Generation:
     """Generate ``settings.samples`` outputs per conversation. ``answer_end`` (see ``answer_ends``) stops
     each row at the end of its answer; ``engine`` is ``stream`` (mint's decode loop) or ``hf`` (HF generate
-    per batch, where ``kv_cache="static"`` preallocates the KV cache)."""
+    per batch, where ``kv_cache="static"`` preallocates the KV cache). ``progress(n)`` is told how many
+    more conversations are done, ``on_done(i)`` which one."""
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     precision, reason = resolve_precision(settings.precision, str(model.device))
@@ -188,13 +191,23 @@ def generate(model, tokenizer, conversations: list[list[dict]], settings: Harnes
             precision, reason = "fp32", (f"auto: bf16 greedy outputs matched fp32 on {parity['identical']}/"
                                          f"{parity['examples']} prompts (< {PARITY_MIN_AGREEMENT:.0%})")
     runner = precision_copy(model, precision) if precision != "fp32" else model
+    if progress is not None:
+        on_done = _also_counting(progress, on_done)
     if engine == "stream":
-        outputs, latencies, tokens, seconds = _stream(runner, tokenizer, conversations, settings, progress,
-                                                      answer_end)
+        outputs, latencies, row_tokens, seconds = _stream(runner, tokenizer, conversations, settings, on_done,
+                                                          answer_end)
     else:
-        outputs, latencies, tokens, seconds = _run(runner, tokenizer, conversations, settings, progress,
-                                                   answer_end, kv_cache)
-    return Generation(outputs, latencies, tokens, seconds, precision, reason, parity)
+        outputs, latencies, row_tokens, seconds = _run(runner, tokenizer, conversations, settings, on_done,
+                                                       answer_end, kv_cache)
+    return Generation(outputs, latencies, sum(row_tokens), seconds, precision, reason, parity, row_tokens)
+
+
+def _also_counting(progress: Callable[[int], None], on_done: Callable[[int], None] | None) -> Callable[[int], None]:
+    def done(index: int) -> None:
+        progress(1)
+        if on_done:
+            on_done(index)
+    return done
 
 
 def generate_batches(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
@@ -257,7 +270,7 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {eos}
 
 
-def _stream(model, tokenizer, conversations, settings: HarnessSettings, progress, answer_end):
+def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end):
     """The whole suite as one stream of rows through a decode loop (prefill, then one token per step with a
     DynamicCache): a finished row is dropped from the batch and its cache (index_select), and waiting
     prompts (longest first) are prefilled together and join the batch in the freed slots. Each row keeps
@@ -277,9 +290,9 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, progress
     outputs = [[""] * settings.samples for _ in prompts]
     first_admitted, finished_at = [0.0] * len(prompts), [0.0] * len(prompts)
     samples_left = [settings.samples] * len(prompts)
+    row_tokens = [0] * len(prompts)
     running: list[_Row] = []
     cache = mask = None
-    tokens = 0
     began = time.perf_counter()
 
     def choose(logits, rows) -> list[int]:
@@ -332,20 +345,20 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, progress
             if any(done):
                 now = time.perf_counter()
                 for row in (r for r, d in zip(running, done) if d):
-                    tokens += len(row.tokens)
+                    row_tokens[row.conversation] += len(row.tokens)
                     outputs[row.conversation][row.sample] = tokenizer.decode(row.tokens,
                                                                              skip_special_tokens=True).strip()
                     samples_left[row.conversation] -= 1
                     if samples_left[row.conversation] == 0:
                         finished_at[row.conversation] = now
-                        if progress:
-                            progress(1)
+                        if on_done:
+                            on_done(row.conversation)
                 keep = [i for i, d in enumerate(done) if not d]
                 running = [running[i] for i in keep]
                 cache, mask = _select(cache, mask, keep)
     seconds = time.perf_counter() - began
     latencies = [(end - start) * 1000 for start, end in zip(first_admitted, finished_at)]
-    return outputs, latencies, tokens, seconds
+    return outputs, latencies, row_tokens, seconds
 
 
 def _prefill(model, prompts: list[list[int]], pad: int):
@@ -401,7 +414,7 @@ def _select(cache, mask, keep: list[int]):
     return cache, mask
 
 
-def _run(model, tokenizer, conversations, settings: HarnessSettings, progress, answer_end, kv_cache):
+def _run(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end, kv_cache):
     import torch
     from transformers import StoppingCriteriaList
 
@@ -422,7 +435,7 @@ def _run(model, tokenizer, conversations, settings: HarnessSettings, progress, a
     order = sorted(range(len(texts)), key=lambda i: -lengths[i])
     outputs: list[list[str] | None] = [None] * len(texts)
     latencies: list[float] = [0.0] * len(texts)
-    tokens, seconds = 0, 0.0
+    row_tokens, seconds = [0] * len(texts), 0.0
     for start in range(0, len(order), settings.batch_size):
         batch = order[start:start + settings.batch_size]
         encoded = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False)
@@ -436,11 +449,12 @@ def _run(model, tokenizer, conversations, settings: HarnessSettings, progress, a
         elapsed = time.perf_counter() - began
         seconds += elapsed
         new = generated[:, prompt_length:]
-        tokens += int((new != tokenizer.pad_token_id).sum())
+        counts = (new != tokenizer.pad_token_id).sum(-1).tolist()
         decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
         for position, index in enumerate(batch):
             outputs[index] = [t.strip() for t in decoded[position * settings.samples:(position + 1) * settings.samples]]
+            row_tokens[index] = int(sum(counts[position * settings.samples:(position + 1) * settings.samples]))
             latencies[index] = elapsed * 1000
-        if progress:
-            progress(len(batch))
-    return outputs, latencies, tokens, seconds
+            if on_done:
+                on_done(index)
+    return outputs, latencies, row_tokens, seconds

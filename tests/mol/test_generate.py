@@ -109,6 +109,49 @@ def test_outputs_come_back_in_the_callers_order_when_batched_by_length(tokenizer
     assert [o[0] for o in result.outputs] == [CODE, TREE, CODE]
 
 
+def test_each_conversation_is_reported_done_once_with_its_own_token_count(tokenizer):
+    model = Scripted(tokenizer, {"tree": TREE + " and more", "code": "a b", "rain": "c d e f"}).inner
+    prompts = [chat("rain"), chat("tree"), chat("code")]
+    done, counted = [], []
+    result = generate(model, tokenizer, prompts, HarnessSettings(max_new_tokens=40, batch_size=2),
+                      progress=counted.append, answer_end=("json",), on_done=done.append)
+    assert sorted(done) == [0, 1, 2] and counted == [1, 1, 1]
+    expected = [len(tokenizer.encode(text, add_special_tokens=False)) for text in ("c d e f", TREE, "a b")]
+    assert result.row_tokens == expected and result.new_tokens == sum(expected)
+
+
+def test_a_contracts_suites_decode_as_one_stream(ws, candidate, tmp_path, monkeypatch):
+    """Two suites of 3 at batch 4: one generate call whose batch holds rows of both suites; each suite
+    still gets its own outputs, in order, and its own progress."""
+    from mint.contract import evaluate as ev
+    from tests.contract.test_schema import GOOD
+
+    for suite, words in (("core", "abc"), ("extra", "xyz")):
+        rows = [{"messages": [{"role": "user", "content": f"Show a card titled {w}"}],
+                 "reference": {"type": "Card", "props": {"title": w}}} for w in words]
+        (tmp_path / f"{suite}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    contract = tmp_path / "ui.yaml"
+    text = GOOD.replace("batch_size: 2}", "batch_size: 4}")
+    text = text.replace("suites:\n", "suites:\n  - {name: extra, data: extra.jsonl}\n", 1)
+    contract.write_text(text)
+    calls = []
+    real = gen.generate
+
+    def spy(model, tokenizer, conversations, settings, *args, **kwargs):
+        calls.append([c[-1]["content"] for c in conversations])
+        return real(model, tokenizer, conversations, settings, *args, **kwargs)
+
+    monkeypatch.setattr(gen, "generate", spy)
+    seen = []
+    report = ev.evaluate(ws, candidate("genui").ref, contract,
+                         progress=lambda suite, done, total: seen.append((suite, done, total))).report
+    candidate_call = calls[-1]
+    assert sorted(candidate_call) == sorted(f"Show a card titled {w}" for w in "abcxyz")
+    assert sorted(seen[-6:]) == sorted([(s, n, 3) for s in ("core", "extra") for n in (1, 2, 3)])
+    assert set(report["generation"]) == {"core", "extra"}
+    assert all(report["generation"][s]["new_tokens"] > 0 for s in ("core", "extra"))
+
+
 def test_bf16_generation_records_its_parity_with_fp32_and_leaves_the_model_in_fp32():
     loaded = load_base(TINY)
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain", "snow")]
