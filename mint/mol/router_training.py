@@ -201,13 +201,12 @@ def _settings(sets: list[str]) -> dict:
 
 
 def default_layers(model) -> tuple[int, ...]:
-    """A third and half of the base's depth: two views of the turn for the cost of a half prefill (one pass
-    stops at the deeper). On SmolLM2-135M, layers 10 and 15 of 30."""
-    from mint.mol.router import _decoder_layers, default_layer
+    """A third of the base's depth: on SmolLM2-135M layer 10 of 30, the earliest layer whose router met
+    contracts/router.yaml with validation and everyday accuracy within 0.01 of the best layer's
+    (scripts/bench_router.py); a third of a prefill per routed turn."""
+    from mint.mol.router import _decoder_layers
 
-    deepest = default_layer(model)
-    shallower = len(_decoder_layers(model)) // 3
-    return (shallower, deepest) if 1 <= shallower < deepest else (deepest,)
+    return (max(1, len(_decoder_layers(model)) // 3),)
 
 
 # How much an example whose label may be a keyword guess counts, against 1 for the others. Not 0: the episode

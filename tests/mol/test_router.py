@@ -381,31 +381,57 @@ def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_si
     assert min(widths[:2]) <= 2      # the two short turns share a batch instead of padding to the long ones
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 10 goal not met yet: measured 2026-11-30 (scripts/bench_router.py), "
-                   "rules + probe at layer 15 reach 0.982 held-out (chat recall 0.94, the probe's) and 0.881 on the "
-                   "everyday turns (coding recall 0.71: the probe sends plain-worded coding turns to chat)")
-def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_path):
-    """Trained on the example logs, judged on examples/heldout (true labels from each file), then on the
-    everyday set: turns written in plain words, not the phrasing of the training data, never trained on."""
-    from mint.base import SMOLLM2, load_base
+EVERYDAY_2_FILE = Path(__file__).parent / "data" / "everyday_turns_2.jsonl"
+
+
+@pytest.fixture(scope="module")
+def smollm2_router(tmp_path_factory):
+    """router:v1 trained on the example logs with the defaults of `mint train --specialist router`, judged by
+    contracts/router.yaml (true labels from each held-out file), promoted; trained once for the tests below."""
+    from mint.base import SMOLLM2
     from mint.data.ingest import ingest
-    from mint.mol.router import champion_router, score_routes, turn_features
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
+    from mint.workspace import workspace
 
     repo = Path(__file__).resolve().parents[2]
+    ws = workspace(tmp_path_factory.mktemp("smollm2-router") / "home")
     ingest(ws, [repo / "examples" / "logs"], dataset="prod", project=DEFAULT_PROJECT, workers=0)
     result = train_router(ws, data="prod", base=SMOLLM2, sets=[f"contract={repo / 'contracts' / 'router.yaml'}"],
                           project=DEFAULT_PROJECT)
+    if result.metrics["verdict"] == "pass":
+        promote(ws, result.ref)
+    return ws, result
+
+
+@pytest.mark.slow
+def test_router_on_smollm2_meets_its_contract(smollm2_router):
+    _ws, result = smollm2_router
     assert result.metrics["heldout.accuracy"] >= 0.99, result.metrics
     assert result.metrics["verdict"] == "pass", result.metrics
-    promote(ws, result.ref)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 10 everyday goal not met yet: measured 2026-11-30 "
+                   "(scripts/bench_router.py), the router at layer 10 routes 0.918 of the first everyday set (agent "
+                   "0.88, coding 0.85) and 0.614 of the second (chat 0.89, agent 0.49, coding 0.34, genui 0.74; "
+                   "the default patterns alone 0.379): the logs teach the probe their own phrasing, not plain words")
+def test_router_on_smollm2_routes_everyday_turns(smollm2_router):
+    """Turns written in plain words, not the phrasing of the training data, never trained on: the first set
+    (the default patterns were tuned on it) and the second (written before the tuning, kept out of it)."""
+    from mint.base import SMOLLM2, load_base
+    from mint.mol.router import champion_router, score_routes, turn_features
+    from mint.project import DEFAULT_PROJECT
+
+    ws, _result = smollm2_router
     router, _base = champion_router(ws, DEFAULT_PROJECT)
+    assert router.probe is not None
     loaded = load_base(SMOLLM2)
-    everyday = read_everyday()
-    routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
-                          lambda texts, layer: turn_features(loaded.model, loaded.tokenizer, texts, layer))
-    score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
-    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, score
+    for path in (EVERYDAY_FILE, EVERYDAY_2_FILE):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        everyday = [(row["specialist"], row["messages"][-1]["content"]) for row in rows]
+        routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
+                              lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
+        score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
+        assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, (path.name, score)
