@@ -1,19 +1,25 @@
 """Router accuracy per layer: rules alone, the probe alone and the whole router (rules, then the probe).
 
-Run: python scripts/bench_router.py            (SmolLM2-135M, layers 4..20 every 2; minutes on a quiet machine)
-     python scripts/bench_router.py --quick    (SmolLM2-135M, layers 8, 12 and 15 only)
-     python scripts/bench_router.py --layers 6,9,15 --json
+Run: python scripts/bench_router.py            (SmolLM2-135M, layers 4..20 every 2, 15 and 10+15; minutes on a quiet machine)
+     python scripts/bench_router.py --quick    (SmolLM2-135M, layers 10, 15 and 10+15 only)
+     python scripts/bench_router.py --layers "6;15;10,15" --sets heldout,validation --json
 
-Trains a probe per layer on the labelled episodes of examples/logs (as `mint train --specialist router`
-does) and judges it on examples/heldout (the true specialist is the file's, through contracts/router.yaml)
-and on tests/mol/data/everyday_turns.jsonl (turns in everyday words, never trained on). Prints accuracy and
-per-specialist recall for each. The features of every layer come from one forward pass.
+Trains a probe per layer (or group of layers, `10,15`: their pooled states side by side) on what
+`mint train --specialist router` learns from (the labelled episodes of examples/logs, less possible keyword
+guesses, plus HumanEval's plain-word task descriptions) and judges it on:
+  heldout     examples/heldout through contracts/router.yaml (the true specialist is the file's)
+  validation  a seeded fifth of the logs' training turns, held back from a second probe fitted on the rest
+  everyday    tests/mol/data/everyday_turns.jsonl (plain-language turns; the default patterns were tuned on it)
+  everyday2   tests/mol/data/everyday_turns_2.jsonl (plain-language turns written before the tuning and kept out
+              of it: measure it last)
+Prints accuracy and per-specialist recall for each. The features of every layer come from one forward pass.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -24,11 +30,13 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-EVERYDAY = REPO / "tests" / "mol" / "data" / "everyday_turns.jsonl"
+EVERYDAY = {"everyday": REPO / "tests" / "mol" / "data" / "everyday_turns.jsonl",
+            "everyday2": REPO / "tests" / "mol" / "data" / "everyday_turns_2.jsonl"}
+SETS = ("heldout", "validation", "everyday", "everyday2")
 
 
-def read_everyday(path: Path = EVERYDAY) -> list[tuple[str, str, bool]]:
-    """(true specialist, turn, carries tools) for each line of the everyday set."""
+def read_everyday(path: Path) -> list[tuple[str, str, bool]]:
+    """(true specialist, turn, carries tools) for each line of an everyday set."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -40,76 +48,102 @@ def read_everyday(path: Path = EVERYDAY) -> list[tuple[str, str, bool]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="layers 8, 12 and 15 only")
-    parser.add_argument("--layers", help="comma-separated layers (default 4..20 every 2, and 15)")
+    parser.add_argument("--quick", action="store_true", help="layers 10, 15 and 10+15 only")
+    parser.add_argument("--layers", help="semicolon-separated layer groups, e.g. '6;15;10,15'")
+    parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    parser.add_argument("--augment", default="humaneval", choices=("humaneval", "none"))
     parser.add_argument("--base", default="smollm2-135m")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
-    layers = ([int(x) for x in args.layers.split(",")] if args.layers else
-              [8, 12, 15] if args.quick else sorted({*range(4, 21, 2), 15}))
+    groups = ([tuple(int(x) for x in group.split(",")) for group in args.layers.split(";")] if args.layers else
+              [(10,), (15,), (10, 15)] if args.quick else [*((n,) for n in sorted({*range(4, 21, 2), 15})), (10, 15)])
+    sets = args.sets.split(",")
+    if set(sets) - set(SETS):
+        parser.error(f"--sets: unknown {sorted(set(sets) - set(SETS))}")
+
+    import torch
 
     from mint.base import load_base
-    from mint.data.datasets import iter_episodes
     from mint.data.ingest import ingest
-    from mint.mol.router import Router, Rules, fit_probe, last_user_text, score_routes, turn_features_by_layer
-    from mint.mol.router_training import load_router_contract, read_heldout
+    from mint.mol.router import Router, Rules, fit_probe, score_routes, turn_features_by_layer
+    from mint.mol.router_training import load_router_contract, read_heldout, router_training_set
     from mint.project import DEFAULT_PROJECT as project
     from mint.workspace import workspace
 
     names = project.names
+    contract = load_router_contract(REPO / "contracts" / "router.yaml", names)
     with tempfile.TemporaryDirectory(prefix="bench-router-") as home:
         ws = workspace(Path(home))
         ingest(ws, [REPO / "examples" / "logs"], dataset="prod", project=project, workers=0)
-        train = [(e["specialist"], last_user_text(e["messages"])) for e in iter_episodes(ws, "prod")
-                 if e["specialist"] in names and last_user_text(e["messages"]).strip()]
-    suites = {"heldout": read_heldout(load_router_contract(REPO / "contracts" / "router.yaml", names)),
-              "everyday": read_everyday()}
+        training = router_training_set(ws, "prod", project, contract, augment=args.augment)
+    texts, labels = training.texts, training.labels
+    counts = {"possible_keyword_guesses": training.possible_keyword_guesses,
+              "augmented_coding": training.augmented_coding}
+    logs = len(texts) - training.augmented_coding      # the public turns come last and are never validated on
+    fifth = set(random.Random(0).sample(range(logs), logs // 5))
+    suites = {"heldout": read_heldout(contract) if "heldout" in sets else [],
+              "validation": [(labels[i], texts[i], training.tools[i]) for i in sorted(fifth)],
+              **{name: read_everyday(path) for name, path in EVERYDAY.items() if name in sets}}
+    suites = {name: rows for name, rows in suites.items() if name in sets}
+    layers = sorted({n for group in groups for n in group})
     loaded = load_base(args.base)
     started = time.perf_counter()
-    features = {"train": turn_features_by_layer(loaded.model, loaded.tokenizer, [t for _, t in train], layers)}
+    features = {"train": turn_features_by_layer(loaded.model, loaded.tokenizer, texts, layers)}
     for suite, rows in suites.items():
-        features[suite] = turn_features_by_layer(loaded.model, loaded.tokenizer, [t for _, t, _ in rows], layers)
+        if suite != "validation":
+            features[suite] = turn_features_by_layer(loaded.model, loaded.tokenizer, [t for _, t, _ in rows], layers)
     feature_seconds = time.perf_counter() - started
+    rest = [i for i in range(len(texts)) if i not in fifth]
+    features["validation"] = {n: table[sorted(fifth)] for n, table in features["train"].items()}
 
     def summary(score) -> dict:
         return {"accuracy": round(score.accuracy, 4), "recall": {k: round(v, 4) for k, v in score.recall.items()}}
 
     rules = Rules(project)
-    result = {"base": args.base, "train_examples": len(train), "feature_seconds": round(feature_seconds, 1),
+    result = {"base": args.base, "train_examples": len(texts), **counts, "feature_seconds": round(feature_seconds, 1),
               "rules": {}, "layers": {}}
     for suite, rows in suites.items():
         predicted = [(rules.certain(t, tools) or rules.keywords(t)).specialist for _, t, tools in rows]
         result["rules"][suite] = summary(score_routes([r[0] for r in rows], predicted, names))
-    for layer in layers:
-        probe = fit_probe(features["train"][layer], [label for label, _ in train], names, layer)
-        result["layers"][layer] = {}
+    for group in groups:
+        def fitted(indices):
+            table = torch.cat([features["train"][n][indices] for n in group], dim=-1)
+            return fit_probe(table, [labels[i] for i in indices], names, group[-1], shallower=group[:-1],
+                             example_weights=[training.weights[i] for i in indices])
+
+        probes = {"all": fitted(list(range(len(texts)))), "rest": fitted(rest) if "validation" in suites else None}
+        key = "+".join(map(str, group))
+        result["layers"][key] = {}
         for suite, rows in suites.items():
+            probe = probes["rest" if suite == "validation" else "all"]
             truth = [r[0] for r in rows]
-            table = features[suite][layer]
+            table = torch.cat([features[suite][n] for n in group], dim=-1)
             alone = [names[i] for i in probe.probabilities(table).argmax(-1).tolist()]
             index = {text: i for i, (_, text, _) in enumerate(rows)}
             routes = Router(project, probe).route([[{"role": "user", "content": t}] for _, t, _ in rows],
                                                   [tools for *_, tools in rows],
-                                                  lambda texts, _layer: table[[index[t] for t in texts]])
-            result["layers"][layer][suite] = {"probe": summary(score_routes(truth, alone, names)),
-                                              "router": summary(score_routes(truth, [r.specialist for r in routes],
-                                                                             names))}
+                                                  lambda texts, _layers: table[[index[t] for t in texts]])
+            result["layers"][key][suite] = {"probe": summary(score_routes(truth, alone, names)),
+                                            "router": summary(score_routes(truth, [r.specialist for r in routes],
+                                                                           names))}
     if args.json:
         print(json.dumps(result))
         return 0
 
     def line(label: str, s: dict) -> str:
         recall = " ".join(f"{k}={v:.2f}" for k, v in s["recall"].items())
-        return f"  {label:<8} {s['accuracy']:.3f}  ({recall})"
+        return f"  {label:<17} {s['accuracy']:.3f}  ({recall})"
 
-    print(f"{args.base}: {len(train)} training turns; features for all layers in {feature_seconds:.0f} s")
+    print(f"{args.base}: {len(texts)} training turns ({counts['possible_keyword_guesses']} possible keyword guesses "
+          f"weighted down, {counts['augmented_coding']} public coding requests added); features in "
+          f"{feature_seconds:.0f} s")
     for suite in suites:
-        print(f"rules alone, {suite}:\n" + line("rules", result["rules"][suite]))
-    for layer, by_suite in result["layers"].items():
-        print(f"layer {layer}:")
+        print(line(f"rules, {suite}", result["rules"][suite]))
+    for key, by_suite in result["layers"].items():
+        print(f"layer {key}:")
         for suite, scores in by_suite.items():
-            print(line(f"{suite[:5]} probe", scores["probe"]).replace("  ", " ", 1))
-            print(line(f"{suite[:5]} router", scores["router"]).replace("  ", " ", 1))
+            print(line(f"{suite} probe", scores["probe"]))
+            print(line(f"{suite} router", scores["router"]))
     return 0
 
 

@@ -2,8 +2,9 @@
 
 Two stages. Rules from ``mint.yaml`` come first where they are certain: a turn that carries tools goes to
 the ``tool_use`` specialist, a turn matching the ``patterns`` of one specialist (and no other's) goes there. Otherwise the learned
-probe decides: a logistic regression on the frozen base's hidden states at one layer, mean-pooled over the
-turn's tokens (no second model; the runtime computes them with every slot off, stopping at that layer).
+probe decides: a logistic regression on the frozen base's hidden states at one or more layers, mean-pooled over
+the turn's tokens (no second model; the runtime computes them with every slot off, stopping at the deepest
+layer). A turn matching the patterns of several specialists is one of theirs: the probe chooses among those.
 Without a probe (no ``router`` champion yet) the keyword counts of ``mint.yaml`` decide, and a turn with no
 keyword goes to the first specialist.
 
@@ -29,6 +30,12 @@ MAX_TURN_TOKENS = 256      # a turn's head is enough to route it, and bounds the
 # Below this top probability the probe abstains and the keywords of mint.yaml decide (when any match): a probe
 # trained on the logs' phrasing is unsure on turns worded unlike them, where a keyword is the better guess.
 PROBE_MIN_CONFIDENCE = 0.6
+# The probe learns the tool-use specialist from turns that carried tools, and those never reach it (the tools
+# rule decides them). On a turn without tools and without a word of acting (none of that specialist's keywords
+# or patterns) its probability is scaled by this: a factual question worded like a tool call ("What number did
+# Derek Jeter wear?") is chat. Chosen on a validation fifth of the logs and the first everyday set, where 0.25
+# and 0.1 tied and 1 (no scaling) was worse; the milder value is kept.
+TOOLLESS_TOOL_PRIOR = 0.25
 
 
 @dataclass(frozen=True)
@@ -59,14 +66,26 @@ class Rules:
     def _certain(self, name: str, rule: str) -> Route:
         return Route(name, {n: float(n == name) for n in self.names}, "rules", None, rule)
 
+    def matched(self, text: str) -> set[str]:
+        """The specialists whose patterns ``text`` matches."""
+        return {name for pattern, name in self.patterns if pattern.search(text)}
+
     def certain(self, text: str, has_tools: bool) -> Route | None:
         if has_tools and self.tool_specialist:
             return self._certain(self.tool_specialist, "tools")
         # certain only when one specialist's patterns match: a turn that matches two is left to the probe
-        matched = {name for pattern, name in self.patterns if pattern.search(text)}
+        matched = self.matched(text)
         if len(matched) == 1:
             return self._certain(matched.pop(), "pattern")
         return None
+
+    def acting(self, text: str) -> bool:
+        """Whether ``text`` has a word of the tool-use specialist: one of its patterns, or its keywords win."""
+        if self.tool_specialist is None:
+            return False
+        keywords = self.keywords(text)
+        return self.tool_specialist in self.matched(text) or \
+            (keywords.rule == "keywords" and keywords.specialist == self.tool_specialist)
 
     def keywords(self, text: str) -> Route:
         label, _how = self.labeler.label(None, [{"role": "user", "content": text}], [])
@@ -80,11 +99,17 @@ class Rules:
 @dataclass
 class Probe:
     labels: tuple[str, ...]
-    layer: int                    # hidden states after this many decoder layers
-    weight: object                # [labels, hidden]
+    layer: int                    # hidden states after this many decoder layers (the deepest the probe reads)
+    weight: object                # [labels, features]
     bias: object                  # [labels]
-    mean: object                  # [hidden]: features are standardized before the linear layer
+    mean: object                  # [features]: features are standardized before the linear layer
     std: object
+    shallower: tuple[int, ...] = ()   # earlier layers whose pooled states come first in the features (same pass)
+
+    @property
+    def feature_layers(self):
+        """What ``turn_features`` takes for this probe: one layer, or the layers whose states it concatenates."""
+        return (*self.shallower, self.layer) if self.shallower else self.layer
 
     def probabilities(self, features):
         import torch
@@ -99,9 +124,10 @@ class Probe:
         save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous(),
                    "mean": self.mean.contiguous(), "std": self.std.contiguous()},
                   str(directory / "adapter_model.safetensors"))
-        (directory / "adapter_config.json").write_text(json.dumps(
-            {"peft_type": PROBE_TYPE, "labels": list(self.labels), "layer": self.layer, "base": base},
-            indent=2) + "\n")
+        config = {"peft_type": PROBE_TYPE, "labels": list(self.labels), "layer": self.layer, "base": base}
+        if self.shallower:
+            config["shallower_layers"] = list(self.shallower)
+        (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> "Probe":
@@ -120,10 +146,16 @@ class Probe:
             raise BadInput("expected a list of specialist names", file=where, field="labels")
         if not isinstance(layer, int) or isinstance(layer, bool) or layer < 1:
             raise BadInput("expected a layer number (1 or more)", file=where, field="layer")
+        shallower = config.get("shallower_layers", [])
+        if not isinstance(shallower, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x < layer
+                                                      for x in shallower) or shallower != sorted(set(shallower)):
+            raise BadInput(f"expected increasing layer numbers below layer {layer}", file=where,
+                           field="shallower_layers")
         missing = {"weight", "bias", "mean", "std"} - set(tensors)
         if missing:
             raise BadInput(f"missing tensors {sorted(missing)}", file=str(directory / "adapter_model.safetensors"))
-        probe = cls(tuple(labels), layer, tensors["weight"], tensors["bias"], tensors["mean"], tensors["std"])
+        probe = cls(tuple(labels), layer, tensors["weight"], tensors["bias"], tensors["mean"], tensors["std"],
+                    tuple(shallower))
         if tuple(probe.weight.shape) != (len(labels), probe.mean.shape[0]) or probe.bias.shape[0] != len(labels):
             raise BadInput("tensor shapes do not match the labels", file=str(directory / "adapter_model.safetensors"))
         return probe
@@ -145,13 +177,18 @@ class _Stop(Exception):
     pass
 
 
-def turn_features(model, tokenizer, texts: Sequence[str], layer: int, batch_size: int = 16):
-    """Mean-pooled hidden states after ``layer`` decoder layers for each text (at most MAX_TURN_TOKENS tokens).
+def turn_features(model, tokenizer, texts: Sequence[str], layer: int | Sequence[int], batch_size: int = 16):
+    """Mean-pooled hidden states after ``layer`` decoder layers for each text (at most MAX_TURN_TOKENS tokens);
+    for several layers, their pooled states side by side in the order given (a probe's ``feature_layers``).
 
-    The forward pass stops at that layer: the rest of the model and the LM head never run. The caller makes
-    sure no LoRA slot is active (the runtime holds its lock and selects the base slot).
+    The forward pass stops at the deepest layer: the rest of the model and the LM head never run. The caller
+    makes sure no LoRA slot is active (the runtime holds its lock and selects the base slot).
     """
-    return turn_features_by_layer(model, tokenizer, texts, [layer], batch_size)[layer]
+    import torch
+
+    layers = [layer] if isinstance(layer, int) else list(layer)
+    by_layer = turn_features_by_layer(model, tokenizer, texts, layers, batch_size)
+    return by_layer[layers[0]] if len(layers) == 1 else torch.cat([by_layer[n] for n in layers], dim=-1)
 
 
 def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Sequence[int], batch_size: int = 16):
@@ -202,8 +239,12 @@ def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Seque
             for layer, chunks in pooled.items()}
 
 
-def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = 1e-3) -> Probe:
-    """Class-balanced L2 logistic regression on standardized features (full-batch L-BFGS, deterministic)."""
+def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = 1e-3,
+              shallower: tuple[int, ...] = (), example_weights: Sequence[float] | None = None) -> Probe:
+    """Class-balanced L2 logistic regression on standardized features (full-batch L-BFGS, deterministic).
+
+    ``features`` are ``turn_features`` at ``(*shallower, layer)``; ``example_weights`` (default 1) say how much
+    each example counts within its class (every class weighs the same in the loss)."""
     import torch
 
     index = {name: i for i, name in enumerate(names)}
@@ -211,8 +252,10 @@ def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int,
     mean = features.mean(0)
     std = features.std(0).clamp_min(1e-6)
     x = (features - mean) / std
-    counts = torch.bincount(y, minlength=len(names)).float()
-    class_weight = torch.where(counts > 0, counts.sum() / (len(names) * counts.clamp_min(1)), torch.zeros(()))
+    weights = torch.ones(len(y)) if example_weights is None else torch.tensor(example_weights, dtype=torch.float)
+    mass = torch.zeros(len(names)).index_add_(0, y, weights)
+    class_weight = torch.where(mass > 0, mass.sum() / (len(names) * mass.clamp_min(1e-12)), torch.zeros(()))
+    sample_weight = weights * class_weight[y]
     weight = torch.zeros(len(names), x.shape[1], requires_grad=True)
     bias = torch.zeros(len(names), requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], lr=1.0, max_iter=300, history_size=20,
@@ -220,14 +263,15 @@ def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int,
 
     def closure():
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(x @ weight.T + bias, y, weight=class_weight) \
-            + l2 * weight.pow(2).sum()
+        # the weighted mean, as cross_entropy(weight=class_weight) computes it when every example weighs 1
+        loss = (torch.nn.functional.cross_entropy(x @ weight.T + bias, y, reduction="none") * sample_weight).sum() \
+            / sample_weight.sum() + l2 * weight.pow(2).sum()
         loss.backward()
         return loss
 
     with torch.enable_grad():
         optimizer.step(closure)
-    return Probe(tuple(names), layer, weight.detach(), bias.detach(), mean, std)
+    return Probe(tuple(names), layer, weight.detach(), bias.detach(), mean, std, tuple(shallower))
 
 
 @dataclass(frozen=True)
@@ -264,14 +308,22 @@ class Router:
                                field="specialists")
 
     def route(self, conversations: Sequence[list[dict]], has_tools: Sequence[bool], features_fn) -> list[Route]:
-        """One route per conversation; ``features_fn(texts, layer)`` computes the probe's features."""
+        """One route per conversation; ``features_fn(texts, probe.feature_layers)`` computes the probe's features."""
         texts = [last_user_text(c) for c in conversations]
         routes: list[Route | None] = [self.rules.certain(t, tools) for t, tools in zip(texts, has_tools)]
         undecided = [i for i, r in enumerate(routes) if r is None]
         if undecided and self.probe is not None:
-            probabilities = self.probe.probabilities(features_fn([texts[i] for i in undecided], self.probe.layer))
+            probabilities = self.probe.probabilities(features_fn([texts[i] for i in undecided],
+                                                                 self.probe.feature_layers))
             for i, row in zip(undecided, probabilities.tolist()):
                 chosen = {label: round(p, 6) for label, p in zip(self.probe.labels, row)}
+                # the patterns of several specialists matched: the turn is one of theirs, the probe says which
+                among = self.rules.matched(texts[i]) & set(chosen)
+                if len(among) > 1:
+                    chosen = _normalized({label: p if label in among else 0.0 for label, p in chosen.items()})
+                tool = self.rules.tool_specialist
+                if tool in chosen and not has_tools[i] and not self.rules.acting(texts[i]):
+                    chosen = _normalized({**chosen, tool: chosen[tool] * TOOLLESS_TOOL_PRIOR})
                 if max(chosen.values()) < PROBE_MIN_CONFIDENCE:
                     fallback = self.rules.keywords(texts[i])
                     if fallback.rule == "keywords":
@@ -280,6 +332,11 @@ class Router:
                 full = {name: chosen.get(name, 0.0) for name in self.names}
                 routes[i] = Route(max(chosen, key=chosen.get), full, "probe", self.revision)
         return [r if r is not None else self.rules.keywords(t) for r, t in zip(routes, texts)]
+
+
+def _normalized(probabilities: dict[str, float]) -> dict[str, float]:
+    total = sum(probabilities.values()) or 1.0
+    return {label: round(p / total, 6) for label, p in probabilities.items()}
 
 
 def champion_router(ws, project: Project) -> tuple[Router, str | None]:

