@@ -269,6 +269,23 @@ def test_the_stream_gives_hf_generates_greedy_outputs_token_for_token():
     assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
 
 
+def test_the_kv_buffer_grows_joins_and_drops_rows_without_changing_greedy_outputs(monkeypatch):
+    """Room for 3 columns at a time: the buffers are refilled every few steps, when prompts join and when rows
+    leave, and every output is still HF generate's alone."""
+    monkeypatch.setattr(gen, "KV_ROOM", 3)
+    layers = []
+    with_room = gen._with_room
+    monkeypatch.setattr(gen, "_with_room", lambda cache: layers.extend(with_room(cache).layers) or cache)
+    loaded = load_base(TINY)
+    with torch.no_grad():   # sharpen the attention: at the random init it is near uniform, so keys barely count
+        for name, parameter in loaded.model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.mul_(15.0)
+    result = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=12, batch_size=2))
+    assert layers and all(type(layer) is gen._roomy_layer_class() for layer in layers)
+    assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
+
+
 def test_each_sampled_output_is_hf_generates_with_its_own_seed():
     loaded = load_base(TINY)
     settings = HarnessSettings(max_new_tokens=8, batch_size=2, temperature=0.8, top_p=0.9, samples=2)
