@@ -36,6 +36,9 @@ ANSWER_ENDS = {"genui": ("json", "fence"), "agent": ("json", "fence", "tool_call
 # copying the whole cache (DynamicCache's torch.cat, ~9% of a step at batch 16 with 150 tokens cached); 0 keeps
 # HF's DynamicCache (the benchmark compares the two)
 KV_ROOM = 64
+# fp32 evaluation of a PEFT model on a copy with its adapter merged in (see precision_copy); off: measured in
+# scripts/bench_eval.py --adapter
+MERGE_ADAPTER = False
 PARITY_PROMPTS = 4
 PARITY_MIN_AGREEMENT = 0.75   # auto keeps bf16 only if at least this share of greedy outputs match fp32
 _CLOSERS = ("}", "]", "`", ">")
@@ -154,9 +157,10 @@ def _weights_state(model) -> tuple:
 
 
 def precision_copy(model, precision: str):
-    """A bf16 or int8 copy of ``model``, made once per state of its weights (the fp32 original stays
+    """A bf16, int8 or merged copy of ``model``, made once per state of its weights (the original stays
     untouched). int8: a PEFT adapter is merged into the copy first, then every Linear layer (the LM head
-    too) is dynamically quantized (int8 weights, activations quantized per call)."""
+    too) is dynamically quantized (int8 weights, activations quantized per call). merged: an fp32 copy with
+    the PEFT adapter merged into the base weights (no LoRA matmuls per step)."""
     import torch
 
     state = _weights_state(model)
@@ -166,6 +170,8 @@ def precision_copy(model, precision: str):
         clone = copy.deepcopy(model)
         if precision == "bf16":
             clone = clone.to(torch.bfloat16)
+        elif precision == "merged":
+            clone = clone.merge_and_unload()
         else:
             if hasattr(clone, "merge_and_unload"):
                 clone = clone.merge_and_unload()
@@ -196,6 +202,8 @@ def generate(model, tokenizer, conversations: list[list[dict]], settings: Harnes
             precision, reason = "fp32", (f"auto: bf16 greedy outputs matched fp32 on {parity['identical']}/"
                                          f"{parity['examples']} prompts (< {PARITY_MIN_AGREEMENT:.0%})")
     runner = precision_copy(model, precision) if precision != "fp32" else model
+    if precision == "fp32" and MERGE_ADAPTER and hasattr(model, "merge_and_unload"):
+        runner = precision_copy(model, "merged")
     if progress is not None:
         on_done = _also_counting(progress, on_done)
     if engine == "stream":
