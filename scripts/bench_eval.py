@@ -269,53 +269,56 @@ def attach_adapter(adapter: str, base: str):
 
 def profile_step(args) -> None:
     """Where one decode step's time goes (torch profiler, self CPU time), with the stream's KV buffers and with
-    HF's DynamicCache, at batch 8, 16 and 32 with 150 tokens cached."""
+    HF's DynamicCache, at batch 8, 16 and 32 with 150 tokens cached; with --adapter, at batch 16 with the adapter
+    attached (PEFT) and merged into a copy."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from mint.base import load_base
     from mint.mol import generate as gen
 
-    loaded = load_base(args.base)
-    model = loaded.model.eval()
+    model = load_base(args.base).model.eval()
     vocab = model.config.vocab_size
     cached, steps = (150, 5) if not args.quick else (20, 2)
     default_room = gen.KV_ROOM
+    cases = [(batch, cache, model) for batch in (8, 16, 32) for cache in ("KV buffers", "DynamicCache")]
+    if args.adapter:
+        with_adapter = attach_adapter(args.adapter, args.base)
+        cases += [(16, "KV buffers, adapter (PEFT)", with_adapter),
+                  (16, "KV buffers, adapter merged", gen.precision_copy(with_adapter, "merged"))]
     print(f"base {args.base}, one decode step with {cached} tokens cached, torch threads {torch.get_num_threads()}, "
           f"self CPU time per step (profiled, {steps} steps)")
-    for batch in (8, 16, 32):
-        for room in (default_room, 0):
-            gen.KV_ROOM = room
-            with torch.inference_mode():
-                _, cache, mask = gen._prefill(model, [list(range(100, 100 + cached))] * batch, 0)
+    for batch, cache_name, runner in cases:
+        gen.KV_ROOM = 0 if cache_name == "DynamicCache" else default_room
+        with torch.inference_mode():
+            _, cache, mask = gen._prefill(runner, [list(range(100, 100 + cached))] * batch, 0)
 
-                def step():
-                    nonlocal mask
-                    mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
-                    model(input_ids=torch.full((batch, 1), 200), attention_mask=mask, use_cache=True,
-                          position_ids=torch.full((batch, 1), mask.shape[1] - 1), cache=cache)
+            def step():
+                nonlocal mask
+                mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
+                runner(input_ids=torch.full((batch, 1), 200), attention_mask=mask, use_cache=True,
+                       position_ids=torch.full((batch, 1), mask.shape[1] - 1), cache=cache)
 
-                step()
-                began = time.perf_counter()
-                with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiled:
-                    for _ in range(steps):
-                        step()
-                wall = (time.perf_counter() - began) / steps * 1000
-            shares: dict[str, float] = {}
-            for event in profiled.key_averages(group_by_input_shape=True):
-                shares[step_part(event, vocab)] = shares.get(step_part(event, vocab), 0) + event.self_cpu_time_total
-            total = sum(shares.values())
-            cache_name = "KV buffers" if room else "DynamicCache"
-            print(f"\nbatch {batch}, {cache_name}: {total / steps / 1000:.1f} ms self CPU per step "
-                  f"({wall:.1f} ms wall, profiled)")
-            for part, micros in sorted(shares.items(), key=lambda item: -item[1]):
-                print(f"  {part:<44} {micros / steps / 1000:8.1f} ms {micros / total:6.1%}")
+            step()
+            began = time.perf_counter()
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiled:
+                for _ in range(steps):
+                    step()
+            wall = (time.perf_counter() - began) / steps * 1000
+        shares: dict[str, float] = {}
+        for event in profiled.key_averages(group_by_input_shape=True):
+            shares[step_part(event, vocab)] = shares.get(step_part(event, vocab), 0) + event.self_cpu_time_total
+        total = sum(shares.values())
+        print(f"\nbatch {batch}, {cache_name}: {total / steps / 1000:.1f} ms self CPU per step, "
+              f"{total / steps / 1000 / batch:.2f} ms per row ({wall:.1f} ms wall, profiled)")
+        for part, micros in sorted(shares.items(), key=lambda item: -item[1]):
+            print(f"  {part:<52} {micros / steps / 1000:8.1f} ms {micros / total:6.1%}")
     gen.KV_ROOM = default_room
 
 
 def step_part(event, vocab: int) -> str:
     if event.key == "aten::mm":
-        return "matmul lm_head" if str(vocab) in str(event.input_shapes) else "matmul layers"
+        return "matmul lm_head" if str(vocab) in str(event.input_shapes) else "matmul layers (+ LoRA)"
     if event.key in ("aten::cat", "aten::copy_", "aten::index_select"):
         return "cache cat/copy"
     if "attention" in event.key:
