@@ -21,7 +21,8 @@ Every mode runs on the same model and prompts in one process, alternated (A B C 
   stream 1-by-1      the stream at batch 1, on --one-by-one-sample prompts spread over the suite, its time
                      scaled per prompt to the whole suite (said so in the output)
   adapter            (with --adapter) the stream on the base with the adapter attached (PEFT, unmerged)
-  adapter merged     (with --adapter) the same on a copy with the adapter merged in (greedy parity printed)
+  adapter merged     (with --adapter) what `mint eval` runs for a candidate: the same on a copy with the adapter
+                     merged in, checked by teacher forcing on the first prompts (greedy parity printed)
 Goals (issue 14): stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
 On a machine shared with other work, read the cpu-time columns (this process's CPU seconds; run with
 --threads 1 --no-warm-up): wall times there measure the neighbours.
@@ -134,7 +135,7 @@ def run_modes(args, chosen: list[str]) -> None:
     loaded = load_base(args.base)
     with_adapter = attach_adapter(args.adapter, args.base) if any(MODES[m].adapter for m in chosen) else None
     hardware = detect()
-    default_room = gen.KV_ROOM
+    default_room, default_merge = gen.KV_ROOM, gen.MERGE_ADAPTER
 
     def run(name):
         mode = MODES[name]
@@ -147,7 +148,7 @@ def run_modes(args, chosen: list[str]) -> None:
                                 engine=mode.engine, kv_cache=mode.kv_cache,
                                 answer_end=gen.answer_ends(contract.harness_name, settings))
         finally:
-            gen.KV_ROOM, gen.MERGE_ADAPTER = default_room, False
+            gen.KV_ROOM, gen.MERGE_ADAPTER = default_room, default_merge
 
     warm_up = not (args.quick or args.no_warm_up)
     if warm_up:

@@ -36,9 +36,9 @@ ANSWER_ENDS = {"genui": ("json", "fence"), "agent": ("json", "fence", "tool_call
 # copying the whole cache (DynamicCache's torch.cat, ~9% of a step at batch 16 with 150 tokens cached); 0 keeps
 # HF's DynamicCache (the benchmark compares the two)
 KV_ROOM = 64
-# fp32 evaluation of a PEFT model on a copy with its adapter merged in (see precision_copy); off: measured in
-# scripts/bench_eval.py --adapter
-MERGE_ADAPTER = False
+# greedy fp32 evaluation of a PEFT model on a copy with its adapter merged in (no LoRA matmuls per step),
+# checked against the unmerged model on the first prompts by teacher forcing (recorded as the parity)
+MERGE_ADAPTER = True
 PARITY_PROMPTS = 4
 PARITY_MIN_AGREEMENT = 0.75   # auto keeps bf16 only if at least this share of greedy outputs match fp32
 _CLOSERS = ("}", "]", "`", ">")
@@ -202,13 +202,23 @@ def generate(model, tokenizer, conversations: list[list[dict]], settings: Harnes
             precision, reason = "fp32", (f"auto: bf16 greedy outputs matched fp32 on {parity['identical']}/"
                                          f"{parity['examples']} prompts (< {PARITY_MIN_AGREEMENT:.0%})")
     runner = precision_copy(model, precision) if precision != "fp32" else model
-    if precision == "fp32" and MERGE_ADAPTER and hasattr(model, "merge_and_unload"):
+    merged = (precision == "fp32" and MERGE_ADAPTER and engine == "stream" and settings.temperature == 0
+              and hasattr(model, "merge_and_unload") and bool(conversations))
+    if merged:
         runner = precision_copy(model, "merged")
     if progress is not None:
         on_done = _also_counting(progress, on_done)
     if engine == "stream":
+        generated: dict = {}
         outputs, latencies, row_tokens, seconds = _stream(runner, tokenizer, conversations, settings, on_done,
-                                                          answer_end)
+                                                          answer_end, generated)
+        if merged:
+            parity = _merged_parity(model, tokenizer, conversations, generated)
+            reason += "; adapter merged into a copy"
+            if parity["identical"] < parity["examples"]:   # never report what the unmerged model would not say
+                reason += f" disagreed on {parity['examples'] - parity['identical']} prompts: generated unmerged"
+                outputs, latencies, row_tokens, seconds = _stream(model, tokenizer, conversations, settings, None,
+                                                                  answer_end)
     else:
         outputs, latencies, row_tokens, seconds = _run(runner, tokenizer, conversations, settings, on_done,
                                                        answer_end, kv_cache)
@@ -283,7 +293,28 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {eos}
 
 
-def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end):
+def _merged_parity(model, tokenizer, conversations, generated: dict) -> dict:
+    """Whether ``model`` (the unmerged PEFT model) picks, greedy, every token the merged copy generated for the
+    first prompts: one forward pass over each prompt and its tokens (teacher forcing), so the check costs a
+    prefill per prompt, not a second generation."""
+    import torch
+
+    checked = sorted(generated)[:PARITY_PROMPTS]
+    prompts = _prompt_ids(tokenizer, [conversations[i] for i in checked])
+    same = []
+    with torch.inference_mode():
+        for prompt, index in zip(prompts, checked):
+            tokens = generated[index]
+            ids = torch.tensor([prompt + tokens], device=model.device)
+            picked = model(input_ids=ids).logits[0, len(prompt) - 1:len(prompt) - 1 + len(tokens)].argmax(-1)
+            same.append(picked.tolist() == tokens)
+    return {"compared": "greedy merged adapter vs unmerged (teacher-forced)", "examples": len(checked),
+            "identical": sum(same), "agreement": sum(same) / len(checked) if checked else 1.0,
+            "mismatches": [{"prompt": i} for i, ok in zip(checked, same) if not ok]}
+
+
+def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end,
+            generated: dict | None = None):
     """The whole suite as one stream of rows through a decode loop (prefill, then one token per step with a
     DynamicCache): a finished row is dropped from the batch and its cache (index_select), and waiting
     prompts (longest first) are prefilled together and join the batch in the freed slots. Each row keeps
@@ -321,6 +352,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
 
     def finished(row: _Row, token: int) -> bool:
         if token in eos:
+            if generated is not None and row.sample == 0:
+                generated[row.conversation] = row.tokens + [token]
             return True
         row.tokens.append(token)
         if len(row.tokens) >= settings.max_new_tokens:
@@ -358,6 +391,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
             if any(done):
                 now = time.perf_counter()
                 for row in (r for r, d in zip(running, done) if d):
+                    if generated is not None and row.sample == 0:
+                        generated.setdefault(row.conversation, row.tokens)
                     row_tokens[row.conversation] += len(row.tokens)
                     outputs[row.conversation][row.sample] = tokenizer.decode(row.tokens,
                                                                              skip_special_tokens=True).strip()
