@@ -351,7 +351,7 @@ def tiny_with_adapter():
 
 def test_a_candidate_is_generated_merged_with_the_unmerged_models_greedy_outputs(monkeypatch):
     loaded, model = tiny_with_adapter()
-    settings = HarnessSettings(max_new_tokens=12, batch_size=2)
+    settings = HarnessSettings(max_new_tokens=8, batch_size=2)
     merged = generate(model, loaded.tokenizer, VARIED, settings)
     monkeypatch.setattr(gen, "MERGE_ADAPTER", False)
     unmerged = generate(model, loaded.tokenizer, VARIED, settings)
@@ -362,7 +362,7 @@ def test_a_candidate_is_generated_merged_with_the_unmerged_models_greedy_outputs
 
 def test_a_merged_copy_that_disagrees_is_caught_and_the_unmerged_model_generates(monkeypatch):
     loaded, model = tiny_with_adapter()
-    settings = HarnessSettings(max_new_tokens=12, batch_size=2)
+    settings = HarnessSettings(max_new_tokens=8, batch_size=2)
     real_copy = gen.precision_copy
     without_adapter = load_base(TINY).model   # stands in for a merge gone wrong: it says something else
     monkeypatch.setattr(gen, "precision_copy", lambda m, p: without_adapter if p == "merged" else real_copy(m, p))
