@@ -8,6 +8,10 @@ can change what it measures:
   for the longest one in its batch. Greedy and sampled outputs are HF ``generate``'s token for token (each
   sample draws from its own seeded generator, so an output does not depend on which rows it ran beside);
   ``engine="hf"`` is HF ``generate`` on length-sorted batches (the old path, kept for the benchmark);
+- the stream's KV cache lives in buffers with room for ``KV_ROOM`` more columns, so a step writes its column
+  in place instead of copying the whole cache (DynamicCache's torch.cat);
+- a greedy fp32 candidate (a PEFT model) runs on a copy with its adapter merged in, checked against the
+  unmerged model by teacher forcing on the first prompts (the check is the parity; a mismatch regenerates);
 - ``decoding: {stop_at_answer_end: true}`` ends each row once its answer is complete (a JSON value, a
   closed code fence, closed ``<tool_call>`` blocks, by harness) instead of running to ``max_new_tokens``;
 - ``decoding: {precision: bf16 | int8 | auto}`` generates with a bf16 copy of the model (or an int8
