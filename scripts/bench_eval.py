@@ -1,22 +1,32 @@
-"""Contract-evaluation generation: the old path against the new one, batched against one at a time.
+"""Contract evaluation speed against issue 14's goals: batched against one at a time, new path against today's.
 
-Run: make bench   (or: python scripts/bench_eval.py [--base smollm2-135m] [--examples 32] [--repeats 3])
-Smoke run: python scripts/bench_eval.py --quick   (tiny-random, 6 prompts, 1 run per mode, no warm-up)
+Run: make bench   (or: python scripts/bench_eval.py [--base smollm2-135m] [--examples 32] [--repeats 2])
+Smoke run: python scripts/bench_eval.py --quick   (tiny-random, 6 prompts, a random adapter, 1 run per mode)
+Batch sizes: python scripts/bench_eval.py --modes "stream b8,stream b16,stream b24,stream b32"
+Adapter: python scripts/bench_eval.py --adapter ADAPTER_DIR   (or --adapter random: LoRA r=16 on all linears)
+Decode step profile: python scripts/bench_eval.py --profile-step [--quick]   (where a step's time goes)
 
-The prompts are the GenUI contract's held-out suite under its harness (contracts/genui.yaml), greedy. Every
-mode runs on the same model and prompts in one process, alternated (A B C ... A B C ...) after a warm-up:
-  today            the old path: HF generate on length-sorted batches of 16, fp32, every row to max_new_tokens
-  hf + answer end  the old path with stop_at_answer_end (finished rows still ride until their batch ends)
-  hf + static KV   the same with HF's static KV cache
-  stream           the new path: mint's decode loop, batch 16, finished rows leave and waiting prompts take
-                   their slots, stop_at_answer_end, fp32 (outputs identical to hf + answer end)
-  stream int8      the same with precision int8 (dynamic quantization; parity vs fp32 printed)
-  stream 1-by-1    the new path with batch 1 (one prompt at a time)
+The suite is the contract's (contracts/genui.yaml: every suite's prompts in order, repeated or cut to --examples)
+under its harness and decoding settings (max_new_tokens, batch_size, precision, stop_at_answer_end), greedy.
+Every mode runs on the same model and prompts in one process, alternated (A B C ... A B C ...) after a warm-up:
+  today              the issue's "today": HF generate on length-sorted batches of 16, fp32, every row to
+                     max_new_tokens
+  hf + answer end    the same with the contract's stop_at_answer_end (finished rows ride until their batch ends)
+  hf + static KV     the same with HF's static KV cache
+  stream             what `mint eval` runs: the stream decode loop at the contract's batch size and settings
+                     (finished rows leave, waiting prompts take their slots; the KV cache has room to grow in place)
+  stream DynamicCache  the same with HF's DynamicCache (a torch.cat of the whole cache per step)
+  stream bN          the stream at batch N (8, 16, 24, 32)
+  stream int8        the stream with precision int8 (dynamic quantization; parity vs fp32 printed)
+  stream 1-by-1      the stream at batch 1, on --one-by-one-sample prompts spread over the suite, its time
+                     scaled per prompt to the whole suite (said so in the output)
+  adapter            (with --adapter) the stream on the base with the adapter attached (PEFT, unmerged)
+  adapter merged     (with --adapter) what `mint eval` runs for a candidate: the same on a copy with the adapter
+                     merged in, checked by teacher forcing on the first prompts (greedy parity printed)
 Goals (issue 14): stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
-On a machine shared with other work, read the cpu-time ratios (this process's CPU seconds; run with
+On a machine shared with other work, read the cpu-time columns (this process's CPU seconds; run with
 --threads 1 --no-warm-up): wall times there measure the neighbours.
-torch.compile is not measured: compiling takes longer than a whole demo evaluation (12 prompts) on a CPU,
-and the stream's batch shape changes every few steps (each new shape recompiles).
+torch.compile is not measured here: see the issue note (its compile time against a 12-40 prompt suite).
 """
 from __future__ import annotations
 
@@ -30,61 +40,115 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH_GOAL, TOKENS_GOAL = 8.0, 2.0
-# name: (engine, settings changed from the old path's, kv_cache)
+TODAY_BATCH = 16
+ISSUE_TODAY_TOKENS_PER_S = 60   # the issue's measurement: 32 prompts x 48 tokens in 25 s, batch 16, fp32
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    engine: str = "stream"
+    changes: tuple = ()                 # settings changed from the contract's, as (field, value) pairs
+    kv_cache: str | None = None         # hf engine only: "static"
+    kv_room: int | None = None          # stream: columns of room in the KV buffers (0: HF's DynamicCache)
+    adapter: bool = False               # on the model with the adapter attached
+    merge: bool = False                 # ... merged into a copy
+    sample: bool = False                # on the one-by-one sample, scaled to the suite
+
+
+TODAY = (("batch_size", TODAY_BATCH), ("precision", "fp32"), ("stop_at_answer_end", False))
 MODES = {
-    "today": ("hf", {}, None),
-    "hf + answer end": ("hf", {"stop_at_answer_end": True}, None),
-    "hf + static KV": ("hf", {"stop_at_answer_end": True}, "static"),
-    "stream": ("stream", {"stop_at_answer_end": True}, None),
-    "stream int8": ("stream", {"stop_at_answer_end": True, "precision": "int8"}, None),
-    "stream 1-by-1": ("stream", {"stop_at_answer_end": True, "batch_size": 1}, None),
+    "today": Mode("hf", TODAY),
+    "hf + answer end": Mode("hf", (("batch_size", TODAY_BATCH), ("precision", "fp32"))),
+    "hf + static KV": Mode("hf", (("batch_size", TODAY_BATCH), ("precision", "fp32")), kv_cache="static"),
+    "stream": Mode(),
+    "stream DynamicCache": Mode(kv_room=0),
+    **{f"stream b{n}": Mode(changes=(("batch_size", n),)) for n in (8, 16, 24, 32)},
+    "stream int8": Mode(changes=(("precision", "int8"),)),
+    "stream 1-by-1": Mode(changes=(("batch_size", 1),), sample=True),
+    "adapter": Mode(adapter=True),
+    "adapter merged": Mode(adapter=True, merge=True),
 }
+DEFAULT_MODES = ("today", "stream", "stream DynamicCache", "stream 1-by-1")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="smollm2-135m")
+    parser.add_argument("--contract", default=str(ROOT / "contracts/genui.yaml"))
     parser.add_argument("--examples", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=None, help="the stream's batch (default: the contract's)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the contract's")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--one-by-one-sample", type=int, default=4,
+                        help="prompts the 1-by-1 mode runs (spread over the suite), scaled per prompt")
+    parser.add_argument("--adapter", default=None, help="a PEFT adapter directory for this base, or `random`")
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)}")
+    parser.add_argument("--modes", default=None, help=f"comma-separated, of: {', '.join(MODES)} (default: "
+                        f"{', '.join(DEFAULT_MODES)}, and the adapter modes with --adapter)")
     parser.add_argument("--no-warm-up", action="store_true", help="time from the first run (a contended machine)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 6 prompts, 1 run per mode")
+    parser.add_argument("--profile-step", action="store_true",
+                        help="profile one decode step at batch 8/16/32 instead (matmuls, lm_head, attention, cache)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: tiny-random, 6 prompts, batch 4, a random adapter, 1 run per mode")
     args = parser.parse_args()
     if args.quick:
-        args.base, args.examples, args.batch, args.repeats = "tiny-random", 6, 4, 1
+        args.base, args.examples, args.repeats, args.one_by_one_sample = "tiny-random", 6, 1, 2
+        args.batch, args.adapter = args.batch or 4, args.adapter or "random"
         args.max_new_tokens = args.max_new_tokens or 16
-    chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
+    default = DEFAULT_MODES + (("adapter", "adapter merged") if args.adapter else ())
+    chosen = [m.strip() for m in (args.modes or ",".join(default)).split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODES]
     if unknown:
         sys.exit(f"error: --modes: unknown mode {unknown[0]!r} (modes: {', '.join(MODES)})")
+    if any(MODES[m].adapter for m in chosen) and not args.adapter:
+        sys.exit("error: --modes: the adapter modes need --adapter DIR (or --adapter random)")
+    if args.adapter and args.adapter != "random" and not Path(args.adapter, "adapter_config.json").is_file():
+        sys.exit(f"error: --adapter: {args.adapter} has no adapter_config.json (a PEFT adapter directory)")
 
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.profile_step:
+        profile_step(args)
+        return
+    run_modes(args, chosen)
+
+
+def run_modes(args, chosen: list[str]) -> None:
     import torch
 
     from mint.base import load_base
     from mint.contract.schema import load_contract, read_suite
     from mint.hardware import detect
-    from mint.mol.generate import answer_ends, generate
+    from mint.mol import generate as gen
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    contract = load_contract(ROOT / "contracts/genui.yaml")
-    records = read_suite(contract, contract.suites[0], None)
+    contract = load_contract(Path(args.contract))
+    records = [r for suite in contract.suites for r in read_suite(contract, suite, None)]
     records = (records * (args.examples // len(records) + 1))[:args.examples]
     harness = contract.harness()
     conversations = [harness.messages(r) for r in records]
-    today = dataclasses.replace(contract.settings, batch_size=args.batch, precision="fp32", stop_at_answer_end=False,
-                                max_new_tokens=args.max_new_tokens or contract.settings.max_new_tokens)
+    step = max(1, len(conversations) // max(1, args.one_by_one_sample))
+    sample = conversations[::step][:args.one_by_one_sample]
+    contract_settings = dataclasses.replace(contract.settings, batch_size=args.batch or contract.settings.batch_size,
+                                            max_new_tokens=args.max_new_tokens or contract.settings.max_new_tokens)
     loaded = load_base(args.base)
+    with_adapter = attach_adapter(args.adapter, args.base) if any(MODES[m].adapter for m in chosen) else None
     hardware = detect()
+    default_room, default_merge = gen.KV_ROOM, gen.MERGE_ADAPTER
 
     def run(name):
-        engine, changes, kv_cache = MODES[name]
-        settings = dataclasses.replace(today, **changes)
-        return generate(loaded.model, loaded.tokenizer, conversations, settings, engine=engine, kv_cache=kv_cache,
-                        answer_end=answer_ends(contract.harness_name, settings))
+        mode = MODES[name]
+        settings = dataclasses.replace(contract_settings, **dict(mode.changes))
+        model = with_adapter if mode.adapter else loaded.model
+        gen.KV_ROOM = default_room if mode.kv_room is None else mode.kv_room
+        gen.MERGE_ADAPTER = mode.merge
+        try:
+            return gen.generate(model, loaded.tokenizer, sample if mode.sample else conversations, settings,
+                                engine=mode.engine, kv_cache=mode.kv_cache,
+                                answer_end=gen.answer_ends(contract.harness_name, settings))
+        finally:
+            gen.KV_ROOM, gen.MERGE_ADAPTER = default_room, default_merge
 
     warm_up = not (args.quick or args.no_warm_up)
     if warm_up:
@@ -103,22 +167,32 @@ def main() -> None:
             results[name].append((time.perf_counter() - began, generation))
             cpu_seconds[name].append(time.process_time() - began_cpu)
 
+    scale = {name: (len(conversations) / len(sample) if MODES[name].sample else 1.0) for name in chosen}
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, torch threads "
           f"{torch.get_num_threads()}, flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} "
           f"({hardware.bf16_reason})")
-    print(f"base {args.base}, {len(conversations)} genui prompts, greedy, max_new_tokens {today.max_new_tokens}, "
-          f"batch {args.batch}; {args.repeats} alternated runs per mode{' after a warm-up' if warm_up else ', no warm-up'}")
-    print(f"\n{'mode':<16} {'precision':>9} {'seconds min/median':>19} {'cpu s median':>12} {'tokens':>7} "
-          f"{'tokens/s min/median':>20}")
-    median_s, median_tps, median_cpu = {}, {}, {}
+    print(f"base {args.base}, contract {contract.name} v{contract.version}: {len(conversations)} prompts of "
+          f"{', '.join(s.name for s in contract.suites)}, greedy, max_new_tokens {contract_settings.max_new_tokens}, "
+          f"contract batch {contract_settings.batch_size}, today = HF generate batch {TODAY_BATCH} fp32; "
+          f"{args.repeats} alternated runs per mode{' after a warm-up' if warm_up else ', no warm-up'}")
+    if any(MODES[n].sample for n in chosen):
+        print(f"one-by-one: {len(sample)} of the {len(conversations)} prompts (one in {step}), seconds and tokens "
+              f"scaled x{len(conversations) / len(sample):.2f} to the whole suite")
+    if with_adapter is not None:
+        print(f"adapter: {args.adapter}")
+    print(f"\n{'mode':<20} {'batch':>5} {'precision':>9} {'seconds min/median':>19} {'cpu s median':>12} "
+          f"{'tokens':>7} {'tokens/s min/median':>20}")
+    median_s, median_tps, median_cpu, tokens = {}, {}, {}, {}
     for name, runs in results.items():
-        seconds = [s for s, _ in runs]
+        seconds = [s * scale[name] for s, _ in runs]
         tps = [g.tokens_per_s for _, g in runs]
         median_s[name], median_tps[name] = statistics.median(seconds), statistics.median(tps)
         generation = runs[0][1]
-        median_cpu[name] = statistics.median(cpu_seconds[name])
-        print(f"{name:<16} {generation.precision:>9} {min(seconds):>9.2f}/{median_s[name]:<9.2f} "
-              f"{median_cpu[name]:>12.2f} {generation.new_tokens:>7} {min(tps):>9.1f}/{median_tps[name]:<10.1f}")
+        median_cpu[name] = statistics.median(cpu_seconds[name]) * scale[name]
+        tokens[name] = generation.new_tokens * scale[name]
+        batch = dict(MODES[name].changes).get("batch_size", contract_settings.batch_size)
+        print(f"{name:<20} {batch:>5} {generation.precision:>9} {min(seconds):>9.2f}/{median_s[name]:<9.2f} "
+              f"{median_cpu[name]:>12.2f} {tokens[name]:>7.0f} {min(tps):>9.1f}/{median_tps[name]:<10.1f}")
 
     def ratio(label, value, goal=None):
         verdict = f" (goal >= {goal:g}x: {'MET' if value >= goal else 'MISSED'})" if goal else ""
@@ -126,39 +200,131 @@ def main() -> None:
 
     print()
     if {"stream", "stream 1-by-1"} <= results.keys():
-        ratio("batched / one-by-one, wall time (stream / stream 1-by-1)",
+        ratio("batched / one-by-one, wall time (stream 1-by-1 scaled / stream)",
               median_s["stream 1-by-1"] / median_s["stream"], BATCH_GOAL)
+        ratio("batched / one-by-one, cpu time", median_cpu["stream 1-by-1"] / median_cpu["stream"], BATCH_GOAL)
     if {"stream", "today"} <= results.keys():
         ratio("tokens/s, stream / today", median_tps["stream"] / median_tps["today"], TOKENS_GOAL)
-        ratio("wall time, today / stream", median_s["today"] / median_s["stream"])
-    if {"stream int8", "today"} <= results.keys():
-        ratio("tokens/s, stream int8 / today", median_tps["stream int8"] / median_tps["today"], TOKENS_GOAL)
-        ratio("wall time, today / stream int8", median_s["today"] / median_s["stream int8"])
-    if {"stream", "stream 1-by-1", "today"} <= results.keys():
-        ratio("cpu time: stream 1-by-1 / stream", median_cpu["stream 1-by-1"] / median_cpu["stream"], BATCH_GOAL)
-        ratio("cpu time per token: today / stream", median_cpu["today"] / results["today"][0][1].new_tokens
-              / (median_cpu["stream"] / results["stream"][0][1].new_tokens), TOKENS_GOAL)
-    if {"stream", "hf + answer end"} <= results.keys():
-        ratio("dropping finished rows, wall time (hf + answer end / stream)",
-              median_s["hf + answer end"] / median_s["stream"])
+        ratio("wall time, today / stream (same prompts; the stream stops at answer ends)",
+              median_s["today"] / median_s["stream"])
+        ratio("cpu time per token, today / stream", median_cpu["today"] / tokens["today"]
+              / (median_cpu["stream"] / tokens["stream"]), TOKENS_GOAL)
+        print(f"today's tokens/s: {median_tps['today']:.1f} (the issue measured ~{ISSUE_TODAY_TOKENS_PER_S} at "
+              f"max_new_tokens 48); stream: {median_tps['stream']:.1f} (goal >= "
+              f"{TOKENS_GOAL * median_tps['today']:.1f} here)")
+    for name in ("hf + answer end", "stream DynamicCache", "stream int8", "adapter"):
+        if {name, "stream"} <= results.keys():
+            ratio(f"wall time, {name} / stream", median_s[name] / median_s["stream"])
     if {"hf + static KV", "hf + answer end"} <= results.keys():
         ratio("static KV cache, wall time (hf + answer end / hf + static KV)",
               median_s["hf + answer end"] / median_s["hf + static KV"])
-    if {"stream", "stream int8"} <= results.keys():
-        ratio("int8, wall time (stream / stream int8)", median_s["stream"] / median_s["stream int8"])
+    batch_modes = [n for n in results if n.startswith("stream b")]
+    for name in batch_modes[1:]:
+        ratio(f"wall time, {batch_modes[0]} / {name}", median_s[batch_modes[0]] / median_s[name])
+    if {"adapter", "adapter merged"} <= results.keys():
+        ratio("merged adapter, wall time (adapter / adapter merged)",
+              median_s["adapter"] / median_s["adapter merged"])
+    if "stream int8" in results:
         parity = results["stream int8"][0][1].parity
         print(f"int8/fp32 parity: {json.dumps({k: v for k, v in parity.items() if k != 'mismatches'})}")
     print()
     first = {name: runs[0][1].outputs for name, runs in results.items()}
     for name, outputs in first.items():
-        if name == "today":
+        reference = "adapter" if MODES[name].adapter else "stream"
+        if name in (reference, "today") or reference not in first:
             continue
-        if "hf + answer end" in first and name != "hf + answer end":
-            same = sum(a == b for a, b in zip(first["hf + answer end"], outputs))
-            print(f"outputs of {name}: {same}/{len(outputs)} identical to hf + answer end's")
-        if "today" in first:
-            cut = sum(a[0].startswith(b[0]) for a, b in zip(first["today"], outputs))
-            print(f"outputs of {name}: {cut}/{len(outputs)} are today's, cut at the answer's end or identical")
+        theirs = first[reference] if not MODES[name].sample else [first[reference][conversations.index(c)]
+                                                                   for c in sample]
+        same = [a == b for a, b in zip(theirs, outputs)]
+        print(f"outputs of {name}: {sum(same)}/{len(outputs)} identical to {reference}'s (greedy)")
+        for index, ok in enumerate(same):
+            if not ok and name == "adapter merged":
+                a, b = theirs[index][0], outputs[index][0]
+                at = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
+                print(f"  prompt {index}: differs from character {at}: {a[at:at + 40]!r} vs {b[at:at + 40]!r}")
+    if {"today", "stream"} <= first.keys():
+        cut = sum(a[0].startswith(b[0]) for a, b in zip(first["today"], first["stream"]))
+        print(f"outputs of stream: {cut}/{len(first['stream'])} are today's, cut at the answer's end or identical")
+
+
+def attach_adapter(adapter: str, base: str):
+    """A second copy of the base with ``adapter`` attached (PEFT, unmerged); ``random``: a seeded LoRA r=16 on
+    every linear layer with non-zero B, so it changes the outputs as a trained one does."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from mint.base import load_base
+
+    model = load_base(base).model
+    if adapter != "random":
+        return PeftModel.from_pretrained(model, adapter).eval()
+    torch.manual_seed(0)
+    peft_model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+                                                  init_lora_weights=False))
+    with torch.no_grad():   # a trained adapter's size: it moves outputs without drowning the base
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name:
+                parameter.mul_(0.01)
+    return peft_model.eval()
+
+
+def profile_step(args) -> None:
+    """Where one decode step's time goes (torch profiler, self CPU time), with the stream's KV buffers and with
+    HF's DynamicCache, at batch 8, 16 and 32 with 150 tokens cached; with --adapter, at batch 16 with the adapter
+    attached (PEFT) and merged into a copy."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from mint.base import load_base
+    from mint.mol import generate as gen
+
+    model = load_base(args.base).model.eval()
+    vocab = model.config.vocab_size
+    cached, steps = (150, 5) if not args.quick else (20, 2)
+    default_room = gen.KV_ROOM
+    cases = [(batch, cache, model) for batch in (8, 16, 32) for cache in ("KV buffers", "DynamicCache")]
+    if args.adapter:
+        with_adapter = attach_adapter(args.adapter, args.base)
+        cases += [(16, "KV buffers, adapter (PEFT)", with_adapter),
+                  (16, "KV buffers, adapter merged", gen.precision_copy(with_adapter, "merged"))]
+    print(f"base {args.base}, one decode step with {cached} tokens cached, torch threads {torch.get_num_threads()}, "
+          f"self CPU time per step (profiled, {steps} steps)")
+    for batch, cache_name, runner in cases:
+        gen.KV_ROOM = 0 if cache_name == "DynamicCache" else default_room
+        with torch.inference_mode():
+            _, cache, mask = gen._prefill(runner, [list(range(100, 100 + cached))] * batch, 0)
+
+            def step():
+                nonlocal mask
+                mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
+                runner(input_ids=torch.full((batch, 1), 200), attention_mask=mask, use_cache=True,
+                       position_ids=torch.full((batch, 1), mask.shape[1] - 1), cache=cache)
+
+            step()
+            began = time.perf_counter()
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiled:
+                for _ in range(steps):
+                    step()
+            wall = (time.perf_counter() - began) / steps * 1000
+        shares: dict[str, float] = {}
+        for event in profiled.key_averages(group_by_input_shape=True):
+            shares[step_part(event, vocab)] = shares.get(step_part(event, vocab), 0) + event.self_cpu_time_total
+        total = sum(shares.values())
+        print(f"\nbatch {batch}, {cache_name}: {total / steps / 1000:.1f} ms self CPU per step, "
+              f"{total / steps / 1000 / batch:.2f} ms per row ({wall:.1f} ms wall, profiled)")
+        for part, micros in sorted(shares.items(), key=lambda item: -item[1]):
+            print(f"  {part:<52} {micros / steps / 1000:8.1f} ms {micros / total:6.1%}")
+    gen.KV_ROOM = default_room
+
+
+def step_part(event, vocab: int) -> str:
+    if event.key == "aten::mm":
+        return "matmul lm_head" if str(vocab) in str(event.input_shapes) else "matmul layers (+ LoRA)"
+    if event.key in ("aten::cat", "aten::copy_", "aten::index_select"):
+        return "cache cat/copy"
+    if "attention" in event.key:
+        return "attention (sdpa)"
+    return "the rest (norms, rope, activations, mask, dispatch)"
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ can change what it measures:
   for the longest one in its batch. Greedy and sampled outputs are HF ``generate``'s token for token (each
   sample draws from its own seeded generator, so an output does not depend on which rows it ran beside);
   ``engine="hf"`` is HF ``generate`` on length-sorted batches (the old path, kept for the benchmark);
+- the stream's KV cache lives in buffers with room for ``KV_ROOM`` more columns, so a step writes its column
+  in place instead of copying the whole cache (DynamicCache's torch.cat);
+- a greedy fp32 candidate (a PEFT model) runs on a copy with its adapter merged in, checked against the
+  unmerged model by teacher forcing on the first prompts (the check is the parity; a mismatch regenerates);
 - ``decoding: {stop_at_answer_end: true}`` ends each row once its answer is complete (a JSON value, a
   closed code fence, closed ``<tool_call>`` blocks, by harness) instead of running to ``max_new_tokens``;
 - ``decoding: {precision: bf16 | int8 | auto}`` generates with a bf16 copy of the model (or an int8
@@ -18,6 +22,7 @@ can change what it measures:
 from __future__ import annotations
 
 import copy
+import functools
 import time
 import weakref
 from collections import deque
@@ -31,6 +36,13 @@ PRECISIONS = ("fp32", "bf16", "int8", "auto")
 ENGINES = ("stream", "hf")
 # the kinds of answer end each harness's scorer reads (see answer_complete); others stop at EOS only
 ANSWER_ENDS = {"genui": ("json", "fence"), "agent": ("json", "fence", "tool_call"), "coding": ("fence",)}
+# columns of KV cache allocated ahead of the rows: a decode step writes its column into this room instead of
+# copying the whole cache (DynamicCache's torch.cat, ~9% of a step at batch 16 with 150 tokens cached); 0 keeps
+# HF's DynamicCache (the benchmark compares the two)
+KV_ROOM = 64
+# greedy fp32 evaluation of a PEFT model on a copy with its adapter merged in (no LoRA matmuls per step),
+# checked against the unmerged model on the first prompts by teacher forcing (recorded as the parity)
+MERGE_ADAPTER = True
 PARITY_PROMPTS = 4
 PARITY_MIN_AGREEMENT = 0.75   # auto keeps bf16 only if at least this share of greedy outputs match fp32
 _CLOSERS = ("}", "]", "`", ">")
@@ -149,9 +161,10 @@ def _weights_state(model) -> tuple:
 
 
 def precision_copy(model, precision: str):
-    """A bf16 or int8 copy of ``model``, made once per state of its weights (the fp32 original stays
+    """A bf16, int8 or merged copy of ``model``, made once per state of its weights (the original stays
     untouched). int8: a PEFT adapter is merged into the copy first, then every Linear layer (the LM head
-    too) is dynamically quantized (int8 weights, activations quantized per call)."""
+    too) is dynamically quantized (int8 weights, activations quantized per call). merged: an fp32 copy with
+    the PEFT adapter merged into the base weights (no LoRA matmuls per step)."""
     import torch
 
     state = _weights_state(model)
@@ -161,6 +174,8 @@ def precision_copy(model, precision: str):
         clone = copy.deepcopy(model)
         if precision == "bf16":
             clone = clone.to(torch.bfloat16)
+        elif precision == "merged":
+            clone = clone.merge_and_unload()
         else:
             if hasattr(clone, "merge_and_unload"):
                 clone = clone.merge_and_unload()
@@ -191,11 +206,23 @@ def generate(model, tokenizer, conversations: list[list[dict]], settings: Harnes
             precision, reason = "fp32", (f"auto: bf16 greedy outputs matched fp32 on {parity['identical']}/"
                                          f"{parity['examples']} prompts (< {PARITY_MIN_AGREEMENT:.0%})")
     runner = precision_copy(model, precision) if precision != "fp32" else model
+    merged = (precision == "fp32" and MERGE_ADAPTER and engine == "stream" and settings.temperature == 0
+              and hasattr(model, "merge_and_unload") and bool(conversations))
+    if merged:
+        runner = precision_copy(model, "merged")
     if progress is not None:
         on_done = _also_counting(progress, on_done)
     if engine == "stream":
+        generated: dict = {}
         outputs, latencies, row_tokens, seconds = _stream(runner, tokenizer, conversations, settings, on_done,
-                                                          answer_end)
+                                                          answer_end, generated)
+        if merged:
+            parity = _merged_parity(model, tokenizer, conversations, generated)
+            reason += "; adapter merged into a copy"
+            if parity["identical"] < parity["examples"]:   # never report what the unmerged model would not say
+                reason += f" disagreed on {parity['examples'] - parity['identical']} prompts: generated unmerged"
+                outputs, latencies, row_tokens, seconds = _stream(model, tokenizer, conversations, settings, None,
+                                                                  answer_end)
     else:
         outputs, latencies, row_tokens, seconds = _run(runner, tokenizer, conversations, settings, on_done,
                                                        answer_end, kv_cache)
@@ -270,7 +297,28 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {eos}
 
 
-def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end):
+def _merged_parity(model, tokenizer, conversations, generated: dict) -> dict:
+    """Whether ``model`` (the unmerged PEFT model) picks, greedy, every token the merged copy generated for the
+    first prompts: one forward pass over each prompt and its tokens (teacher forcing), so the check costs a
+    prefill per prompt, not a second generation."""
+    import torch
+
+    checked = sorted(generated)[:PARITY_PROMPTS]
+    prompts = _prompt_ids(tokenizer, [conversations[i] for i in checked])
+    same = []
+    with torch.inference_mode():
+        for prompt, index in zip(prompts, checked):
+            tokens = generated[index]
+            ids = torch.tensor([prompt + tokens], device=model.device)
+            picked = model(input_ids=ids).logits[0, len(prompt) - 1:len(prompt) - 1 + len(tokens)].argmax(-1)
+            same.append(picked.tolist() == tokens)
+    return {"compared": "greedy merged adapter vs unmerged (teacher-forced)", "examples": len(checked),
+            "identical": sum(same), "agreement": sum(same) / len(checked) if checked else 1.0,
+            "mismatches": [{"prompt": i} for i, ok in zip(checked, same) if not ok]}
+
+
+def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end,
+            generated: dict | None = None):
     """The whole suite as one stream of rows through a decode loop (prefill, then one token per step with a
     DynamicCache): a finished row is dropped from the batch and its cache (index_select), and waiting
     prompts (longest first) are prefilled together and join the batch in the freed slots. Each row keeps
@@ -308,6 +356,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
 
     def finished(row: _Row, token: int) -> bool:
         if token in eos:
+            if generated is not None and row.sample == 0:
+                generated[row.conversation] = row.tokens + [token]
             return True
         row.tokens.append(token)
         if len(row.tokens) >= settings.max_new_tokens:
@@ -345,6 +395,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
             if any(done):
                 now = time.perf_counter()
                 for row in (r for r, d in zip(running, done) if d):
+                    if generated is not None and row.sample == 0:
+                        generated.setdefault(row.conversation, row.tokens)
                     row_tokens[row.conversation] += len(row.tokens)
                     outputs[row.conversation][row.sample] = tokenizer.decode(row.tokens,
                                                                              skip_special_tokens=True).strip()
@@ -371,7 +423,60 @@ def _prefill(model, prompts: list[list[int]], pad: int):
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    return out.logits[:, -1], out.cache, mask
+    return out.logits[:, -1], _with_room(out.cache), mask
+
+
+def _with_room(cache):
+    """``cache`` with each plain DynamicLayer (full attention; sliding-window layers are left as they are)
+    replaced by one that holds its keys and values in a buffer with ``KV_ROOM`` free columns."""
+    from transformers.cache_utils import DynamicLayer
+
+    if KV_ROOM > 0:
+        cache.layers = [_roomy_layer_class().around(layer.keys, layer.values) if type(layer) is DynamicLayer else layer
+                        for layer in cache.layers]
+    return cache
+
+
+@functools.lru_cache(maxsize=None)
+def _roomy_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class RoomyLayer(DynamicLayer):
+        """A DynamicLayer whose ``keys``/``values`` are views of the first ``length`` columns of a larger buffer:
+        an update writes the new columns in place (no copy of the cache) and only a full buffer is copied into
+        a new one with ``KV_ROOM`` more columns. The attention reads the same values as with torch.cat."""
+
+        @classmethod
+        def around(cls, keys, values):
+            layer = cls()
+            layer.device, layer.is_initialized = keys.device, True
+            layer._fill(keys, values)
+            return layer
+
+        def _fill(self, keys, values, needed: int = 0):
+            batch, heads, length, width = keys.shape
+            room = max(KV_ROOM, needed)
+            self.key_buffer = keys.new_empty((batch, heads, length + room, width))
+            self.value_buffer = values.new_empty((batch, heads, length + room, values.shape[-1]))
+            self.key_buffer[:, :, :length] = keys
+            self.value_buffer[:, :, :length] = values
+            self._expose(length)
+
+        def _expose(self, length: int):
+            self.length = length
+            self.keys = self.key_buffer[:, :, :length]
+            self.values = self.value_buffer[:, :, :length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            new = key_states.shape[-2]
+            if self.length + new > self.key_buffer.shape[-2]:
+                self._fill(self.keys, self.values, new)
+            self.key_buffer[:, :, self.length:self.length + new] = key_states
+            self.value_buffer[:, :, self.length:self.length + new] = value_states
+            self._expose(self.length + new)
+            return self.keys, self.values
+
+    return RoomyLayer
 
 
 def _join(cache, mask, new_cache, new_mask):
@@ -392,9 +497,17 @@ def _join(cache, mask, new_cache, new_mask):
         return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
 
     for layer, new_layer in zip(cache.layers, new_cache.layers):
-        layer.keys = torch.cat([widen(layer.keys, 2), widen(new_layer.keys, 2)])
-        layer.values = torch.cat([widen(layer.values, 2), widen(new_layer.values, 2)])
+        _replace(layer, torch.cat([widen(layer.keys, 2), widen(new_layer.keys, 2)]),
+                 torch.cat([widen(layer.values, 2), widen(new_layer.values, 2)]))
     return cache, torch.cat([widen(mask, 1), widen(new_mask, 1)])
+
+
+def _replace(layer, keys, values) -> None:
+    """Give a cache layer new keys and values (into a fresh buffer with room, for a roomy layer)."""
+    if hasattr(layer, "key_buffer"):
+        layer._fill(keys, values)
+    else:
+        layer.keys, layer.values = keys, values
 
 
 def _select(cache, mask, keep: list[int]):
@@ -409,8 +522,8 @@ def _select(cache, mask, keep: list[int]):
     first = int(mask.any(0).nonzero()[0])
     mask = mask[:, first:]
     for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, index)[:, :, first:]
-        layer.values = layer.values.index_select(0, index)[:, :, first:]
+        _replace(layer, layer.keys.index_select(0, index)[:, :, first:],
+                 layer.values.index_select(0, index)[:, :, first:])
     return cache, mask
 
 

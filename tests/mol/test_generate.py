@@ -269,6 +269,23 @@ def test_the_stream_gives_hf_generates_greedy_outputs_token_for_token():
     assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
 
 
+def test_the_kv_buffer_grows_joins_and_drops_rows_without_changing_greedy_outputs(monkeypatch):
+    """Room for 3 columns at a time: the buffers are refilled every few steps, when prompts join and when rows
+    leave, and every output is still HF generate's alone."""
+    monkeypatch.setattr(gen, "KV_ROOM", 3)
+    layers = []
+    with_room = gen._with_room
+    monkeypatch.setattr(gen, "_with_room", lambda cache: layers.extend(with_room(cache).layers) or cache)
+    loaded = load_base(TINY)
+    with torch.no_grad():   # sharpen the attention: at the random init it is near uniform, so keys barely count
+        for name, parameter in loaded.model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.mul_(15.0)
+    result = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=12, batch_size=2))
+    assert layers and all(type(layer) is gen._roomy_layer_class() for layer in layers)
+    assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
+
+
 def test_each_sampled_output_is_hf_generates_with_its_own_seed():
     loaded = load_base(TINY)
     settings = HarnessSettings(max_new_tokens=8, batch_size=2, temperature=0.8, top_p=0.9, samples=2)
@@ -320,3 +337,38 @@ def test_int8_generation_records_its_parity_with_fp32_and_leaves_the_model_untou
     assert result.parity["identical"] == sum(a == b for a, b in zip(result.outputs, fp32.outputs))
     assert all(type(m) is not torch.nn.Linear or m.weight.dtype == torch.float32 for m in loaded.model.modules())
     assert any("quantized" in type(m).__module__ for m in gen.precision_copy(loaded.model, "int8").modules())
+
+
+def tiny_with_adapter():
+    """The tiny base with a seeded LoRA on every linear layer whose B is not zero, so it changes the outputs."""
+    from peft import LoraConfig, get_peft_model
+
+    loaded = load_base(TINY)
+    torch.manual_seed(0)
+    model = get_peft_model(loaded.model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    return loaded, model.eval()
+
+
+def test_a_candidate_is_generated_merged_with_the_unmerged_models_greedy_outputs(monkeypatch):
+    loaded, model = tiny_with_adapter()
+    settings = HarnessSettings(max_new_tokens=8, batch_size=2)
+    merged = generate(model, loaded.tokenizer, VARIED, settings)
+    monkeypatch.setattr(gen, "MERGE_ADAPTER", False)
+    unmerged = generate(model, loaded.tokenizer, VARIED, settings)
+    assert merged.outputs == unmerged.outputs and "adapter merged" in merged.precision_reason
+    assert merged.parity["identical"] == merged.parity["examples"] == gen.PARITY_PROMPTS
+    assert unmerged.parity is None
+
+
+def test_a_merged_copy_that_disagrees_is_caught_and_the_unmerged_model_generates(monkeypatch):
+    loaded, model = tiny_with_adapter()
+    settings = HarnessSettings(max_new_tokens=8, batch_size=2)
+    real_copy = gen.precision_copy
+    without_adapter = load_base(TINY).model   # stands in for a merge gone wrong: it says something else
+    monkeypatch.setattr(gen, "precision_copy", lambda m, p: without_adapter if p == "merged" else real_copy(m, p))
+    result = generate(model, loaded.tokenizer, VARIED, settings)
+    monkeypatch.setattr(gen, "MERGE_ADAPTER", False)
+    unmerged = generate(model, loaded.tokenizer, VARIED, settings)
+    assert generate(without_adapter, loaded.tokenizer, VARIED, settings).outputs != unmerged.outputs
+    assert result.parity["identical"] < result.parity["examples"] and "generated unmerged" in result.precision_reason
+    assert result.outputs == unmerged.outputs
