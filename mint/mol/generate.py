@@ -184,10 +184,6 @@ def precision_copy(model, precision: str):
     return copies[precision][1]
 
 
-def bf16_copy(model):
-    return precision_copy(model, "bf16")
-
-
 def generate(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
              progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
              engine: str = "stream", kv_cache: str | None = None,
@@ -281,6 +277,7 @@ class _Row:
     prompt: list[int]
     generator: object | None          # torch.Generator when sampling
     tokens: list[int] = field(default_factory=list)
+    eos: int | None = None            # the EOS token that ended the row, if one did (not in ``tokens``)
 
 
 def _logits_processors(model, settings: HarnessSettings):
@@ -356,8 +353,7 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
 
     def finished(row: _Row, token: int) -> bool:
         if token in eos:
-            if generated is not None and row.sample == 0:
-                generated[row.conversation] = row.tokens + [token]
+            row.eos = token
             return True
         row.tokens.append(token)
         if len(row.tokens) >= settings.max_new_tokens:
@@ -395,8 +391,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
             if any(done):
                 now = time.perf_counter()
                 for row in (r for r, d in zip(running, done) if d):
-                    if generated is not None and row.sample == 0:
-                        generated.setdefault(row.conversation, row.tokens)
+                    if generated is not None and row.sample == 0:   # the tokens the unmerged model must pick
+                        generated[row.conversation] = row.tokens + ([row.eos] if row.eos is not None else [])
                     row_tokens[row.conversation] += len(row.tokens)
                     outputs[row.conversation][row.sample] = tokenizer.decode(row.tokens,
                                                                              skip_special_tokens=True).strip()
