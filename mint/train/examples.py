@@ -10,7 +10,9 @@ kto: single answers with their thumbs (+1 desirable, -1 undesirable); correction
 grpo: prompts, with the logged answer (or its correction) as the reference the reward may use.
 
 Tool calls are written into the assistant text as ``<tool_call>{json}</tool_call>``, the same form the
-agent harness parses, so what the model learns is what the contract scores.
+agent harness parses, so what the model learns is what the contract scores. Their arguments are written in
+the order the tool's schema lists them as required (then its other parameters): the model sees the tools
+with their keys sorted, and a call learned in sorted order tends to stop before the last required argument.
 """
 from __future__ import annotations
 
@@ -24,15 +26,39 @@ MINIMUM = {"sft": 1, "dpo": 1, "kto": 2, "grpo": 2}
 MAX_PAIRS_PER_PROMPT = 4
 
 
-def render_message(message: dict) -> dict:
-    """A canonical message as plain role/content (tool calls as text), for any ChatML template; a turn
-    marked ``weight: 0`` (shown to the model, not trained on) keeps that mark."""
+def schema_order(arguments, tool_name: str, tools: list | None):
+    """``arguments`` with the tool's required parameters first, in its ``required`` order, then its other
+    parameters in schema order, then any the schema does not name; unchanged when it is not a dict or
+    the tool is not among ``tools``."""
+    if not isinstance(arguments, dict):
+        return arguments
+    for tool in tools or []:
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or function.get("name") != tool_name:
+            continue
+        parameters = function.get("parameters")
+        parameters = parameters if isinstance(parameters, dict) else {}
+        required = parameters.get("required") if isinstance(parameters.get("required"), list) else []
+        properties = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+        order = {}
+        for key in [*required, *properties]:
+            if isinstance(key, str):
+                order.setdefault(key, len(order))
+        return dict(sorted(arguments.items(), key=lambda item: order.get(item[0], len(order))))
+    return arguments
+
+
+def render_message(message: dict, tools: list | None = None) -> dict:
+    """A canonical message as plain role/content (tool calls as text, arguments in the order of the
+    tool's schema in ``tools``), for any ChatML template; a turn marked ``weight: 0`` (shown to the model,
+    not trained on) keeps that mark."""
     content = message.get("content") or ""
     calls = message.get("tool_calls")
     if calls:
-        blocks = "".join("<tool_call>" + json.dumps({"name": c["function"]["name"],
-                                                     "arguments": c["function"]["arguments"]}, ensure_ascii=False)
-                         + "</tool_call>" for c in calls)
+        blocks = "".join("<tool_call>" + json.dumps(
+            {"name": c["function"]["name"],
+             "arguments": schema_order(c["function"]["arguments"], c["function"]["name"], tools)},
+            ensure_ascii=False) + "</tool_call>" for c in calls)
         content = (content + "\n" if content else "") + blocks
     rendered = {"role": message["role"], "content": content}
     if message.get("weight") == 0:
@@ -43,7 +69,7 @@ def render_message(message: dict) -> dict:
 def _split(episode: dict) -> tuple[list[dict], dict] | None:
     """(the conversation before the last assistant turn, that turn), or None when there is none: the
     turn that feedback (a rating, a correction) is about."""
-    messages = [render_message(m) for m in episode["messages"]]
+    messages = [render_message(m, episode.get("tools")) for m in episode["messages"]]
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] == "assistant":
             if not any(m["role"] == "user" for m in messages[:i]):
@@ -68,7 +94,7 @@ def trainable_conversation(episode: dict) -> list[dict] | None:
     message are shown but not trained on. What follows the last trained turn is dropped; None when no
     turn is left to train on.
     """
-    messages = [render_message(m) for m in episode["messages"]]
+    messages = [render_message(m, episode.get("tools")) for m in episode["messages"]]
     feedback = episode.get("feedback") or {}
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
     if last is None:

@@ -47,6 +47,27 @@ def test_the_tool_call_and_the_summary_are_both_trained(tokenizer):
                                             "</tool_call><|im_end|>It is 18C and sunny in Paris.<|im_end|>")
 
 
+def test_call_arguments_are_written_in_the_order_the_schema_requires_them(tokenizer):
+    """Ingest stores arguments with sorted keys; training writes them as the tool's ``required`` lists them,
+    then its other parameters, then any it does not name."""
+    route = {"type": "function", "function": {"name": "route", "parameters": {
+        "type": "object", "required": ["start", "end"],
+        "properties": {"avoid": {"type": "string"}, "end": {"type": "string"}, "start": {"type": "string"}}}}}
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "route", "arguments": {"avoid": "tolls", "end": "Rome", "extra": 1, "start": "Pisa"}}}
+    (row,) = build_examples("sft", [episode([{"role": "user", "content": "Pisa to Rome"},
+                                             {"role": "assistant", "content": "", "tool_calls": [call]}],
+                                            tools=[route])], dataset="t")
+    assert trained_text(tokenizer, row) == ('<tool_call>{"name": "route", "arguments": {"start": "Pisa", "end": '
+                                            '"Rome", "avoid": "tolls", "extra": 1}}</tool_call><|im_end|>')
+    # a call to a tool the episode does not define keeps its arguments as they are
+    call["function"]["name"] = "elsewhere"
+    (row,) = build_examples("sft", [episode([{"role": "user", "content": "Pisa to Rome"},
+                                             {"role": "assistant", "content": "", "tool_calls": [call]}],
+                                            tools=[route])], dataset="t")
+    assert '"arguments": {"avoid": "tolls", "end": "Rome", "extra": 1, "start": "Pisa"}' in trained_text(tokenizer, row)
+
+
 def test_a_thumbs_down_disowns_only_the_last_answer(tokenizer):
     (row,) = build_examples("sft", [tool_episode(rating=-1)], dataset="t")
     assert trained_text(tokenizer, row) == ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
