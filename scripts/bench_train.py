@@ -12,6 +12,9 @@ Smoke run: python scripts/bench_train.py --quick   (tiny-random, 2 steps, one ru
     compared too (bf16 must learn like fp32).
 Every side runs as a fresh process; sides alternate (A B A B ...) after one warm-up run of each, and
 min and median are printed. The tokenizer, model and examples are read from files both sides share.
+Each run's figure is printed (stderr) as it finishes, so a long benchmark shows where it is.
+On a CPU without native bf16, TRL's defaults emulate bf16 and run several times slower than fp32: that side
+then runs --slow-steps steps, once, with no warm-up (a rate, tokens/s, does not need the full run).
 """
 from __future__ import annotations
 
@@ -68,17 +71,24 @@ def run(command: list[str], env: dict, cwd: str) -> tuple[float, str]:
     return seconds, child.stdout
 
 
-def alternate(sides: dict, repeats: int, warmup: bool) -> dict[str, list]:
-    """Each side's results, run in turn (A B C A B C ...) after one discarded warm-up of each."""
+def alternate(sides: dict, repeats: int, warmup: bool, once: tuple[str, ...] = (),
+              shown=lambda result: f"{result['wall_s']:.1f} s") -> dict[str, list]:
+    """Each side's results, run in turn (A B C A B C ...) after one discarded warm-up of each; the sides
+    named in ``once`` run once, in the first round, without a warm-up."""
     if warmup:
         for name, side in sides.items():
-            print(f"  warm-up: {name}", file=sys.stderr)
-            side()
+            if name not in once:
+                began = time.perf_counter()
+                side()
+                print(f"  warm-up: {name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
     results = {name: [] for name in sides}
     for round_number in range(repeats):
         for name, side in sides.items():
-            print(f"  round {round_number + 1}/{repeats}: {name}", file=sys.stderr)
+            if name in once and round_number > 0:
+                continue
             results[name].append(side())
+            print(f"  round {round_number + 1}/{repeats}: {name}: {shown(results[name][-1])}", file=sys.stderr,
+                  flush=True)
     return results
 
 
@@ -111,6 +121,8 @@ def main() -> None:
     parser.add_argument("--base", default="smollm2-135m")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (after one warm-up)")
+    parser.add_argument("--slow-steps", type=int, default=2,
+                        help="steps for TRL's defaults where bf16 would be emulated (run once)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 2 steps, 1 run per side")
     args = parser.parse_args()
     if args.quick:
@@ -165,14 +177,23 @@ def main() -> None:
         if hardware.device == "cpu":
             trl_defaults["use_cpu"] = True   # without it TRL's bf16 default does not start on a CPU
         tuned = {**trl_defaults, "bf16": False, "gradient_checkpointing": False}
-        print("(a) mint train vs the plain TRL script", file=sys.stderr)
+        # TRL's defaults train in bf16; where the CPU only emulates it, one short run gives its rate
+        emulated = hardware.device == "cpu" and not hardware.bf16 and not args.quick
+        slow = ("TRL defaults",) if emulated else ()
+        if emulated:
+            trl_defaults_run = {**trl_defaults, "max_steps": min(args.slow_steps, args.steps)}
+        else:
+            trl_defaults_run = trl_defaults
+        print("(a) mint train vs the plain TRL script", file=sys.stderr, flush=True)
         walls = alternate({"mint train": mint_train, "plain TRL": plain(spec_file("same", mint_trl))},
                           args.repeats, warmup=not args.quick)
         walls = {name: [r["wall_s"] for r in results] for name, results in walls.items()}
-        print("(b) training tokens/s by settings", file=sys.stderr)
+        print("(b) training tokens/s by settings", file=sys.stderr, flush=True)
         speeds = alternate({"mint defaults": plain(spec_file("mint", mint_trl)),
-                            "TRL defaults": plain(spec_file("trl", trl_defaults)),
-                            "tuned fp32": plain(spec_file("tuned", tuned))}, args.repeats, warmup=not args.quick)
+                            "TRL defaults": plain(spec_file("trl", trl_defaults_run)),
+                            "tuned fp32": plain(spec_file("tuned", tuned))}, args.repeats, warmup=not args.quick,
+                           once=slow, shown=lambda r: f"{r['tokens'] / r['train_seconds']:.1f} tok/s "
+                                                      f"({r['wall_s']:.0f} s)")
 
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, "
           f"flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} ({hardware.bf16_reason})")
@@ -180,6 +201,9 @@ def main() -> None:
     print(f"base {args.base}, SFT, {example_count} GenUI examples, {args.steps} steps, batch 4, max_length 384, "
           f"LoRA r={resolved['lora']['r']} on {resolved['lora']['target_modules']}; "
           f"{args.repeats} alternated runs per side{'' if args.quick else ' after a warm-up'}")
+    if slow:
+        print(f"TRL's defaults emulate bf16 on this CPU: that side ran {trl_defaults_run['max_steps']} steps, once, "
+              f"without a warm-up")
     print("\n(a) wall time, whole process (s)")
     for name, values in walls.items():
         print(f"  {name:<14} {spread(values)}")
@@ -199,6 +223,11 @@ def main() -> None:
     print(f"  mint defaults / tuned fp32 TRL: {versus_tuned:.2f} (goal >= 1.0: mint's defaults are at least the "
           f"tuned script's): {verdict(versus_tuned >= 1.0)}")
     mint_losses, fp32_losses = speeds["mint defaults"][0]["losses"], speeds["tuned fp32"][0]["losses"]
+    trl_losses = speeds["TRL defaults"][0]["losses"]
+    if trl_losses and speeds["TRL defaults"][0]["bf16"] and not speeds["mint defaults"][0]["bf16"]:
+        common = min(len(trl_losses), len(fp32_losses))
+        gap = max(abs(a - b) for a, b in zip(trl_losses[:common], fp32_losses[:common]))
+        print(f"  loss curve, TRL's bf16 defaults vs fp32, first {common} steps: max per-step gap {gap:.4f}")
     if mint_losses and len(mint_losses) == len(fp32_losses):
         gap = max(abs(a - b) for a, b in zip(mint_losses, fp32_losses))
         print(f"  loss curve, mint defaults vs fp32 (same seed): max per-step gap {gap:.4f} "
