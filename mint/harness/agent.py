@@ -25,6 +25,28 @@ _FENCE = re.compile(r"^```(?:json|python)?\s*\n?(.*?)\n?```$", re.S)
 _PARSE_ERRORS = (ValueError, TypeError, SyntaxError, RecursionError, MemoryError)
 
 
+def tool_listing(tools: list[dict]) -> str:
+    """The tools as the agent harness, mint's training template and the serving runtime show them, at the end
+    of the system turn. Keys sorted: JSON key order carries no meaning, and ingested episodes (what training
+    shows) store them sorted, so a suite's tools read the same as the logged ones whatever order its file has."""
+    listed = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, sort_keys=True)
+    return ("You can call these functions:\n" + listed + "\nAnswer with the call as JSON: "
+            '{"name": "...", "arguments": {...}}, or a JSON list of such calls.')
+
+
+def with_tool_listing(messages: list[dict], tools: list[dict] | None) -> list[dict]:
+    """``messages`` with ``tools`` listed after the system turn's text (a system turn is added where there is
+    none), as mint's training template renders a row with tools; unchanged without tools."""
+    tools = [t for t in tools or [] if isinstance(t, dict)]
+    if not tools:
+        return list(messages)
+    listing = tool_listing(tools)
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content") or "", str):
+        text = messages[0].get("content") or ""
+        return [{**messages[0], "content": (text + "\n\n" if text else "") + listing}, *messages[1:]]
+    return [{"role": "system", "content": listing}, *messages]
+
+
 class NotACall(Exception):
     """Output that holds no tool call mint can read; the message says why."""
 
@@ -255,12 +277,7 @@ class AgentHarness(Harness):
 
     def system(self, record: dict) -> str | None:
         base = super().system(record) or ""
-        # keys sorted: JSON key order carries no meaning, and ingested episodes (what training shows) store
-        # them sorted, so a suite's tools read the same as the logged ones whatever order its file has
-        tools = json.dumps([t.get("function", t) for t in self.tools(record)], ensure_ascii=False, sort_keys=True)
-        return (base + "\n\n" if base else "") + (
-            "You can call these functions:\n" + tools + "\nAnswer with the call as JSON: "
-            '{"name": "...", "arguments": {...}}, or a JSON list of such calls.')
+        return (base + "\n\n" if base else "") + tool_listing(self.tools(record))
 
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
         tools = self.tools(record)

@@ -96,14 +96,9 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
 def _prompt_as_trained(row: dict) -> list[dict]:
     """The row's prompt with its tools listed in the system turn, in the agent harness's words, as mint's
     training template shows them: without the listing an agent cannot know which functions it may call."""
-    from mint.harness.agent import AgentHarness
-    from mint.harness.base import HarnessSettings
+    from mint.harness.agent import with_tool_listing
 
-    tools = json.loads(row.get("tools") or "[]")
-    if not tools:
-        return row["prompt"]
-    system = AgentHarness(HarnessSettings()).system({"messages": row["prompt"], "tools": tools})
-    return [{"role": "system", "content": system}] + [m for m in row["prompt"] if m.get("role") != "system"]
+    return with_tool_listing(row["prompt"], json.loads(row.get("tools") or "[]"))
 
 
 def _distinct_prompts(rows: list[dict]) -> list[dict]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from mint.errors import BadInput
+from mint.harness.agent import with_tool_listing
 from mint.mol.router import ROUTER, Probe, Route, Router, turn_features
 from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, TextListener
 from mint.mol.turnlog import TurnLog
@@ -150,7 +151,8 @@ class Mixture:
         for (temperature, top_p, seed), rows in groups.items():
             longest = max(turns[i].decoding.max_new_tokens for i in rows)
             started = time.perf_counter()
-            generated = self.runtime.generate([turns[i].messages for i in rows],
+            # a turn's tools are listed in its system turn, as the agent was trained and evaluated seeing them
+            generated = self.runtime.generate([with_tool_listing(turns[i].messages, turns[i].tools) for i in rows],
                                               [routes[i].specialist for i in rows],
                                               Decoding(longest, temperature, top_p, seed),
                                               limits=[turns[i].decoding.max_new_tokens for i in rows],
