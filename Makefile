@@ -46,7 +46,7 @@ demo: setup
 	$(DEMO_MINT) loop recipes/demo.yaml
 	$(DEMO_MINT) report --html report.html
 	$(DEMO_MINT) chat "Make a signup form with name, email and a submit button"
-	$(DEMO_MINT) chat "What's the weather in Paris tomorrow? Use the get_weather tool."
+	$(DEMO_MINT) chat "What's the weather in Paris tomorrow?" --tools examples/tools/weather.json
 	$(DEMO_MINT) chat "Tell me a fun fact about octopuses."
 
 bench: setup

@@ -22,9 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 15 * 60
-CHATS = ("Make a signup form with name, email and a submit button",   # the turns the Makefile sends
-         "What's the weather in Paris tomorrow? Use the get_weather tool.",
-         "Tell me a fun fact about octopuses.")
+CHATS = (("Make a signup form with name, email and a submit button",),   # the turns the Makefile sends
+         ("What's the weather in Paris tomorrow?", "--tools", "examples/tools/weather.json"),
+         ("Tell me a fun fact about octopuses.",))
 
 
 def timed(label: str, args: list[str], cwd: Path, timings: list) -> str:
@@ -53,7 +53,7 @@ def main() -> None:
     loop = json.loads(timed("mint loop", ["loop", "recipes/demo.yaml", "--json"], folder, timings))
     timed("mint report --html", ["report", "--html", "report.html"], folder, timings)
     for n, turn in enumerate(CHATS, 1):
-        timed(f"mint chat #{n}", ["chat", turn], folder, timings)
+        timed(f"mint chat #{n}", ["chat", *turn], folder, timings)
 
     total = sum(seconds for _, seconds in timings)
     print(f"make demo{' (--quick: tiny-random)' if args.quick else ''}: {total:.0f}s = {total / 60:.1f} min "

@@ -5,8 +5,10 @@ logged as an episode when the next turn starts, when feedback for it arrives, or
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from mint.errors import BadInput, MintError
@@ -36,15 +38,43 @@ def _reply(mixture: Mixture, prompt: str, answer: Answer) -> ChatReply:
                      answer.latency_ms / 1000, mixture.runtime.loaded.seconds)
 
 
+def read_tools(path: Path) -> list[dict]:
+    """The tool definitions in ``path``: a JSON list of OpenAI tools (``{"type": "function", "function":
+    {"name", "description", "parameters"}}``) or bare functions; BadInput naming the file, line and field."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read it: {exc.strerror if isinstance(exc, OSError) else 'not UTF-8 text'}",
+                       file=str(path)) from None
+    try:
+        tools = json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"not JSON: {getattr(exc, 'msg', exc)}", file=str(path), line=getattr(exc, "lineno", None)) \
+            from None
+    if isinstance(tools, dict):
+        tools = [tools]
+    if not isinstance(tools, list) or not tools:
+        raise BadInput("expected a JSON list of tool definitions", file=str(path))
+    for i, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise BadInput('expected {"type": "function", "function": {"name": ..., "parameters": {...}}}',
+                           file=str(path), field=f"[{i}].function.name")
+        if "parameters" in function and not isinstance(function["parameters"], dict):
+            raise BadInput("expected a JSON schema object", file=str(path), field=f"[{i}].function.parameters")
+    return tools
+
+
 def _check_prompt(prompt: str) -> None:
     if not prompt.strip():
         raise BadInput("the prompt is empty", field="PROMPT")
 
 
 def chat_once(prompt: str, *, base: str | None = None, system: str | None = None, max_new_tokens: int = 64,
-              specialist: str | None = None, ws: Workspace | None = None, project: Project | None = None
-              ) -> ChatReply:
-    """Route ``prompt``, answer it greedily with the chosen specialist's champion, and log the turn."""
+              specialist: str | None = None, ws: Workspace | None = None, project: Project | None = None,
+              tools: list[dict] | None = None) -> ChatReply:
+    """Route ``prompt``, answer it greedily with the chosen specialist's champion, and log the turn; ``tools``
+    (OpenAI tool definitions) are shown to the model and send the turn to the tool-use specialist."""
     from mint.project import load_project
 
     _check_prompt(prompt)
@@ -53,7 +83,8 @@ def chat_once(prompt: str, *, base: str | None = None, system: str | None = None
     project = project or load_project()
     mixture = Mixture.open(ws or workspace(), project, base=base)
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    answer = mixture.answer([Turn(messages, specialist=specialist, decoding=Decoding(max_new_tokens))],
+    answer = mixture.answer([Turn(messages, list(tools or []), specialist=specialist,
+                                  decoding=Decoding(max_new_tokens))],
                             keep_for_feedback=False)[0]
     return _reply(mixture, prompt, answer)
 
@@ -82,6 +113,7 @@ class ChatSession:
     system: str | None = None
     max_new_tokens: int = 64
     specialist: str | None = None
+    tools: list[dict] = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)
     session_id: str = field(default_factory=lambda: f"chat-{int(time.time())}")
     last_answer: str | None = None
@@ -106,7 +138,8 @@ class ChatSession:
         turn_messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
             self.messages + [{"role": "user", "content": text}]
         listener = None if on_text is None else _forward_text(on_text)
-        answer = self.mixture.answer([Turn(turn_messages, specialist=self.specialist, session=self.session_id,
+        answer = self.mixture.answer([Turn(turn_messages, list(self.tools), specialist=self.specialist,
+                                           session=self.session_id,
                                            decoding=Decoding(self.max_new_tokens))], listeners=[listener])[0]
         self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": answer.text}]
         self.last_answer = answer.id

@@ -170,3 +170,56 @@ def test_a_session_streams_the_reply_while_it_is_decoded(ws, crown, tiny_loras):
     assert pieces[0][1] < forwards[0], "the first piece came only after the last forward"
     session.close()
     assert [t["messages"][-1]["content"] for t in logged(ws)] == [event.reply.reply]
+
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The forecast for a city (e.g. Zürich) on a day: 'today' or a date",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "date": {"type": "string"}},
+                   "required": ["city", "date"]}}}]
+
+
+@pytest.mark.parametrize("system", [None, "Be brief."])
+def test_a_turn_with_tools_is_prompted_as_the_agent_was_trained(ws, mixture, system):
+    """The runtime gets the tools listed in the system turn, and the prompt it encodes is the very text mint's
+    training template renders for the same conversation and tools."""
+    from mint.base import training_chat_template
+    from mint.mol.mixture import Turn
+
+    messages = ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": "user", "content": "weather in Paris tomorrow?"}]
+    seen = []
+    generate = mixture.runtime.generate
+
+    def spy(conversations, *args, **kwargs):
+        seen.extend(conversations)
+        return generate(conversations, *args, **kwargs)
+
+    mixture.runtime.generate = spy
+    [answer] = mixture.answer([Turn(messages, WEATHER)], keep_for_feedback=False)
+    assert answer.specialist == "agent" and answer.route.decided_by == "rules"
+    tokenizer = mixture.runtime.tokenizer
+    served = tokenizer.apply_chat_template(seen[0], add_generation_prompt=True, tokenize=False)
+    trained = tokenizer.apply_chat_template(messages, tools=WEATHER, chat_template=training_chat_template(),
+                                            add_generation_prompt=True, tokenize=False)
+    assert served == trained and '"name": "get_weather"' in served
+    assert logged(ws)[0]["tools"] == WEATHER and logged(ws)[0]["messages"][0] == messages[0]
+
+
+def test_chat_tools_file_sends_the_turn_to_the_agent_and_bad_files_exit_2(ws, tmp_path):
+    (ws.home.parent / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  chat: {}\n"
+                                              "  agent: {tool_use: true}\n")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(WEATHER))
+    result = run_mint("chat", "is it going to rain", "--tools", str(tools), "--max-new-tokens", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert (json.loads(result.stdout)["specialist"], json.loads(result.stdout)["decided_by"]) == ("agent", "rules")
+    assert logged(ws)[0]["tools"] == WEATHER
+    for text, where in [('[{"type": "function",\n "function": {"name": }}]', f"{tools}:2: "),
+                        ('[{"type": "function", "function": {"description": "no name"}}]',
+                         f"{tools}: [0].function.name: "),
+                        ("[]", f"{tools}: expected a JSON list")]:
+        tools.write_text(text)
+        result = run_mint("chat", "is it going to rain", "--tools", str(tools))
+        assert result.returncode == 2 and where in result.stderr and "Traceback" not in result.stderr, result.stderr
+    result = run_mint("chat", "hi", "--tools", str(tmp_path / "missing.json"))
+    assert result.returncode == 2 and "missing.json" in result.stderr and "Traceback" not in result.stderr
