@@ -180,10 +180,7 @@ def main() -> None:
         # TRL's defaults train in bf16; where the CPU only emulates it, one short run gives its rate
         emulated = hardware.device == "cpu" and not hardware.bf16 and not args.quick
         slow = ("TRL defaults",) if emulated else ()
-        if emulated:
-            trl_defaults_run = {**trl_defaults, "max_steps": min(args.slow_steps, args.steps)}
-        else:
-            trl_defaults_run = trl_defaults
+        trl_defaults_run = {**trl_defaults, "max_steps": min(args.slow_steps, args.steps)} if emulated else trl_defaults
         print("(a) mint train vs the plain TRL script", file=sys.stderr, flush=True)
         walls = alternate({"mint train": mint_train, "plain TRL": plain(spec_file("same", mint_trl))},
                           args.repeats, warmup=not args.quick)

@@ -20,6 +20,7 @@ import json
 from collections import defaultdict
 
 from mint.errors import BadInput
+from mint.harness.agent import tool_descriptions
 
 METHODS = ("sft", "dpo", "kto", "grpo")
 MINIMUM = {"sft": 1, "dpo": 1, "kto": 2, "grpo": 2}
@@ -30,22 +31,17 @@ def schema_order(arguments, tool_name: str, tools: list | None):
     """``arguments`` with the tool's required parameters first, in its ``required`` order, then its other
     parameters in schema order, then any the schema does not name; unchanged when it is not a dict or
     the tool is not among ``tools``."""
-    if not isinstance(arguments, dict):
+    schema = next((d["parameters"] for d in tool_descriptions(tools) if d["name"] == tool_name), None)
+    if not isinstance(arguments, dict) or schema is None:
         return arguments
-    for tool in tools or []:
-        function = tool.get("function", tool) if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or function.get("name") != tool_name:
-            continue
-        parameters = function.get("parameters")
-        parameters = parameters if isinstance(parameters, dict) else {}
-        required = parameters.get("required") if isinstance(parameters.get("required"), list) else []
-        properties = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
-        order = {}
-        for key in [*required, *properties]:
-            if isinstance(key, str):
-                order.setdefault(key, len(order))
-        return dict(sorted(arguments.items(), key=lambda item: order.get(item[0], len(order))))
-    return arguments
+    schema = schema if isinstance(schema, dict) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    order: dict[str, int] = {}
+    for key in [*required, *properties]:
+        if isinstance(key, str):
+            order.setdefault(key, len(order))
+    return dict(sorted(arguments.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def render_message(message: dict, tools: list | None = None) -> dict:
