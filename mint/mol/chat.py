@@ -48,6 +48,8 @@ def read_tools(path: Path) -> list[dict]:
                        file=str(path)) from None
     try:
         tools = json.loads(text)
+    except RecursionError:
+        raise BadInput("not JSON this program can read: nested too deeply", file=str(path)) from None
     except ValueError as exc:
         raise BadInput(f"not JSON: {getattr(exc, 'msg', exc)}", file=str(path), line=getattr(exc, "lineno", None)) \
             from None

@@ -217,7 +217,8 @@ def test_chat_tools_file_sends_the_turn_to_the_agent_and_bad_files_exit_2(ws, tm
     for text, where in [('[{"type": "function",\n "function": {"name": }}]', f"{tools}:2: "),
                         ('[{"type": "function", "function": {"description": "no name"}}]',
                          f"{tools}: [0].function.name: "),
-                        ("[]", f"{tools}: expected a JSON list")]:
+                        ("[]", f"{tools}: expected a JSON list"),
+                        ("[" * 100000, f"{tools}: not JSON this program can read")]:
         tools.write_text(text)
         result = run_mint("chat", "is it going to rain", "--tools", str(tools))
         assert result.returncode == 2 and where in result.stderr and "Traceback" not in result.stderr, result.stderr
