@@ -12,6 +12,7 @@ guesses, plus HumanEval's plain-word task descriptions) and judges it on:
   everyday    tests/mol/data/everyday_turns.jsonl (plain-language turns; the default patterns were tuned on it)
   everyday2   tests/mol/data/everyday_turns_2.jsonl (plain-language turns written before the tuning and kept out
               of it: measure it last)
+  everyday3   tests/mol/data/everyday_turns_3.jsonl (a third set, written before any tuning on the second)
 Prints accuracy and per-specialist recall for each. The features of every layer come from one forward pass.
 """
 from __future__ import annotations
@@ -31,8 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 EVERYDAY = {"everyday": REPO / "tests" / "mol" / "data" / "everyday_turns.jsonl",
-            "everyday2": REPO / "tests" / "mol" / "data" / "everyday_turns_2.jsonl"}
-SETS = ("heldout", "validation", "everyday", "everyday2")
+            "everyday2": REPO / "tests" / "mol" / "data" / "everyday_turns_2.jsonl",
+            "everyday3": REPO / "tests" / "mol" / "data" / "everyday_turns_3.jsonl"}
+SETS = ("heldout", "validation", "everyday", "everyday2", "everyday3")
 
 
 def read_everyday(path: Path) -> list[tuple[str, str, bool]]:
