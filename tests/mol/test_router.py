@@ -61,12 +61,14 @@ def test_a_turn_matching_two_specialists_patterns_is_left_to_the_probe():
     assert rules.certain("make a form to book a table for two", has_tools=False) is None     # genui and agent
 
 
-EVERYDAY_FILE = Path(__file__).parent / "data" / "everyday_turns.jsonl"
+REPO = Path(__file__).resolve().parents[2]
+PLAIN_SET_1 = REPO / "mint" / "mol" / "plain_turns" / "set1.jsonl"      # the default patterns were tuned on it
+EVERYDAY_FILE = Path(__file__).parent / "data" / "everyday_turns_3.jsonl"    # never trained or tuned on
 
 
-def read_everyday() -> list[tuple[str, str]]:
-    """(true specialist, turn) of the everyday set: turns written in plain words, never trained on."""
-    rows = [json.loads(line) for line in EVERYDAY_FILE.read_text().splitlines() if line.strip()]
+def read_everyday(path: Path = PLAIN_SET_1) -> list[tuple[str, str]]:
+    """(true specialist, turn) of a set of turns written in plain words."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [(row["specialist"], row["messages"][-1]["content"]) for row in rows]
 
 
@@ -214,6 +216,48 @@ def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_proble
     assert len(everything) > 150 and 100 < len(without_heldout) <= len(everything) - 40
     assert not any(">>>" in r or "def " in r for r in without_heldout)
     assert not any(request in text for request in without_heldout for text in heldout)
+
+
+def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_out_heldout_turns(ws, tmp_path):
+    from mint.mol.router_training import PLAIN_TURN_WEIGHT, plain_turns, router_training_set
+    from mint.project import DEFAULT_PROJECT, Project, Specialist
+
+    everything = plain_turns(DEFAULT_PROJECT.names, [])
+    assert {specialist for specialist, _ in everything} == set(DEFAULT_PROJECT.names)
+    assert min(sum(s == name for s, _ in everything) for name in DEFAULT_PROJECT.names) >= 60
+    held = [everything[0][1], everything[-1][1]]
+    assert not set(held) & {text for _, text in plain_turns(DEFAULT_PROJECT.names, held)}
+    # a project's own specialist names get none; a default name among them gets its own
+    assert plain_turns(("poetry", "coding"), []) == [(s, t) for s, t in everything if s == "coding"]
+
+    _dataset(ws, tmp_path)
+    plain = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=("plain",))
+    assert plain.augmented_plain == len(everything) and plain.augmented_coding == 0
+    assert plain.texts[-len(everything):] == [text for _, text in everything]
+    assert plain.labels[-len(everything):] == [specialist for specialist, _ in everything]
+    assert plain.weights[-1] == PLAIN_TURN_WEIGHT and not any(plain.tools[-len(everything):])
+    off = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=())
+    assert off.augmented_plain == 0 and len(off.texts) == len(plain.texts) - len(everything)
+    custom = Project("tiny-random", (Specialist("poetry", "poems", ("poem",)), Specialist("chat", "talk", ("hi",)),
+                                     Specialist("coding", "code", ("python",))))
+    assert router_training_set(ws, "d", custom, None).augmented_plain == \
+        sum(s in ("chat", "coding") for s, _ in everything)
+
+
+@pytest.mark.parametrize("value, expected", [(None, ("humaneval", "plain")), ("none", ()), ("plain", ("plain",)),
+                                             ("plain,humaneval", ("humaneval", "plain"))])
+def test_the_augment_setting_names_the_public_sets(value, expected):
+    from mint.mol.router_training import _settings
+
+    assert _settings([] if value is None else [f"augment={value}"])["augment"] == expected
+
+
+@pytest.mark.parametrize("item", ["augment=humaneval,wiki", "augment=", "l2=-1", "l2=nan"])
+def test_bad_router_settings_are_bad_input(item):
+    from mint.mol.router_training import _settings
+
+    with pytest.raises(BadInput, match="--set"):
+        _settings([item])
 
 
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
@@ -381,9 +425,6 @@ def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_si
     assert min(widths[:2]) <= 2      # the two short turns share a batch instead of padding to the long ones
 
 
-EVERYDAY_2_FILE = Path(__file__).parent / "data" / "everyday_turns_2.jsonl"
-
-
 @pytest.fixture(scope="module")
 def smollm2_router(tmp_path_factory):
     """router:v1 trained on the example logs with the defaults of `mint train --specialist router`, judged by
@@ -412,26 +453,35 @@ def test_router_on_smollm2_meets_its_contract(smollm2_router):
     assert result.metrics["verdict"] == "pass", result.metrics
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 10 everyday goal not met yet: measured 2026-11-30 "
-                   "(scripts/bench_router.py), the router at layer 10 routes 0.918 of the first everyday set (agent "
-                   "0.88, coding 0.85) and 0.614 of the second (chat 0.89, agent 0.49, coding 0.34, genui 0.74; "
-                   "the default patterns alone 0.379): the logs teach the probe their own phrasing, not plain words")
-def test_router_on_smollm2_routes_everyday_turns(smollm2_router):
-    """Turns written in plain words, not the phrasing of the training data, never trained on: the first set
-    (the default patterns were tuned on it) and the second (written before the tuning, kept out of it)."""
+def route_everyday(ws, path: Path):
+    """The promoted router's score on a set of plain-language turns (none carries tools)."""
     from mint.base import SMOLLM2, load_base
     from mint.mol.router import champion_router, score_routes, turn_features
     from mint.project import DEFAULT_PROJECT
 
-    ws, _result = smollm2_router
     router, _base = champion_router(ws, DEFAULT_PROJECT)
     assert router.probe is not None
     loaded = load_base(SMOLLM2)
-    for path in (EVERYDAY_FILE, EVERYDAY_2_FILE):
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        everyday = [(row["specialist"], row["messages"][-1]["content"]) for row in rows]
-        routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
-                              lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
-        score = score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
-        assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, (path.name, score)
+    everyday = read_everyday(path)
+    routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
+                          lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
+    return score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
+
+
+@pytest.mark.slow
+def test_router_on_smollm2_routes_most_unseen_everyday_turns(smollm2_router):
+    """Turns written in plain words, never trained or tuned on: 0.900 measured with mint's plain turns in
+    training (scripts/bench_router.py), 0.692 without them."""
+    ws, _result = smollm2_router
+    score = route_everyday(ws, EVERYDAY_FILE)
+    assert score.accuracy >= 0.85 and min(score.recall.values()) >= 0.7, score
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 10 everyday goal not met yet: measured 2026-11-30 "
+                   "(scripts/bench_router.py), the router at layer 10 routes 0.900 of the unseen everyday set "
+                   "(chat 1.00, agent 0.77, coding 0.87, genui 0.97); 0.905 of the plain sets cross-fitted")
+def test_router_on_smollm2_routes_everyday_turns(smollm2_router):
+    ws, _result = smollm2_router
+    score = route_everyday(ws, EVERYDAY_FILE)
+    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, score
