@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -287,8 +288,18 @@ def profile_step(args) -> None:
         with_adapter = attach_adapter(args.adapter, args.base)
         cases += [(16, "KV buffers, adapter (PEFT)", with_adapter),
                   (16, "KV buffers, adapter merged", gen.precision_copy(with_adapter, "merged"))]
+    hidden = model.config.hidden_size
+    # the decoder layers' Linear shapes (in, out) and how many of each: a step's matmuls, timed alone below
+    shapes: dict[tuple[int, int], int] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and ".layers." in name:
+            key = (module.in_features, module.out_features)
+            shapes[key] = shapes.get(key, 0) + 1
+    layer_macs = sum(i * o * n for (i, o), n in shapes.items())
     print(f"base {args.base}, one decode step with {cached} tokens cached, torch threads {torch.get_num_threads()}, "
           f"self CPU time per step (profiled, {steps} steps)")
+    print(f"fp32 matmul, 2048x2048 by 2048x2048: {square_gflops():.0f} GFLOP/s "
+          f"on this CPU; a step's own matmuls are thin (one row per sequence) and run slower, timed alone below")
     for batch, cache_name, runner in cases:
         gen.KV_ROOM = 0 if cache_name == "DynamicCache" else default_room
         with torch.inference_mode():
@@ -312,9 +323,36 @@ def profile_step(args) -> None:
         total = sum(shares.values())
         print(f"\nbatch {batch}, {cache_name}: {total / steps / 1000:.1f} ms self CPU per step, "
               f"{total / steps / 1000 / batch:.2f} ms per row ({wall:.1f} ms wall, profiled)")
+        flops = {"matmul layers (+ LoRA)": 2 * layer_macs * batch, "matmul lm_head": 2 * vocab * hidden * batch}
         for part, micros in sorted(shares.items(), key=lambda item: -item[1]):
-            print(f"  {part:<52} {micros / steps / 1000:8.1f} ms {micros / total:6.1%}")
+            rate = f"  {flops[part] / (micros / steps) / 1e3:5.0f} GFLOP/s" if part in flops and micros else ""
+            print(f"  {part:<52} {micros / steps / 1000:8.1f} ms {micros / total:6.1%}{rate}")
+        alone = (sum(n * matmul_seconds(batch, i, o) for (i, o), n in shapes.items())
+                 + matmul_seconds(batch, hidden, vocab)) * 1000
+        print(f"  the same matmuls timed alone: {alone:.1f} ms ({sum(flops.values()) / alone / 1e6:.0f} GFLOP/s); "
+              f"with nothing else in a step, at most {batch / alone * 1000:.0f} tokens/s at batch {batch}")
     gen.KV_ROOM = default_room
+
+
+@functools.lru_cache(maxsize=None)
+def matmul_seconds(rows: int, inner: int, out: int, repeats: int = 5) -> float:
+    """The best time of ``F.linear`` on a [rows, inner] input and an [out, inner] weight (fp32)."""
+    import torch
+
+    x, weight = torch.randn(rows, inner), torch.randn(out, inner)
+    calls = max(1, int(2e8 // (rows * inner * out)))      # about 0.4 GFLOP a timing
+    torch.nn.functional.linear(x, weight)
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        for _ in range(calls):
+            torch.nn.functional.linear(x, weight)
+        best = min(best, (time.perf_counter() - began) / calls)
+    return best
+
+
+def square_gflops(size: int = 2048) -> float:
+    return 2 * size ** 3 / matmul_seconds(size, size, size) / 1e9
 
 
 def step_part(event, vocab: int) -> str:
