@@ -126,7 +126,8 @@ def main() -> int:
         def fitted(indices):
             table = torch.cat([features["train"][n][indices] for n in group], dim=-1)
             return fit_probe(table, [labels[i] for i in indices], names, group[-1], shallower=group[:-1],
-                             example_weights=[training.weights[i] for i in indices])
+                             example_weights=[training.weights[i] for i in indices],
+                             tools=[training.tools[i] for i in indices], tool_specialist=rules.tool_specialist)
 
         everything = list(range(len(texts)))
         probes = {"all": fitted(everything), "rest": fitted(rest) if "validation" in suites else None,

@@ -10,7 +10,8 @@ keyword goes to the first specialist.
 
 A probe is stored as a registry revision of the specialist ``router``: ``adapter_model.safetensors``
 holds its tensors and ``adapter_config.json`` says ``peft_type: MINT_ROUTER_PROBE`` (so the registry's
-checks and hashes cover it like any adapter; no PEFT loader will mistake it for a LoRA).
+checks and hashes cover it like any adapter; no PEFT loader will mistake it for a LoRA). A probe trained
+with ``tool_turns_of: NAME`` has one more row than labels: the class of NAME's turns that carried tools.
 """
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ MAX_TURN_TOKENS = 256      # a turn's head is enough to route it, and bounds the
 # Below this top probability the probe abstains and the keywords of mint.yaml decide (when any match): a probe
 # trained on the logs' phrasing is unsure on turns worded unlike them, where a keyword is the better guess.
 PROBE_MIN_CONFIDENCE = 0.6
-# The probe learns the tool-use specialist mostly from turns that carried tools, and those never reach it (the
-# tools rule decides them). On a turn without tools and without a word of acting (none of that specialist's
-# keywords or patterns) its probability is scaled by this: a factual question worded like a tool call ("What
-# number did Derek Jeter wear?") is chat. Chosen with the probe's defaults by cross-fitting mint's two plain
-# turn sets (router_training.py): 0.1 kept the held-out accuracy at 0.994 where 0.25 gave 0.988.
+# Turns that carried tools never reach the probe (the tools rule decides them), yet the tool-use specialist
+# learns mostly from them, worded for their tools ("Calculate the magnetic field 10 m from a wire"). On a turn
+# without tools and without a word of acting (none of that specialist's keywords or patterns), the probe's class
+# of tool-carrying turns counts this much for the specialist (a probe without that class: the specialist's whole
+# probability): a factual question worded like a tool call ("What number did Derek Jeter wear?") is chat.
+# scripts/bench_router.py, layer 10, SmolLM2: with the class, 0.1 routed 0.931 of the plain sets cross-fitted
+# (0 gave 0.938, 0.25 gave 0.927), held-out 0.994 for all three; without it, 0.1 kept held-out at 0.994 where
+# 0.25 gave 0.988.
 TOOLLESS_TOOL_PRIOR = 0.1
 # The probe's L2 penalty. With mint's plain turns in training, 0.001 let the probe fit their wording so closely
 # that held-out accuracy fell to 0.988 (below contracts/router.yaml's 0.99); 0.03 kept it at 0.994.
@@ -108,17 +112,28 @@ class Probe:
     mean: object                  # [features]: features are standardized before the linear layer
     std: object
     shallower: tuple[int, ...] = ()   # earlier layers whose pooled states come first in the features (same pass)
+    # the specialist whose turns that carried tools have a class of their own, the last row of weight and bias
+    # (see fit_probe); None: one row per label
+    tool_turns_of: str | None = None
 
     @property
     def feature_layers(self):
         """What ``turn_features`` takes for this probe: one layer, or the layers whose states it concatenates."""
         return (*self.shallower, self.layer) if self.shallower else self.layer
 
-    def probabilities(self, features):
+    def probabilities(self, features, tool_turn_scale=1.0):
+        """[turns, labels] probabilities. A probe with a class of tool-carrying turns adds that class's
+        probability to its specialist's, times ``tool_turn_scale`` (a number, or one per turn), and
+        renormalizes."""
         import torch
 
         logits = ((features - self.mean) / self.std) @ self.weight.T + self.bias
-        return torch.softmax(logits, dim=-1)
+        probabilities = torch.softmax(logits, dim=-1)
+        if self.tool_turns_of is None:
+            return probabilities
+        merged = probabilities[:, :-1].clone()
+        merged[:, self.labels.index(self.tool_turns_of)] += torch.as_tensor(tool_turn_scale) * probabilities[:, -1]
+        return merged / merged.sum(-1, keepdim=True)
 
     def save(self, directory: Path, *, base: str) -> None:
         from safetensors.torch import save_file
@@ -130,6 +145,8 @@ class Probe:
         config = {"peft_type": PROBE_TYPE, "labels": list(self.labels), "layer": self.layer, "base": base}
         if self.shallower:
             config["shallower_layers"] = list(self.shallower)
+        if self.tool_turns_of is not None:
+            config["tool_turns_of"] = self.tool_turns_of
         (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
     @classmethod
@@ -154,12 +171,16 @@ class Probe:
                                                       for x in shallower) or shallower != sorted(set(shallower)):
             raise BadInput(f"expected increasing layer numbers below layer {layer}", file=where,
                            field="shallower_layers")
+        tool_turns_of = config.get("tool_turns_of")
+        if tool_turns_of is not None and tool_turns_of not in labels:
+            raise BadInput(f"expected one of the labels {labels}", file=where, field="tool_turns_of")
         missing = {"weight", "bias", "mean", "std"} - set(tensors)
         if missing:
             raise BadInput(f"missing tensors {sorted(missing)}", file=str(directory / "adapter_model.safetensors"))
         probe = cls(tuple(labels), layer, tensors["weight"], tensors["bias"], tensors["mean"], tensors["std"],
-                    tuple(shallower))
-        if tuple(probe.weight.shape) != (len(labels), probe.mean.shape[0]) or probe.bias.shape[0] != len(labels):
+                    tuple(shallower), tool_turns_of)
+        rows = len(labels) + (tool_turns_of is not None)
+        if tuple(probe.weight.shape) != (rows, probe.mean.shape[0]) or tuple(probe.bias.shape) != (rows,):
             raise BadInput("tensor shapes do not match the labels", file=str(directory / "adapter_model.safetensors"))
         return probe
 
@@ -243,24 +264,34 @@ def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Seque
 
 
 def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = DEFAULT_L2,
-              shallower: tuple[int, ...] = (), example_weights: Sequence[float] | None = None) -> Probe:
+              shallower: tuple[int, ...] = (), example_weights: Sequence[float] | None = None,
+              tools: Sequence[bool] | None = None, tool_specialist: str | None = None) -> Probe:
     """Class-balanced L2 logistic regression on standardized features (full-batch L-BFGS, deterministic).
 
     ``features`` are ``turn_features`` at ``(*shallower, layer)``; ``example_weights`` (default 1) say how much
-    each example counts within its class (every class weighs the same in the loss)."""
+    each example counts within its class (every class weighs the same in the loss). With ``tools`` (whether
+    each example's turn carried tools), the ``tool_specialist``'s examples that carried tools are a class of
+    their own: they are worded for the tools they came with ("Calculate the magnetic field 10 m from a wire"),
+    and the router, which only asks the probe about turns without tools, leaves that class mostly out instead
+    of sending look-alike questions to the tool specialist."""
     import torch
 
     index = {name: i for i, name in enumerate(names)}
     y = torch.tensor([index[label] for label in labels])
+    split = tools is not None and tool_specialist in index and any(
+        carried and label == tool_specialist for carried, label in zip(tools, labels))
+    if split:
+        y = torch.where(torch.tensor([bool(t) for t in tools]) & (y == index[tool_specialist]), len(names), y)
+    classes = len(names) + split
     mean = features.mean(0)
     std = features.std(0).clamp_min(1e-6)
     x = (features - mean) / std
     weights = torch.ones(len(y)) if example_weights is None else torch.tensor(example_weights, dtype=torch.float)
-    mass = torch.zeros(len(names)).index_add_(0, y, weights)
-    class_weight = torch.where(mass > 0, mass.sum() / (len(names) * mass.clamp_min(1e-12)), torch.zeros(()))
+    mass = torch.zeros(classes).index_add_(0, y, weights)
+    class_weight = torch.where(mass > 0, mass.sum() / (classes * mass.clamp_min(1e-12)), torch.zeros(()))
     sample_weight = weights * class_weight[y]
-    weight = torch.zeros(len(names), x.shape[1], requires_grad=True)
-    bias = torch.zeros(len(names), requires_grad=True)
+    weight = torch.zeros(classes, x.shape[1], requires_grad=True)
+    bias = torch.zeros(classes, requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], lr=1.0, max_iter=300, history_size=20,
                                   line_search_fn="strong_wolfe")
 
@@ -274,7 +305,8 @@ def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int,
 
     with torch.enable_grad():
         optimizer.step(closure)
-    return Probe(tuple(names), layer, weight.detach(), bias.detach(), mean, std, tuple(shallower))
+    return Probe(tuple(names), layer, weight.detach(), bias.detach(), mean, std, tuple(shallower),
+                 tool_specialist if split else None)
 
 
 @dataclass(frozen=True)
@@ -316,16 +348,20 @@ class Router:
         routes: list[Route | None] = [self.rules.certain(t, tools) for t, tools in zip(texts, has_tools)]
         undecided = [i for i, r in enumerate(routes) if r is None]
         if undecided and self.probe is not None:
-            probabilities = self.probe.probabilities(features_fn([texts[i] for i in undecided],
-                                                                 self.probe.feature_layers))
-            for i, row in zip(undecided, probabilities.tolist()):
+            tool = self.rules.tool_specialist
+            # a turn without tools and without a word of acting is unlike those that carried tools
+            alike = [has_tools[i] or self.rules.acting(texts[i]) for i in undecided]
+            probabilities = self.probe.probabilities(
+                features_fn([texts[i] for i in undecided], self.probe.feature_layers),
+                [1.0 if a else TOOLLESS_TOOL_PRIOR for a in alike])
+            for i, like_tool_turns, row in zip(undecided, alike, probabilities.tolist()):
                 chosen = {label: round(p, 6) for label, p in zip(self.probe.labels, row)}
                 # the patterns of several specialists matched: the turn is one of theirs, the probe says which
                 among = self.rules.matched(texts[i]) & set(chosen)
                 if len(among) > 1:
                     chosen = _normalized({label: p if label in among else 0.0 for label, p in chosen.items()})
-                tool = self.rules.tool_specialist
-                if tool in chosen and not has_tools[i] and not self.rules.acting(texts[i]):
+                if self.probe.tool_turns_of is None and tool in chosen and not like_tool_turns:
+                    # a probe without a class of tool-carrying turns: its tool specialist learnt mostly from them
                     chosen = _normalized({**chosen, tool: chosen[tool] * TOOLLESS_TOOL_PRIOR})
                 if max(chosen.values()) < PROBE_MIN_CONFIDENCE:
                     fallback = self.rules.keywords(texts[i])

@@ -354,7 +354,8 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     started = time.perf_counter()
     features = turn_features(loaded.model, loaded.tokenizer, texts, layers)
     probe = fit_probe(features, labels, project.names, layers[-1], l2=settings["l2"], shallower=layers[:-1],
-                      example_weights=training.weights)
+                      example_weights=training.weights, tools=training.tools,
+                      tool_specialist=Router(project).rules.tool_specialist)
     predicted = [project.names[i] for i in probe.probabilities(features).argmax(-1).tolist()]
     train_score = score_routes(labels, predicted, project.names)
     metrics = {"train_accuracy": train_score.accuracy, "examples": len(texts), "layer": layers[-1],

@@ -143,6 +143,53 @@ def test_the_tool_specialist_needs_a_word_of_acting_when_the_turn_carries_no_too
     assert (acting.specialist, acting.decided_by) == ("agent", "probe")
 
 
+def test_turns_that_carried_tools_are_a_class_of_their_own_left_out_for_a_turn_without_tools(tmp_path):
+    import torch
+
+    from mint.mol.router import Probe, Router, fit_probe
+    from mint.project import DEFAULT_PROJECT
+
+    # chat, agent asked in plain words, agent with tools (worded like a science question), coding, genui
+    centers = {"chat": [4.0, 0, 0, 0, 0], "agent": [0, 4.0, 0, 0, 0], "tools": [0, 0, 4.0, 0, 0],
+               "coding": [0, 0, 0, 4.0, 0], "genui": [0, 0, 0, 0, 4.0]}
+    generator = torch.Generator().manual_seed(0)
+    features, labels, tools = [], [], []
+    for name, center in centers.items():
+        features.append(torch.tensor(center) + 0.3 * torch.randn(10, 5, generator=generator))
+        labels += ["agent" if name == "tools" else name] * 10
+        tools += [name == "tools"] * 10
+    features = torch.cat(features)
+    probe = fit_probe(features, labels, DEFAULT_PROJECT.names, 1, tools=tools, tool_specialist="agent")
+    assert probe.tool_turns_of == "agent" and tuple(probe.weight.shape) == (5, 5)
+    science = torch.tensor([[2.5, 0.0, 4.0, 0.0, 0.0]])         # like the turns that carried tools, then chat
+    plain = torch.tensor([[0.0, 4.0, 0.0, 0.0, 0.0]])           # like an agent request in plain words
+    assert probe.probabilities(science).argmax().item() == 1     # the class counts fully for its specialist ...
+    left_out = probe.probabilities(science, 0.0)[0]               # ... and not at all at scale 0: chat's turn
+    assert left_out.argmax().item() == 0 and left_out[1] < probe.probabilities(science)[0, 1] / 3
+    router = Router(DEFAULT_PROJECT, probe, "router:v1")
+    routes = router.route([[{"role": "user", "content": "zzzz"}]] * 2, [False, False],
+                          lambda texts, layer: torch.cat([science, plain]))
+    assert [r.specialist for r in routes] == ["chat", "agent"]
+    acting = router.route([[{"role": "user", "content": "look up the field strength"}]], [False],
+                          lambda texts, layer: science)[0]           # a word of acting: tool-like is agent
+    assert acting.specialist == "agent"
+    probe.save(tmp_path / "probe", base="tiny-random")
+    loaded = Probe.load(tmp_path / "probe")
+    assert loaded.tool_turns_of == "agent"
+    assert torch.equal(loaded.probabilities(features, 0.1), probe.probabilities(features, 0.1))
+    config = json.loads((tmp_path / "probe" / "adapter_config.json").read_text())
+    (tmp_path / "probe" / "adapter_config.json").write_text(json.dumps({**config, "tool_turns_of": "poetry"}))
+    with pytest.raises(BadInput, match="tool_turns_of: expected one of the labels"):
+        Probe.load(tmp_path / "probe")
+    (tmp_path / "probe" / "adapter_config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                                        if k != "tool_turns_of"}))
+    with pytest.raises(BadInput, match="shapes do not match"):
+        Probe.load(tmp_path / "probe")
+    # without tool-carrying examples there is no such class
+    assert fit_probe(features, labels, DEFAULT_PROJECT.names, 1, tools=[False] * len(labels),
+                     tool_specialist="agent").tool_turns_of is None
+
+
 def test_a_turn_matching_two_specialists_patterns_goes_to_the_likelier_of_them():
     # the probe prefers chat, but the turn names a form (genui) and a table booking (agent)
     probe = _fixed_probe([3.0, 1.0, -30.0, 2.0])
@@ -470,17 +517,18 @@ def route_everyday(ws, path: Path):
 
 @pytest.mark.slow
 def test_router_on_smollm2_routes_most_unseen_everyday_turns(smollm2_router):
-    """Turns written in plain words, never trained or tuned on: 0.900 measured with mint's plain turns in
-    training (scripts/bench_router.py), 0.692 without them."""
+    """Turns written in plain words, never trained or tuned on: 0.925 measured with mint's plain turns in
+    training and a class of tool-carrying turns (scripts/bench_router.py), 0.900 without that class, 0.692
+    without the plain turns."""
     ws, _result = smollm2_router
     score = route_everyday(ws, EVERYDAY_FILE)
-    assert score.accuracy >= 0.85 and min(score.recall.values()) >= 0.7, score
+    assert score.accuracy >= 0.88 and min(score.recall.values()) >= 0.8, score
 
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 10 everyday goal not met yet: measured 2026-11-30 "
-                   "(scripts/bench_router.py), the router at layer 10 routes 0.900 of the unseen everyday set "
-                   "(chat 1.00, agent 0.77, coding 0.87, genui 0.97); 0.905 of the plain sets cross-fitted")
+                   "(scripts/bench_router.py), the router at layer 10 routes 0.925 of the unseen everyday set "
+                   "(chat 0.97, agent 0.90, coding 0.87, genui 0.97); 0.931 of the plain sets cross-fitted")
 def test_router_on_smollm2_routes_everyday_turns(smollm2_router):
     ws, _result = smollm2_router
     score = route_everyday(ws, EVERYDAY_FILE)
