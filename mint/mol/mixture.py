@@ -18,7 +18,7 @@ from typing import Sequence
 
 from mint.errors import BadInput
 from mint.harness.agent import with_tool_listing
-from mint.mol.router import ROUTER, Probe, Route, Router, turn_features
+from mint.mol.router import ROUTER, Probe, Route, Router, starter_router, turn_features
 from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, TextListener
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
@@ -56,7 +56,8 @@ class Mixture:
     def __init__(self, ws: Workspace, project: Project, runtime: MixtureRuntime, *,
                  feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S, log: TurnLog | None = None) -> None:
         self.ws, self.project, self.runtime = ws, project, runtime
-        self.router = Router(project)
+        # without a router champion, the starter probe (mint's plain turns) decides what the rules leave
+        self.router = starter_router(project, Router(project), runtime.model, self.features)
         self.router_revision_id: str | None = None
         self.feedback_window_s = feedback_window_s
         self.log = log or TurnLog(ws)

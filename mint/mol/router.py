@@ -5,8 +5,9 @@ the ``tool_use`` specialist, a turn matching the ``patterns`` of one specialist 
 probe decides: a logistic regression on the frozen base's hidden states at one or more layers, mean-pooled over
 the turn's tokens (no second model; the runtime computes them with every slot off, stopping at the deepest
 layer). A turn matching the patterns of several specialists is one of theirs: the probe chooses among those.
-Without a probe (no ``router`` champion yet) the keyword counts of ``mint.yaml`` decide, and a turn with no
-keyword goes to the first specialist.
+Without a ``router`` champion the keyword counts of ``mint.yaml`` decide, and a turn with no keyword goes to
+the starter probe, fitted on mint's plain turns for the specialists of the default names
+(``router_training.starter_probe``), or else to the first specialist.
 
 A probe is stored as a registry revision of the specialist ``router``: ``adapter_model.safetensors``
 holds its tensors and ``adapter_config.json`` says ``peft_type: MINT_ROUTER_PROBE`` (so the registry's
@@ -332,10 +333,12 @@ def score_routes(truth: Sequence[str], predicted: Sequence[str], names: Sequence
 class Router:
     """Rules, then the probe (when there is one; keywords where it is unsure), then keywords."""
 
-    def __init__(self, project: Project, probe: Probe | None = None, revision: str | None = None) -> None:
+    def __init__(self, project: Project, probe: Probe | None = None, revision: str | None = None, *,
+                 keywords_first: bool = False) -> None:
         self.rules = Rules(project)
         self.names = project.names
         self.probe, self.revision = probe, revision
+        self.keywords_first = keywords_first      # the keywords of mint.yaml decide before the probe
         if probe is not None:
             unknown = [label for label in probe.labels if label not in self.names]
             if unknown:
@@ -346,6 +349,9 @@ class Router:
         """One route per conversation; ``features_fn(texts, probe.feature_layers)`` computes the probe's features."""
         texts = [last_user_text(c) for c in conversations]
         routes: list[Route | None] = [self.rules.certain(t, tools) for t, tools in zip(texts, has_tools)]
+        if self.keywords_first:
+            routes = [r or (k if (k := self.rules.keywords(t)).rule == "keywords" else None)
+                      for r, t in zip(routes, texts)]
         undecided = [i for i, r in enumerate(routes) if r is None]
         if undecided and self.probe is not None:
             tool = self.rules.tool_specialist
@@ -397,17 +403,37 @@ def champion_router(ws, project: Project) -> tuple[Router, str | None]:
 
 
 def route_text(ws, text: str, *, project: Project, tools: bool = False, base: str | None = None) -> Route:
-    """Where ``text`` (one user turn) goes: the rules, else the router champion's probe on the base."""
+    """Where ``text`` (one user turn) goes: the rules, else the router champion's probe on the base (without a
+    champion, the starter probe: router_training.starter_probe)."""
     if not isinstance(text, str) or not text.strip():
         raise BadInput("the turn is empty", field="TEXT")
     router, probe_base = champion_router(ws, project)
     loaded = []
 
-    def features(texts, layer):
+    def base_model():
         from mint.base import load_base
 
         if not loaded:
             loaded.append(load_base(base or probe_base or project.base))
-        return turn_features(loaded[0].model, loaded[0].tokenizer, texts, layer)
+        return loaded[0]
 
+    def features(texts, layer):
+        return turn_features(base_model().model, base_model().tokenizer, texts, layer)
+
+    if router.probe is None and router.rules.certain(text, tools) is None and \
+            router.rules.keywords(text).rule != "keywords":
+        router = starter_router(project, router, base_model().model, features)
     return router.route([[{"role": "user", "content": text}]], [tools], features)[0]
+
+
+def starter_router(project: Project, router: Router, model, features_fn) -> Router:
+    """``router`` with the starter probe on ``model`` when it has no probe of its own and the project's
+    specialists have plain turns; else ``router``."""
+    from mint.mol.router_training import STARTER, starter_probe
+
+    if router.probe is not None:
+        return router
+    probe = starter_probe(model, project, features_fn)
+    # mint.yaml's keywords, the project's own bootstrap, still decide where they match; the starter probe
+    # takes the turns that name none, which keywords alone send to the first specialist
+    return router if probe is None else Router(project, probe, STARTER, keywords_first=True)

@@ -131,12 +131,12 @@ def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
     from mint.registry.promotion import promote
     from tests.mol.test_router import TINY_SETS, _contract, _dataset
 
-    assert mixture.revisions()["router"] == "rules"
+    assert mixture.revisions()["router"] == "starter"      # no champion yet: the probe fitted on plain turns
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
     promote(ws, "router:v1")
     moves = mixture.sync()
-    assert [(m.specialist, m.old, m.new) for m in moves] == [("router", None, "router:v1")]
+    assert [(m.specialist, m.old, m.new) for m in moves] == [("router", "starter", "router:v1")]
     assert mixture.revisions()["router"] == "router:v1"
     from mint.mol.mixture import Turn
     from mint.mol.runtime import Decoding

@@ -395,6 +395,20 @@ def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
     assert (with_tools["specialist"], with_tools["decided_by"]) == ("agent", "rules")
 
 
+def test_without_a_router_champion_the_starter_probe_routes_the_turns_that_name_no_keyword(ws, tmp_path):
+    write_project(tmp_path)
+    unnamed = run_mint("route", "zzzz qqqq", "--json")
+    assert unnamed.returncode == 0, unnamed.stderr
+    assert (json.loads(unnamed.stdout)["decided_by"], json.loads(unnamed.stdout)["revision"]) == ("probe", "starter")
+    keyword = json.loads(run_mint("route", "tell me a joke", "--json").stdout)
+    assert (keyword["specialist"], keyword["decided_by"], keyword["revision"]) == ("chat", "rules", None)
+    # specialists of other names have no plain turns: the keywords' default, as before
+    (tmp_path / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  poetry: {keywords: [poem]}\n"
+                                        "  prose: {keywords: [essay]}\n")
+    default = json.loads(run_mint("route", "zzzz qqqq", "--json").stdout)
+    assert (default["specialist"], default["decided_by"], default["revision"]) == ("poetry", "rules", None)
+
+
 def test_train_router_without_data_or_with_one_specialist_is_bad_input(ws, tmp_path):
     from mint.data.ingest import ingest
     from mint.mol.router_training import train_router
@@ -502,17 +516,40 @@ def test_router_on_smollm2_meets_its_contract(smollm2_router):
 
 def route_everyday(ws, path: Path):
     """The promoted router's score on a set of plain-language turns (none carries tools)."""
-    from mint.base import SMOLLM2, load_base
-    from mint.mol.router import champion_router, score_routes, turn_features
+    from mint.mol.router import champion_router
     from mint.project import DEFAULT_PROJECT
 
     router, _base = champion_router(ws, DEFAULT_PROJECT)
     assert router.probe is not None
+    return score_everyday(router, path)
+
+
+def score_everyday(router, path: Path):
+    from mint.base import SMOLLM2, load_base
+    from mint.mol.router import score_routes, turn_features
+    from mint.project import DEFAULT_PROJECT
+
     loaded = load_base(SMOLLM2)
     everyday = read_everyday(path)
     routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
                           lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
     return score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
+
+
+@pytest.mark.slow
+def test_the_starter_probe_on_smollm2_routes_most_unseen_everyday_turns():
+    """No router champion: keywords, then the probe fitted on mint's plain turns alone. Measured 0.892 of the
+    unseen everyday set (keywords alone 0.558)."""
+    from mint.base import SMOLLM2, load_base
+    from mint.mol.router import Router, starter_router, turn_features
+    from mint.project import DEFAULT_PROJECT
+
+    loaded = load_base(SMOLLM2)
+    router = starter_router(DEFAULT_PROJECT, Router(DEFAULT_PROJECT), loaded.model,
+                            lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
+    assert router.revision == "starter"
+    score = score_everyday(router, EVERYDAY_FILE)
+    assert score.accuracy >= 0.85 and min(score.recall.values()) >= 0.7, score
 
 
 @pytest.mark.slow
