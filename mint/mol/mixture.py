@@ -56,8 +56,7 @@ class Mixture:
     def __init__(self, ws: Workspace, project: Project, runtime: MixtureRuntime, *,
                  feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S, log: TurnLog | None = None) -> None:
         self.ws, self.project, self.runtime = ws, project, runtime
-        # without a router champion, the starter probe (mint's plain turns) decides what the rules leave
-        self.router = starter_router(project, Router(project), runtime.model, self.features)
+        self.router = Router(project)
         self.router_revision_id: str | None = None
         self.feedback_window_s = feedback_window_s
         self.log = log or TurnLog(ws)
@@ -97,6 +96,8 @@ class Mixture:
                 self.router = Router(self.project, Probe.load(directory), revision.ref)
                 self.router_revision_id = revision.id
                 moves.append(Handoff(ROUTER, old, revision.ref, time.perf_counter() - started))
+        # without a router champion, the starter probe (mint's plain turns) takes the turns the rules leave
+        self.router = starter_router(self.project, self.router, self.runtime.model, self.features)
         return moves
 
     def revisions(self) -> dict[str, str]:
