@@ -13,7 +13,8 @@ judges it on:
   crossfit    each plain set (set1, set2) routed by a probe that learnt from the other one only
   everyday3   tests/mol/data/everyday_turns_3.jsonl: plain turns never trained or tuned on, written before the
               plain sets became training data and kept from repeating them (measure it last)
-Prints accuracy and per-specialist recall for each; the probe's settings (l2, the plain turns' weight, the
+Prints accuracy and per-specialist recall for each, also for the rules alone and for a project without a
+router champion (the keywords, then the starter probe fitted on the plain turns alone); the probe's settings (l2, the plain turns' weight, the
 tool-use prior) were chosen on heldout and crossfit.
 The features of every layer come from one forward pass.
 """
@@ -67,7 +68,8 @@ def main() -> int:
 
     from mint.base import load_base
     from mint.data.ingest import ingest
-    from mint.mol.router import Router, Rules, fit_probe, score_routes, turn_features_by_layer
+    from mint.mol.router import (Router, Rules, fit_probe, score_routes, starter_router, turn_features,
+                                 turn_features_by_layer)
     from mint.errors import BadInput
     from mint.mol.router_training import (PLAIN_TURNS, _augment, load_router_contract, read_heldout,
                                           router_training_set)
@@ -122,6 +124,17 @@ def main() -> int:
     for suite, rows in suites.items():
         predicted = [(rules.certain(t, tools) or rules.keywords(t)).specialist for _, t, tools in rows]
         result["rules"][suite] = summary(score_routes([r[0] for r in rows], predicted, names))
+    # a project without a router champion: the keywords, then the starter probe (fitted on the plain turns alone,
+    # so only the suites it never saw)
+    on_base = lambda texts, layer: turn_features(loaded.model, loaded.tokenizer, texts, layer)   # noqa: E731
+    starter = starter_router(project, Router(project), loaded.model, on_base)
+    result["starter"] = {}
+    for suite, rows in suites.items():
+        if suite in ("heldout", *EVERYDAY):
+            routed = starter.route([[{"role": "user", "content": t}] for _, t, _ in rows], [x for *_, x in rows],
+                                   on_base)
+            result["starter"][suite] = summary(score_routes([r[0] for r in rows], [r.specialist for r in routed],
+                                                            names))
     for group in groups:
         def fitted(indices):
             table = torch.cat([features["train"][n][indices] for n in group], dim=-1)
@@ -154,7 +167,7 @@ def main() -> int:
 
     def line(label: str, s: dict) -> str:
         recall = " ".join(f"{k}={v:.2f}" for k, v in s["recall"].items())
-        return f"  {label:<17} {s['accuracy']:.3f}  ({recall})"
+        return f"  {label:<18} {s['accuracy']:.3f}  ({recall})"
 
     print(f"{args.base}: {len(texts)} training turns ({counts['possible_keyword_guesses']} possible keyword guesses "
           f"weighted down, {counts['augmented_coding']} public coding requests and {counts['augmented_plain']} "
@@ -162,6 +175,8 @@ def main() -> int:
           f"{feature_seconds:.0f} s")
     for suite in suites:
         print(line(f"rules, {suite}", result["rules"][suite]))
+    for suite, score in result["starter"].items():
+        print(line(f"starter, {suite}", score))
     for key, by_suite in result["layers"].items():
         print(f"layer {key}:")
         for suite, scores in by_suite.items():
