@@ -40,6 +40,9 @@ def train_command(
     from mint.train.run import train
 
     if dry_run:
+        if specialist == "router":
+            from mint.mol.router_training import planned_router_settings
+            return print_json(planned_router_settings(sets))
         from mint.train.config import planned_settings
         return print_json(planned_settings(method, config, sets))
     display = TrainDisplay(live=err.is_terminal and not json_out)

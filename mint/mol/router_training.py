@@ -223,6 +223,26 @@ def _augment(value: str | None) -> tuple[str, ...]:
     return tuple(x for x in AUGMENT_CHOICES if x in chosen)
 
 
+def planned_router_settings(sets: list[str]) -> dict:
+    """What ``mint train --specialist router --dry-run`` shows: the probe's settings and why, without a model."""
+    settings = _settings(sets)
+    contract = settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
+    return {
+        "specialist": ROUTER, "method": "probe",
+        "layers": list(settings["layers"]) if settings["layers"] else "default",
+        "l2": settings["l2"], "augment": list(settings["augment"]),
+        "plain_turn_weight": PLAIN_TURN_WEIGHT, "keyword_guess_weight": KEYWORD_GUESS_WEIGHT,
+        "contract": str(contract) if contract else None,
+        "why": {
+            "layers": "set" if settings["layers"] else "a third of the base's depth (layer 10 of SmolLM2-135M's 30)",
+            "augment": "set" if any(item.startswith("augment=") for item in sets) else
+                       "HumanEval's task descriptions for coding, mint's plain turns for the default specialists",
+            "contract": "set" if settings["contract"] else
+                        "contracts/router.yaml here" if contract else "no contracts/router.yaml here: not judged",
+        },
+    }
+
+
 def default_layers(model) -> tuple[int, ...]:
     """A third of the base's depth: on SmolLM2-135M layer 10 of 30, the earliest layer whose router met
     contracts/router.yaml with validation and everyday accuracy within 0.01 of the best layer's

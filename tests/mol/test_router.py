@@ -307,6 +307,17 @@ def test_bad_router_settings_are_bad_input(item):
         _settings([item])
 
 
+def test_train_router_dry_run_prints_the_probe_settings_and_refuses_bad_ones(ws):
+    planned = run_mint("train", "--specialist", "router", "--dry-run", "--set", "augment=plain", "--set", "l2=0.1")
+    assert planned.returncode == 0, planned.stderr
+    settings = json.loads(planned.stdout)
+    assert (settings["method"], settings["augment"], settings["l2"], settings["layers"]) == \
+        ("probe", ["plain"], 0.1, "default")
+    assert settings["why"]["augment"] == "set"
+    bad = run_mint("train", "--specialist", "router", "--dry-run", "--set", "augment=wiki")
+    assert bad.returncode == 2 and "augment='wiki'" in bad.stderr
+
+
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
     from mint.project import load_project
 
