@@ -241,7 +241,10 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
                                    "sha256": hashlib.sha256(template.encode()).hexdigest() if template else None},
                  "lora": effective_lora(plan, settings), "changed": changed}
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = runs_dir(ws) / f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
+    name = f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
+    run_dir, again = runs_dir(ws) / name, 2
+    while run_dir.exists():       # a second run of this process within the same second
+        run_dir, again = runs_dir(ws) / f"{name}-{again}", again + 1
     runs_dir(ws).mkdir(parents=True, exist_ok=True)
     with atomic_dir(run_dir) as tmp:
         with open(tmp / EXAMPLES_FILE, "w", encoding="utf-8") as f:

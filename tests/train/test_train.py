@@ -89,6 +89,18 @@ def test_from_champion_starts_from_its_weights_and_records_the_parent(ws, datase
     assert start["adapter_sha256"] == finished["adapter_sha256"]   # not a fresh adapter
 
 
+def test_two_runs_of_one_process_in_the_same_second_get_a_directory_each(ws, dataset, monkeypatch):
+    import mint.train.run as run
+
+    strftime = run.time.strftime
+    monkeypatch.setattr(run.time, "strftime", lambda format, *when: "20261130-120000"
+                        if format == "%Y%m%d-%H%M%S" else strftime(format, *when))
+    first = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST)
+    second = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST)
+    assert second.run == first.run + "-2" and (second.ref, first.ref) == ("coding:v2", "coding:v1")
+    assert json.load(open(os.path.join(second.run_dir, "run.json")))["run"] == second.run
+
+
 def test_a_killed_run_resumes_from_its_checkpoint_with_the_same_weights(ws, dataset):
     from peft import PeftModel
 
