@@ -39,6 +39,11 @@ class Project:
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.specialists)
 
+    @property
+    def tool_specialist(self) -> str | None:
+        """The specialist marked ``tool_use: true`` (the first, if several are), else None."""
+        return next((s.name for s in self.specialists if s.tool_use), None)
+
 
 DEFAULT_SPECIALISTS = (
     Specialist("chat", "open conversation, advice, explanations", (

@@ -16,7 +16,7 @@ class Labeler:
 
     def __init__(self, project: Project) -> None:
         self.names = set(project.names)
-        self.tool_specialist = next((s.name for s in project.specialists if s.tool_use), None)
+        self.tool_specialist = project.tool_specialist
         # single words are looked up in a set of the text's words; phrases by substring
         self.words: dict[str, list[int]] = {}
         self.phrases: list[tuple[str, int]] = []

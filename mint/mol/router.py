@@ -67,7 +67,7 @@ class Rules:
 
     def __init__(self, project: Project) -> None:
         self.names = project.names
-        self.tool_specialist = next((s.name for s in project.specialists if s.tool_use), None)
+        self.tool_specialist = project.tool_specialist
         self.patterns = [(re.compile(p, re.IGNORECASE), s.name) for s in project.specialists for p in s.patterns]
         self.labeler = Labeler(project)
 
@@ -407,6 +407,8 @@ def route_text(ws, text: str, *, project: Project, tools: bool = False, base: st
     champion, the starter probe: router_training.starter_probe)."""
     if not isinstance(text, str) or not text.strip():
         raise BadInput("the turn is empty", field="TEXT")
+    from mint.mol.router_training import has_starter
+
     router, probe_base = champion_router(ws, project)
     loaded = []
 
@@ -420,10 +422,12 @@ def route_text(ws, text: str, *, project: Project, tools: bool = False, base: st
     def features(texts, layer):
         return turn_features(base_model().model, base_model().tokenizer, texts, layer)
 
-    if router.probe is None and router.rules.certain(text, tools) is None and \
-            router.rules.keywords(text).rule != "keywords":
-        router = starter_router(project, router, base_model().model, features)
-    return router.route([[{"role": "user", "content": text}]], [tools], features)[0]
+    conversation = [{"role": "user", "content": text}]
+    route = router.route([conversation], [tools], features)[0]
+    if route.rule == "default" and has_starter(project):     # no probe, no rule or keyword named a specialist
+        route = starter_router(project, router, base_model().model, features).route([conversation], [tools],
+                                                                                     features)[0]
+    return route
 
 
 def starter_router(project: Project, router: Router, model, features_fn) -> Router:

@@ -17,6 +17,7 @@ held-out files are left out of both.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import importlib.util
@@ -305,20 +306,24 @@ class RouterTrainingSet:
     augmented_plain: int = 0      # mint's plain turns, the last texts
 
 
-def plain_turns(names, heldout_texts: list[str]) -> list[tuple[str, str]]:
-    """(specialist, turn) of mint's plain turns for the specialists among ``names``, less any turn that
-    appears in ``heldout_texts``."""
-    held = set(heldout_texts)
+@functools.lru_cache(maxsize=1)
+def _all_plain_turns() -> tuple[tuple[str, str], ...]:
+    """(specialist, turn) of every file in PLAIN_TURNS, read once per process (package data)."""
     turns = []
     for path in sorted(PLAIN_TURNS.glob("*.jsonl")):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 if line.strip():
                     record = json.loads(line)
-                    text = record["messages"][-1]["content"]
-                    if record["specialist"] in names and text not in held:
-                        turns.append((record["specialist"], text))
-    return turns
+                    turns.append((record["specialist"], record["messages"][-1]["content"]))
+    return tuple(turns)
+
+
+def plain_turns(names, heldout_texts: list[str]) -> list[tuple[str, str]]:
+    """(specialist, turn) of mint's plain turns for the specialists among ``names``, less any turn that
+    appears in ``heldout_texts``."""
+    held = set(heldout_texts)
+    return [(specialist, text) for specialist, text in _all_plain_turns() if specialist in names and text not in held]
 
 
 STARTER = "starter"      # the revision a route decided by the starter probe reports
@@ -333,16 +338,21 @@ def starter_probe(model, project: Project, features_fn) -> Probe | None:
     Without it a new project routes by keywords, and turns in everyday words ("how do i undo my last commit")
     name none: on the unseen everyday set (tests/mol/data/everyday_turns_3.jsonl, SmolLM2) the rules route
     0.558 and the rules with the starter probe after the keywords 0.892 (held-out: 0.994 and 0.976)."""
-    turns = plain_turns(project.names, [])
-    if len({specialist for specialist, _ in turns}) < 2:
+    if not has_starter(project):
         return None
     fitted = _starters.setdefault(model, {})
     if project.names not in fitted:
+        turns = plain_turns(project.names, [])
         layers = default_layers(model)
         features = features_fn([text for _, text in turns], layers[0] if len(layers) == 1 else layers)
         fitted[project.names] = fit_probe(features, [specialist for specialist, _ in turns], project.names,
                                           layers[-1], shallower=layers[:-1])
     return fitted[project.names]
+
+
+def has_starter(project: Project) -> bool:
+    """Whether ``project`` gets a starter probe: two or more of its specialists have plain turns."""
+    return len({specialist for specialist, _ in plain_turns(project.names, [])}) >= 2
 
 
 def router_training_set(ws: Workspace, data: str, project: Project, contract: RouterContract | None, *,
@@ -400,7 +410,7 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     features = turn_features(loaded.model, loaded.tokenizer, texts, layers)
     probe = fit_probe(features, labels, project.names, layers[-1], l2=settings["l2"], shallower=layers[:-1],
                       example_weights=training.weights, tools=training.tools,
-                      tool_specialist=Router(project).rules.tool_specialist)
+                      tool_specialist=project.tool_specialist)
     predicted = [project.names[i] for i in probe.probabilities(features).argmax(-1).tolist()]
     train_score = score_routes(labels, predicted, project.names)
     metrics = {"train_accuracy": train_score.accuracy, "examples": len(texts), "layer": layers[-1],
