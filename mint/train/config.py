@@ -2,7 +2,7 @@
 
 A config file has up to three blocks::
 
-    lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}
+    lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear, from_layer: router}
     trl: {learning_rate: 2.0e-4, max_steps: 40, per_device_train_batch_size: 4}
     rewards: [mypkg.rewards:exact_match]      # grpo: extra reward functions, module:function
 
@@ -30,8 +30,12 @@ from mint.errors import BadInput
 from mint.yamlfile import load_yaml
 
 BLOCKS = ("lora", "trl", "rewards")
-LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
-DEFAULT_LORA = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "from_layer")
+# from_layer: the first decoder layer the adapter changes (0: every layer). `router`, the default, is the
+# router probe's layer (router_training.default_layers): the layers the probe reads stay the base's, so the
+# mixture routes a turn inside its own prefill instead of a pass of its own (mint.mol.mixture).
+ROUTER_LAYER = "router"
+DEFAULT_LORA = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear", "from_layer": ROUTER_LAYER}
 # mint manages these: where checkpoints go, what is logged where
 MANAGED = ("output_dir", "logging_dir", "report_to")
 
@@ -82,9 +86,10 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
 # of each TRL config class are kept in trl_fields.json (tests check it against the installed TRL;
 # `python -m mint.train.config` rewrites it after a TRL upgrade).
 FIELDS_FILE = Path(__file__).with_name("trl_fields.json")
-# the PEFT names and common guesses for mint's four LoRA keys
+# the PEFT names and common guesses for mint's LoRA keys
 LORA_ALIASES = {"rank": "r", "lora_r": "r", "lora_rank": "r", "lora_alpha": "alpha", "lora_dropout": "dropout",
-                "modules": "target_modules", "targets": "target_modules", "target": "target_modules"}
+                "modules": "target_modules", "targets": "target_modules", "target": "target_modules",
+                "layers_to_transform": "from_layer", "first_layer": "from_layer", "layers": "from_layer"}
 
 
 def field_kinds(type_text: str) -> list[str]:
@@ -167,7 +172,8 @@ def typed_value(kinds: list[str], value: Any, where: str) -> Any:
 
 def _check_lora(lora: dict, where_of) -> dict:
     """The LoRA block with its values checked: r a positive integer, alpha a positive number, dropout in
-    [0, 1), target_modules a module name pattern or a list of names."""
+    [0, 1), target_modules a module name pattern or a list of names, from_layer a layer number (0 or more)
+    or `router`."""
     checked = dict(lora)
     for key, value in lora.items():
         if key not in LORA_KEYS:
@@ -179,6 +185,7 @@ def _check_lora(lora: dict, where_of) -> dict:
         checked["alpha"] = typed_value(["int", "float"], lora["alpha"], "lora.alpha")
         checked["dropout"] = typed_value(["float"], lora["dropout"], "lora.dropout")
         checked["target_modules"] = typed_value(["str", "list"], lora["target_modules"], "lora.target_modules")
+        checked["from_layer"] = typed_value(["int", "str"], lora["from_layer"], "lora.from_layer")
     except BadInput as exc:
         raise where_of(exc.field.split(".", 1)[1], str(exc).split(": ", 1)[1]) from None
     if checked["r"] < 1:
@@ -189,6 +196,10 @@ def _check_lora(lora: dict, where_of) -> dict:
         raise where_of("dropout", f"must be in [0, 1), got {checked['dropout']}")
     if isinstance(checked["target_modules"], list) and not all(isinstance(m, str) for m in checked["target_modules"]):
         raise where_of("target_modules", "expected module names")
+    if isinstance(checked["from_layer"], str) and checked["from_layer"] != ROUTER_LAYER:
+        raise where_of("from_layer", f"expected a layer number or {ROUTER_LAYER!r}, got {checked['from_layer']!r}")
+    if isinstance(checked["from_layer"], int) and checked["from_layer"] < 0:
+        raise where_of("from_layer", f"must be 0 or more, got {checked['from_layer']}")
     return checked
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -116,7 +117,13 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
     else:
         from mint.train.trainer import run_training
 
-        result = run_training(run_dir, progress=progress, resume=bool(request.resume))
+        try:
+            result = run_training(run_dir, progress=progress, resume=bool(request.resume))
+        except BadInput:
+            # refused before the first step (a setting the loaded base cannot take): no run to resume
+            if not request.resume:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     return register_run(ws, run_dir, result)
 
 

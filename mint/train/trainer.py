@@ -83,6 +83,39 @@ def training_arguments(method: str, trl_values: dict, output_dir: Path, *, env: 
     return trl_config_class(method)(output_dir=str(output_dir), **values)
 
 
+def lora_targets(model, target_modules, from_layer) -> dict:
+    """LoraConfig's ``target_modules`` and ``layers_to_transform`` for an adapter that changes the decoder
+    layers from ``from_layer`` on (0: all of them; ``router``: the router probe's layer)."""
+    from torch import nn
+
+    from mint.mol.router import _decoder_layers
+    from mint.mol.router_training import default_layers
+    from mint.train.config import ROUTER_LAYER
+
+    count = len(_decoder_layers(model))
+    first = default_layers(model)[-1] if from_layer == ROUTER_LAYER else from_layer
+    if not first:
+        return {"target_modules": target_modules}
+    if first >= count:
+        raise BadInput(f"the base has {count} decoder layers: from_layer {first} leaves none to adapt",
+                       field="lora.from_layer")
+    layers = list(range(first, count))
+    if isinstance(target_modules, list):
+        return {"target_modules": target_modules, "layers_to_transform": layers}
+    # PEFT takes layers_to_transform with a list of names only: a pattern becomes the names it matches
+    linear = [name for name, module in model.named_modules()
+              if isinstance(module, nn.Linear) and ".layers." in f".{name}"]
+    if target_modules == "all-linear":
+        return {"target_modules": sorted({name.rpartition(".")[2] for name in linear}), "layers_to_transform": layers}
+    index = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+    chosen = [name for name in linear if re.fullmatch(target_modules, name)
+              and (found := index.search(name)) and int(found[1]) >= first]
+    if not chosen:
+        raise BadInput(f"{target_modules!r} matches no linear layer from decoder layer {first} on",
+                       field="lora.target_modules")
+    return {"target_modules": chosen}
+
+
 def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
                   progress: TrainProgress | None = None):
     """The method's TRL trainer over the run's rows, with mint's callback and without TRL's printers."""
@@ -98,7 +131,8 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
         lora = settings.lora
         common["peft_config"] = LoraConfig(r=int(lora["r"]), lora_alpha=lora["alpha"],
                                            lora_dropout=float(lora["dropout"]),
-                                           target_modules=lora["target_modules"], task_type="CAUSAL_LM")
+                                           task_type="CAUSAL_LM",
+                                           **lora_targets(model, lora["target_modules"], lora.get("from_layer", 0)))
     if method == "sft":
         from trl import SFTTrainer
         trainer = SFTTrainer(**common)

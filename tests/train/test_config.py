@@ -30,6 +30,9 @@ def test_the_field_snapshot_matches_the_installed_trl():
     ("lora.dropout=1.5", "lora.dropout: must be in [0, 1), got 1.5"),
     ("lora.r=0", "lora.r: must be at least 1, got 0"),
     ("lroa.r=4", "did you mean lora?"),
+    ("lora.from_layer=-1", "lora.from_layer: must be 0 or more, got -1"),
+    ("lora.from_layer=middle", "lora.from_layer: expected a layer number or 'router', got 'middle'"),
+    ("lora.layers_to_transform=3", "lora.layers_to_transform: unknown LoRA key (did you mean from_layer?)"),
 ])
 def test_a_bad_set_says_what_was_expected(item, message):
     with pytest.raises(BadInput) as caught:

@@ -50,6 +50,34 @@ def test_each_method_trains_the_tiny_base_and_registers_a_candidate(ws, dataset,
     assert run["settings"]["trl"]["max_steps"] == 2 and run["settings"]["trl"]["gradient_checkpointing"] is False
 
 
+def _adapted_layers(adapter_dir) -> set[int]:
+    import re
+
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(adapter_dir, "adapter_model.safetensors"), "pt") as f:
+        return {int(re.search(r"\.layers\.(\d+)\.", key)[1]) for key in f.keys()}
+
+
+@pytest.mark.parametrize("sets, layers", [
+    ([], {1}),                                        # router: the probe's layer (1 of the tiny base's 2) on
+    (["lora.from_layer=0"], {0, 1}),
+    (["lora.from_layer=1", "lora.target_modules=.*self_attn\\.(q|v)_proj"], {1}),
+])
+def test_a_new_adapter_leaves_the_layers_before_from_layer_to_the_base(ws, dataset, sets, layers):
+    result = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random",
+                   sets=FAST + ["max_length=128"] + sets)
+    assert _adapted_layers(ws.adapters / result.revision_id) == layers
+
+
+def test_from_layer_past_the_last_layer_is_bad_input_and_registers_nothing(ws, dataset):
+    with pytest.raises(BadInput, match="lora.from_layer: the base has 2 decoder layers: from_layer 2 leaves none"):
+        train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random",
+              sets=FAST + ["max_length=128", "lora.from_layer=2"])
+    assert store.list_revisions(store.open_store(ws)).total == 0
+    assert not [p for p in (ws.home / "runs").glob("*") if p.is_dir()]      # no run left half-written
+
+
 def test_sft_uses_corrections_and_drops_thumbs_down(ws, dataset):
     from mint.data.datasets import iter_episodes
     from mint.train.examples import build_examples
