@@ -10,8 +10,9 @@ Measures, on one base with four random rank-16 LoRA adapters (q/k/v/o projection
              and per-request switching (PEFT, one request at a time, set_adapter between them);
   handoff    seconds to put a new champion in place: adapter-only (copy into the slot) vs full checkpoint
              (merge, save, reload the model);
-  router     the probe's share of a routed turn's latency (its own pass up to the probe layer, vs route +
-             generate of the same turn, read from Mixture.answer's timings; min and median of the repeats);
+  router     the router's share of a routed turn's latency, read from Mixture.answer's timings (min and
+             median of the repeats): routed inside the turn's prefill (adapters after the probe's layer, as
+             `mint train` makes them) and in a pass of the probe's own (adapters on every layer);
   serving    requests/s and p95 latency of `mint serve` with 8 concurrent clients (--stream: the clients
              stream, and the time to the first content chunk is printed beside the whole answer's).
 """
@@ -46,15 +47,18 @@ GOALS = {"mixed / merged tokens/s": (0.90, ">="), "full / adapter-only handoff":
          "router share of a turn": (0.03, "<")}
 
 
-def make_adapters(base: str, root: Path, rank: int) -> dict[str, Path]:
+def make_adapters(base: str, root: Path, rank: int, from_layer: int = 0) -> dict[str, Path]:
+    """Four random LoRA adapters of ``base`` in ``root``, on the decoder layers from ``from_layer`` on."""
     from peft import LoraConfig, get_peft_model
 
     adapters = {}
     for seed, name in enumerate(NAMES):
         torch.manual_seed(seed)
-        model = get_peft_model(load_base(base).model, LoraConfig(
+        loaded = load_base(base)
+        count = loaded.model.config.num_hidden_layers
+        model = get_peft_model(loaded.model, LoraConfig(
             r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-            init_lora_weights=False))
+            init_lora_weights=False, layers_to_transform=list(range(from_layer, count)) if from_layer else None))
         with torch.no_grad():
             for pname, param in model.named_parameters():
                 if "lora_" in pname:
@@ -183,7 +187,8 @@ def main() -> None:
         tokens = bench_tokens(base, adapters, args.batch, args.new_tokens, args.repeats) \
             if "tokens" in sections else None
         handoff = bench_handoff(base, adapters, args.repeats) if "handoff" in sections else None
-        router = bench_router_share(base, adapters, args.new_tokens, args.repeats) if "router" in sections else None
+        router = bench_router_share(base, adapters, Path(tmp), args.new_tokens, args.repeats) \
+            if "router" in sections else None
         serving = bench_serving(base, adapters, args.clients, args.requests, args.new_tokens, Path(tmp),
                                 args.stream) if "serving" in sections else None
     ratios = {}
@@ -199,11 +204,12 @@ def main() -> None:
         ratios["full / adapter-only handoff"] = handoff["full checkpoint s"] / handoff["adapter-only s"]
     if router:
         print(f"\nrouter (probe at layer {router['layer']} of {router['layers']}, turns of {router['tokens']} "
-              f"tokens, {len(router['share'])} repeats)               min     median")
-        for name in ("route ms", "turn ms", "share"):
-            values = router[name]
-            print(f"  {name:38s} {min(values):10.4f} {statistics.median(values):10.4f}")
-        ratios["router share of a turn"] = statistics.median(router["share"])
+              f"tokens, {router['repeats']} repeats, alternated)      min     median")
+        for mode in ("in prefill", "own pass"):
+            for name in ("route ms", "turn ms", "share"):
+                values = router[mode][name]
+                print(f"  {mode + ': ' + name:38s} {min(values):10.4f} {statistics.median(values):10.4f}")
+        ratios["router share of a turn"] = statistics.median(router["in prefill"]["share"])
     if serving:
         print(f"\nserving ({args.clients} clients x {args.requests} requests{', streamed' if args.stream else ''}): "
               f"{serving['requests/s']:.2f} requests/s, p50 {serving['p50 ms']:.0f} ms, p95 {serving['p95 ms']:.0f} ms, "
@@ -219,36 +225,50 @@ def main() -> None:
         met = value >= goal if sense == ">=" else value < goal
         print(f"  {name:30s} {value:8.3f}   goal {sense} {goal}   {'met' if met else 'NOT met'}")
 
-def bench_router_share(base: str, adapters: dict, new_tokens: int, repeats: int) -> dict:
-    """The probe's share of whole turns, side by side: each repeat answers one routed turn through
-    ``Mixture.answer`` (probe features, then the chosen specialist's generation) and reads both timings from
-    that same turn. The probe is fitted on random features here: its accuracy does not change its cost."""
+def bench_router_share(base: str, adapters: dict, tmp: Path, new_tokens: int, repeats: int) -> dict:
+    """The router's share of whole turns, side by side and alternated: each repeat answers one routed turn
+    through ``Mixture.answer`` twice, and reads both timings from each turn.
+
+    in prefill  adapters on the layers after the probe's (what `mint train` makes by default): the turn is
+                routed inside its own prefill; route ms is the rules' and the probe's time on the pooled states
+    own pass    the same adapters on every layer: the probe runs its own pass of the prompt up to its layer
+    The probe is random here (reading the prompt, as trained probes do): its accuracy does not change its cost."""
     from mint.mol.mixture import Mixture, Turn
-    from mint.mol.router import Probe, Router, default_layer
+    from mint.mol.router import PROMPT, Probe, Router
+    from mint.mol.router_training import default_layers
     from mint.project import DEFAULT_PROJECT, Project
     from mint.workspace import workspace
 
-    runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
-    for name, path in adapters.items():
-        runtime.load_adapter(name, path)
-    no_eos(runtime.model)
     project = Project(base=base, specialists=DEFAULT_PROJECT.specialists)
-    hidden = runtime.model.config.hidden_size
-    generator = torch.Generator().manual_seed(0)
-    probe = Probe(NAMES, default_layer(runtime.model), torch.randn(len(NAMES), hidden, generator=generator),
-                  torch.zeros(len(NAMES)), torch.zeros(hidden), torch.ones(hidden))
-    with tempfile.TemporaryDirectory() as home:
-        mixture = Mixture(workspace(Path(home)), project, runtime)
+    layer = default_layers(load_base(base).model)[-1]
+    upper = make_adapters(base, tmp / "upper", rank=16, from_layer=layer)
+    mixtures = {}
+    for mode, loras in (("in prefill", upper), ("own pass", adapters)):
+        runtime = MixtureRuntime(load_base(base), NAMES, max_rank=16)
+        for name, path in loras.items():
+            runtime.load_adapter(name, path)
+        no_eos(runtime.model)
+        hidden = runtime.model.config.hidden_size
+        probe = Probe(NAMES, layer, torch.randn(len(NAMES), hidden, generator=torch.Generator().manual_seed(0)),
+                      torch.zeros(len(NAMES)), torch.zeros(hidden), torch.ones(hidden), reads=PROMPT)
+        mixture = Mixture(workspace(tmp / mode.replace(" ", "-")), project, runtime)
         mixture.router = Router(project, probe, "router:bench")
-        turn = Turn([{"role": "user", "content": PROMPTS[3]}], decoding=Decoding(max_new_tokens=new_tokens))
+        mixtures[mode] = mixture
+    assert mixtures["in prefill"].routes_in_prefill() and not mixtures["own pass"].routes_in_prefill()
+    turn = Turn([{"role": "user", "content": PROMPTS[3]}], decoding=Decoding(max_new_tokens=new_tokens))
+    answers = {mode: [] for mode in mixtures}
+    for mixture in mixtures.values():
         mixture.answer([turn], keep_for_feedback=False)               # warm-up
-        answers = [mixture.answer([turn], keep_for_feedback=False)[0] for _ in range(repeats)]
-    assert all(a.route.decided_by == "probe" for a in answers), "the bench turn must be routed by the probe"
-    route = [a.route_ms for a in answers]
-    turn_ms = [a.latency_ms for a in answers]
-    share = [a.route_ms / a.latency_ms for a in answers]
-    return {"route ms": route, "turn ms": turn_ms, "share": share, "tokens": answers[0].completion_tokens,
-            "layer": probe.layer, "layers": runtime.model.config.num_hidden_layers}
+    for _ in range(repeats):
+        for mode, mixture in mixtures.items():
+            answers[mode].append(mixture.answer([turn], keep_for_feedback=False)[0])
+    result = {"layer": layer, "layers": mixtures["own pass"].runtime.model.config.num_hidden_layers,
+              "repeats": repeats, "tokens": answers["own pass"][0].completion_tokens}
+    for mode, done in answers.items():
+        assert all(a.route.decided_by == "probe" for a in done), "the bench turn must be routed by the probe"
+        result[mode] = {"route ms": [a.route_ms for a in done], "turn ms": [a.latency_ms for a in done],
+                        "share": [a.route_ms / a.latency_ms for a in done]}
+    return result
 
 
 def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_tokens: int, tmp: Path,

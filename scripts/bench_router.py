@@ -13,6 +13,8 @@ judges it on:
   crossfit    each plain set (set1, set2) routed by a probe that learnt from the other one only
   everyday3   tests/mol/data/everyday_turns_3.jsonl: plain turns never trained or tuned on, written before the
               plain sets became training data and kept from repeating them (measure it last)
+The features pool the last user message inside its templated prompt, as `mint train --specialist router`
+trains them (`--reads turn`: that message alone, as probes saved before did).
 Prints accuracy and per-specialist recall for each, also for the rules alone and for a project without a
 router champion (the keywords, then the starter probe fitted on the plain turns alone); the probe's settings (l2, the plain turns' weight, the
 tool-use prior) were chosen on heldout and crossfit.
@@ -56,6 +58,10 @@ def main() -> int:
     parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     parser.add_argument("--augment", default="humaneval,plain", help="none, or of humaneval,plain (the default)")
     parser.add_argument("--base", default="smollm2-135m")
+    parser.add_argument("--reads", default="prompt", choices=("prompt", "turn"),
+                        help="what the probe's features pool: the last user message inside its templated prompt "
+                             "(what mint trains; the mixture routes inside the prefill) or that message alone "
+                             "(probes saved before)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
     groups = ([tuple(int(x) for x in group.split(",")) for group in args.layers.split(";")] if args.layers else
@@ -68,10 +74,10 @@ def main() -> int:
 
     from mint.base import load_base
     from mint.data.ingest import ingest
-    from mint.mol.router import (Router, Rules, fit_probe, score_routes, starter_router, turn_features,
-                                 turn_features_by_layer)
+    from mint.mol.router import (PROMPT, Router, Rules, fit_probe, probe_features, prompt_features_by_layer,
+                                 score_routes, starter_router, turn_features_by_layer)
     from mint.errors import BadInput
-    from mint.mol.router_training import (PLAIN_TURNS, _augment, load_router_contract, read_heldout,
+    from mint.mol.router_training import (PLAIN_TURNS, _augment, load_router_contract, one_turn, read_heldout,
                                           router_training_set)
     from mint.project import DEFAULT_PROJECT as project
     from mint.workspace import workspace
@@ -106,10 +112,15 @@ def main() -> int:
     layers = sorted({n for group in groups for n in group})
     loaded = load_base(args.base)
     started = time.perf_counter()
-    features = {"train": turn_features_by_layer(loaded.model, loaded.tokenizer, texts, layers)}
+    def by_layer(turns):
+        if args.reads == PROMPT:
+            return prompt_features_by_layer(loaded.model, loaded.tokenizer, [one_turn(t) for t in turns], layers)
+        return turn_features_by_layer(loaded.model, loaded.tokenizer, turns, layers)
+
+    features = {"train": by_layer(texts)}
     for suite, rows in suites.items():
         if suite not in ("validation", "crossfit"):
-            features[suite] = turn_features_by_layer(loaded.model, loaded.tokenizer, [t for _, t, _ in rows], layers)
+            features[suite] = by_layer([t for _, t, _ in rows])
     feature_seconds = time.perf_counter() - started
     rest = [i for i in range(len(texts)) if i not in fifth]
     features["validation"] = {n: table[sorted(fifth)] for n, table in features["train"].items()}
@@ -119,14 +130,16 @@ def main() -> int:
         return {"accuracy": round(score.accuracy, 4), "recall": {k: round(v, 4) for k, v in score.recall.items()}}
 
     rules = Rules(project)
-    result = {"base": args.base, "train_examples": len(texts), **counts, "feature_seconds": round(feature_seconds, 1),
+    result = {"base": args.base, "reads": args.reads, "train_examples": len(texts), **counts, "feature_seconds": round(feature_seconds, 1),
               "rules": {}, "layers": {}}
     for suite, rows in suites.items():
         predicted = [(rules.certain(t, tools) or rules.keywords(t)).specialist for _, t, tools in rows]
         result["rules"][suite] = summary(score_routes([r[0] for r in rows], predicted, names))
     # a project without a router champion: the keywords, then the starter probe (fitted on the plain turns alone,
     # so only the suites it never saw)
-    on_base = lambda texts, layer: turn_features(loaded.model, loaded.tokenizer, texts, layer)   # noqa: E731
+    def on_base(turns, layer, reads):
+        return probe_features(loaded.model, loaded.tokenizer, turns, layer, reads)
+
     starter = starter_router(project, Router(project), loaded.model, on_base)
     result["starter"] = {}
     for suite, rows in suites.items():
@@ -140,7 +153,8 @@ def main() -> int:
             table = torch.cat([features["train"][n][indices] for n in group], dim=-1)
             return fit_probe(table, [labels[i] for i in indices], names, group[-1], shallower=group[:-1],
                              example_weights=[training.weights[i] for i in indices],
-                             tools=[training.tools[i] for i in indices], tool_specialist=rules.tool_specialist)
+                             tools=[training.tools[i] for i in indices], tool_specialist=rules.tool_specialist,
+                             reads=args.reads)
 
         everything = list(range(len(texts)))
         probes = {"all": fitted(everything), "rest": fitted(rest) if "validation" in suites else None,
@@ -158,7 +172,7 @@ def main() -> int:
             for row, probe, features_row in zip(rows, judges, table):
                 alone.append(names[probe.probabilities(features_row[None]).argmax(-1).item()])
                 routed.append(Router(project, probe).route([[{"role": "user", "content": row[1]}]], [row[2]],
-                                                           lambda _texts, _layers: features_row[None])[0].specialist)
+                                                           lambda *_: features_row[None])[0].specialist)
             result["layers"][key][suite] = {"probe": summary(score_routes(truth, alone, names)),
                                             "router": summary(score_routes(truth, routed, names))}
     if args.json:
@@ -171,7 +185,7 @@ def main() -> int:
 
     print(f"{args.base}: {len(texts)} training turns ({counts['possible_keyword_guesses']} possible keyword guesses "
           f"weighted down, {counts['augmented_coding']} public coding requests and {counts['augmented_plain']} "
-          f"plain turns added); features in "
+          f"plain turns added); features ({args.reads}) in "
           f"{feature_seconds:.0f} s")
     for suite in suites:
         print(line(f"rules, {suite}", result["rules"][suite]))

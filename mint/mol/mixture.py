@@ -18,8 +18,8 @@ from typing import Sequence
 
 from mint.errors import BadInput
 from mint.harness.agent import with_tool_listing
-from mint.mol.router import ROUTER, Probe, Route, Router, starter_router, turn_features
-from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, TextListener
+from mint.mol.router import PROMPT, ROUTER, Probe, Route, Router, probe_features, starter_router
+from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, PrefillRoute, TextListener
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
 from mint.registry.store import now
@@ -38,6 +38,12 @@ class Turn:
     id: str | None = None                  # the answer's id, when the caller must know it first (a stream)
 
 
+def prompt_of(turn: Turn) -> list[dict]:
+    """The conversation the runtime answers: a turn's tools are listed in its system turn, as the agent was
+    trained and evaluated seeing them."""
+    return with_tool_listing(turn.messages, turn.tools)
+
+
 @dataclass(frozen=True)
 class Answer:
     id: str
@@ -50,6 +56,13 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str
+
+
+@dataclass
+class _PrefillRouting:
+    route: PrefillRoute | None = None
+    routes: dict[int, Route] = field(default_factory=dict)     # row of the generation -> its route
+    ms: float = 0.0
 
 
 class Mixture:
@@ -106,31 +119,34 @@ class Mixture:
 
     # --- turns ---------------------------------------------------------------------------
 
-    def features(self, texts: list[str], layer: int):
-        """The probe's features, computed by the runtime's base with every slot off.
-
-        This is a pass of its own, not a share of the generation's prefill: the probe reads the last user
-        message alone (no chat template, no history, at most MAX_TURN_TOKENS), while the prefill encodes the
-        whole templated conversation under the chosen specialist's LoRA, so its hidden states differ from
-        what every trained probe was fitted on. The pass stops at the probe's layer and runs no LM head;
-        ``scripts/bench_mixture.py --only router`` measures its share of a turn."""
+    def features(self, conversations: list[list[dict]], layer, reads: str):
+        """The probe's features in a pass of their own on the runtime's base, every slot off; it stops at the
+        probe's layer and runs no LM head. ``answer`` needs it only when an adapter changes a layer the probe
+        reads (``lora.from_layer`` below the probe's layer) or for a probe that reads the last user message
+        alone: otherwise the turn is routed inside its own prefill (``routes_in_prefill``)."""
         with self.runtime.lock:
             self.runtime.table.set_rows([0])
-            return turn_features(self.runtime.model, self.runtime.tokenizer, texts, layer)
+            return probe_features(self.runtime.model, self.runtime.tokenizer, conversations, layer, reads)
+
+    def routes_in_prefill(self, router: Router | None = None) -> bool:
+        """Whether the probe reads what the generation's prefill computes: the prompt's states after the
+        probe's layer, which no loaded adapter changes."""
+        probe = (router or self.router).probe
+        return probe is not None and probe.reads == PROMPT and self.runtime.shared_layers() >= probe.layer
+
+    def _forced(self, turn: Turn) -> Route:
+        if turn.specialist not in self.project.names:
+            raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
+                           f"{', '.join(self.project.names)})", field="model")
+        return Route(turn.specialist, {n: float(n == turn.specialist) for n in self.project.names}, "forced", None)
 
     def route(self, turns: list[Turn]) -> tuple[list[Route], float]:
+        """Each turn's route, from a pass of the probe's own where it needs one (see ``features``)."""
         started = time.perf_counter()
-        routes: list[Route | None] = [None] * len(turns)
+        routes: list[Route | None] = [self._forced(t) if t.specialist is not None else None for t in turns]
         free = [i for i, t in enumerate(turns) if t.specialist is None]
-        for i, turn in enumerate(turns):
-            if turn.specialist is not None:
-                if turn.specialist not in self.project.names:
-                    raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
-                                   f"{', '.join(self.project.names)})", field="model")
-                routes[i] = Route(turn.specialist, {n: float(n == turn.specialist) for n in self.project.names},
-                                  "forced", None)
         if free:
-            decided = self.router.route([turns[i].messages for i in free], [bool(turns[i].tools) for i in free],
+            decided = self.router.route([prompt_of(turns[i]) for i in free], [bool(turns[i].tools) for i in free],
                                         self.features)
             for i, route in zip(free, decided):
                 routes[i] = route
@@ -145,25 +161,40 @@ class Mixture:
         listeners = list(listeners) if listeners is not None else [None] * len(turns)
         if len(listeners) != len(turns):
             raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners")
-        routes, route_ms = self.route(turns)
-        answers: list[Answer | None] = [None] * len(turns)
-        groups: dict[tuple, list[int]] = {}
-        for i, turn in enumerate(turns):
-            groups.setdefault((turn.decoding.temperature, turn.decoding.top_p, turn.decoding.seed), []).append(i)
-        for (temperature, top_p, seed), rows in groups.items():
-            longest = max(turns[i].decoding.max_new_tokens for i in rows)
-            started = time.perf_counter()
-            # a turn's tools are listed in its system turn, as the agent was trained and evaluated seeing them
-            generated = self.runtime.generate([with_tool_listing(turns[i].messages, turns[i].tools) for i in rows],
-                                              [routes[i].specialist for i in rows],
-                                              Decoding(longest, temperature, top_p, seed),
-                                              limits=[turns[i].decoding.max_new_tokens for i in rows],
-                                              listeners=[listeners[i] for i in rows])
-            elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
-            for i, out in zip(rows, generated):
-                answers[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist, out.served_by, out.text,
-                                    routes[i], elapsed_ms, route_ms, out.prompt_tokens, len(out.token_ids),
-                                    out.finish_reason)
+        # held from the check to the generation: a champion loaded in between could change a layer the probe reads
+        with self.runtime.lock:
+            router = self.router
+            in_prefill = self.routes_in_prefill(router)
+            if in_prefill:
+                routes: list[Route | None] = [self._forced(t) if t.specialist is not None else None for t in turns]
+                route_ms = 0.0
+            else:
+                routes, route_ms = self.route(turns)
+            answers: list[Answer | None] = [None] * len(turns)
+            groups: dict[tuple, list[int]] = {}
+            for i, turn in enumerate(turns):
+                groups.setdefault((turn.decoding.temperature, turn.decoding.top_p, turn.decoding.seed), []).append(i)
+            for (temperature, top_p, seed), rows in groups.items():
+                longest = max(turns[i].decoding.max_new_tokens for i in rows)
+                conversations = [prompt_of(turns[i]) for i in rows]
+                free = [k for k, i in enumerate(rows) if routes[i] is None]
+                prefill = self._prefill_route(router, [turns[i] for i in rows], conversations, free) if free else None
+                started = time.perf_counter()
+                generated = self.runtime.generate(conversations, [routes[i] and routes[i].specialist for i in rows],
+                                                  Decoding(longest, temperature, top_p, seed),
+                                                  limits=[turns[i].decoding.max_new_tokens for i in rows],
+                                                  listeners=[listeners[i] for i in rows],
+                                                  route=prefill and prefill.route)
+                elapsed_ms = (time.perf_counter() - started) * 1000
+                if prefill:      # routed inside the prefill: the generation's time holds the routing's
+                    for k, route in prefill.routes.items():
+                        routes[rows[k]] = route
+                group_route_ms = prefill.ms if prefill else route_ms
+                elapsed_ms += 0.0 if in_prefill else route_ms
+                for i, out in zip(rows, generated):
+                    answers[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
+                                        out.served_by, out.text, routes[i], elapsed_ms, group_route_ms,
+                                        out.prompt_tokens, len(out.token_ids), out.finish_reason)
         for turn, answer in zip(turns, answers):
             if answer.finish_reason == CANCELLED:
                 continue
@@ -174,6 +205,25 @@ class Mixture:
             else:
                 self.log.append(episode)
         return answers  # type: ignore[return-value]
+
+    def _prefill_route(self, router: Router, turns: list[Turn], conversations: list[list[dict]],
+                       rows: list[int]) -> "_PrefillRouting":
+        """What routes ``rows`` of a generation inside its prefill with ``router``, on the states the prefill
+        pooled; it keeps each row's route and the time the routing took."""
+        routing = _PrefillRouting()
+
+        def decide(batch_rows: list[int], features) -> list[str]:
+            started = time.perf_counter()
+            asked = [conversations[k] for k in batch_rows]
+            where = {id(conversation): n for n, conversation in enumerate(asked)}
+            found = router.route(asked, [bool(turns[k].tools) for k in batch_rows],
+                                 lambda subset, _layers, _reads: features[[where[id(c)] for c in subset]])
+            routing.routes.update(zip(batch_rows, found))
+            routing.ms += (time.perf_counter() - started) * 1000
+            return [route.specialist for route in found]
+
+        routing.route = PrefillRoute((*router.probe.shallower, router.probe.layer), tuple(rows), decide)
+        return routing
 
     def _episode(self, turn: Turn, answer: Answer) -> dict:
         return {

@@ -3,8 +3,10 @@
 Two stages. Rules from ``mint.yaml`` come first where they are certain: a turn that carries tools goes to
 the ``tool_use`` specialist, a turn matching the ``patterns`` of one specialist (and no other's) goes there. Otherwise the learned
 probe decides: a logistic regression on the frozen base's hidden states at one or more layers, mean-pooled over
-the turn's tokens (no second model; the runtime computes them with every slot off, stopping at the deepest
-layer). A turn matching the patterns of several specialists is one of theirs: the probe chooses among those.
+the tokens of the last user message inside the prompt the runtime generates from (chat template, history, tool
+listing; no second model). Adapters that leave those layers untouched (``lora.from_layer``, by default the
+probe's layer) let the mixture route inside the turn's own prefill; otherwise it runs the prompt's first layers
+once more on the bare base. Probes saved before that read the last user message alone (``reads: turn``). A turn matching the patterns of several specialists is one of theirs: the probe chooses among those.
 Without a ``router`` champion the keyword counts of ``mint.yaml`` decide, and a turn with no keyword goes to
 the starter probe, fitted on mint's plain turns for the specialists of the default names
 (``router_training.starter_probe``), or else to the first specialist.
@@ -28,6 +30,7 @@ from mint.project import Project
 
 ROUTER = "router"
 PROBE_TYPE = "MINT_ROUTER_PROBE"
+PROMPT, TURN = "prompt", "turn"     # what a probe's features pool (Probe.reads)
 MAX_TURN_TOKENS = 256      # a turn's head is enough to route it, and bounds the cost of very long turns
 # Below this top probability the probe abstains and the keywords of mint.yaml decide (when any match): a probe
 # trained on the logs' phrasing is unsure on turns worded unlike them, where a keyword is the better guess.
@@ -116,10 +119,13 @@ class Probe:
     # the specialist whose turns that carried tools have a class of their own, the last row of weight and bias
     # (see fit_probe); None: one row per label
     tool_turns_of: str | None = None
+    # what the features pool: the last user message's tokens inside the templated prompt (PROMPT), or that
+    # message alone, without template or history (TURN: probes saved before prompt features)
+    reads: str = "turn"
 
     @property
     def feature_layers(self):
-        """What ``turn_features`` takes for this probe: one layer, or the layers whose states it concatenates."""
+        """What ``probe_features`` takes for this probe: one layer, or the layers whose states it concatenates."""
         return (*self.shallower, self.layer) if self.shallower else self.layer
 
     def probabilities(self, features, tool_turn_scale=1.0):
@@ -148,6 +154,7 @@ class Probe:
             config["shallower_layers"] = list(self.shallower)
         if self.tool_turns_of is not None:
             config["tool_turns_of"] = self.tool_turns_of
+        config["reads"] = self.reads
         (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
     @classmethod
@@ -175,11 +182,14 @@ class Probe:
         tool_turns_of = config.get("tool_turns_of")
         if tool_turns_of is not None and tool_turns_of not in labels:
             raise BadInput(f"expected one of the labels {labels}", file=where, field="tool_turns_of")
+        reads = config.get("reads", TURN)
+        if reads not in (TURN, PROMPT):
+            raise BadInput(f"expected {PROMPT!r} or {TURN!r}, got {reads!r}", file=where, field="reads")
         missing = {"weight", "bias", "mean", "std"} - set(tensors)
         if missing:
             raise BadInput(f"missing tensors {sorted(missing)}", file=str(directory / "adapter_model.safetensors"))
         probe = cls(tuple(labels), layer, tensors["weight"], tensors["bias"], tensors["mean"], tensors["std"],
-                    tuple(shallower), tool_turns_of)
+                    tuple(shallower), tool_turns_of, reads)
         rows = len(labels) + (tool_turns_of is not None)
         if tuple(probe.weight.shape) != (rows, probe.mean.shape[0]) or tuple(probe.bias.shape) != (rows,):
             raise BadInput("tensor shapes do not match the labels", file=str(directory / "adapter_model.safetensors"))
@@ -203,21 +213,112 @@ class _Stop(Exception):
 
 
 def turn_features(model, tokenizer, texts: Sequence[str], layer: int | Sequence[int], batch_size: int = 16):
-    """Mean-pooled hidden states after ``layer`` decoder layers for each text (at most MAX_TURN_TOKENS tokens);
-    for several layers, their pooled states side by side in the order given (a probe's ``feature_layers``).
+    """Mean-pooled hidden states after ``layer`` decoder layers for each text alone (at most MAX_TURN_TOKENS
+    tokens, no chat template): what a probe that ``reads: turn`` takes. For several layers, their pooled states
+    side by side in the order given (a probe's ``feature_layers``).
 
     The forward pass stops at the deepest layer: the rest of the model and the LM head never run. The caller
     makes sure no LoRA slot is active (the runtime holds its lock and selects the base slot).
     """
-    import torch
-
     layers = [layer] if isinstance(layer, int) else list(layer)
-    by_layer = turn_features_by_layer(model, tokenizer, texts, layers, batch_size)
-    return by_layer[layers[0]] if len(layers) == 1 else torch.cat([by_layer[n] for n in layers], dim=-1)
+    return _side_by_side(turn_features_by_layer(model, tokenizer, texts, layers, batch_size), layers)
 
 
 def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Sequence[int], batch_size: int = 16):
     """``{layer: turn_features(..., layer)}`` for several layers from one forward pass that stops at the last."""
+    all_ids = [tokenizer(t if t.strip() else " ", add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
+               [tokenizer.eos_token_id] for t in texts]
+    return pooled_states(model, tokenizer.pad_token_id, all_ids, [(0, len(ids)) for ids in all_ids], layers,
+                         batch_size)
+
+
+def prompt_features(model, tokenizer, conversations: Sequence[list[dict]], layer: int | Sequence[int],
+                    batch_size: int = 16):
+    """Hidden states after ``layer`` decoder layers, mean-pooled over the last user message's tokens inside
+    each conversation's prompt (``prompt_tokens``): what a probe that ``reads: prompt`` takes, and what the
+    mixture pools from a turn's own prefill when the adapters leave those layers untouched."""
+    layers = [layer] if isinstance(layer, int) else list(layer)
+    return _side_by_side(prompt_features_by_layer(model, tokenizer, conversations, layers, batch_size), layers)
+
+
+def prompt_features_by_layer(model, tokenizer, conversations: Sequence[list[dict]], layers: Sequence[int],
+                             batch_size: int = 16):
+    """``{layer: prompt_features(..., layer)}`` for several layers from one forward pass."""
+    encoded = [prompt_tokens(tokenizer, conversation) for conversation in conversations]
+    return pooled_states(model, tokenizer.pad_token_id, [ids for ids, _ in encoded], [span for _, span in encoded],
+                         layers, batch_size)
+
+
+def probe_features(model, tokenizer, conversations: Sequence[list[dict]], layer: int | Sequence[int], reads: str):
+    """A probe's features for ``conversations`` on the bare ``model``: see ``Probe.reads``."""
+    if reads == PROMPT:
+        return prompt_features(model, tokenizer, conversations, layer)
+    return turn_features(model, tokenizer, [last_user_text(c) for c in conversations], layer)
+
+
+def _side_by_side(by_layer: dict, layers: list[int]):
+    import torch
+
+    return by_layer[layers[0]] if len(layers) == 1 else torch.cat([by_layer[n] for n in layers], dim=-1)
+
+
+_MARK = "\ue000mint\ue001"     # private-use characters: no real turn holds them
+
+
+def prompt_tokens(tokenizer, conversation: list[dict]) -> tuple[list[int], tuple[int, int]]:
+    """The token ids the runtime generates from for ``conversation`` (its chat template with the generation
+    prompt), and the [start, end) token positions of the last user message's text within them (the last
+    token when that message is empty or the template does not show it verbatim)."""
+    text = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    last = max((i for i, m in enumerate(conversation) if m.get("role") == "user"
+                and isinstance(m.get("content"), str)), default=None)
+    chars = None
+    if last is not None and conversation[last]["content"]:
+        content = conversation[last]["content"]
+        marked = [*conversation[:last], {**conversation[last], "content": _MARK}, *conversation[last + 1:]]
+        marked_text = tokenizer.apply_chat_template(marked, add_generation_prompt=True, tokenize=False)
+        at = marked_text.find(_MARK)
+        if at >= 0 and marked_text[:at] + content + marked_text[at + len(_MARK):] == text:
+            chars = (at, at + len(content))
+    try:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=chars is not None)
+    except NotImplementedError:      # a slow tokenizer has no offsets: count the tokens before and through it
+        encoded = tokenizer(text, add_special_tokens=False)
+        ids = encoded["input_ids"]
+        before = len(tokenizer(text[:chars[0]], add_special_tokens=False)["input_ids"])
+        through = len(tokenizer(text[:chars[1]], add_special_tokens=False)["input_ids"])
+        return ids, (before, through) if before < through <= len(ids) else (len(ids) - 1, len(ids))
+    ids = encoded["input_ids"]
+    if not ids:
+        raise BadInput("the conversation's prompt has no tokens", field="messages")
+    if chars is not None:
+        inside = [i for i, (a, b) in enumerate(encoded["offset_mapping"]) if b > chars[0] and a < chars[1]]
+        if inside:
+            return ids, (inside[0], inside[-1] + 1)
+    return ids, (len(ids) - 1, len(ids))
+
+
+def position_ids(mask):
+    """Position ids for a left-padded batch, as ``model.generate`` makes them (each row counts from its first
+    real token): the probe's pass and the generation's prefill compute the same states."""
+    positions = mask.long().cumsum(-1) - 1
+    return positions.masked_fill_(mask == 0, 1)
+
+
+def pool_span(hidden, spans: Sequence[tuple[int, int]], offsets: Sequence[int]):
+    """[rows, hidden] float means of ``hidden[row, offset + start : offset + end]`` for each row."""
+    import torch
+
+    weights = torch.zeros(hidden.shape[0], hidden.shape[1], 1)
+    for row, ((start, end), offset) in enumerate(zip(spans, offsets)):
+        weights[row, offset + start:offset + end] = 1.0
+    return (hidden.float() * weights).sum(1) / weights.sum(1)
+
+
+def pooled_states(model, pad_id: int, sequences: Sequence[list[int]], spans: Sequence[tuple[int, int]],
+                  layers: Sequence[int], batch_size: int = 16):
+    """``{layer: [sequences, hidden]}``: each sequence's hidden states after ``layer`` decoder layers, mean-pooled
+    over its span; left-padded batches of similar lengths, one forward pass each that stops at the deepest layer."""
     import torch
 
     decoder_layers = _decoder_layers(model)
@@ -233,28 +334,25 @@ def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Seque
                 raise _Stop
         return hook
 
-    all_ids = [tokenizer(t if t.strip() else " ", add_special_tokens=False)["input_ids"][:MAX_TURN_TOKENS] or
-               [tokenizer.eos_token_id] for t in texts]
     # batches of similar lengths waste little on padding (on mixed data, less than half the tokens)
-    order = sorted(range(len(texts)), key=lambda i: len(all_ids[i]))
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     handles = [decoder_layers[layer - 1].register_forward_hook(capture(layer)) for layer in wanted]
     pooled = {layer: [] for layer in wanted}
     try:
-        for start in range(0, len(texts), batch_size):
-            ids = [all_ids[i] for i in order[start:start + batch_size]]
+        for start in range(0, len(sequences), batch_size):
+            batch = order[start:start + batch_size]
+            ids = [sequences[i] for i in batch]
             width = max(len(i) for i in ids)
-            pad = tokenizer.pad_token_id
-            input_ids = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
+            input_ids = torch.tensor([[pad_id] * (width - len(i)) + i for i in ids])
             mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
             with torch.inference_mode():
                 try:
-                    model(input_ids=input_ids, attention_mask=mask, use_cache=False)
+                    model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False)
                 except _Stop:
                     pass
-            weights = mask.unsqueeze(-1).float()
             for layer in wanted:
-                hidden = captured.pop(layer).float()
-                pooled[layer].append((hidden * weights).sum(1) / weights.sum(1))
+                pooled[layer].append(pool_span(captured.pop(layer), [spans[i] for i in batch],
+                                               [width - len(i) for i in ids]))
     finally:
         for handle in handles:
             handle.remove()
@@ -266,10 +364,10 @@ def turn_features_by_layer(model, tokenizer, texts: Sequence[str], layers: Seque
 
 def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int, *, l2: float = DEFAULT_L2,
               shallower: tuple[int, ...] = (), example_weights: Sequence[float] | None = None,
-              tools: Sequence[bool] | None = None, tool_specialist: str | None = None) -> Probe:
+              tools: Sequence[bool] | None = None, tool_specialist: str | None = None, reads: str = "turn") -> Probe:
     """Class-balanced L2 logistic regression on standardized features (full-batch L-BFGS, deterministic).
 
-    ``features`` are ``turn_features`` at ``(*shallower, layer)``; ``example_weights`` (default 1) say how much
+    ``features`` are ``probe_features`` at ``(*shallower, layer)`` of what ``reads`` names; ``example_weights`` (default 1) say how much
     each example counts within its class (every class weighs the same in the loss). With ``tools`` (whether
     each example's turn carried tools), the ``tool_specialist``'s examples that carried tools are a class of
     their own: they are worded for the tools they came with ("Calculate the magnetic field 10 m from a wire"),
@@ -307,7 +405,7 @@ def fit_probe(features, labels: Sequence[str], names: Sequence[str], layer: int,
     with torch.enable_grad():
         optimizer.step(closure)
     return Probe(tuple(names), layer, weight.detach(), bias.detach(), mean, std, tuple(shallower),
-                 tool_specialist if split else None)
+                 tool_specialist if split else None, reads)
 
 
 @dataclass(frozen=True)
@@ -346,7 +444,8 @@ class Router:
                                field="specialists")
 
     def route(self, conversations: Sequence[list[dict]], has_tools: Sequence[bool], features_fn) -> list[Route]:
-        """One route per conversation; ``features_fn(texts, probe.feature_layers)`` computes the probe's features."""
+        """One route per conversation; ``features_fn(conversations, probe.feature_layers, probe.reads)`` computes
+        the probe's features of those it asks about (``probe_features`` on the bare base)."""
         texts = [last_user_text(c) for c in conversations]
         routes: list[Route | None] = [self.rules.certain(t, tools) for t, tools in zip(texts, has_tools)]
         if self.keywords_first:
@@ -358,7 +457,7 @@ class Router:
             # a turn without tools and without a word of acting is unlike those that carried tools
             alike = [has_tools[i] or self.rules.acting(texts[i]) for i in undecided]
             probabilities = self.probe.probabilities(
-                features_fn([texts[i] for i in undecided], self.probe.feature_layers),
+                features_fn([conversations[i] for i in undecided], self.probe.feature_layers, self.probe.reads),
                 [1.0 if a else TOOLLESS_TOOL_PRIOR for a in alike])
             for i, like_tool_turns, row in zip(undecided, alike, probabilities.tolist()):
                 chosen = {label: round(p, 6) for label, p in zip(self.probe.labels, row)}
@@ -419,8 +518,8 @@ def route_text(ws, text: str, *, project: Project, tools: bool = False, base: st
             loaded.append(load_base(base or probe_base or project.base))
         return loaded[0]
 
-    def features(texts, layer):
-        return turn_features(base_model().model, base_model().tokenizer, texts, layer)
+    def features(conversations, layer, reads):
+        return probe_features(base_model().model, base_model().tokenizer, conversations, layer, reads)
 
     conversation = [{"role": "user", "content": text}]
     route = router.route([conversation], [tools], features)[0]

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from mint.data.labels import Labeler
 from mint.errors import BadInput
-from mint.mol.router import DEFAULT_L2, ROUTER, Probe, Router, fit_probe, last_user_text, score_routes, turn_features
+from mint.mol.router import (DEFAULT_L2, PROMPT, ROUTER, Probe, Router, fit_probe, last_user_text, probe_features,
+                              score_routes)
 from mint.project import Project
 from mint.workspace import Workspace, atomic_write_json
 from mint.yamlfile import is_file, load_yaml
@@ -154,8 +155,9 @@ def evaluate_router(ws: Workspace, revision, probe: Probe, model, tokenizer, pro
     rows = read_heldout(contract)
     router = Router(project, probe, revision.ref)
     started = time.perf_counter()
-    routes = router.route([[{"role": "user", "content": text}] for _t, text, _h in rows], [h for *_x, h in rows],
-                          lambda texts, layer: turn_features(model, tokenizer, texts, layer))
+    routes = router.route([one_turn(text) for _t, text, _h in rows], [h for *_x, h in rows],
+                          lambda conversations, layer, reads: probe_features(model, tokenizer, conversations, layer,
+                                                                             reads))
     score = score_routes([t for t, *_x in rows], [r.specialist for r in routes], project.names)
     metrics = {"heldout.accuracy": score.accuracy, **{f"heldout.recall.{k}": v for k, v in score.recall.items()}}
     gates = [{"metric": m, "value": metrics.get(m), "rule": f"min {minimum}",
@@ -319,6 +321,13 @@ def _all_plain_turns() -> tuple[tuple[str, str], ...]:
     return tuple(turns)
 
 
+def one_turn(text: str) -> list[dict]:
+    """A turn the probe learns from, as the conversation it reads: the user's message alone, in the base's
+    chat template (its default system turn, if any). Served turns carry their history and system turn; on
+    SmolLM2 another system turn, or a tool listing, left held-out and everyday routing within 0.01."""
+    return [{"role": "user", "content": text}]
+
+
 def plain_turns(names, heldout_texts: list[str]) -> list[tuple[str, str]]:
     """(specialist, turn) of mint's plain turns for the specialists among ``names``, less any turn that
     appears in ``heldout_texts``."""
@@ -332,8 +341,8 @@ _starters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # model
 
 def starter_probe(model, project: Project, features_fn) -> Probe | None:
     """The probe of a project that has no router champion yet: fitted on mint's plain turns alone, for its
-    specialists of the default names (None unless two or more have some). ``features_fn(texts, layers)`` is
-    ``turn_features`` on ``model`` with no adapter active. About 2 s on SmolLM2, once per model and process.
+    specialists of the default names (None unless two or more have some). ``features_fn(conversations,
+    layers, reads)`` is ``probe_features`` on ``model`` with no adapter active. About 2 s on SmolLM2, once per model and process.
 
     Without it a new project routes by keywords, and turns in everyday words ("how do i undo my last commit")
     name none: on the unseen everyday set (tests/mol/data/everyday_turns_3.jsonl, SmolLM2) the rules route
@@ -344,9 +353,10 @@ def starter_probe(model, project: Project, features_fn) -> Probe | None:
     if project.names not in fitted:
         turns = plain_turns(project.names, [])
         layers = default_layers(model)
-        features = features_fn([text for _, text in turns], layers[0] if len(layers) == 1 else layers)
+        features = features_fn([one_turn(text) for _, text in turns], layers[0] if len(layers) == 1 else layers,
+                               PROMPT)
         fitted[project.names] = fit_probe(features, [specialist for specialist, _ in turns], project.names,
-                                          layers[-1], shallower=layers[:-1])
+                                          layers[-1], shallower=layers[:-1], reads=PROMPT)
     return fitted[project.names]
 
 
@@ -407,10 +417,10 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     loaded = load_base(base_name)
     layers = settings["layers"] or default_layers(loaded.model)
     started = time.perf_counter()
-    features = turn_features(loaded.model, loaded.tokenizer, texts, layers)
+    features = probe_features(loaded.model, loaded.tokenizer, [one_turn(text) for text in texts], layers, PROMPT)
     probe = fit_probe(features, labels, project.names, layers[-1], l2=settings["l2"], shallower=layers[:-1],
                       example_weights=training.weights, tools=training.tools,
-                      tool_specialist=project.tool_specialist)
+                      tool_specialist=project.tool_specialist, reads=PROMPT)
     predicted = [project.names[i] for i in probe.probabilities(features).argmax(-1).tolist()]
     train_score = score_routes(labels, predicted, project.names)
     metrics = {"train_accuracy": train_score.accuracy, "examples": len(texts), "layer": layers[-1],

@@ -56,6 +56,17 @@ class Generation:
 
 
 @dataclass(frozen=True)
+class PrefillRoute:
+    """Routing inside the prefill: after ``layers[-1]`` decoder layers (states the base and every loaded adapter
+    share, see ``MixtureRuntime.shared_layers``), ``decide(rows, features)`` names the specialist of each of
+    ``rows`` from its features (the states after each of ``layers``, mean-pooled over the span of its last user
+    message and side by side); the prefill goes on from there with each row's adapter."""
+    layers: tuple[int, ...]
+    rows: tuple[int, ...]
+    decide: Callable[[list[int], object], list[str]]
+
+
+@dataclass(frozen=True)
 class Handoff:
     specialist: str
     old: str | None
@@ -80,6 +91,7 @@ class MixtureRuntime:
         self.table = SlotTable()
         self.modules = install_slots(self.model, len(specialists) + 1, max_rank, self.table)
         self.slots = {name: Slot(name, i + 1) for i, name in enumerate(specialists)}
+        self.layer_of = {name: _layer_index(name) for name in self.modules}
         self.lock = threading.RLock()
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -156,6 +168,14 @@ class MixtureRuntime:
             moves.append(self.load_adapter(name, directory, revision_id=revision.id, ref=revision.ref))
         return moves
 
+    def shared_layers(self) -> int:
+        """How many decoder layers, from the first, no loaded adapter changes: there every slot computes the
+        bare base's states (all of them when no adapter is loaded)."""
+        changed = [self.layer_of[name] for name, module in self.modules.items()
+                   if any(module.ranks[slot.index] for slot in self.slots.values())]
+        changed = [layer for layer in changed if layer is not None]
+        return min(changed, default=len(self.model.get_decoder().layers))
+
     def served_by(self, specialist: str | None) -> str:
         return (self.slots[specialist].ref if specialist and self.slots[specialist].ref else None) or "base"
 
@@ -163,19 +183,24 @@ class MixtureRuntime:
 
     def encode(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
         """The prompt token ids of each conversation (chat template, generation prompt)."""
-        prompts = []
-        for conversation in conversations:
-            text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-            prompts.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return prompts
+        return [ids for ids, _span in self.encode_with_spans(conversations)]
+
+    def encode_with_spans(self, conversations: Sequence[list[dict]]) -> list[tuple[list[int], tuple[int, int]]]:
+        """Each conversation's prompt token ids and where its last user message lies in them (``prompt_tokens``)."""
+        from mint.mol.router import prompt_tokens
+
+        return [prompt_tokens(self.tokenizer, conversation) for conversation in conversations]
 
     def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
                  decoding: Decoding = Decoding(), *, limits: Sequence[int] | None = None,
-                 listeners: Sequence[TextListener | None] | None = None) -> list[Generation]:
+                 listeners: Sequence[TextListener | None] | None = None,
+                 route: PrefillRoute | None = None) -> list[Generation]:
         """One reply per conversation, row i answered by ``specialists[i]`` (None: the bare base), in one batch.
 
         ``limits[i]`` caps row i's new tokens (default: ``decoding.max_new_tokens`` for every row);
-        ``listeners[i]``, where given, receives row i's text as it is decoded (see the module's docstring).
+        ``listeners[i]``, where given, receives row i's text as it is decoded (see the module's docstring);
+        ``route``, where given, names the specialists of its rows inside the prefill (their ``specialists[i]``
+        are ignored).
         """
         if len(conversations) != len(specialists):
             raise BadInput(f"{len(conversations)} conversations but {len(specialists)} specialists")
@@ -189,18 +214,22 @@ class MixtureRuntime:
                            field="max_new_tokens")
         if listeners is not None and len(listeners) != len(conversations):
             raise BadInput(f"{len(conversations)} conversations but {len(listeners)} listeners")
-        slots = [self._slot(s).index if s is not None else 0 for s in specialists]
-        prompts = self.encode(conversations)
+        routed = set(route.rows) if route else set()
+        slots = [self._slot(s).index if s is not None and i not in routed else 0 for i, s in enumerate(specialists)]
+        encoded = self.encode_with_spans(conversations)
+        prompts = [ids for ids, _span in encoded]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         longest = max(len(p) for p in prompts)
         if limit and longest + decoding.max_new_tokens > limit:
             raise BadInput(f"the conversation is {longest} tokens and {decoding.max_new_tokens} more were asked "
                            f"for; base {self.loaded.name} takes at most {limit} in all", field="messages")
-        return self.generate_ids(prompts, slots, decoding, specialists, limits=limits, listeners=listeners)
+        return self.generate_ids(prompts, slots, decoding, specialists, limits=limits, listeners=listeners,
+                                 route=route, spans=[span for _ids, span in encoded])
 
     def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
                      specialists: Sequence[str | None] | None = None, *, limits: Sequence[int] | None = None,
-                     listeners: Sequence[TextListener | None] | None = None) -> list[Generation]:
+                     listeners: Sequence[TextListener | None] | None = None, route: PrefillRoute | None = None,
+                     spans: Sequence[tuple[int, int]] | None = None) -> list[Generation]:
         import torch
         from transformers import StoppingCriteriaList
 
@@ -214,8 +243,11 @@ class MixtureRuntime:
                        do_sample=decoding.temperature > 0, stopping_criteria=StoppingCriteriaList([rows]))
         if decoding.temperature > 0:
             options.update(temperature=decoding.temperature, top_p=decoding.top_p, top_k=0)
+        specialists = list(specialists or [None] * len(prompts))
+        slots = list(slots)
         with self.lock:
             self.table.set_rows(slots)
+            hooks = self._route_in_prefill(route, prompts, spans, width, slots, specialists) if route else []
             try:
                 if decoding.temperature > 0:
                     torch.manual_seed(decoding.seed)
@@ -224,16 +256,63 @@ class MixtureRuntime:
                     self.model.generate(input_ids=input_ids, attention_mask=attention, **options)
                 seconds = time.perf_counter() - started
             finally:
+                for hook in hooks:
+                    hook.remove()
                 self.table.set_rows([0])
-            served = [self.served_by(s) for s in (specialists or [None] * len(prompts))]
+            if route and any(specialists[i] is None for i in route.rows):
+                raise RuntimeError("the prefill ended before its rows were routed")
+            served = [self.served_by(s) for s in specialists]
         results = []
         for row, prompt in enumerate(prompts):
             tokens, text = rows.tokens[row], rows.finish(row)
             results.append(Generation(
-                specialist=specialists[row] if specialists else None, served_by=served[row], text=text,
+                specialist=specialists[row], served_by=served[row], text=text,
                 token_ids=tokens, prompt_tokens=len(prompt), finish_reason=rows.reasons[row] or "length",
                 seconds=seconds))
         return results
+
+
+    def _route_in_prefill(self, route: PrefillRoute, prompts, spans, width: int, slots: list[int],
+                          specialists: list) -> list:
+        """Hooks that route ``route.rows`` once the prefill has run ``route.layers[-1]`` decoder layers, then
+        set each routed row's slot (in ``slots`` and the slot table) and specialist, so the prefill's later
+        layers and every decode step run that row's adapter. They fire on the prefill only."""
+        import torch
+
+        from mint.mol.router import pool_span
+
+        if route.layers[-1] > self.shared_layers():
+            raise Refused(f"an adapter changes decoder layer {self.shared_layers()}, below the router's layer "
+                          f"{route.layers[-1]}: the turn's prefill cannot be routed")
+        if spans is None:
+            raise BadInput("routing inside the prefill needs each prompt's span")
+        layers = self.model.get_decoder().layers
+        rows = list(route.rows)
+        offsets = [width - len(prompts[i]) for i in rows]
+        captured: dict[int, object] = {}
+
+        def capture(layer: int):
+            def hook(_module, _inputs, output):
+                if layer in captured or len(captured) == len(route.layers):
+                    return            # a decode step: the prefill was routed already
+                captured[layer] = pool_span((output[0] if isinstance(output, tuple) else output)[rows],
+                                            [spans[i] for i in rows], offsets)
+                if layer == route.layers[-1]:
+                    features = torch.cat([captured[n] for n in route.layers], dim=-1)
+                    for row, name in zip(rows, route.decide(rows, features)):
+                        specialists[row], slots[row] = name, self._slot(name).index
+                    self.table.set_rows(slots)
+            return hook
+
+        return [layers[n - 1].register_forward_hook(capture(n)) for n in route.layers]
+
+
+def _layer_index(module_name: str) -> int | None:
+    """The decoder layer a module belongs to (``model.layers.12.mlp.up_proj`` -> 12)."""
+    import re
+
+    found = re.search(r"(?:^|\.)layers\.(\d+)\.", module_name)
+    return int(found[1]) if found else None
 
 
 class IncrementalText:

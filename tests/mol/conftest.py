@@ -12,8 +12,9 @@ CONVERSATIONS = [
 ]
 
 
-def make_lora(path, base_name, *, seed, r, alpha, targets, rslora=False):
-    """A PEFT LoRA with random (non-zero) A and B, saved as safetensors at ``path``."""
+def make_lora(path, base_name, *, seed, r, alpha, targets, rslora=False, layers=None):
+    """A PEFT LoRA with random (non-zero) A and B, saved as safetensors at ``path`` (on the decoder
+    ``layers`` only, when given)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -22,7 +23,8 @@ def make_lora(path, base_name, *, seed, r, alpha, targets, rslora=False):
     loaded = load_base(base_name)
     torch.manual_seed(seed)
     model = get_peft_model(loaded.model, LoraConfig(r=r, lora_alpha=alpha, target_modules=targets,
-                                                    use_rslora=rslora, init_lora_weights=False))
+                                                    use_rslora=rslora, init_lora_weights=False,
+                                                    layers_to_transform=layers))
     with torch.no_grad():   # large enough that each adapter changes the greedy tokens
         for name, param in model.named_parameters():
             if "lora_" in name:

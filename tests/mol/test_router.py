@@ -102,7 +102,7 @@ def test_an_unsure_probe_leaves_the_turn_to_the_keywords():
     sure = Probe(names, 1, torch.zeros(len(names), hidden), torch.tensor([0.0, 0.0, 0.0, 9.0]),
                  torch.zeros(hidden), torch.ones(hidden))             # genui, almost 1
     turn = [[{"role": "user", "content": "tell me a joke"}]]
-    features = lambda texts, layer: torch.zeros(len(texts), hidden)   # noqa: E731
+    features = lambda conversations, _layer, _reads: torch.zeros(len(conversations), hidden)   # noqa: E731
     unsure = Router(DEFAULT_PROJECT, flat, "router:v1").route(turn, [False], features)[0]
     assert (unsure.specialist, unsure.decided_by, unsure.rule) == ("chat", "rules", "keywords")
     confident = Router(DEFAULT_PROJECT, sure, "router:v2").route(turn, [False], features)[0]
@@ -130,7 +130,7 @@ def _route_one(probe, text: str, tools: bool = False):
     from mint.project import DEFAULT_PROJECT
 
     return Router(DEFAULT_PROJECT, probe, "router:v1").route([[{"role": "user", "content": text}]], [tools],
-                                                             lambda texts, layer: torch.zeros(len(texts), 8))[0]
+                                                             lambda turns, _layer, _reads: torch.zeros(len(turns), 8))[0]
 
 
 def test_the_tool_specialist_needs_a_word_of_acting_when_the_turn_carries_no_tools():
@@ -168,10 +168,10 @@ def test_turns_that_carried_tools_are_a_class_of_their_own_left_out_for_a_turn_w
     assert left_out.argmax().item() == 0 and left_out[1] < probe.probabilities(science)[0, 1] / 3
     router = Router(DEFAULT_PROJECT, probe, "router:v1")
     routes = router.route([[{"role": "user", "content": "zzzz"}]] * 2, [False, False],
-                          lambda texts, layer: torch.cat([science, plain]))
+                          lambda _turns, _layer, _reads: torch.cat([science, plain]))
     assert [r.specialist for r in routes] == ["chat", "agent"]
     acting = router.route([[{"role": "user", "content": "look up the field strength"}]], [False],
-                          lambda texts, layer: science)[0]           # a word of acting: tool-like is agent
+                          lambda _turns, _layer, _reads: science)[0]           # a word of acting: tool-like is agent
     assert acting.specialist == "agent"
     probe.save(tmp_path / "probe", base="tiny-random")
     loaded = Probe.load(tmp_path / "probe")
@@ -497,6 +497,76 @@ def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_si
     assert min(widths[:2]) <= 2      # the two short turns share a batch instead of padding to the long ones
 
 
+@pytest.mark.parametrize("conversation, expected", [
+    ([{"role": "user", "content": "hi there"}], "hi there"),
+    # the last user message, though an earlier one and the template itself hold the same word
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "assistant"},
+      {"role": "assistant", "content": "yes?"}, {"role": "user", "content": "assistant"}], "assistant"),
+    ([{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
+      {"role": "user", "content": "  sort this dict by value\n"}], "  sort this dict by value\n"),
+])
+def test_prompt_tokens_are_the_runtimes_and_find_the_last_user_message(conversation, expected):
+    from mint.base import TINY, load_base
+    from mint.mol.router import prompt_tokens
+    from mint.mol.runtime import MixtureRuntime
+
+    loaded = load_base(TINY)
+    ids, (start, end) = prompt_tokens(loaded.tokenizer, conversation)
+    assert ids == MixtureRuntime(loaded, ["chat"]).encode([conversation])[0]
+    # a token that straddles the message's edge (the template's newline and its leading spaces) is in
+    assert loaded.tokenizer.decode(ids[start:end]).strip() == expected.strip()
+    tail = loaded.tokenizer.decode(ids[end:])
+    assert tail.startswith("<|im_end|>") and tail.count("<|im_start|>") == 1     # only the generation prompt after
+
+
+def test_an_empty_last_message_is_read_at_the_prompts_last_token():
+    from mint.base import TINY, load_base
+    from mint.mol.router import prompt_tokens
+
+    loaded = load_base(TINY)
+    ids, span = prompt_tokens(loaded.tokenizer, [{"role": "user", "content": ""}])
+    assert span == (len(ids) - 1, len(ids))
+
+
+def test_prompt_features_pool_the_last_message_and_do_not_depend_on_their_batch():
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import prompt_features
+
+    loaded = load_base(TINY)
+    short = [{"role": "user", "content": "hi there"}]
+    long = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "parse dates " * 20}]
+    history = [{"role": "user", "content": "tell me a joke"}, {"role": "assistant", "content": "no"}, *short]
+    alone = prompt_features(loaded.model, loaded.tokenizer, [short], 2)
+    batched = prompt_features(loaded.model, loaded.tokenizer, [long, short, history], (1, 2))
+    assert batched.shape == (3, 2 * loaded.model.config.hidden_size)
+    assert torch.allclose(alone[0], batched[1, loaded.model.config.hidden_size:], atol=1e-5)
+    # the same message read after another history: its states see that history
+    assert not torch.allclose(batched[1], batched[2], atol=1e-3)
+
+
+def test_a_probe_says_what_it_reads_and_older_probes_read_the_turn_alone(tmp_path):
+    import json
+
+    import torch
+
+    from mint.mol.router import PROMPT, TURN, Probe
+
+    probe = Probe(("chat", "coding"), 1, torch.zeros(2, 4), torch.zeros(2), torch.zeros(4), torch.ones(4),
+                  reads=PROMPT)
+    probe.save(tmp_path / "p", base="tiny-random")
+    assert Probe.load(tmp_path / "p").reads == PROMPT
+    config = json.loads((tmp_path / "p" / "adapter_config.json").read_text())
+    del config["reads"]
+    (tmp_path / "p" / "adapter_config.json").write_text(json.dumps(config))
+    assert Probe.load(tmp_path / "p").reads == TURN
+    config["reads"] = "everything"
+    (tmp_path / "p" / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(BadInput, match=r"adapter_config.json: reads: expected 'prompt' or 'turn'"):
+        Probe.load(tmp_path / "p")
+
+
 @pytest.fixture(scope="module")
 def smollm2_router(tmp_path_factory):
     """router:v1 trained on the example logs with the defaults of `mint train --specialist router`, judged by
@@ -537,13 +607,14 @@ def route_everyday(ws, path: Path):
 
 def score_everyday(router, path: Path):
     from mint.base import SMOLLM2, load_base
-    from mint.mol.router import score_routes, turn_features
+    from mint.mol.router import probe_features, score_routes
     from mint.project import DEFAULT_PROJECT
 
     loaded = load_base(SMOLLM2)
     everyday = read_everyday(path)
     routes = router.route([[{"role": "user", "content": text}] for _, text in everyday], [False] * len(everyday),
-                          lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
+                          lambda turns, layers, reads: probe_features(loaded.model, loaded.tokenizer, turns, layers,
+                                                                      reads))
     return score_routes([truth for truth, _ in everyday], [r.specialist for r in routes], DEFAULT_PROJECT.names)
 
 
@@ -552,12 +623,13 @@ def test_the_starter_probe_on_smollm2_routes_most_unseen_everyday_turns():
     """No router champion: keywords, then the probe fitted on mint's plain turns alone. Measured 0.892 of the
     unseen everyday set (keywords alone 0.558)."""
     from mint.base import SMOLLM2, load_base
-    from mint.mol.router import Router, starter_router, turn_features
+    from mint.mol.router import Router, probe_features, starter_router
     from mint.project import DEFAULT_PROJECT
 
     loaded = load_base(SMOLLM2)
     router = starter_router(DEFAULT_PROJECT, Router(DEFAULT_PROJECT), loaded.model,
-                            lambda texts, layers: turn_features(loaded.model, loaded.tokenizer, texts, layers))
+                            lambda turns, layers, reads: probe_features(loaded.model, loaded.tokenizer, turns, layers,
+                                                                        reads))
     assert router.revision == "starter"
     score = score_everyday(router, EVERYDAY_FILE)
     assert score.accuracy >= 0.85 and min(score.recall.values()) >= 0.7, score

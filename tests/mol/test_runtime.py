@@ -202,38 +202,124 @@ def test_a_listener_that_refuses_stops_only_its_row(tiny_runtime, tiny_loras):
     assert out[2].token_ids == alone.token_ids and out[2].finish_reason == alone.finish_reason
 
 
-def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, tiny_loras):
-    """Routing runs its own pass on the bare base (the probe's features never see an adapter), and the routed
-    turn's answer is token for token what the chosen specialist gives when forced."""
+def _probe_mixture(ws, loras, *, reads, seed=3):
+    """A mixture on the tiny base whose every turn the probe decides (no keywords or patterns), with the
+    specialists' adapters of ``loras`` loaded and a random probe at layer 1 that reads ``reads``."""
     from dataclasses import replace
 
     import torch
 
     from mint.base import load_base
-    from mint.mol.mixture import Mixture, Turn
-    from mint.mol.router import Probe, Router, turn_features
-    from mint.mol.runtime import Decoding, MixtureRuntime
+    from mint.mol.mixture import Mixture
+    from mint.mol.router import Probe, Router, probe_features
+    from mint.mol.runtime import MixtureRuntime
     from mint.project import DEFAULT_PROJECT, Project
 
-    # no keywords or patterns: the probe, however unsure, decides
     project = Project(base=TINY, specialists=tuple(replace(s, keywords=(), patterns=())
                                                    for s in DEFAULT_PROJECT.specialists))
     runtime = MixtureRuntime(load_base(TINY), project.names, max_rank=16)
     for name in project.names:
-        runtime.load_adapter(name, tiny_loras[name])
+        runtime.load_adapter(name, loras[name])
     hidden = runtime.model.config.hidden_size
-    probe = Probe(project.names, 1, torch.randn(len(project.names), hidden, generator=torch.Generator().manual_seed(3)),
-                  torch.zeros(len(project.names)), torch.zeros(hidden), torch.ones(hidden))
+    generator = torch.Generator().manual_seed(seed)
+    # standardized as a fitted probe would be, so that its random weights send the turns different ways
+    seen = probe_features(runtime.model, runtime.tokenizer, [[{"role": "user", "content": t}] for t in ROUTED], 1,
+                          reads)
+    probe = Probe(project.names, 1, torch.randn(len(project.names), hidden, generator=generator),
+                  torch.zeros(len(project.names)), seen.mean(0), seen.std(0), reads=reads)
     mixture = Mixture(ws, project, runtime)
     mixture.router = Router(project, probe, "router:test")
+    return mixture
+
+
+ROUTED = ["What do you think about rainy Sundays?", "Write a Python function that reverses a list.",
+          "Book me a table for two tomorrow at eight.", "hi", "Make a signup form with email and a submit button.",
+          "tell me a story about a fox", "how do i sort a dict by value", "remind me at 6"]
+
+
+def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, tiny_loras):
+    """Adapters that change the layers the probe reads: routing runs its own pass on the bare base (the
+    probe's features never see an adapter), and the routed turn's answer is token for token what the chosen
+    specialist gives when forced."""
+    import torch
+
+    from mint.base import load_base
+    from mint.mol.mixture import Turn
+    from mint.mol.router import PROMPT, prompt_features
+    from mint.mol.runtime import Decoding
+
+    mixture = _probe_mixture(ws, tiny_loras, reads=PROMPT)
+    runtime = mixture.runtime
+    assert runtime.shared_layers() == 0 and not mixture.routes_in_prefill()
     text = "What do you think about rainy Sundays?"
+    conversation = [{"role": "user", "content": text}]
     runtime.generate(CONVERSATIONS, ["coding", "agent", None, "genui", "chat"], Decoding(2))   # a mixed batch first
     bare = load_base(TINY)
-    assert torch.equal(mixture.features([text], 1), turn_features(bare.model, bare.tokenizer, [text], 1))
-    [routed] = mixture.answer([Turn([{"role": "user", "content": text}], decoding=Decoding(MAX_NEW))],
-                              keep_for_feedback=False)
+    assert torch.equal(mixture.features([conversation], 1, PROMPT),
+                       prompt_features(bare.model, bare.tokenizer, [conversation], 1))
+    [routed] = mixture.answer([Turn(conversation, decoding=Decoding(MAX_NEW))], keep_for_feedback=False)
     assert routed.route.decided_by == "probe"
-    forced = runtime.generate([[{"role": "user", "content": text}]], [routed.specialist], Decoding(MAX_NEW))[0]
+    forced = runtime.generate([conversation], [routed.specialist], Decoding(MAX_NEW))[0]
     assert (routed.text, routed.completion_tokens, routed.finish_reason) == \
         (forced.text, len(forced.token_ids), forced.finish_reason)
     assert routed.route_ms < routed.latency_ms
+
+
+@pytest.fixture(scope="module")
+def upper_loras(tmp_path_factory):
+    """The four specialists' adapters of the tiny base, changing its second (last) decoder layer only: what
+    mint train makes by default (lora.from_layer: router)."""
+    from tests.mol.conftest import make_lora
+
+    root = tmp_path_factory.mktemp("upper")
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    return {name: make_lora(root / name, TINY, seed=10 + i, r=4 + 4 * i, alpha=8, targets=targets, layers=[1])
+            for i, name in enumerate(("chat", "agent", "coding", "genui"))}
+
+
+def test_routing_inside_the_prefill_equals_routing_in_a_pass_of_its_own(ws, upper_loras, monkeypatch):
+    """Adapters that leave the probe's layers to the base: the turn is routed inside its own prefill, to the
+    same specialist with the same probabilities as a pass of its own gives, and each answer is token for token
+    the chosen specialist's answering alone; no pass of the probe's own runs."""
+    from mint.mol.mixture import Turn
+    from mint.mol.router import PROMPT
+    from mint.mol.runtime import Decoding
+
+    mixture = _probe_mixture(ws, upper_loras, reads=PROMPT)
+    assert mixture.runtime.shared_layers() == 1 and mixture.routes_in_prefill()
+    turns = [Turn([{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+                  if i % 3 == 0 else [{"role": "user", "content": text}], decoding=Decoding(MAX_NEW))
+             for i, text in enumerate(ROUTED)]
+    turns.append(Turn([{"role": "user", "content": "Write a haiku."}], specialist="genui", decoding=Decoding(MAX_NEW)))
+    separate, _ms = mixture.route(turns)
+    assert len({r.specialist for r in separate}) >= 3        # the random probe spreads the turns around
+
+    def no_pass_of_its_own(*_args):
+        raise AssertionError("the probe's own pass ran")
+
+    monkeypatch.setattr(mixture, "features", no_pass_of_its_own)
+    answers = mixture.answer(turns, keep_for_feedback=False)
+    for turn, answer, expected in zip(turns, answers, separate):
+        assert answer.specialist == expected.specialist and answer.route.decided_by == expected.decided_by
+        for name, p in expected.probabilities.items():
+            assert answer.route.probabilities[name] == pytest.approx(p, abs=1e-4)
+        alone = mixture.runtime.generate([turn.messages], [answer.specialist], Decoding(MAX_NEW))[0]
+        assert answer.served_by == alone.served_by and answer.text == alone.text
+    assert answers[-1].route.decided_by == "forced"
+
+
+def test_an_adapter_that_changes_a_layer_the_probe_reads_turns_routing_back_to_its_own_pass(ws, upper_loras,
+                                                                                           tiny_loras):
+    from mint.mol.router import PROMPT, TURN
+    from mint.mol.runtime import Decoding, PrefillRoute
+
+    mixture = _probe_mixture(ws, upper_loras, reads=PROMPT)
+    mixture.runtime.load_adapter("coding", tiny_loras["coding"])        # all layers
+    assert mixture.runtime.shared_layers() == 0 and not mixture.routes_in_prefill()
+    with pytest.raises(Refused, match="below the router's layer 1"):
+        mixture.runtime.generate(CONVERSATIONS[:1], [None], Decoding(2),
+                                 route=PrefillRoute((1,), (0,), lambda rows, features: ["chat"] * len(rows)))
+    mixture.runtime.load_adapter("coding", upper_loras["coding"])
+    assert mixture.routes_in_prefill()
+    # a probe saved before prompt features reads the last user message alone: never the prefill's states
+    assert not mixture.routes_in_prefill(_probe_mixture(ws, upper_loras, reads=TURN).router)
