@@ -196,11 +196,6 @@ class Probe:
         return probe
 
 
-def default_layer(model) -> int:
-    """The middle decoder layer: its pooled states separate topics well and cost half a prefill."""
-    return max(1, _decoder_layers(model).__len__() // 2)
-
-
 def _decoder_layers(model):
     layers = getattr(model.get_decoder(), "layers", None)
     if layers is None:

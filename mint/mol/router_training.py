@@ -233,11 +233,14 @@ def planned_router_settings(sets: list[str]) -> dict:
     return {
         "specialist": ROUTER, "method": "probe",
         "layers": list(settings["layers"]) if settings["layers"] else "default",
-        "l2": settings["l2"], "augment": list(settings["augment"]),
+        "l2": settings["l2"], "augment": list(settings["augment"]), "reads": PROMPT,
         "plain_turn_weight": PLAIN_TURN_WEIGHT, "keyword_guess_weight": KEYWORD_GUESS_WEIGHT,
         "contract": str(contract) if contract else None,
         "why": {
             "layers": "set" if settings["layers"] else "a third of the base's depth (layer 10 of SmolLM2-135M's 30)",
+            "reads": "the last user message inside its templated prompt: the states the turn's prefill computes, "
+                     "so the mixture routes there when the adapters leave the probe's layers to the base "
+                     "(lora.from_layer)",
             "augment": "set" if any(item.startswith("augment=") for item in sets) else
                        "HumanEval's task descriptions for coding, mint's plain turns for the default specialists",
             "contract": "set" if settings["contract"] else
@@ -249,7 +252,8 @@ def planned_router_settings(sets: list[str]) -> dict:
 def default_layers(model) -> tuple[int, ...]:
     """A third of the base's depth: on SmolLM2-135M layer 10 of 30, the earliest layer whose router met
     contracts/router.yaml with validation and everyday accuracy within 0.01 of the best layer's
-    (scripts/bench_router.py); a third of a prefill per routed turn."""
+    (scripts/bench_router.py). Adapters leave these layers to the base by default (lora.from_layer), so the
+    mixture routes each turn from its own prefill's states."""
     from mint.mol.router import _decoder_layers
 
     return (max(1, len(_decoder_layers(model)) // 3),)
@@ -346,7 +350,7 @@ def starter_probe(model, project: Project, features_fn) -> Probe | None:
 
     Without it a new project routes by keywords, and turns in everyday words ("how do i undo my last commit")
     name none: on the unseen everyday set (tests/mol/data/everyday_turns_3.jsonl, SmolLM2) the rules route
-    0.558 and the rules with the starter probe after the keywords 0.892 (held-out: 0.994 and 0.976)."""
+    0.558 and the rules with the starter probe after the keywords 0.908 (held-out: 0.994 and 0.964)."""
     if not has_starter(project):
         return None
     fitted = _starters.setdefault(model, {})
