@@ -342,7 +342,8 @@ def effective_lora(plan: TrainPlan, settings: TrainSettings) -> dict:
         return {"source": "settings", **settings.lora}
     config = json.loads((Path(plan.parent_dir) / "adapter_config.json").read_text())
     return {"source": f"parent {plan.parent_ref}", "r": config.get("r"), "alpha": config.get("lora_alpha"),
-            "dropout": config.get("lora_dropout"), "target_modules": config.get("target_modules")}
+            "dropout": config.get("lora_dropout"), "target_modules": config.get("target_modules"),
+            "layers_to_transform": config.get("layers_to_transform")}
 
 
 def _launch(run_dir: Path, num_processes: int, accelerate_config: Path | None, resume: bool) -> None:
