@@ -240,6 +240,12 @@ def prompt_features_by_layer(model, tokenizer, conversations: Sequence[list[dict
                              batch_size: int = 16):
     """``{layer: prompt_features(..., layer)}`` for several layers from one forward pass."""
     encoded = [prompt_tokens(tokenizer, conversation) for conversation in conversations]
+    # checked before any pass: attention over a prompt far past the context would take minutes, and the
+    # generation would refuse it anyway
+    limit = getattr(model.config, "max_position_embeddings", None)
+    longest = max((len(ids) for ids, _span in encoded), default=0)
+    if limit and longest > limit:
+        raise BadInput(f"the conversation is {longest} tokens; base takes at most {limit} in all", field="messages")
     return pooled_states(model, tokenizer.pad_token_id, [ids for ids, _ in encoded], [span for _, span in encoded],
                          layers, batch_size)
 

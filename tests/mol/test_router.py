@@ -546,6 +546,24 @@ def test_prompt_features_pool_the_last_message_and_do_not_depend_on_their_batch(
     assert not torch.allclose(batched[1], batched[2], atol=1e-3)
 
 
+def test_a_prompt_past_the_bases_context_is_refused_before_any_pass():
+    """Half a megabyte of text was routed for minutes (attention over 262,000 tokens) before the generation
+    refused it."""
+    from mint.base import TINY, load_base
+    from mint.mol.router import prompt_features
+
+    loaded = load_base(TINY)
+    passes = []
+    hook = loaded.model.get_decoder().embed_tokens.register_forward_hook(lambda *_: passes.append(1))
+    try:
+        with pytest.raises(BadInput, match=r"messages: the conversation is \d+ tokens; base takes at most 2048"):
+            prompt_features(loaded.model, loaded.tokenizer, [[{"role": "user", "content": "hi"}],
+                                                             [{"role": "user", "content": "x " * 5000}]], 1)
+    finally:
+        hook.remove()
+    assert passes == []
+
+
 def test_a_probe_says_what_it_reads_and_older_probes_read_the_turn_alone(tmp_path):
     import json
 
