@@ -134,16 +134,21 @@ class Mixture:
         probe = (router or self.router).probe
         return probe is not None and probe.reads == PROMPT and self.runtime.shared_layers() >= probe.layer
 
-    def _forced(self, turn: Turn) -> Route:
-        if turn.specialist not in self.project.names:
-            raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
-                           f"{', '.join(self.project.names)})", field="model")
-        return Route(turn.specialist, {n: float(n == turn.specialist) for n in self.project.names}, "forced", None)
+    def _forced(self, turns: list[Turn]) -> list[Route | None]:
+        """The route of each turn that forces its specialist; None for the turns to route."""
+        routes: list[Route | None] = []
+        for turn in turns:
+            if turn.specialist is not None and turn.specialist not in self.project.names:
+                raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
+                               f"{', '.join(self.project.names)})", field="model")
+            routes.append(None if turn.specialist is None else Route(
+                turn.specialist, {n: float(n == turn.specialist) for n in self.project.names}, "forced", None))
+        return routes
 
     def route(self, turns: list[Turn]) -> tuple[list[Route], float]:
         """Each turn's route, from a pass of the probe's own where it needs one (see ``features``)."""
         started = time.perf_counter()
-        routes: list[Route | None] = [self._forced(t) if t.specialist is not None else None for t in turns]
+        routes = self._forced(turns)
         free = [i for i, t in enumerate(turns) if t.specialist is None]
         if free:
             decided = self.router.route([prompt_of(turns[i]) for i in free], [bool(turns[i].tools) for i in free],
@@ -165,11 +170,7 @@ class Mixture:
         with self.runtime.lock:
             router = self.router
             in_prefill = self.routes_in_prefill(router)
-            if in_prefill:
-                routes: list[Route | None] = [self._forced(t) if t.specialist is not None else None for t in turns]
-                route_ms = 0.0
-            else:
-                routes, route_ms = self.route(turns)
+            routes, route_ms = (self._forced(turns), 0.0) if in_prefill else self.route(turns)
             answers: list[Answer | None] = [None] * len(turns)
             groups: dict[tuple, list[int]] = {}
             for i, turn in enumerate(turns):
@@ -185,12 +186,12 @@ class Mixture:
                                                   limits=[turns[i].decoding.max_new_tokens for i in rows],
                                                   listeners=[listeners[i] for i in rows],
                                                   route=prefill and prefill.route)
-                elapsed_ms = (time.perf_counter() - started) * 1000
-                if prefill:      # routed inside the prefill: the generation's time holds the routing's
+                # routed inside the prefill, the generation's time holds the routing's; else route_ms is 0
+                elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
+                if prefill:
                     for k, route in prefill.routes.items():
                         routes[rows[k]] = route
                 group_route_ms = prefill.ms if prefill else route_ms
-                elapsed_ms += 0.0 if in_prefill else route_ms
                 for i, out in zip(rows, generated):
                     answers[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
                                         out.served_by, out.text, routes[i], elapsed_ms, group_route_ms,

@@ -183,13 +183,11 @@ class MixtureRuntime:
 
     def encode(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
         """The prompt token ids of each conversation (chat template, generation prompt)."""
-        return [ids for ids, _span in self.encode_with_spans(conversations)]
-
-    def encode_with_spans(self, conversations: Sequence[list[dict]]) -> list[tuple[list[int], tuple[int, int]]]:
-        """Each conversation's prompt token ids and where its last user message lies in them (``prompt_tokens``)."""
-        from mint.mol.router import prompt_tokens
-
-        return [prompt_tokens(self.tokenizer, conversation) for conversation in conversations]
+        prompts = []
+        for conversation in conversations:
+            text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+            prompts.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return prompts
 
     def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
                  decoding: Decoding = Decoding(), *, limits: Sequence[int] | None = None,
@@ -216,15 +214,21 @@ class MixtureRuntime:
             raise BadInput(f"{len(conversations)} conversations but {len(listeners)} listeners")
         routed = set(route.rows) if route else set()
         slots = [self._slot(s).index if s is not None and i not in routed else 0 for i, s in enumerate(specialists)]
-        encoded = self.encode_with_spans(conversations)
-        prompts = [ids for ids, _span in encoded]
+        spans = None
+        if route:     # the same ids, and where each last user message lies in them (for the probe)
+            from mint.mol.router import prompt_tokens
+
+            prompts, spans = zip(*(prompt_tokens(self.tokenizer, c) for c in conversations))
+            prompts = list(prompts)
+        else:
+            prompts = self.encode(conversations)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         longest = max(len(p) for p in prompts)
         if limit and longest + decoding.max_new_tokens > limit:
             raise BadInput(f"the conversation is {longest} tokens and {decoding.max_new_tokens} more were asked "
                            f"for; base {self.loaded.name} takes at most {limit} in all", field="messages")
         return self.generate_ids(prompts, slots, decoding, specialists, limits=limits, listeners=listeners,
-                                 route=route, spans=[span for _ids, span in encoded])
+                                 route=route, spans=spans)
 
     def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
                      specialists: Sequence[str | None] | None = None, *, limits: Sequence[int] | None = None,
@@ -293,7 +297,7 @@ class MixtureRuntime:
 
         def capture(layer: int):
             def hook(_module, _inputs, output):
-                if layer in captured or len(captured) == len(route.layers):
+                if layer in captured:
                     return            # a decode step: the prefill was routed already
                 captured[layer] = pool_span((output[0] if isinstance(output, tuple) else output)[rows],
                                             [spans[i] for i in rows], offsets)
