@@ -63,7 +63,8 @@ def test_a_turn_matching_two_specialists_patterns_is_left_to_the_probe():
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_SET_1 = REPO / "mint" / "mol" / "plain_turns" / "set1.jsonl"      # the default patterns were tuned on it
-EVERYDAY_FILE = Path(__file__).parent / "data" / "everyday_turns_3.jsonl"    # never trained or tuned on
+# never trained on; set 4 was written before plain set 3, and neither set was tuned on after
+EVERYDAY_FILES = tuple(Path(__file__).parent / "data" / f"everyday_turns_{n}.jsonl" for n in (3, 4))
 
 
 def read_everyday(path: Path = PLAIN_SET_1) -> list[tuple[str, str]]:
@@ -263,6 +264,22 @@ def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_proble
     assert len(everything) > 150 and 100 < len(without_heldout) <= len(everything) - 40
     assert not any(">>>" in r or "def " in r for r in without_heldout)
     assert not any(request in text for request in without_heldout for text in heldout)
+
+
+def test_no_everyday_turn_is_a_training_turn():
+    """The everyday sets measure turns never trained on: a plain turn repeating one (any case or spacing)
+    would make the SmolLM2 everyday figures a training score."""
+    from mint.mol.router_training import plain_turns
+    from mint.project import DEFAULT_PROJECT
+
+    def key(text):
+        return " ".join(text.lower().split())
+
+    trained = {key(text) for _, text in plain_turns(DEFAULT_PROJECT.names, [])}
+    assert len(trained) >= 400
+    for path in EVERYDAY_FILES:
+        turns = [key(text) for _, text in read_everyday(path)]
+        assert len(turns) == 120 and not trained & set(turns), (path.name, sorted(trained & set(turns)))
 
 
 def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_out_heldout_turns(ws, tmp_path):
@@ -637,9 +654,10 @@ def score_everyday(router, path: Path):
 
 
 @pytest.mark.slow
-def test_the_starter_probe_on_smollm2_routes_most_unseen_everyday_turns():
-    """No router champion: keywords, then the probe fitted on mint's plain turns alone. Measured 0.908 of the
-    unseen everyday set (keywords alone 0.558)."""
+@pytest.mark.parametrize("everyday", EVERYDAY_FILES, ids=lambda path: path.stem)
+def test_the_starter_probe_on_smollm2_routes_most_unseen_everyday_turns(everyday):
+    """No router champion: keywords, then the probe fitted on mint's plain turns alone. Measured 0.908 of
+    everyday set 3 and 0.917 of set 4 (keywords alone 0.558 and 0.717)."""
     from mint.base import SMOLLM2, load_base
     from mint.mol.router import Router, probe_features, starter_router
     from mint.project import DEFAULT_PROJECT
@@ -649,26 +667,16 @@ def test_the_starter_probe_on_smollm2_routes_most_unseen_everyday_turns():
                             lambda turns, layers, reads: probe_features(loaded.model, loaded.tokenizer, turns, layers,
                                                                         reads))
     assert router.revision == "starter"
-    score = score_everyday(router, EVERYDAY_FILE)
+    score = score_everyday(router, everyday)
     assert score.accuracy >= 0.85 and min(score.recall.values()) >= 0.7, score
 
 
 @pytest.mark.slow
-def test_router_on_smollm2_routes_most_unseen_everyday_turns(smollm2_router):
-    """Turns written in plain words, never trained or tuned on: 0.925 measured with mint's plain turns in
-    training and a class of tool-carrying turns (scripts/bench_router.py; the same with the message read alone
-    or inside its prompt), 0.900 without that class, 0.692 without the plain turns."""
+@pytest.mark.parametrize("everyday", EVERYDAY_FILES, ids=lambda path: path.stem)
+def test_router_on_smollm2_routes_everyday_turns(smollm2_router, everyday):
+    """Turns written in plain words, never trained on (scripts/bench_router.py --layers 10): set 3 0.958 and set
+    4 0.967 with the three plain sets in training (lowest recall: coding 0.90 and 0.97); with sets 1 and 2 only,
+    0.925 and 0.950; without plain turns, set 3 0.692."""
     ws, _result = smollm2_router
-    score = route_everyday(ws, EVERYDAY_FILE)
-    assert score.accuracy >= 0.88 and min(score.recall.values()) >= 0.8, score
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 10 everyday goal not met yet: measured 2026-11-30 "
-                   "(scripts/bench_router.py), the router at layer 10 reading the prompt routes 0.925 of the unseen "
-                   "everyday set (chat 1.00, agent 0.93, coding 0.80, genui 0.97); 0.942 of the plain sets "
-                   "cross-fitted")
-def test_router_on_smollm2_routes_everyday_turns(smollm2_router):
-    ws, _result = smollm2_router
-    score = route_everyday(ws, EVERYDAY_FILE)
-    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.9, score
+    score = route_everyday(ws, everyday)
+    assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.85, score
