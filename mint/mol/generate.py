@@ -263,7 +263,8 @@ def _parity(model, tokenizer, conversations, settings: HarnessSettings, answer_e
     return record
 
 
-def _prompt_ids(tokenizer, conversations) -> list[list[int]]:
+def prompt_ids(tokenizer, conversations) -> list[list[int]]:
+    """Each conversation's prompt token ids: its chat template with the generation prompt."""
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
     return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
 
@@ -301,7 +302,7 @@ def _merged_parity(model, tokenizer, conversations, generated: dict) -> dict:
     import torch
 
     checked = sorted(generated)[:PARITY_PROMPTS]
-    prompts = _prompt_ids(tokenizer, [conversations[i] for i in checked])
+    prompts = prompt_ids(tokenizer, [conversations[i] for i in checked])
     same = []
     with torch.inference_mode():
         for prompt, index in zip(prompts, checked):
@@ -328,7 +329,7 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
     processors = _logits_processors(model, settings) if sampling else None
     row_wise = sampling and all(type(p).__name__ in _ROW_WISE_PROCESSORS for p in processors)
     closes = _closing_tokens(tokenizer) if answer_end else None
-    prompts = _prompt_ids(tokenizer, conversations)
+    prompts = prompt_ids(tokenizer, conversations)
     # longest first (similar lengths are prefilled together); a conversation's samples are adjacent
     waiting = deque((c, s) for c in sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
                     for s in range(settings.samples))

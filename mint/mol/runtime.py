@@ -183,11 +183,9 @@ class MixtureRuntime:
 
     def encode(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
         """The prompt token ids of each conversation (chat template, generation prompt)."""
-        prompts = []
-        for conversation in conversations:
-            text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-            prompts.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return prompts
+        from mint.mol.generate import prompt_ids
+
+        return prompt_ids(self.tokenizer, list(conversations))
 
     def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
                  decoding: Decoding = Decoding(), *, limits: Sequence[int] | None = None,
@@ -218,8 +216,8 @@ class MixtureRuntime:
         if route:     # the same ids, and where each last user message lies in them (for the probe)
             from mint.mol.router import prompt_tokens
 
-            prompts, spans = zip(*(prompt_tokens(self.tokenizer, c) for c in conversations))
-            prompts = list(prompts)
+            encoded = [prompt_tokens(self.tokenizer, conversation) for conversation in conversations]
+            prompts, spans = [ids for ids, _span in encoded], [span for _ids, span in encoded]
         else:
             prompts = self.encode(conversations)
         limit = getattr(self.model.config, "max_position_embeddings", None)

@@ -246,7 +246,7 @@ def test_an_unknown_precision_names_its_field(tmp_path):
 
 def hf_generate_alone(loaded, conversation, max_new_tokens, temperature=0.0, seed=0):
     """HF generate on one prompt by itself (no padding, no neighbours): the reference output."""
-    ids = gen._prompt_ids(loaded.tokenizer, [conversation])[0]
+    ids = gen.prompt_ids(loaded.tokenizer, [conversation])[0]
     options = dict(max_new_tokens=max_new_tokens, pad_token_id=loaded.tokenizer.pad_token_id,
                    do_sample=temperature > 0)
     if temperature > 0:
