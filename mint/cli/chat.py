@@ -1,6 +1,7 @@
 """mint chat."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -63,6 +64,9 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
                           specialist=specialist, tools=tool_list)
     revisions = ", ".join(f"{k} {v}" for k, v in session.mixture.revisions().items())
     err.print(f"serving: {escape(revisions)}  (/help for commands, /quit to leave)")
+    # bytes that are not UTF-8 arrive as lone surrogates, which the session refuses, instead of ending the REPL
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
     try:
         while True:
             try:

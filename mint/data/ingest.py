@@ -36,6 +36,7 @@ from mint.data.scrub import scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.faults import checkpoint
 from mint.project import Project
+from mint.text import LONE_SURROGATE, lone_surrogate_at
 from mint.workspace import Workspace, atomic_write_text, file_lock, publish_dir, remove_stale_temps, staging_dir
 
 # (source label, bytes just read, total bytes of that source)
@@ -284,29 +285,7 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
 
 
 def _surrogate_reason(data) -> str:
-    where = _find_surrogate(data, "")
-    return (f"{where or 'record'}: a lone surrogate (half of a UTF-16 pair, e.g. a truncated emoji) is not "
-            "valid Unicode")
-
-
-def _find_surrogate(value, where: str) -> str | None:
-    """The path of the first string that cannot be UTF-8 (a lone surrogate), for the quarantine reason."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        if isinstance(key, str) and _find_surrogate(key, where) is not None:
-            return where or key
-        here = f"{where}.{key}" if isinstance(key, str) and where else key if isinstance(key, str) \
-            else f"{where}[{key}]"
-        found = _find_surrogate(item, here)
-        if found is not None:
-            return found
-    return None
+    return f"{lone_surrogate_at(data) or 'record'}: {LONE_SURROGATE}"
 
 
 def _quarantine_outcome(record: RawRecord, reason: str, settings: _Settings, found: Counter) -> Outcome:

@@ -15,6 +15,7 @@ from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import Decoding
 from mint.project import Project
+from mint.text import check_unicode
 from mint.workspace import Workspace, workspace
 
 
@@ -64,12 +65,14 @@ def read_tools(path: Path) -> list[dict]:
                            file=str(path), field=f"[{i}].function.name")
         if "parameters" in function and not isinstance(function["parameters"], dict):
             raise BadInput("expected a JSON schema object", file=str(path), field=f"[{i}].function.parameters")
+    check_unicode(tools, "", file=str(path))
     return tools
 
 
 def _check_prompt(prompt: str) -> None:
     if not prompt.strip():
         raise BadInput("the prompt is empty", field="PROMPT")
+    check_unicode(prompt, "PROMPT")
 
 
 def chat_once(prompt: str, *, base: str | None = None, system: str | None = None, max_new_tokens: int = 64,
@@ -80,6 +83,7 @@ def chat_once(prompt: str, *, base: str | None = None, system: str | None = None
     from mint.project import load_project
 
     _check_prompt(prompt)
+    check_unicode(system, "--system")
     if max_new_tokens < 1:
         raise BadInput("must be at least 1", field="--max-new-tokens")
     project = project or load_project()
@@ -136,6 +140,10 @@ class ChatSession:
                 return self._command(command, argument)
             except MintError as exc:
                 return SessionEvent("error", str(exc))
+        try:
+            check_unicode(text, "message")
+        except BadInput as exc:
+            return SessionEvent("error", str(exc))
         self._log_last_turn()
         turn_messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
             self.messages + [{"role": "user", "content": text}]
@@ -173,6 +181,7 @@ class ChatSession:
             else:
                 if not argument:
                     raise BadInput("expected the answer it should have given: /correct TEXT", field="/correct")
+                check_unicode(argument, "/correct")
                 self.last_feedback["correction"] = argument
             return SessionEvent("feedback", "noted; logged with the turn")
         raise BadInput(f"unknown command {command} (try /help)", field="command")

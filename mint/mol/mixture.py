@@ -23,6 +23,7 @@ from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, Prefi
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
 from mint.registry.store import now
+from mint.text import check_unicode
 from mint.workspace import Workspace
 
 DEFAULT_FEEDBACK_WINDOW_S = 600.0
@@ -36,6 +37,12 @@ class Turn:
     decoding: Decoding = Decoding()
     session: str | None = None
     id: str | None = None                  # the answer's id, when the caller must know it first (a stream)
+
+    def __post_init__(self) -> None:
+        # a lone surrogate fails the tokenizer mid-batch and the log's UTF-8 write: refused before either
+        check_unicode(self.messages, "messages")
+        check_unicode(self.tools, "tools")
+        check_unicode(self.session, "session")
 
 
 def prompt_of(turn: Turn) -> list[dict]:
@@ -248,6 +255,7 @@ class Mixture:
             raise BadInput(f"{rating!r} is not -1, 0 or 1", field="rating")
         if correction is not None and (not isinstance(correction, str) or not correction.strip()):
             raise BadInput("expected non-empty text", field="correction")
+        check_unicode(correction, "correction")
         with self._pending_lock:
             entry = self._pending.pop(answer_id, None)
         if entry is None:

@@ -27,6 +27,7 @@ from typing import Sequence
 from mint.data.labels import UNLABELED, Labeler
 from mint.errors import BadInput
 from mint.project import Project
+from mint.text import check_unicode
 
 ROUTER = "router"
 PROBE_TYPE = "MINT_ROUTER_PROBE"
@@ -507,6 +508,7 @@ def route_text(ws, text: str, *, project: Project, tools: bool = False, base: st
     champion, the starter probe: router_training.starter_probe)."""
     if not isinstance(text, str) or not text.strip():
         raise BadInput("the turn is empty", field="TEXT")
+    check_unicode(text, "TEXT")
     from mint.mol.router_training import has_starter
 
     router, probe_base = champion_router(ws, project)

@@ -29,6 +29,7 @@ from fastapi import Request   # at module level: FastAPI resolves the handlers' 
 from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import CANCELLED, Decoding, TextListener
+from mint.text import check_unicode
 
 MODEL = "mint"
 MAX_TOKENS_LIMIT = 4096
@@ -112,6 +113,8 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
                         top_p=float(_number(body, "top_p", 0.01, 1, 1.0)),
                         seed=int(_number(body, "seed", -(2 ** 63), 2 ** 63 - 1, 0, integer=True)))
     session = body.get("user") if isinstance(body.get("user"), str) else None
+    for value, where in ((messages, "messages"), (tools, "tools"), (session, "user")):
+        check_unicode(value, where)
     return Turn(messages, tools, forced, decoding, session), stream, model
 
 
@@ -326,6 +329,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
 
     def error(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
         kind = "invalid_request_error" if status < 500 else "server_error"
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")   # it may quote a lone surrogate
         return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
 
     @app.exception_handler(RequestError)

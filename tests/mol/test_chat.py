@@ -224,3 +224,29 @@ def test_chat_tools_file_sends_the_turn_to_the_agent_and_bad_files_exit_2(ws, tm
         assert result.returncode == 2 and where in result.stderr and "Traceback" not in result.stderr, result.stderr
     result = run_mint("chat", "hi", "--tools", str(tmp_path / "missing.json"))
     assert result.returncode == 2 and "missing.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_text_that_is_not_unicode_exits_2_naming_its_field_and_the_repl_carries_on(ws, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (ws.home.parent / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  chat: {}\n"
+                                              "  agent: {tool_use: true}\n")
+    # "\udcff" reaches the child as the byte 0xff, which is not UTF-8; "\\ud83d" in JSON is half an emoji
+    tools = tmp_path / "tools.json"
+    tools.write_text('[{"type": "function", "function": {"name": "sun\\ud83d", "parameters": {}}}]')
+    for args, field in [(["hi \udcff"], "PROMPT: "), (["hi", "--system", "\udcff"], "--system: "),
+                        (["hi", "--tools", str(tools)], f"{tools}: [0].function.name: ")]:
+        result = run_mint("chat", *args, "--max-new-tokens", "2")
+        assert result.returncode == 2, result.stderr
+        assert field + "a lone surrogate" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    script = b"hello\nhalf \xff an emoji\n/correct \xfe\n/feedback +1\nagain\n/quit\n"
+    result = subprocess.run([sys.executable, "-m", "mint", "chat", "--max-new-tokens", "2"], input=script,
+                            capture_output=True, env=dict(os.environ), cwd=ws.home.parent, timeout=300)
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == 0, stderr
+    assert "message: a lone surrogate" in stderr and "/correct: a lone surrogate" in stderr
+    turns = logged(ws)
+    assert [t["messages"][-2]["content"] for t in turns] == ["hello", "again"]
+    assert [t["feedback"] for t in turns] == [{"rating": 1, "correction": None}, {"rating": None, "correction": None}]

@@ -437,6 +437,15 @@ def test_without_a_router_champion_the_starter_probe_routes_the_turns_that_name_
     assert (default["specialist"], default["decided_by"], default["revision"]) == ("poetry", "rules", None)
 
 
+def test_route_refuses_text_that_is_not_unicode_with_exit_2(ws, tmp_path):
+    write_project(tmp_path)
+    for text in ["\udcff\udcfe", "caf\udce9 au lait"]:     # the bytes 0xff 0xfe, and Latin-1 "café"
+        result = run_mint("route", text, "--json")
+        assert result.returncode == 2, result.stderr
+        error = json.loads(result.stdout)
+        assert error["field"] == "TEXT" and "lone surrogate" in error["error"] and "Traceback" not in result.stderr
+
+
 def test_train_router_without_data_or_with_one_specialist_is_bad_input(ws, tmp_path):
     from mint.data.ingest import ingest
     from mint.mol.router_training import train_router

@@ -143,6 +143,12 @@ MALFORMED = [
     b'{"messages": [{"role": "user", "content": "x"}], "model": "mint/poetry"}',
     b'{"messages": [{"role": "user", "content": "x"}], "model": 7}',
     b'\xff\xfe',
+    # lone surrogates (a truncated emoji): the tokenizer and the log's UTF-8 write refuse them
+    b'{"messages": [{"role": "user", "content": "hi \\ud83d"}]}',
+    b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}], "stream": true}',
+    b'{"messages": [{"role": "user", "content": "x"}], '
+    b'"tools": [{"type": "function", "function": {"name": "\\ud800"}}]}',
+    b'{"messages": [{"role": "user", "content": "x"}], "user": "\\ud800", "max_tokens": 2}',
 ]
 
 
@@ -163,6 +169,39 @@ def test_malformed_requests_get_4xx_never_5xx(server):
     assert response.status_code == 400 and "at most 2048" in response.json()["error"]["message"]
     assert httpx.get(f"{url}/v1/nothing-here").status_code == 404
     assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
+
+
+def test_a_lone_surrogate_is_refused_by_field_and_spares_the_batch_and_the_feedback(server, ws):
+    import httpx
+
+    from mint.mol.turnlog import read_turns
+
+    url, _app = server
+    good = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+    bad = {"messages": [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "yes"},
+                        {"role": "user", "content": "an emoji cut in half: \ud83d"}], "max_tokens": 2}
+    responses = {}
+
+    def post(name, body):   # json.dumps escapes the surrogate as a client's JSON would (httpx's json= cannot)
+        responses[name] = httpx.post(f"{url}/v1/chat/completions", content=json.dumps(body), timeout=120,
+                                     headers={"content-type": "application/json"})
+
+    threads = [threading.Thread(target=post, args=(name, body))
+               for name, body in (("good-1", good), ("bad", bad), ("good-2", good))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert responses["bad"].status_code == 400
+    assert responses["bad"].json()["error"]["param"] == "messages[2].content"
+    assert responses["good-1"].status_code == 200 and responses["good-2"].status_code == 200
+
+    answer_id = responses["good-1"].json()["id"]
+    refused = httpx.post(f"{url}/v1/feedback", content=json.dumps({"id": answer_id, "correction": "half \udc00"}))
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "correction"
+    assert httpx.post(f"{url}/v1/feedback", json={"id": answer_id, "rating": 1}).status_code == 200
+    [turn] = [t for t in read_turns(ws) if t["id"] == answer_id]
+    assert turn["feedback"] == {"rating": 1, "correction": None}
 
 
 # --- streaming ---------------------------------------------------------------------------------
