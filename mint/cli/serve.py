@@ -27,15 +27,18 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
     """
     from mint.errors import BadInput
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import serve
+    from mint.mol.serve import listening_socket, serve
     from mint.project import load_project
 
     quiet_transformers()
     if window_ms < 0 or max_batch < 1 or poll_s <= 0:
         raise BadInput("--window-ms must be >= 0, --max-batch >= 1 and --poll > 0", field="--window-ms")
-    if not 0 <= port <= 65535:
-        raise BadInput("must be from 0 to 65535", field="--port")
-    mixture = Mixture.open(ws(), load_project(config), base=base, max_rank=max_rank)
-    revisions = ", ".join(f"{k} {v}" for k, v in mixture.revisions().items())
-    err.print(f"serving on http://{escape(host)}:{port}/v1  ({escape(revisions)})")
-    serve(mixture, host=host, port=port, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s)
+    sock = listening_socket(host, port)
+    try:
+        mixture = Mixture.open(ws(), load_project(config), base=base, max_rank=max_rank)
+        revisions = ", ".join(f"{k} {v}" for k, v in mixture.revisions().items())
+        url_host = f"[{host}]" if ":" in host else host
+        err.print(f"serving on http://{escape(url_host)}:{sock.getsockname()[1]}/v1  ({escape(revisions)})")
+        serve(mixture, sock, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s)
+    finally:
+        sock.close()

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -404,12 +406,32 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
     return app
 
 
-def serve(mixture: Mixture, *, host: str = "127.0.0.1", port: int = 8000, window_ms: float = 10.0,
-          max_batch: int = 16, poll_s: float = 2.0) -> None:
-    """Serve until interrupted (blocking)."""
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads: a host that does not resolve, a port in use or one
+    this user may not open is bad input naming its option, not a uvicorn error after a long load. Port 0
+    takes a free port (``getsockname()`` says which)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise BadInput("must be from 0 to 65535", field="--port")
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                 flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise BadInput(f"{host!r} is not an address to listen on ({exc})", field="--host") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        field = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field=field) from None
+    return sock
+
+
+def serve(mixture: Mixture, sock: socket.socket, *, window_ms: float = 10.0, max_batch: int = 16,
+          poll_s: float = 2.0) -> None:
+    """Serve on ``sock`` (``listening_socket``) until interrupted (blocking)."""
     import uvicorn
 
-    if not 0 <= port <= 65535:
-        raise BadInput("must be from 0 to 65535", field="--port")
     app = create_app(mixture, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -171,6 +171,49 @@ def test_malformed_requests_get_4xx_never_5xx(server):
     assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
 
 
+def test_serve_refuses_an_address_it_cannot_listen_on_before_loading_the_model(ws):
+    from tests.conftest import run_mint
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        in_use = taken.getsockname()[1]
+        for args, field in [(["--port", str(in_use)], "--port: cannot listen on 127.0.0.1"),
+                            (["--host", "no-such-host.invalid"], "--host: 'no-such-host.invalid' is not an address"),
+                            (["--host", "999.1.1.1"], "--host:"), (["--port", "70000"], "--port: must be from 0")]:
+            result = run_mint("serve", "--base", "tiny-random", *args)
+            assert result.returncode == 2, result.stderr
+            assert field in result.stderr and "Traceback" not in result.stderr, result.stderr
+            assert "serving on" not in result.stderr          # refused before the model was loaded
+
+
+def test_port_0_serves_on_a_free_port_and_says_which(ws):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    server = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--base", "tiny-random", "--port", "0"],
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ), cwd=ws.home.parent)
+    try:
+        announced = server.stderr.readline()
+        port = int(re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", announced).group(1))
+        assert port > 0
+        wait_for(lambda: _health(f"http://127.0.0.1:{port}") == 200, "the announced port does not answer")
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def _health(url: str) -> int | None:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code
+    except httpx.TransportError:
+        return None
+
+
 def test_a_lone_surrogate_is_refused_by_field_and_spares_the_batch_and_the_feedback(server, ws):
     import httpx
 
