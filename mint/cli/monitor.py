@@ -47,6 +47,8 @@ def monitor_command(window: str = typer.Option("1d", "--window", help="1h, 1d or
         out.print(table)
         if result.revisions:
             out.print("by revision: " + escape(", ".join(f"{k} {v}" for k, v in result.revisions.items())))
+        if result.skipped:
+            err.print(f"{result.skipped} log lines skipped: not a turn with a time and a specialist (torn or edited)")
         for alert in result.alerts:
             err.print(f"[red]alert:[/] {escape(alert)}", highlight=False)
     if result.alerts:

@@ -7,13 +7,14 @@ window's and with the held-out distribution in the router champion's contract re
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from mint.errors import BadInput
 from mint.mol.router import ROUTER
-from mint.mol.turnlog import read_turns
+from mint.mol.turnlog import scan_turns
 from mint.project import Project
 from mint.workspace import Workspace
 
@@ -44,6 +45,7 @@ class MonitorResult:
     revisions: dict[str, int]           # served_by -> turns in the window
     thresholds: dict[str, float]
     alerts: list[str]
+    skipped: int = 0                    # log lines that are not a turn (torn, edited): no JSON object, time or specialist
 
 
 def _time(value) -> float | None:
@@ -53,6 +55,23 @@ def _time(value) -> float | None:
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
         return None
+
+
+def _rating(turn: dict) -> int | None:
+    feedback = turn.get("feedback")
+    rating = feedback.get("rating") if isinstance(feedback, dict) else None
+    return rating if type(rating) in (int, float) and rating in (-1, 0, 1) else None    # not True, NaN or 1e400
+
+
+def _has_feedback(turn: dict) -> bool:
+    feedback = turn.get("feedback")
+    correction = feedback.get("correction") if isinstance(feedback, dict) else None
+    return _rating(turn) is not None or (isinstance(correction, str) and bool(correction.strip()))
+
+
+def _latency(turn: dict) -> float | None:
+    value = turn.get("latency_ms")
+    return float(value) if type(value) in (int, float) and math.isfinite(value) and value >= 0 else None
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -90,9 +109,11 @@ def monitor(ws: Workspace, project: Project, *, window: str = "1d", now: float |
     span = WINDOWS[window]
     end = now if now is not None else datetime.now(timezone.utc).timestamp()
     current, previous = [], []
-    for turn in read_turns(ws):
+    turns, skipped = scan_turns(ws)
+    for turn in turns:
         at = _time(turn.get("ts"))
         if at is None or not isinstance(turn.get("specialist"), str):
+            skipped += 1
             continue
         if end - span < at <= end:
             current.append(turn)
@@ -107,11 +128,9 @@ def monitor(ws: Workspace, project: Project, *, window: str = "1d", now: float |
         before = sum(t["specialist"] == name for t in previous)
         share = len(mine) / len(current) if current else 0.0
         previous_share = before / len(previous) if previous else None
-        ratings = [t["feedback"]["rating"] for t in mine if isinstance(t.get("feedback"), dict)
-                   and isinstance(t["feedback"].get("rating"), (int, float))]
-        rated = sum(1 for t in mine if isinstance(t.get("feedback"), dict)
-                    and (t["feedback"].get("rating") is not None or t["feedback"].get("correction")))
-        latencies = [float(t["latency_ms"]) for t in mine if isinstance(t.get("latency_ms"), (int, float))]
+        ratings = [r for r in map(_rating, mine) if r is not None]
+        rated = sum(map(_has_feedback, mine))
+        latencies = [x for x in map(_latency, mine) if x is not None]
         stats.append(SpecialistStats(
             name, len(mine), share, previous_share, heldout.get(name) if heldout else None,
             rated / len(mine) if mine else 0.0, sum(ratings) / len(ratings) if ratings else None,
@@ -127,8 +146,8 @@ def monitor(ws: Workspace, project: Project, *, window: str = "1d", now: float |
                           f"held-out turns (share_shift {thresholds['share_shift']:.0%})")
     revisions: dict[str, int] = {}
     for turn in current:
-        key = str(turn.get("served_by") or "unknown")
+        key = turn.get("served_by") if isinstance(turn.get("served_by"), str) and turn["served_by"] else "unknown"
         revisions[key] = revisions.get(key, 0) + 1
     stamp = lambda t: datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
     return MonitorResult(window, stamp(end - span), stamp(end), len(current), len(previous), stats,
-                         dict(sorted(revisions.items())), thresholds, alerts)
+                         dict(sorted(revisions.items())), thresholds, alerts, skipped)

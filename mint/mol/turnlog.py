@@ -51,20 +51,29 @@ class TurnLog:
 
 def read_turns(ws: Workspace) -> list[dict]:
     """Every logged turn, oldest file first; lines that do not parse are skipped (a torn last line)."""
+    return scan_turns(ws)[0]
+
+
+def scan_turns(ws: Workspace) -> tuple[list[dict], int]:
+    """(every logged turn oldest file first, how many non-blank lines were not a JSON object and were skipped)."""
     directory = logs_dir(ws)
     if not directory.is_dir():
-        return []
+        return [], 0
     files = sorted(directory.glob("served-*.jsonl")) + [directory / CURRENT]
-    turns = []
+    turns, skipped = [], 0
     for file in files:
         if not file.is_file():
             continue
         with open(file, encoding="utf-8", errors="replace") as f:
             for line in f:
+                if not line.strip():
+                    continue
                 try:
                     record = json.loads(line)
-                except ValueError:
-                    continue
+                except (ValueError, RecursionError):
+                    record = None
                 if isinstance(record, dict):
                     turns.append(record)
-    return turns
+                else:
+                    skipped += 1
+    return turns, skipped

@@ -58,3 +58,35 @@ def test_bad_window_and_bad_thresholds_are_exit_2(ws):
     (ws.home.parent / "mint.yaml").write_text("base: tiny-random\nspecialists:\n  chat: {}\nmonitor: {max_share: 3}\n")
     result = run_mint("monitor")
     assert result.returncode == 2 and "monitor.max_share" in result.stderr
+
+
+def test_lines_that_are_not_turns_are_counted_and_odd_values_never_reach_the_figures(ws):
+    from mint.mol.turnlog import logs_dir
+
+    now = _stamp(60)
+    odd = [
+        {"ts": now, "specialist": "chat", "served_by": "chat:v1", "latency_ms": 10.0, "feedback": {"rating": 1}},
+        {"ts": now, "specialist": "chat", "served_by": ["chat:v1"], "latency_ms": float("nan"),
+         "feedback": {"rating": True}},                                   # JSON NaN; a bool is not a rating
+        {"ts": now, "specialist": "chat", "served_by": None, "latency_ms": "fast", "feedback": {"rating": 1e400}},
+        {"ts": now, "specialist": "chat", "latency_ms": -5, "feedback": {"correction": "  "}},
+        {"ts": "yesterday", "specialist": "chat"}, {"ts": 1e300, "specialist": "chat"},
+        {"ts": now, "specialist": {"name": "chat"}}, [1, 2], "text", None,
+    ]
+    logs_dir(ws).mkdir(parents=True, exist_ok=True)
+    with open(logs_dir(ws) / "served.jsonl", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in odd)
+        f.write('{"ts": "torn line\n\x00\x01\n\n')
+    result = run_mint("monitor", "--json")
+    assert result.returncode == 1, result.stderr          # chat takes every turn: the max_share alert
+
+    def no_constant(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    report = json.loads(result.stdout, parse_constant=no_constant)
+    chat = next(s for s in report["specialists"] if s["specialist"] == "chat")
+    assert (report["turns"], report["skipped"]) == (4, 8)
+    assert (chat["latency_p50_ms"], chat["latency_p95_ms"]) == (10.0, 10.0)
+    assert (chat["mean_rating"], chat["feedback_rate"]) == (1.0, 0.25)
+    assert report["revisions"] == {"chat:v1": 1, "unknown": 3}
+    assert "8 log lines skipped" in run_mint("monitor").stderr
