@@ -44,6 +44,8 @@ class Unwritable(Refused):
     written to a temporary path and renamed into place, so what was published before is left as it was."""
 
 
+# a path that cannot be what the command needs: a file where a folder must be, a folder that cannot be made
+_PATH_ERRNOS = {errno.ENOTDIR, errno.EEXIST, errno.ENOENT, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP}
 _UNWRITABLE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
 _UNWRITABLE_SQLITE = ("disk is full", "readonly database", "unable to open database file", "disk I/O error")
 
@@ -60,5 +62,22 @@ def unwritable(exc: BaseException) -> Unwritable | None:
             return Unwritable(f"cannot write the workspace database ({seen}: is the disk full or the workspace "
                               "read-only?); nothing was published: free some space or make the workspace writable, "
                               "then run the command again")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def bad_path(exc: BaseException) -> BadInput | None:
+    """The BadInput (exit 2, naming the path) that ``exc``, or an exception it was raised from, stands for when
+    it is a path the command could not use (``--out /dev/null/x``); None for anything else."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _PATH_ERRNOS and seen.filename:
+            path = os.fsdecode(seen.filename)
+            if os.path.basename(path).startswith(".tmp-"):      # a staging file: the folder it was made in
+                return BadInput(f"cannot write in this folder: {os.strerror(seen.errno)}",
+                                file=os.path.dirname(path) or ".")
+            if seen.errno == errno.EEXIST and os.path.exists(path) and not os.path.isdir(path):
+                return BadInput("is a file, so nothing can be made inside it: choose a folder", file=path)
+            return BadInput(f"cannot use this path: {os.strerror(seen.errno)}", file=path)
         seen = seen.__cause__ or seen.__context__
     return None

@@ -82,6 +82,21 @@ def test_data_commands(ws, tmp_path, capsys):
     assert main(["data", "export", "d", str(tmp_path / "o2"), "--format", "csv"]) == 2
 
 
+def test_an_output_path_under_a_file_exits_2_naming_it(ws, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hello")])
+    assert main(["ingest", str(path), "--dataset", "d"]) == 0
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    capsys.readouterr()
+    for args in (["init", "--dir", str(a_file / "project")], ["data", "export", "d", str(a_file / "deep" / "o.jsonl")]):
+        assert main(args) == 2, args
+        error = capsys.readouterr().err
+        assert str(a_file) in error and "internal error" not in error and "Traceback" not in error, error
+    assert main(["--json", "init", "--dir", str(a_file / "project")]) == 2
+    assert json.loads(capsys.readouterr().out)["file"].startswith(str(a_file))
+    assert a_file.read_text() == "not a folder"
+
+
 def test_show_prints_placeholders_and_brackets_literally(ws, tmp_path, capsys):
     path = write_jsonl(tmp_path / "a.jsonl", [chat_row("mail x@y.io about l[1::2] and [bold]")])
     assert main(["ingest", str(path), "--dataset", "d"]) == 0

@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
 from mint.cli import (base, chat, contract, data, export, genui, loop, monitor, project,  # noqa: F401
                       registry, report, route, runs, serve, train)  # each module registers its commands
 from mint.cli.common import app, err
-from mint.errors import MintError, unwritable
+from mint.errors import MintError, bad_path, unwritable
 
 EXAMPLES = """
 Examples:
@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         refused_write = unwritable(exc)   # a full disk or a read-only workspace is the machine's answer, not a bug
         if refused_write is not None:
             return _report_error(json_out, str(refused_write), refused_write.exit_code, refused_write)
+        path_error = bad_path(exc)        # a file where the command needs a folder, and the like: the user's path
+        if path_error is not None:
+            return _report_error(json_out, str(path_error), path_error.exit_code, path_error)
         err.print("[red]internal error[/] (a bug in mint; please report it with this trace):")
         err.print(traceback.format_exc(), markup=False, highlight=False)
         if json_out:
