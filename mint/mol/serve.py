@@ -11,6 +11,11 @@ with the finish reason, then ``data: [DONE]``. The streaming row is still one ro
 runtime's decode loop hands each step's text to the row's listener (a ``_Relay``), which passes it to the
 request's event loop. A client that disconnects marks its relay gone; the runtime then stops that row
 (``cancelled``, not logged) and the rest of the batch goes on.
+
+Tools follow OpenAI's shape both ways. A client's history of ``tool_calls`` is written into the assistant
+turn as training renders it (``<tool_call>`` blocks); an answer that calls only the offered tools comes back
+as ``message.tool_calls`` with ``finish_reason: tool_calls``. A streamed turn that offers tools is sent
+whole when it ends, since a call cannot be told from words until the answer is complete.
 """
 from __future__ import annotations
 
@@ -29,9 +34,11 @@ from dataclasses import dataclass
 from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
 
 from mint.errors import BadInput, MintError
+from mint.harness.agent import parse_tool_calls, tool_descriptions
 from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import CANCELLED, Decoding, TextListener
 from mint.text import check_unicode
+from mint.train.examples import render_message
 
 MODEL = "mint"
 MAX_TOKENS_LIMIT = 4096
@@ -70,6 +77,47 @@ def _content(value, where: str) -> str | None:
     raise RequestError(400, f"{where} must be a string, a list of text parts or null", where)
 
 
+def _arguments(value, where: str) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except (ValueError, RecursionError):
+            raise RequestError(400, f"{where} must be a JSON object or its text", where) from None
+    if not isinstance(value, dict):
+        raise RequestError(400, f"{where} must be a JSON object or its text", where)
+    return value
+
+
+def _history_calls(raw, where: str) -> list[dict]:
+    """An assistant message's ``tool_calls`` from the client's history, as the episodes store them."""
+    if not isinstance(raw, list):
+        raise RequestError(400, f"{where} must be a list", where)
+    calls = []
+    for i, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise RequestError(400, f"{where}[{i}] must be {{type: function, function: {{name, arguments}}}}",
+                               f"{where}[{i}]")
+        calls.append({"type": "function", "function": {
+            "name": function["name"], "arguments": _arguments(function.get("arguments", {}),
+                                                              f"{where}[{i}].function.arguments")}})
+    return calls
+
+
+def answer_tool_calls(text: str, tools: list[dict]) -> tuple[str | None, list[dict]] | None:
+    """(the text before the calls or None, OpenAI ``tool_calls``) when a turn offered ``tools`` and its answer
+    calls only those tools, as ``<tool_call>`` blocks or JSON (what the agent is trained and asked to write);
+    None when it answered in words."""
+    names = {d["name"] for d in tool_descriptions(tools)}
+    calls = parse_tool_calls(text) if names else None
+    if not calls or any(name not in names for name, _arguments in calls):
+        return None
+    before = text.split("<tool_call>", 1)[0].strip() if "<tool_call>" in text else ""
+    return before or None, [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+                            for name, arguments in calls]
+
+
 def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, str]:
     """(turn, stream, model) from a /v1/chat/completions body; RequestError (4xx) for anything malformed."""
     if not isinstance(body, dict):
@@ -84,6 +132,9 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
             raise RequestError(404, f"model {model!r} does not exist; use {MODEL} (routed) or "
                                     f"{', '.join(f'{MODEL}/{s}' for s in specialists)}", "model", "model_not_found")
         forced = name
+    tools = body.get("tools") or []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise RequestError(400, "tools must be a list of objects", "tools")
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise RequestError(400, "messages must be a non-empty list", "messages")
@@ -98,12 +149,17 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
         content = _content(message.get("content"), f"{where}.content")
         if content is None and role != "assistant":
             raise RequestError(400, f"{where}.content is missing", f"{where}.content")
+        if message.get("tool_calls") is not None:
+            if role != "assistant":
+                raise RequestError(400, f"{where}.tool_calls: only assistant messages make tool calls",
+                                   f"{where}.tool_calls")
+            # the calls the agent made, written into its turn as training renders them
+            content = render_message({"role": role, "content": content or "",
+                                      "tool_calls": _history_calls(message["tool_calls"], f"{where}.tool_calls")},
+                                     tools)["content"]
         messages.append({"role": role, "content": content or ""})
     if not any(m["role"] == "user" for m in messages):
         raise RequestError(400, "messages need at least one user message", "messages")
-    tools = body.get("tools") or []
-    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise RequestError(400, "tools must be a list of objects", "tools")
     if _number(body, "n", 1, 1, 1, integer=True) != 1:
         raise RequestError(400, "n must be 1", "n")
     stream = body.get("stream", False)
@@ -230,11 +286,16 @@ class ChampionPoller:
 
 # --- the app -------------------------------------------------------------------------------
 
-def _completion(answer: Answer, model: str) -> dict:
+def _completion(answer: Answer, model: str, tools: list[dict]) -> dict:
+    message: dict = {"role": "assistant", "content": answer.text}
+    finish = answer.finish_reason
+    called = answer_tool_calls(answer.text, tools)
+    if called is not None:
+        message = {"role": "assistant", "content": called[0], "tool_calls": called[1]}
+        finish = "tool_calls"
     return {
         "id": answer.id, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
-                     "finish_reason": answer.finish_reason}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
                   "total_tokens": answer.prompt_tokens + answer.completion_tokens},
         "mint": {"specialist": answer.specialist, "served_by": answer.served_by,
@@ -273,8 +334,9 @@ class _Relay:
             pass
 
 
-async def _events(relay: _Relay, future: Future, first, answer_id: str, model: str):
-    """The server-sent events of one streaming turn; ``first`` is the relay's first item."""
+async def _events(relay: _Relay, future: Future, first, answer_id: str, model: str, tools: list[dict]):
+    """The server-sent events of one streaming turn; ``first`` is the relay's first item. A turn that offers
+    tools is sent whole when it ends: as ``tool_calls`` if it calls them, else as one content delta."""
     created = int(time.time())
 
     def event(delta: dict, finish: str | None = None, answer: Answer | None = None) -> str:
@@ -288,7 +350,7 @@ async def _events(relay: _Relay, future: Future, first, answer_id: str, model: s
         yield event({"role": "assistant", "content": ""})
         item = first
         while item is not _END:
-            if item:
+            if item and not tools:
                 yield event({"content": item})
             item = await relay.queue.get()
         try:
@@ -297,7 +359,17 @@ async def _events(relay: _Relay, future: Future, first, answer_id: str, model: s
             message = str(exc) if isinstance(exc, MintError) else f"internal error: {type(exc).__name__}"
             yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
             return
-        yield event({}, answer.finish_reason, answer)
+        finish = answer.finish_reason
+        if tools:
+            called = answer_tool_calls(answer.text, tools)
+            if called is None:
+                yield event({"content": answer.text})
+            else:
+                if called[0]:
+                    yield event({"content": called[0]})
+                yield event({"tool_calls": [{"index": i, **call} for i, call in enumerate(called[1])]})
+                finish = "tool_calls"
+        yield event({}, finish, answer)
         yield "data: [DONE]\n\n"
     finally:   # a disconnect cancels this generator: the runtime stops the row at its next step
         relay.gone = True
@@ -374,7 +446,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
     async def chat_completions(request: Request):
         turn, stream, model = parse_chat_request(await body_of(request), mixture.project.names)
         if not stream:
-            return _completion(await asyncio.wrap_future(batcher.submit(turn)), model)
+            return _completion(await asyncio.wrap_future(batcher.submit(turn)), model, turn.tools)
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         relay = _Relay(asyncio.get_running_loop())
         future = batcher.submit(dataclasses.replace(turn, id=answer_id), relay)
@@ -388,7 +460,8 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
             relay.gone = True
             raise future.exception()
         # the background task runs however the response ends, even if the generator never started
-        return StreamingResponse(_events(relay, future, first, answer_id, model), media_type="text/event-stream",
+        return StreamingResponse(_events(relay, future, first, answer_id, model, turn.tools),
+                                 media_type="text/event-stream",
                                  background=BackgroundTask(relay.leave))
 
     @app.post("/v1/feedback")

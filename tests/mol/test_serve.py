@@ -247,6 +247,86 @@ def test_a_lone_surrogate_is_refused_by_field_and_spares_the_batch_and_the_feedb
     assert turn["feedback"] == {"rating": 1, "correction": None}
 
 
+# --- tools -------------------------------------------------------------------------------------
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                                           "date": {"type": "string"}},
+                                          "required": ["city", "date"]}}}]
+
+
+def _answers_with(text: str):
+    """A stand-in for Mixture.answer that answers every turn with ``text``, through its listener as well."""
+    from mint.mol.mixture import Answer
+    from mint.mol.router import Route
+
+    def answer(turns, *, keep_for_feedback=True, listeners=None):
+        answers = []
+        for turn, listener in zip(turns, listeners or [None] * len(turns)):
+            if listener is not None:
+                listener("")
+                listener(text)
+            answers.append(Answer(turn.id or "chatcmpl-test", "agent", "agent:v1", text,
+                                  Route("agent", {"agent": 1.0}, "rules", None), 1.0, 0.0, 5, 9, "stop"))
+        return answers
+    return answer
+
+
+def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, monkeypatch):
+    url, app = server
+    openai = client(url)
+    ask = {"model": "mint", "messages": [{"role": "user", "content": "Weather in Paris today?"}], "tools": WEATHER}
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "date": "today"}}</tool_call>'
+    monkeypatch.setattr(app.state.mixture, "answer", _answers_with(call))
+    reply = openai.chat.completions.create(**ask).choices[0]
+    assert reply.finish_reason == "tool_calls" and reply.message.content is None
+    [made] = reply.message.tool_calls
+    assert made.type == "function" and made.id.startswith("call_") and made.function.name == "get_weather"
+    assert json.loads(made.function.arguments) == {"city": "Paris", "date": "today"}
+    chunks = list(openai.chat.completions.create(**ask, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""
+    [streamed] = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert (streamed.index, streamed.function.name) == (0, "get_weather")
+    assert json.loads(streamed.function.arguments) == {"city": "Paris", "date": "today"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+    # words, a call of a tool not offered, or no tools offered at all: the text, as it was written
+    for text, tools in [("It is sunny.", WEATHER), ('{"name": "launch_rocket", "arguments": {}}', WEATHER),
+                        (call, None)]:
+        monkeypatch.setattr(app.state.mixture, "answer", _answers_with(text))
+        request = {**ask, "tools": tools} if tools else {k: v for k, v in ask.items() if k != "tools"}
+        reply = openai.chat.completions.create(**request).choices[0]
+        assert (reply.message.content, reply.message.tool_calls, reply.finish_reason) == (text, None, "stop")
+        chunks = list(openai.chat.completions.create(**request, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+
+
+def test_the_clients_tool_call_history_is_written_as_the_agent_was_trained():
+    from mint.mol.serve import RequestError, parse_chat_request
+    from mint.train.examples import render_message
+
+    calls = [{"id": "call_1", "type": "function",
+              "function": {"name": "get_weather", "arguments": '{"date": "today", "city": "Paris"}'}}]
+    body = {"tools": WEATHER, "messages": [
+        {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, {"role": "user", "content": "And so?"}]}
+    turn, _stream, _model = parse_chat_request(body, ("chat", "agent"))
+    trained = render_message({"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"date": "today", "city": "Paris"}}}]},
+        WEATHER)["content"]
+    assert turn.messages[1] == {"role": "assistant", "content": trained}
+    assert trained == '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "date": "today"}}</tool_call>'
+    assert turn.messages[2] == {"role": "tool", "content": "sunny"}
+    for message, param in [({"role": "user", "content": "x", "tool_calls": calls}, "messages[1].tool_calls"),
+                           ({"role": "assistant", "tool_calls": {"a": 1}}, "messages[1].tool_calls"),
+                           ({"role": "assistant", "tool_calls": [{"function": {}}]}, "messages[1].tool_calls[0]"),
+                           ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
+                            "messages[1].tool_calls[0].function.arguments")]:
+        with pytest.raises(RequestError) as refused:
+            parse_chat_request({"messages": [{"role": "user", "content": "hi"}, message]}, ("chat",))
+        assert (refused.value.status, refused.value.param) == (400, param)
+
+
 # --- streaming ---------------------------------------------------------------------------------
 
 def _gate_forward(model, at_call: int, until, record: list):
