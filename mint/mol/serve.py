@@ -110,7 +110,7 @@ def answer_tool_calls(text: str, tools: list[dict]) -> tuple[str | None, list[di
     None when it answered in words."""
     names = {d["name"] for d in tool_descriptions(tools)}
     calls = parse_tool_calls(text) if names else None
-    if not calls or any(name not in names for name, _arguments in calls):
+    if not calls or any(name not in names for name, _args in calls):
         return None
     before = text.split("<tool_call>", 1)[0].strip() if "<tool_call>" in text else ""
     return before or None, [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
@@ -171,8 +171,7 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
                         top_p=float(_number(body, "top_p", 0.01, 1, 1.0)),
                         seed=int(_number(body, "seed", -(2 ** 63), 2 ** 63 - 1, 0, integer=True)))
     session = body.get("user") if isinstance(body.get("user"), str) else None
-    for value, where in ((messages, "messages"), (tools, "tools"), (session, "user")):
-        check_unicode(value, where)
+    check_unicode(session, "user")     # Turn checks messages and tools; its name for this one is `session`
     return Turn(messages, tools, forced, decoding, session), stream, model
 
 
@@ -286,13 +285,15 @@ class ChampionPoller:
 
 # --- the app -------------------------------------------------------------------------------
 
-def _completion(answer: Answer, model: str, tools: list[dict]) -> dict:
-    message: dict = {"role": "assistant", "content": answer.text}
-    finish = answer.finish_reason
+def _reply(answer: Answer, tools: list[dict]) -> tuple[str | None, list[dict] | None, str]:
+    """(content, tool_calls or None, finish_reason) of an answer to a turn that offered ``tools``."""
     called = answer_tool_calls(answer.text, tools)
-    if called is not None:
-        message = {"role": "assistant", "content": called[0], "tool_calls": called[1]}
-        finish = "tool_calls"
+    return (answer.text, None, answer.finish_reason) if called is None else (*called, "tool_calls")
+
+
+def _completion(answer: Answer, model: str, tools: list[dict]) -> dict:
+    content, calls, finish = _reply(answer, tools)
+    message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
     return {
         "id": answer.id, "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
@@ -359,16 +360,11 @@ async def _events(relay: _Relay, future: Future, first, answer_id: str, model: s
             message = str(exc) if isinstance(exc, MintError) else f"internal error: {type(exc).__name__}"
             yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
             return
-        finish = answer.finish_reason
-        if tools:
-            called = answer_tool_calls(answer.text, tools)
-            if called is None:
-                yield event({"content": answer.text})
-            else:
-                if called[0]:
-                    yield event({"content": called[0]})
-                yield event({"tool_calls": [{"index": i, **call} for i, call in enumerate(called[1])]})
-                finish = "tool_calls"
+        content, calls, finish = _reply(answer, tools)
+        if tools and content:     # held back while decoding: sent whole now
+            yield event({"content": content})
+        if calls:
+            yield event({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
         yield event({}, finish, answer)
         yield "data: [DONE]\n\n"
     finally:   # a disconnect cancels this generator: the runtime stops the row at its next step
