@@ -1,10 +1,13 @@
-"""What the machine can do, and the training settings that follow from it, each with its reason.
+"""What the machine can do, and the training and decoding settings that follow from it, each with its reason.
 
-``detect()`` reads the hardware once: CUDA and its compute capability, the CPU's bf16 instructions
-(``amx_bf16`` / ``avx512_bf16`` on x86, ``bf16`` on Arm, from ``/proc/cpuinfo``; where that file says
-nothing, a one-off timed matmul probe cached per machine under ``$MINT_CACHE/hardware/``), the cores
-this process may use and the memory. ``training_plan()`` turns that into TRL settings plus a reason for
-each, which ``mint train`` records in ``run.json`` and prints with ``--dry-run``.
+``detect()`` reads the hardware once: CUDA and its compute capability; on a CPU, its flags (``amx_bf16`` /
+``avx512_bf16`` on x86, ``bf16`` on Arm, from ``/proc/cpuinfo``, recorded) and a short timed probe, cached
+per machine under ``$MINT_CACHE/hardware/``, that times fp32 against bf16 matmuls at a training shape and
+at a decoding step's shape, the intra-op thread counts, and a decode step's cost per row at several batch
+sizes. The choices follow the figures, not the flags: on one AMX host the flags said bf16 while a bf16
+decode ran at 0.68x fp32. ``training_plan()`` and ``decoding_plan()`` turn that into settings plus a reason
+for each, which ``mint train`` records in ``run.json`` and prints with ``--dry-run``, and which
+``mint eval`` records for a contract's ``precision: auto``.
 """
 from __future__ import annotations
 
@@ -22,7 +25,14 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 REPORTED_CPU_FLAGS = BF16_CPU_FLAGS + ("amx_tile", "avx512f", "avx2", "fma", "asimd", "sve")
 # below this much memory per device, activations are worth recomputing (gradient checkpointing)
 CHECKPOINTING_BELOW_GIB = 8.0
-PROBE_SPEEDUP = 1.2   # the probe calls bf16 native when its matmul is this much faster than fp32
+PROBE_SPEEDUP = 1.2   # the probe calls bf16 worth using when its matmul is this much faster than fp32
+PROBE_VERSION = 2     # bumped when the probe measures something else: older cached figures are measured again
+# (rows, inner, outer) of the timed matmuls: a training step multiplies many tokens at once; a decoding step
+# multiplies one token per row by a weight matrix (SmolLM2's hidden 576 to its MLP width 1536)
+TRAINING_SHAPE = (512, 512, 512)
+DECODING_SHAPE = (16, 576, 1536)
+DECODING_ROWS = (1, 8, 16, 32)   # a decode step's cost per row at these batch sizes (the batch-shape figures)
+ROWS_GAIN = 1.1       # a larger decoding batch is worth it while it makes each row this much cheaper
 
 
 @dataclass(frozen=True)
@@ -33,9 +43,10 @@ class Hardware:
     cpu_flags: tuple[str, ...]           # the REPORTED_CPU_FLAGS this CPU has
     cores: int                           # cores this process may run on
     memory_gib: float                    # of the training device
-    bf16: bool
+    bf16: bool                           # for training (autocast)
     bf16_reason: str
     flash_attention: bool = False
+    probe: dict | None = None            # the timed probe's figures (a CPU), behind bf16 and the decoding plan
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,8 @@ def _memory_gib() -> float:
 
 
 def detect(cpuinfo: str | None = None, *, cuda: bool | None = None, cache: Path | None = None) -> Hardware:
-    """The hardware this process trains on. ``cpuinfo`` and ``cuda`` stand in for the real machine in tests."""
+    """The hardware this process trains and decodes on. ``cpuinfo`` and ``cuda`` stand in for the real
+    machine in tests; ``cache`` for ``$MINT_CACHE/hardware``."""
     import torch
 
     use_cuda = torch.cuda.is_available() if cuda is None else cuda
@@ -116,15 +128,16 @@ def detect(cpuinfo: str | None = None, *, cuda: bool | None = None, cache: Path 
     text = read_cpuinfo() if cpuinfo is None else cpuinfo
     flags = cpu_flags(text) if text else None
     reported = tuple(f for f in REPORTED_CPU_FLAGS if flags and f in flags)
-    if flags is not None:
-        native = [f for f in BF16_CPU_FLAGS if f in flags]
-        bf16 = bool(native)
-        reason = (f"CPU has {', '.join(native)}: bf16 matmuls run natively" if bf16 else
-                  "CPU has no amx_bf16/avx512_bf16/bf16: bf16 would be emulated, slower than fp32")
-    else:
-        bf16, reason = probe_bf16(cache)
-    return Hardware("cpu", platform.processor() or platform.machine(), None, reported, cores, _memory_gib(),
-                    bf16, reason)
+    name = platform.processor() or platform.machine()
+    figures = probe(name, flags or set(), cores, cache)
+    speedup = figures["training"]["bf16_speedup"]
+    bf16 = speedup >= PROBE_SPEEDUP
+    native = [f for f in BF16_CPU_FLAGS if flags and f in flags]
+    said = (f"CPU has {', '.join(native)}" if native else "no bf16 CPU flags" if flags is not None
+            else "no CPU flags to read")
+    reason = (f"{said}; the timed probe found bf16 matmuls at a training shape {speedup:.2f}x the speed of fp32 "
+              f"(bf16 when >= {PROBE_SPEEDUP}x)")
+    return Hardware("cpu", name, None, reported, cores, _memory_gib(), bf16, reason, probe=figures)
 
 
 def _has_flash_attention() -> bool:
@@ -135,46 +148,106 @@ def _has_flash_attention() -> bool:
         return False
 
 
-def probe_bf16(cache: Path | None = None) -> tuple[bool, str]:
-    """Time a bf16 against an fp32 matmul once per machine (cached): for CPUs whose flags we cannot read."""
-    from mint.workspace import atomic_write_json, cache_dir
-
+def machine_key(name: str, flags: set[str], cores: int) -> str:
+    """What the probe's figures depend on: the CPU, all its flags, the cores this process may use, torch."""
     import torch
 
-    machine = f"{platform.machine()}|{platform.processor()}|{os.cpu_count()}|torch {torch.__version__}"
-    path = (cache or cache_dir() / "hardware") / f"bf16-probe-{hashlib.sha256(machine.encode()).hexdigest()[:16]}.json"
+    machine = (f"v{PROBE_VERSION}|{platform.machine()}|{name}|{' '.join(sorted(flags))}|{cores} cores|"
+               f"torch {torch.__version__}")
+    return hashlib.sha256(machine.encode()).hexdigest()[:16]
+
+
+def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> dict:
+    """The timed probe's figures for this machine, measured once and cached (a corrupt or older cache is
+    measured again; an unwritable one costs a probe next time, nothing else)."""
+    from mint.workspace import atomic_write_json, cache_dir
+
+    key = machine_key(name, flags, cores)
+    path = (cache or cache_dir() / "hardware") / f"probe-{key}.json"
     try:
         found = json.loads(path.read_text())
-        return bool(found["bf16"]), str(found["reason"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if found.get("machine") == key and found["training"]["bf16_speedup"] > 0 and found["decoding"]:
+            return found
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    speedup = _matmul_speedup()
-    bf16 = speedup >= PROBE_SPEEDUP
-    reason = (f"no CPU flags to read; a timed probe found bf16 matmuls {speedup:.2f}x the speed of fp32 "
-              f"(bf16 when >= {PROBE_SPEEDUP}x)")
+    figures = {"machine": key, **_measure_probe(cores)}
     try:
-        atomic_write_json(path, {"bf16": bf16, "reason": reason, "machine": machine})
+        atomic_write_json(path, figures)
     except OSError:
-        pass   # an unwritable cache costs a probe next time, nothing else
-    return bf16, reason
+        pass
+    return figures
 
 
-def _matmul_speedup(size: int = 512, repeats: int = 5) -> float:
+def _measure_probe(cores: int, repeats: int = 5) -> dict:
+    """fp32 against bf16 at a training and a decoding shape, the decoding step at each thread count and at
+    several batch sizes: best of ``repeats`` (the least disturbed by other work on the machine), in ms."""
     import time
 
     import torch
 
-    def best(dtype) -> float:
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    def best(rows: int, inner: int, outer: int, dtype) -> float:
+        a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
         torch.mm(a, b)
         times = []
         for _ in range(repeats):
             began = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - began)
-        return min(times)
+            for _ in range(4):
+                torch.mm(a, b)
+            times.append((time.perf_counter() - began) / 4)
+        return min(times) * 1000
 
-    return best(torch.float32) / max(best(torch.bfloat16), 1e-9)
+    def versus(shape) -> dict:
+        fp32, bf16 = best(*shape, torch.float32), best(*shape, torch.bfloat16)
+        return {"shape": list(shape), "fp32_ms": round(fp32, 4), "bf16_ms": round(bf16, 4),
+                "bf16_speedup": round(fp32 / max(bf16, 1e-9), 3)}
+
+    threads_before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(cores)
+        figures = {"training": versus(TRAINING_SHAPE), "decoding": versus(DECODING_SHAPE)}
+        _rows, inner, outer = DECODING_SHAPE
+        threads = {}
+        for count in sorted({1, max(1, cores // 2), cores}):
+            torch.set_num_threads(count)
+            threads[str(count)] = round(best(*DECODING_SHAPE, torch.float32), 4)
+        torch.set_num_threads(cores)
+        figures["threads_ms"] = threads
+        figures["decoding_rows_ms_per_row"] = {str(rows): round(best(rows, inner, outer, torch.float32) / rows, 5)
+                                               for rows in DECODING_ROWS}
+    finally:
+        torch.set_num_threads(threads_before)
+    return figures
+
+
+def decoding_plan(hardware: Hardware) -> dict[str, Choice]:
+    """For decoding: whether bf16 is worth measuring on a model (a contract's ``precision: auto`` then times
+    the model itself, see mint.contract.precision), the intra-op threads, and the batch size past which a
+    decode step stops getting cheaper per row (recorded; a contract's ``batch_size`` is what runs)."""
+    if hardware.device == "cuda":
+        return {"bf16": Choice(hardware.bf16, hardware.bf16_reason),
+                "threads": torch_threads(hardware), "rows": Choice(None, "not probed on a GPU")}
+    figures = hardware.probe or {}
+    decoding = figures.get("decoding") or {}
+    speedup = decoding.get("bf16_speedup", 0.0)
+    choices = {"bf16": Choice(speedup >= PROBE_SPEEDUP,
+                              f"the timed probe found bf16 at a decoding step's shape {speedup:.2f}x the speed of "
+                              f"fp32 (worth measuring on the model when >= {PROBE_SPEEDUP}x)")}
+    threads = {int(k): v for k, v in (figures.get("threads_ms") or {}).items()}
+    if threads:
+        fastest = min(threads, key=lambda k: (threads[k], -k))
+        shown = ", ".join(f"{k}: {v:.3f} ms" for k, v in sorted(threads.items()))
+        choices["threads"] = Choice(fastest, f"fastest decoding step of the probe ({shown})")
+    else:
+        choices["threads"] = torch_threads(hardware)
+    per_row = {int(k): v for k, v in (figures.get("decoding_rows_ms_per_row") or {}).items()}
+    rows = None
+    for size in sorted(per_row):
+        if rows is None or per_row[rows] >= ROWS_GAIN * per_row[size]:
+            rows = size
+    shown = ", ".join(f"{k}: {v * 1000:.1f} us" for k, v in sorted(per_row.items()))
+    choices["rows"] = Choice(rows, f"a decode step's cost per row ({shown}) falls by {ROWS_GAIN}x or more up to "
+                                   f"{rows} rows" if rows else "not measured")
+    return choices
 
 
 def training_plan(method: str, hardware: Hardware) -> TrainingPlan:

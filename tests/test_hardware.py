@@ -1,4 +1,5 @@
-"""Training defaults that read the hardware: the precision choice, its reasons, and their record in run.json."""
+"""Training and decoding defaults that read the hardware: the timed probe behind the precision choice, its
+cache, the reasons, and their record in run.json."""
 import json
 from pathlib import Path
 
@@ -14,40 +15,77 @@ AVX2_CPU = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n"
 ARM_BF16_CPU = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
 
 
-def test_a_cpu_with_amx_trains_in_bf16_autocast_and_says_why():
-    plan = hardware.training_plan("sft", hardware.detect(AMX_CPU, cuda=False))
+def figures(training: float, decoding: float = 1.0) -> dict:
+    """What the timed probe would measure on a machine whose bf16 matmuls are this many times fp32's speed."""
+    return {"training": {"fp32_ms": 1.0, "bf16_ms": 1.0 / training, "bf16_speedup": training},
+            "decoding": {"fp32_ms": 0.2, "bf16_ms": 0.2 / decoding, "bf16_speedup": decoding},
+            "threads_ms": {"1": 0.3, "2": 0.2}, "decoding_rows_ms_per_row": {"1": 0.05, "8": 0.016, "16": 0.015}}
+
+
+@pytest.fixture
+def probed(monkeypatch, tmp_path):
+    """The probe's measurement replaced by set figures (its cache in tmp_path); returns the calls made."""
+    calls = []
+
+    def measured(speedup: float):
+        monkeypatch.setattr(hardware, "_measure_probe", lambda cores: calls.append(cores) or figures(speedup))
+        return calls
+
+    return measured
+
+
+def test_a_cpu_whose_probe_finds_bf16_faster_trains_in_bf16_autocast_and_says_why(probed, tmp_path):
+    probed(3.0)
+    plan = hardware.training_plan("sft", hardware.detect(AMX_CPU, cuda=False, cache=tmp_path))
     settings = plan.settings()
     assert settings["bf16"] is True and settings["use_cpu"] is True and settings["fp16"] is False
-    assert "amx_bf16" in plan.choices["bf16"].reason and "avx512_bf16" in plan.choices["bf16"].reason
+    assert "amx_bf16" in plan.choices["bf16"].reason and "3.00x" in plan.choices["bf16"].reason
     assert {"amx_bf16", "avx512_bf16", "avx512f"} <= set(plan.hardware.cpu_flags)
 
 
-def test_a_cpu_without_bf16_instructions_trains_in_fp32():
-    plan = hardware.training_plan("dpo", hardware.detect(AVX2_CPU, cuda=False))
+def test_the_flags_do_not_decide_when_the_probe_finds_bf16_slower(probed, tmp_path):
+    probed(0.6)
+    plan = hardware.training_plan("dpo", hardware.detect(AMX_CPU, cuda=False, cache=tmp_path))
     assert plan.settings()["bf16"] is False and plan.settings()["fp16"] is False
-    assert "emulated" in plan.choices["bf16"].reason
+    assert "0.60x" in plan.choices["bf16"].reason and "amx_bf16" in plan.choices["bf16"].reason
 
 
-def test_an_arm_cpu_with_bf16_features_trains_in_bf16():
-    assert hardware.training_plan("sft", hardware.detect(ARM_BF16_CPU, cuda=False)).settings()["bf16"] is True
+def test_an_arm_cpu_whose_probe_finds_bf16_faster_trains_in_bf16(probed, tmp_path):
+    probed(2.0)
+    assert hardware.training_plan("sft", hardware.detect(ARM_BF16_CPU, cuda=False, cache=tmp_path)
+                                  ).settings()["bf16"] is True
 
 
 @pytest.mark.parametrize("speedup, expected", [(2.5, True), (0.3, False)])
-def test_without_readable_flags_a_timed_probe_decides_once_per_machine(tmp_path, monkeypatch, speedup, expected):
-    calls = []
-    monkeypatch.setattr(hardware, "_matmul_speedup", lambda: calls.append(1) or speedup)
-    first = hardware.detect("", cuda=False, cache=tmp_path)
-    again = hardware.detect("processor : 0\n", cuda=False, cache=tmp_path)
+def test_the_timed_probe_runs_once_per_machine(probed, tmp_path, speedup, expected):
+    calls = probed(speedup)
+    first = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    again = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
     assert first.bf16 is expected and again.bf16 is expected and len(calls) == 1
-    assert "probe" in first.bf16_reason
+    assert "probe" in first.bf16_reason and again.probe["training"]["bf16_speedup"] == speedup
 
 
-def test_a_corrupt_probe_cache_is_measured_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(hardware, "_matmul_speedup", lambda: 3.0)
+def test_another_cpu_is_probed_again(probed, tmp_path):
+    calls = probed(2.0)
+    hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    hardware.detect(AMX_CPU, cuda=False, cache=tmp_path)
+    assert len(calls) == 2 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_corrupt_probe_cache_is_measured_again(probed, tmp_path):
+    calls = probed(3.0)
     hardware.detect("", cuda=False, cache=tmp_path)
     for cached in tmp_path.iterdir():
         cached.write_text("{not json")
-    assert hardware.detect("", cuda=False, cache=tmp_path).bf16 is True
+    assert hardware.detect("", cuda=False, cache=tmp_path).bf16 is True and len(calls) == 2
+
+
+def test_the_decoding_plan_follows_the_probes_figures(probed, tmp_path):
+    probed(3.0)
+    plan = hardware.decoding_plan(hardware.detect(AMX_CPU, cuda=False, cache=tmp_path))
+    # a decoding step's shape at 1.0x: bf16 is not worth measuring on a model, whatever the training shape says
+    assert plan["bf16"].value is False and "1.00x" in plan["bf16"].reason
+    assert plan["threads"].value == 2 and plan["rows"].value == 8   # 16 rows cost 0.015 vs 0.016 per row at 8
 
 
 def test_small_memory_turns_gradient_checkpointing_on():
@@ -63,6 +101,7 @@ def amx_machine(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(hardware, "read_cpuinfo", lambda path=None: AMX_CPU)
+    monkeypatch.setattr(hardware, "_measure_probe", lambda cores: figures(3.0))
 
 
 @pytest.fixture
