@@ -2,8 +2,9 @@
 
 The base is loaded once and the revision's adapter attached; each suite is
 generated in left-padded batches, scored by the specialist's harness, and
-gated against the champion's report under the same contract version and hash
-(the champion is evaluated first when it has none). The report and the
+gated against the champion's report under the same contract version and hash,
+made at the same decoding precision (mint.contract.precision fixes it per
+contract, base and host; the champion is evaluated first when it has none). The report and the
 per-example predictions are written atomically and the report is registered,
 so ``mint promote`` can find it.
 """
@@ -21,6 +22,7 @@ from typing import Callable
 from mint.contract.gates import apply_gates
 from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
+from mint.contract.precision import DecodingPrecision, decoding_precision, report_precision
 from mint.contract.schema import Contract, load_contract
 from mint.errors import BadInput, Refused
 from mint.registry import store
@@ -103,6 +105,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     examples_sha256 = examples_digest(suites)
     base_name = base or (revision.base if revision else None) or _project_base()
     is_base = ref == "base"
+    precision = _precision(ws, contract, base_name, revision, suites, loaded)
 
     # the baseline first, while the base model is still free of adapters
     champion_id = _champion(ws, contract)
@@ -110,17 +113,17 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     if not is_base:
         if champion_id is not None and (revision is None or champion_id != revision.id):
             baseline, baseline_evaluated = _champion_baseline(ws, contract, champion_id, examples_sha256, limit,
-                                                              base, progress, loaded, resolved)
+                                                              base, progress, loaded, resolved, precision)
         else:
             baseline, baseline_evaluated = _base_baseline(ws, contract, base_name, examples_sha256, limit, progress,
-                                                          loaded, resolved)
+                                                          loaded, resolved, precision)
 
     generation = None
     if predictions is not None:
         outputs, latencies = _read_predictions(predictions, suites)
     else:
         outputs, latencies, generation = _generate(contract, suites, revision, adapter_dir, base_name, progress,
-                                                   loaded)
+                                                   loaded, precision)
 
     metrics: dict[str, float] = {}
     rows: list[dict] = []
@@ -155,6 +158,8 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         "base": base_name, "base_fingerprint": fingerprint, "contract": contract.ref,
         "baseline": {"revision_id": baseline.revision_id, "label": baseline.label, "report": baseline.report_id,
                      "metrics": baseline.metrics},
+        # what every generation compared under this contract on this host decodes at, and why
+        "precision": precision.record(),
         "metrics": metrics, "gates": [asdict(g) for g in gates],
         "verdict": "pass" if all(g.passed for g in gates) else "fail",
         "examples": {suite.name: len(records) for suite, records in suites},
@@ -174,8 +179,8 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     report["predictions_sha256"] = hashlib.sha256(predictions_text.encode("utf-8")).hexdigest()
     if out_dir is not None:
         target = out_dir
-    elif is_base and not _base_dir(ws, contract, fingerprint, examples_sha256).exists():
-        target = _base_dir(ws, contract, fingerprint, examples_sha256)
+    elif is_base and not _base_dir(ws, contract, fingerprint, examples_sha256, precision.used).exists():
+        target = _base_dir(ws, contract, fingerprint, examples_sha256, precision.used)
     else:
         target = ws.reports / f"{contract.name}-v{contract.version}" / \
             f"{(revision.id[:12] if revision else label)}-{time.strftime('%Y%m%dT%H%M%S')}-{time.perf_counter_ns() % 10**6}"
@@ -287,12 +292,33 @@ def _load_baseline(ws: Workspace, report: Report) -> Baseline:
                     report.examples_sha256)
 
 
-def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded, resolved):
-    """The champion's newest registered, generated report on these examples; evaluated now when it has none."""
+def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPrecision:
+    """The contract's decoding precision on this host; ``auto`` is measured on the bare base the first time."""
+    fingerprint = (revision.base_fingerprint if revision and revision.base_fingerprint
+                   else _base_fingerprint(base_name, loaded))
+
+    def bare_base():
+        _base_fingerprint(base_name, loaded)
+        return loaded[base_name]
+
+    harness = contract.harness()
+    return decoding_precision(ws, contract, fingerprint, bare_base,
+                              lambda: [harness.messages(r) for _suite, records in suites for r in records])
+
+
+def _at(precision: DecodingPrecision):
+    """Whether a registered report was generated at ``precision`` (a baseline at another one is not reused)."""
+    return lambda report: report_precision(json.loads(Path(report.path).read_bytes())) == precision.used
+
+
+def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded, resolved,
+                       precision):
+    """The champion's newest registered, generated report on these examples at this precision; evaluated now
+    when it has none."""
     conn = store.open_store(ws)
     try:
         champion = store.get_revision(conn, champion_id)
-        found = find_registered_report(conn, f"{champion_id}", contract.ref, examples_sha256)
+        found = find_registered_report(conn, f"{champion_id}", contract.ref, examples_sha256, where=_at(precision))
     finally:
         conn.close()
     if found is not None:
@@ -302,18 +328,20 @@ def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, 
     return _load_baseline(ws, read_report(Path(result.report_path))), True
 
 
-def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str) -> Path:
+def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str, precision: str) -> Path:
     return ws.reports / f"{contract.name}-v{contract.version}" / \
-        f"base-{fingerprint.split(':')[-1][:16]}-{contract.sha256[:12]}-{examples_sha256[:12]}"
+        f"base-{fingerprint.split(':')[-1][:16]}-{contract.sha256[:12]}-{examples_sha256[:12]}-{precision}"
 
 
-def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded, resolved):
-    """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint and examples."""
+def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded, resolved, precision):
+    """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint, examples
+    and precision."""
     fingerprint = _base_fingerprint(base_name, loaded)
     if store.db_path(ws).exists():
         conn = store.open_store(ws)
         try:
-            found = find_registered_report(conn, base_report_owner(fingerprint), contract.ref, examples_sha256)
+            found = find_registered_report(conn, base_report_owner(fingerprint), contract.ref, examples_sha256,
+                                           where=_at(precision))
         finally:
             conn.close()
         if found is not None:
@@ -344,7 +372,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict):
+def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict,
+              precision: DecodingPrecision):
+    import dataclasses
+
     from mint.base import load_base
     from mint.mol.generate import answer_ends, generate
 
@@ -376,7 +407,8 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
             progress(suite.name, done[suite.name], totals[suite.name])
 
     conversations = [harness.messages(r) for _suite, records in suites for r in records]
-    result = generate(model, loaded.tokenizer, conversations, contract.settings, on_done=tick,
+    settings = dataclasses.replace(contract.settings, precision=precision.used)
+    result = generate(model, loaded.tokenizer, conversations, settings, on_done=tick,
                       answer_end=answer_ends(contract.harness_name, contract.settings))
     outputs = {suite.name: [] for suite, _ in suites}
     latencies = {suite.name: [] for suite, _ in suites}
@@ -386,7 +418,8 @@ def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str,
         outputs[suite.name].append(output)
         latencies[suite.name].append(latency)
         tokens[suite.name] += count
-    # precision used and why, the bf16/fp32 parity check (one for the stream), tokens/s of the whole stream
+    # precision used and why (the contract's, resolved once per host: see the report's `precision`), the merged
+    # adapter's parity check (one for the stream), tokens/s of the whole stream
     generation = {suite.name: {"precision": result.precision, "reason": result.precision_reason,
                                "parity": result.parity, "new_tokens": tokens[suite.name],
                                "tokens_per_s": round(result.tokens_per_s, 2)} for suite, _ in suites}

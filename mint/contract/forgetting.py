@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mint.contract.gates import lower_is_better
 from mint.contract.paired import compare, significant_regression
+from mint.contract.precision import report_precision
 from mint.contract.schema import Contract, Suite, load_contract, read_suite
 from mint.errors import BadInput
 from mint.registry import store
@@ -125,7 +126,8 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
             continue
         to_generate.append(entry)
     if to_generate:
-        measured.update(_measure(contract, revision, adapter_dir, base, to_generate))
+        measured.update(_measure(contract, revision, adapter_dir, base, to_generate,
+                                 report_precision(report) or "fp32"))
 
     results = []
     for entry in earlier:
@@ -165,15 +167,19 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _measure(contract: Contract, revision, adapter_dir, base: str | None, entries: list[dict]) -> dict:
-    """The candidate's scored rows on suites its contract no longer names, under today's harness."""
+def _measure(contract: Contract, revision, adapter_dir, base: str | None, entries: list[dict], precision: str) -> dict:
+    """The candidate's scored rows on suites its contract no longer names, under today's harness and at the
+    precision its own report was generated at."""
     from mint.contract.evaluate import _generate, example_keys
+    from mint.contract.precision import DecodingPrecision
 
     suites = []
     for i, entry in enumerate(entries):     # numbered: two generations' `retention` suites may differ
         suite = Suite(f"{entry['suite']}_{i}", Path(entry["source"]), tuple(entry["metrics"]), None)
         suites.append((suite, read_suite(contract, suite)))
-    outputs, _latencies, _info = _generate(contract, suites, revision, adapter_dir, base or revision.base, None, {})
+    outputs, _latencies, _info = _generate(contract, suites, revision, adapter_dir, base or revision.base, None, {},
+                                           DecodingPrecision(contract.settings.precision, precision,
+                                                             "the precision of the candidate's report"))
     harness = contract.harness()
     measured = {}
     for entry, (suite, records) in zip(entries, suites):

@@ -14,10 +14,11 @@ can change what it measures:
   unmerged model by teacher forcing on the first prompts (the check is the parity; a mismatch regenerates);
 - ``decoding: {stop_at_answer_end: true}`` ends each row once its answer is complete (a JSON value, a
   closed code fence, closed ``<tool_call>`` blocks, by harness) instead of running to ``max_new_tokens``;
-- ``decoding: {precision: bf16 | int8 | auto}`` generates with a bf16 copy of the model (or an int8
-  dynamically quantized copy of its Linear layers, the adapter merged in first), and a greedy parity check
-  against fp32 on the first prompts is returned with the outputs (``auto`` keeps fp32 when the hardware has
-  no native bf16 or the check disagrees; it never picks int8, which only a contract can ask for).
+- ``decoding: {precision: bf16 | int8}`` generates with a bf16 copy of the model (or an int8 dynamically
+  quantized copy of its Linear layers, the adapter merged in first). ``auto`` is not resolved here: a
+  contract resolves it once per base, host and contract by measurement (mint.contract.precision, which
+  times and compares the two with ``compare_precisions``), so a candidate and its baseline always decode
+  at one precision and no evaluation pays for a parity check.
 """
 from __future__ import annotations
 
@@ -44,13 +45,11 @@ KV_ROOM = 64
 # checked against the unmerged model on the first prompts by teacher forcing (recorded as the parity)
 MERGE_ADAPTER = True
 PARITY_PROMPTS = 4
-PARITY_MIN_AGREEMENT = 0.75   # auto keeps bf16 only if at least this share of greedy outputs match fp32
 _CLOSERS = ("}", "]", "`", ">")
 # HF logits processors that transform each row of scores alone, without reading the tokens so far
 _ROW_WISE_PROCESSORS = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
 
 _precision_copies: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # model -> {precision: (state, copy)}
-_parity_checks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # model -> {precision: (state, record)}
 
 
 @dataclass
@@ -61,7 +60,7 @@ class Generation:
     seconds: float                 # time inside the decode loop (or model.generate)
     precision: str                 # "fp32", "bf16" or "int8": what generated the outputs
     precision_reason: str
-    parity: dict | None            # bf16/int8 vs fp32 greedy outputs on the first prompts, when considered
+    parity: dict | None            # the merged adapter vs the unmerged model on the first prompts, when merged
     row_tokens: list[int] = field(default_factory=list)   # tokens generated per conversation (all its samples)
 
     @property
@@ -133,7 +132,9 @@ def _answer_end_criteria(tokenizer, prompt_length: int, kinds: tuple[str, ...]):
 
 
 def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
-    """(fp32, bf16 or int8, why) for a contract's ``decoding.precision``."""
+    """(fp32, bf16 or int8, why) for a contract's ``decoding.precision`` once ``auto`` is resolved."""
+    if requested == "auto":
+        raise ValueError("precision auto is resolved per contract (mint.contract.precision), not per generation")
     if requested == "fp32":
         return "fp32", "the contract asks for fp32"
     if requested == "bf16":
@@ -147,10 +148,7 @@ def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
         if not {"x86", "fbgemm", "qnnpack"} & set(engines):
             return "fp32", f"the contract asks for int8, but this torch has no quantized CPU kernels ({engines})"
         return "int8", "the contract asks for int8 (dynamic quantization of Linear layers)"
-    from mint.hardware import detect
-
-    found = detect(cuda=device.startswith("cuda"))
-    return ("bf16" if found.bf16 else "fp32"), f"auto: {found.bf16_reason}"
+    raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {requested!r}")
 
 
 def _weights_state(model) -> tuple:
@@ -196,11 +194,6 @@ def generate(model, tokenizer, conversations: list[list[dict]], settings: Harnes
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     precision, reason = resolve_precision(settings.precision, str(model.device))
     parity = None
-    if precision != "fp32" and conversations:
-        parity = _parity(model, tokenizer, conversations, settings, answer_end, precision)
-        if settings.precision == "auto" and parity["agreement"] < PARITY_MIN_AGREEMENT:
-            precision, reason = "fp32", (f"auto: bf16 greedy outputs matched fp32 on {parity['identical']}/"
-                                         f"{parity['examples']} prompts (< {PARITY_MIN_AGREEMENT:.0%})")
     runner = precision_copy(model, precision) if precision != "fp32" else model
     merged = (precision == "fp32" and MERGE_ADAPTER and engine == "stream" and settings.temperature == 0
               and hasattr(model, "merge_and_unload") and bool(conversations))
@@ -241,26 +234,33 @@ def generate_batches(model, tokenizer, conversations: list[list[dict]], settings
     return result.outputs, result.latencies_ms
 
 
-def _parity(model, tokenizer, conversations, settings: HarnessSettings, answer_end, precision: str) -> dict:
-    """Greedy fp32 and bf16 (or int8) outputs on the first prompts, compared (once per model and precision:
-    the check's cost is paid by the first suite of an evaluation)."""
+def compare_precisions(model, tokenizer, conversations, settings: HarnessSettings, answer_end=(),
+                       precision: str = "bf16") -> dict:
+    """fp32 and ``precision`` greedy on the first ``PARITY_PROMPTS`` conversations: each one's tokens/s (after
+    a two-token warm-up, so a first call's one-off costs are not timed) and whether their outputs are
+    identical. What a contract's ``precision: auto`` is resolved from, and what the benchmark prints."""
     import dataclasses
 
-    state = _weights_state(model)
-    checks = _parity_checks.setdefault(model, {})
-    if precision in checks and checks[precision][0] == state:
-        return checks[precision][1]
     prompts = conversations[:PARITY_PROMPTS]
-    greedy = dataclasses.replace(settings, temperature=0.0, samples=1)
-    reference, _, _, _ = _stream(model, tokenizer, prompts, greedy, None, answer_end)
-    candidate, _, _, _ = _stream(precision_copy(model, precision), tokenizer, prompts, greedy, None, answer_end)
-    same = [a[0] == b[0] for a, b in zip(reference, candidate)]
-    record = {"compared": f"greedy {precision} vs fp32", "examples": len(prompts), "identical": sum(same),
-              "agreement": sum(same) / len(prompts),
-              "mismatches": [{"prompt": i, "fp32": reference[i][0][:300], precision: candidate[i][0][:300]}
+    greedy = dataclasses.replace(settings, temperature=0.0, samples=1, precision="fp32")
+    warm_up = dataclasses.replace(greedy, max_new_tokens=2)
+    runs = {}
+    for name in ("fp32", precision):
+        runner = model if name == "fp32" else precision_copy(model, name)
+        _stream(runner, tokenizer, prompts[:1], warm_up, None, answer_end)
+        outputs, _latencies, row_tokens, seconds = _stream(runner, tokenizer, prompts, greedy, None, answer_end)
+        runs[name] = {"outputs": outputs, "new_tokens": sum(row_tokens), "seconds": round(seconds, 4),
+                      "tokens_per_s": round(sum(row_tokens) / seconds, 2) if seconds > 0 else 0.0}
+    same = [a[0] == b[0] for a, b in zip(runs["fp32"]["outputs"], runs[precision]["outputs"])]
+    parity = {"compared": f"greedy {precision} vs fp32", "examples": len(prompts), "identical": sum(same),
+              "agreement": sum(same) / len(prompts) if prompts else 1.0,
+              "mismatches": [{"prompt": i, "fp32": runs["fp32"]["outputs"][i][0][:300],
+                              precision: runs[precision]["outputs"][i][0][:300]}
                              for i, ok in enumerate(same) if not ok]}
-    checks[precision] = (state, record)
-    return record
+    fp32_speed = runs["fp32"]["tokens_per_s"]
+    return {"parity": parity,
+            "speed": {name: {k: v for k, v in run.items() if k != "outputs"} for name, run in runs.items()},
+            "speedup": round(runs[precision]["tokens_per_s"] / fp32_speed, 3) if fp32_speed else 0.0}
 
 
 def prompt_ids(tokenizer, conversations) -> list[list[int]]:

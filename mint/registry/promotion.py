@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint
@@ -145,15 +146,18 @@ def _intact(conn, report_id: str) -> Report | None:
     return report if report.id == report_id else None
 
 
-def find_registered_report(conn, owner: str, contract: dict, examples_sha256: str) -> Report | None:
-    """The newest intact report that mint generated for ``owner`` under ``contract`` on these examples."""
+def find_registered_report(conn, owner: str, contract: dict, examples_sha256: str,
+                           where: Callable[[Report], bool] | None = None) -> Report | None:
+    """The newest intact report that mint generated for ``owner`` under ``contract`` on these examples (and
+    for which ``where`` holds, when given)."""
     rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND contract_name = ? AND contract_version = ? "
                         "AND contract_sha256 = ? ORDER BY created_at DESC", (owner, contract["name"],
                                                                               contract["version"],
                                                                               contract["sha256"])).fetchall()
     for (report_id,) in rows:
         report = _intact(conn, report_id)
-        if report and report.source == "generated" and report.examples_sha256 == examples_sha256:
+        if report and report.source == "generated" and report.examples_sha256 == examples_sha256 and \
+                (where is None or where(report)):
             return report
     return None
 

@@ -1,4 +1,4 @@
-"""Generation for contract evaluation: answers end where they end, bf16 is checked against fp32."""
+"""Generation for contract evaluation: answers end where they end, bf16 and int8 are compared with fp32."""
 import json
 
 import pytest
@@ -152,18 +152,31 @@ def test_a_contracts_suites_decode_as_one_stream(ws, candidate, tmp_path, monkey
     assert all(report["generation"][s]["new_tokens"] > 0 for s in ("core", "extra"))
 
 
-def test_bf16_generation_records_its_parity_with_fp32_and_leaves_the_model_in_fp32():
+def test_bf16_generation_leaves_the_model_in_fp32_and_checks_no_parity_itself():
     loaded = load_base(TINY)
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain", "snow")]
     result = generate(loaded.model, loaded.tokenizer, prompts,
                       HarnessSettings(max_new_tokens=6, batch_size=3, precision="bf16"))
-    assert result.precision == "bf16" and len(result.outputs) == 6
-    parity = result.parity
-    assert parity["examples"] == gen.PARITY_PROMPTS and 0 <= parity["identical"] <= parity["examples"]
-    assert parity["agreement"] == parity["identical"] / parity["examples"]
-    assert len(parity["mismatches"]) == parity["examples"] - parity["identical"]
+    assert result.precision == "bf16" and len(result.outputs) == 6 and result.parity is None
     assert next(loaded.model.parameters()).dtype == torch.float32
-    assert json.dumps(parity)   # plain data, ready for the report
+
+
+def test_comparing_precisions_times_both_and_records_their_parity():
+    loaded = load_base(TINY)
+    prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain", "snow")]
+    settings = HarnessSettings(max_new_tokens=6, batch_size=3)
+    compared = gen.compare_precisions(loaded.model, loaded.tokenizer, prompts, settings)
+    bf16 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS],
+                    HarnessSettings(max_new_tokens=6, batch_size=3, precision="bf16"))
+    fp32 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS], settings)
+    parity = compared["parity"]
+    assert parity["examples"] == gen.PARITY_PROMPTS
+    assert parity["identical"] == sum(a == b for a, b in zip(bf16.outputs, fp32.outputs))
+    assert len(parity["mismatches"]) == parity["examples"] - parity["identical"]
+    assert compared["speed"]["fp32"]["new_tokens"] == fp32.new_tokens and compared["speed"]["bf16"]["seconds"] > 0
+    assert compared["speedup"] == round(compared["speed"]["bf16"]["tokens_per_s"] /
+                                        compared["speed"]["fp32"]["tokens_per_s"], 3)
+    assert json.dumps(compared)   # plain data, ready for a report
 
 
 def test_the_bf16_copy_follows_weights_changed_in_place():
@@ -174,38 +187,17 @@ def test_the_bf16_copy_follows_weights_changed_in_place():
         for parameter in loaded.model.parameters():
             parameter.mul_(-3.0)
     after = generate(loaded.model, loaded.tokenizer, [chat("tree"), chat("code")], settings)
-    fp32 = generate(loaded.model, loaded.tokenizer, [chat("tree"), chat("code")],
-                    HarnessSettings(max_new_tokens=6, batch_size=2))
-    assert after.outputs != before and after.parity["examples"] == 2
-    assert after.parity["identical"] == sum(a == b for a, b in zip(after.outputs, fp32.outputs))
+    assert after.outputs != before
 
 
-def test_auto_precision_stays_fp32_on_a_cpu_without_bf16(monkeypatch):
-    from mint import hardware
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(hardware, "read_cpuinfo", lambda path=None: "flags : fpu avx2 fma\n")
+def test_auto_precision_is_not_resolved_per_generation():
     loaded = load_base(TINY)
-    result = generate(loaded.model, loaded.tokenizer, [chat("tree")],
-                      HarnessSettings(max_new_tokens=4, precision="auto"))
-    assert result.precision == "fp32" and "amx_bf16" in result.precision_reason and result.parity is None
-
-
-def test_auto_precision_falls_back_to_fp32_when_bf16_disagrees(monkeypatch):
-    from mint import hardware
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(hardware, "read_cpuinfo", lambda path=None: "flags : avx512f avx512_bf16 amx_bf16\n")
-    monkeypatch.setattr(gen, "PARITY_MIN_AGREEMENT", 1.01)   # no check can pass
-    loaded = load_base(TINY)
-    result = generate(loaded.model, loaded.tokenizer, [chat("tree"), chat("code")],
-                      HarnessSettings(max_new_tokens=4, precision="auto"))
-    assert result.precision == "fp32" and "matched fp32" in result.precision_reason
-    assert result.parity["examples"] == 2
+    with pytest.raises(ValueError, match="resolved per contract"):
+        generate(loaded.model, loaded.tokenizer, [chat("tree")], HarnessSettings(max_new_tokens=4, precision="auto"))
 
 
 @pytest.mark.parametrize("precision", ["bf16", "int8"])   # int8 merges the candidate's adapter into its copy
-def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path, precision):
+def test_the_eval_report_records_the_contracts_precision(ws, candidate, tmp_path, precision):
     from mint.contract.evaluate import evaluate
     from tests.contract.test_schema import GOOD
 
@@ -216,7 +208,8 @@ def test_the_eval_report_records_precision_and_parity(ws, candidate, tmp_path, p
     contract.write_text(GOOD.replace("batch_size: 2}", f"batch_size: 2, precision: {precision}}}"))
     report = evaluate(ws, candidate("genui").ref, contract).report
     core = report["generation"]["core"]
-    assert core["precision"] == precision and core["parity"]["examples"] == 3 and core["new_tokens"] > 0
+    assert core["precision"] == precision and core["new_tokens"] > 0
+    assert report["precision"]["requested"] == precision and report["precision"]["used"] == precision
 
 
 def test_answers_end_early_only_where_the_contract_asks(tmp_path):
@@ -326,15 +319,17 @@ def test_a_finished_row_leaves_the_batch_and_a_waiting_prompt_takes_its_slot(tok
     assert max(rows for rows, _ in rows_per_call[prefills[1] + 1:]) == 2
 
 
-def test_int8_generation_records_its_parity_with_fp32_and_leaves_the_model_untouched():
+def test_int8_generation_compares_with_fp32_and_leaves_the_model_untouched():
     loaded = load_base(TINY)
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain")]
     result = generate(loaded.model, loaded.tokenizer, prompts,
                       HarnessSettings(max_new_tokens=6, batch_size=3, precision="int8"))
     fp32 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS],
                     HarnessSettings(max_new_tokens=6, batch_size=3))
-    assert result.precision == "int8" and result.parity["compared"] == "greedy int8 vs fp32"
-    assert result.parity["identical"] == sum(a == b for a, b in zip(result.outputs, fp32.outputs))
+    compared = gen.compare_precisions(loaded.model, loaded.tokenizer, prompts,
+                                      HarnessSettings(max_new_tokens=6, batch_size=3), precision="int8")
+    assert result.precision == "int8" and compared["parity"]["compared"] == "greedy int8 vs fp32"
+    assert compared["parity"]["identical"] == sum(a == b for a, b in zip(result.outputs, fp32.outputs))
     assert all(type(m) is not torch.nn.Linear or m.weight.dtype == torch.float32 for m in loaded.model.modules())
     assert any("quantized" in type(m).__module__ for m in gen.precision_copy(loaded.model, "int8").modules())
 
