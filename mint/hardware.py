@@ -26,7 +26,7 @@ REPORTED_CPU_FLAGS = BF16_CPU_FLAGS + ("amx_tile", "avx512f", "avx2", "fma", "as
 # below this much memory per device, activations are worth recomputing (gradient checkpointing)
 CHECKPOINTING_BELOW_GIB = 8.0
 PROBE_SPEEDUP = 1.2   # the probe calls bf16 worth using when its matmul is this much faster than fp32
-PROBE_VERSION = 2     # bumped when the probe measures something else: older cached figures are measured again
+PROBE_VERSION = 3     # bumped when the probe measures something else: older cached figures are measured again
 # (rows, inner, outer) of the timed matmuls: a training step multiplies many tokens at once; a decoding step
 # multiplies one token per row by a weight matrix (SmolLM2's hidden 576 to its MLP width 1536)
 TRAINING_SHAPE = (512, 512, 512)
@@ -178,18 +178,20 @@ def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> 
     return figures
 
 
-def _measure_probe(cores: int, repeats: int = 5) -> dict:
-    """fp32 against bf16 at a training and a decoding shape, the decoding step at each thread count and at
-    several batch sizes: best of ``repeats`` (the least disturbed by other work on the machine), in ms."""
+def _measure_probe(cores: int, samples: int = 20, budget_s: float = 0.15) -> dict:
+    """fp32 against bf16 at a training and a decoding shape and a decoding step's cost per row at several
+    batch sizes (on one thread), and the decoding step at each thread count, in ms: each the best of up to ``samples`` timings within ``budget_s`` (the least
+    disturbed by other work on the machine; the first calls, which set kernels up, are not timed)."""
     import time
 
     import torch
 
     def best(rows: int, inner: int, outer: int, dtype) -> float:
         a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
-        torch.mm(a, b)
-        times = []
-        for _ in range(repeats):
+        for _ in range(3):
+            torch.mm(a, b)
+        times, started = [], time.perf_counter()
+        while len(times) < samples and (len(times) < 3 or time.perf_counter() - started < budget_s):
             began = time.perf_counter()
             for _ in range(4):
                 torch.mm(a, b)
@@ -203,17 +205,19 @@ def _measure_probe(cores: int, repeats: int = 5) -> dict:
 
     threads_before = torch.get_num_threads()
     try:
-        torch.set_num_threads(cores)
+        # one thread for what compares kernels (bf16 against fp32, rows per step): on a machine shared with
+        # other work, a multi-threaded matmul waits for a descheduled thread (one scheduler slice, ~4-8 ms on
+        # 2 busy cores) and the figure would measure the neighbours, not the kernel
+        torch.set_num_threads(1)
         figures = {"training": versus(TRAINING_SHAPE), "decoding": versus(DECODING_SHAPE)}
         _rows, inner, outer = DECODING_SHAPE
+        figures["decoding_rows_ms_per_row"] = {str(rows): round(best(rows, inner, outer, torch.float32) / rows, 5)
+                                               for rows in DECODING_ROWS}
         threads = {}
         for count in sorted({1, max(1, cores // 2), cores}):
             torch.set_num_threads(count)
             threads[str(count)] = round(best(*DECODING_SHAPE, torch.float32), 4)
-        torch.set_num_threads(cores)
         figures["threads_ms"] = threads
-        figures["decoding_rows_ms_per_row"] = {str(rows): round(best(rows, inner, outer, torch.float32) / rows, 5)
-                                               for rows in DECODING_ROWS}
     finally:
         torch.set_num_threads(threads_before)
     return figures

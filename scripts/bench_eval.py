@@ -1,7 +1,9 @@
-"""Contract evaluation speed against issue 14's goals: batched against one at a time, new path against today's.
+"""Contract evaluation speed against issue 14's goals: batched against one at a time, new path against today's,
+and fp32 against bf16 on the same suite and adapter (issue 28), with the parity of each and the CPU flags.
 
 Run: make bench   (or: python scripts/bench_eval.py [--base smollm2-135m] [--examples 32] [--repeats 2])
 Smoke run: python scripts/bench_eval.py --quick   (tiny-random, 6 prompts, a random adapter, 1 run per mode)
+Quiet run (issue 28): python scripts/bench_eval.py --adapter random --repeats 3
 Batch sizes: python scripts/bench_eval.py --modes "stream b8,stream b16,stream b24,stream b32"
 Adapter: python scripts/bench_eval.py --adapter ADAPTER_DIR   (or --adapter random: LoRA r=16 on all linears)
 Decode step profile: python scripts/bench_eval.py --profile-step [--quick]   (where a step's time goes)
@@ -17,13 +19,18 @@ Every mode runs on the same model and prompts in one process, alternated (A B C 
                      (finished rows leave, waiting prompts take their slots; the KV cache has room to grow in place)
   stream DynamicCache  the same with HF's DynamicCache (a torch.cat of the whole cache per step)
   stream bN          the stream at batch N (8, 16, 24, 32)
-  stream int8        the stream with precision int8 (dynamic quantization; parity vs fp32 printed)
+  stream bf16        the stream with precision bf16 (a bf16 copy of the model)
+  stream int8        the stream with precision int8 (dynamic quantization)
   stream 1-by-1      the stream at batch 1, on --one-by-one-sample prompts spread over the suite, its time
                      scaled per prompt to the whole suite (said so in the output)
   adapter            (with --adapter) the stream on the base with the adapter attached (PEFT, unmerged)
   adapter merged     (with --adapter) what `mint eval` runs for a candidate: the same on a copy with the adapter
                      merged in, checked by teacher forcing on the first prompts (greedy parity printed)
+  adapter bf16       (with --adapter) the adapter's model in bf16 (a bf16 copy, adapter unmerged)
+Each mode's greedy outputs are compared with fp32's on the same model (stream, or adapter): its parity.
 Goals (issue 14): stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
+A contract's precision auto is resolved per host by `mint eval` (mint.contract.precision); here the stream runs
+in fp32 and bf16 side by side instead. The hardware probe's figures (mint.hardware) are printed with the flags.
 On a machine shared with other work, read the cpu-time columns (this process's CPU seconds; run with
 --threads 1 --no-warm-up): wall times there measure the neighbours.
 torch.compile is not measured here: see the issue note (its compile time against a 12-40 prompt suite).
@@ -64,12 +71,15 @@ MODES = {
     "stream": Mode(),
     "stream DynamicCache": Mode(kv_room=0),
     **{f"stream b{n}": Mode(changes=(("batch_size", n),)) for n in (8, 16, 24, 32)},
+    "stream bf16": Mode(changes=(("precision", "bf16"),)),
     "stream int8": Mode(changes=(("precision", "int8"),)),
     "stream 1-by-1": Mode(changes=(("batch_size", 1),), sample=True),
     "adapter": Mode(adapter=True),
     "adapter merged": Mode(adapter=True, merge=True),
+    "adapter bf16": Mode(adapter=True, changes=(("precision", "bf16"),)),
 }
-DEFAULT_MODES = ("today", "stream", "stream DynamicCache", "stream 1-by-1")
+DEFAULT_MODES = ("today", "stream", "stream bf16", "stream DynamicCache", "stream 1-by-1")
+ADAPTER_MODES = ("adapter", "adapter merged", "adapter bf16")
 
 
 def main() -> None:
@@ -96,7 +106,7 @@ def main() -> None:
         args.base, args.examples, args.repeats, args.one_by_one_sample = "tiny-random", 6, 1, 2
         args.batch, args.adapter = args.batch or 4, args.adapter or "random"
         args.max_new_tokens = args.max_new_tokens or 16
-    default = DEFAULT_MODES + (("adapter", "adapter merged") if args.adapter else ())
+    default = DEFAULT_MODES + (ADAPTER_MODES if args.adapter else ())
     chosen = [m.strip() for m in (args.modes or ",".join(default)).split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODES]
     if unknown:
@@ -121,7 +131,7 @@ def run_modes(args, chosen: list[str]) -> None:
 
     from mint.base import load_base
     from mint.contract.schema import load_contract, read_suite
-    from mint.hardware import detect
+    from mint.hardware import decoding_plan, detect
     from mint.mol import generate as gen
 
     contract = load_contract(Path(args.contract))
@@ -131,8 +141,11 @@ def run_modes(args, chosen: list[str]) -> None:
     conversations = [harness.messages(r) for r in records]
     step = max(1, len(conversations) // max(1, args.one_by_one_sample))
     sample = conversations[::step][:args.one_by_one_sample]
+    # auto is resolved per host by `mint eval`; the modes here name their precision, fp32 unless they say
+    requested = contract.settings.precision
     contract_settings = dataclasses.replace(contract.settings, batch_size=args.batch or contract.settings.batch_size,
-                                            max_new_tokens=args.max_new_tokens or contract.settings.max_new_tokens)
+                                            max_new_tokens=args.max_new_tokens or contract.settings.max_new_tokens,
+                                            precision="fp32" if requested == "auto" else requested)
     loaded = load_base(args.base)
     with_adapter = attach_adapter(args.adapter, args.base) if any(MODES[m].adapter for m in chosen) else None
     hardware = detect()
@@ -172,6 +185,13 @@ def run_modes(args, chosen: list[str]) -> None:
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, torch threads "
           f"{torch.get_num_threads()}, flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} "
           f"({hardware.bf16_reason})")
+    if hardware.probe:
+        figures = {k: v for k, v in hardware.probe.items() if k != "machine"}
+        print(f"hardware probe (cached per machine): {json.dumps(figures)}")
+    print("decoding plan: " + "; ".join(f"{key} {choice.value} ({choice.reason})"
+                                        for key, choice in decoding_plan(hardware).items()))
+    if requested == "auto":
+        print("the contract asks for precision auto (resolved per host by `mint eval`); fp32 here unless a mode says")
     print(f"base {args.base}, contract {contract.name} v{contract.version}: {len(conversations)} prompts of "
           f"{', '.join(s.name for s in contract.suites)}, greedy, max_new_tokens {contract_settings.max_new_tokens}, "
           f"contract batch {contract_settings.batch_size}, today = HF generate batch {TODAY_BATCH} fp32; "
@@ -216,6 +236,11 @@ def run_modes(args, chosen: list[str]) -> None:
     for name in ("hf + answer end", "stream DynamicCache", "stream int8", "adapter"):
         if {name, "stream"} <= results.keys():
             ratio(f"wall time, {name} / stream", median_s[name] / median_s["stream"])
+    # fp32 against bf16 on the same suite, and on the same adapter (merged fp32 is what `mint eval` runs)
+    for fp32, bf16 in (("stream", "stream bf16"), ("adapter merged", "adapter bf16"), ("adapter", "adapter bf16")):
+        if {fp32, bf16} <= results.keys():
+            ratio(f"bf16 against fp32, wall time ({fp32} / {bf16})", median_s[fp32] / median_s[bf16])
+            ratio(f"bf16 against fp32, tokens/s ({bf16} / {fp32})", median_tps[bf16] / median_tps[fp32])
     if {"hf + static KV", "hf + answer end"} <= results.keys():
         ratio("static KV cache, wall time (hf + answer end / hf + static KV)",
               median_s["hf + answer end"] / median_s["hf + static KV"])
@@ -225,9 +250,9 @@ def run_modes(args, chosen: list[str]) -> None:
     if {"adapter", "adapter merged"} <= results.keys():
         ratio("merged adapter, wall time (adapter / adapter merged)",
               median_s["adapter"] / median_s["adapter merged"])
-    if "stream int8" in results:
-        parity = results["stream int8"][0][1].parity
-        print(f"int8/fp32 parity: {json.dumps({k: v for k, v in parity.items() if k != 'mismatches'})}")
+    if "adapter merged" in results and results["adapter merged"][0][1].parity:
+        parity = results["adapter merged"][0][1].parity
+        print(f"merged/unmerged parity (teacher-forced): {parity['identical']}/{parity['examples']} identical")
     print()
     first = {name: runs[0][1].outputs for name, runs in results.items()}
     for name, outputs in first.items():
@@ -237,7 +262,7 @@ def run_modes(args, chosen: list[str]) -> None:
         theirs = first[reference] if not MODES[name].sample else [first[reference][conversations.index(c)]
                                                                    for c in sample]
         same = [a == b for a, b in zip(theirs, outputs)]
-        print(f"outputs of {name}: {sum(same)}/{len(outputs)} identical to {reference}'s (greedy)")
+        print(f"parity, outputs of {name}: {sum(same)}/{len(outputs)} identical to {reference}'s (greedy fp32)")
         for index, ok in enumerate(same):
             if not ok and name == "adapter merged":
                 a, b = theirs[index][0], outputs[index][0]
