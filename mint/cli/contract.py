@@ -114,6 +114,9 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         out.print(f"baseline: {escape(measured)}" + (" (generation 0: the bare base under this contract)"
                                                      if report["baseline"]["revision_id"] is None else "")
                   + "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
+        if report.get("precision"):
+            out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
+                      f"({escape(report['precision']['reason'])})")
         verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
         out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
         if result.baseline_evaluated:

@@ -123,3 +123,12 @@ def test_a_contracts_precision_is_in_its_hash(ws, candidate, contract, host):
     assert load_contract(contract).settings.precision == "bf16" and bf16.sha256 != auto.sha256
     with pytest.raises(BadInput, match="bump `version`"):
         check_not_stale(ws, bf16)
+
+
+def test_eval_says_which_precision_candidate_and_baseline_decoded_at(ws, candidate, contract, host, capsys):
+    from mint.cli import main
+
+    host(bf16_speedup=0.5)
+    assert main(["eval", candidate("genui").ref, "--contract", str(contract)]) in (0, 1)
+    shown = " ".join(capsys.readouterr().out.split())   # rich wraps long lines
+    assert "precision: fp32, candidate and baseline alike (auto: on the bare base, bf16 decoded" in shown
