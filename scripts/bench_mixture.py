@@ -1,4 +1,4 @@
-"""Mixture-of-LoRA benchmark, one run, side by side, printed as ratios against issue 10's goals.
+"""Mixture-of-LoRA benchmark, one run, side by side, printed as ratios against issue 28's goals (with the CPU flags).
 
 Run: python scripts/bench_mixture.py            (the embedded SmolLM2-135M; minutes on a quiet machine)
      python scripts/bench_mixture.py --only router   (one section: tokens, handoff, router, serving)
@@ -43,7 +43,8 @@ PROMPTS = ["Write a Python function that checks whether a number is prime.",
            "Make a signup form with name, email and password fields.",
            "What is a good way to spend a rainy Sunday afternoon?"]
 SECTIONS = ("tokens", "handoff", "router", "serving")
-GOALS = {"mixed / merged tokens/s": (0.90, ">="), "full / adapter-only handoff": (20.0, ">="),
+# issue 10's goals were 0.90 and 20x; issue 28 asks for the headroom of 0.95 and 100x on every host
+GOALS = {"mixed / merged tokens/s": (0.95, ">="), "full / adapter-only handoff": (100.0, ">="),
          "router share of a turn": (0.03, "<")}
 
 
@@ -180,6 +181,11 @@ def main() -> None:
     if args.quick:
         args.new_tokens, args.repeats, args.requests = 8, 1, 2
     torch.manual_seed(0)
+    from mint.hardware import detect
+
+    hardware = detect()
+    print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, flags "
+          f"{', '.join(hardware.cpu_flags) or '-'}")
     print(f"base {base}, batch {args.batch}, {args.new_tokens} new tokens, torch threads {torch.get_num_threads()}")
     sections = args.only or list(SECTIONS)
     with tempfile.TemporaryDirectory() as tmp:
