@@ -294,8 +294,9 @@ def _load_baseline(ws: Workspace, report: Report) -> Baseline:
 
 def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPrecision:
     """The contract's decoding precision on this host; ``auto`` is measured on the bare base the first time."""
-    fingerprint = (revision.base_fingerprint if revision and revision.base_fingerprint
-                   else _base_fingerprint(base_name, loaded))
+    def fingerprint() -> str:
+        return (revision.base_fingerprint if revision and revision.base_fingerprint
+                else _base_fingerprint(base_name, loaded))
 
     def bare_base():
         _base_fingerprint(base_name, loaded)

@@ -45,11 +45,12 @@ def resolution_path(ws: Workspace, contract, fingerprint: str, machine: dict) ->
     return ws.home / "precision" / f"{contract.name}-v{contract.version}-{key[:16]}.json"
 
 
-def decoding_precision(ws: Workspace, contract, fingerprint: str, bare_base: Callable[[], object],
+def decoding_precision(ws: Workspace, contract, fingerprint: Callable[[], str], bare_base: Callable[[], object],
                        conversations: Callable[[], list], *, hardware=None) -> DecodingPrecision:
-    """The precision every generation under ``contract`` decodes at on this host. ``bare_base()`` gives the
-    loaded base without an adapter and ``conversations()`` the suites' conversations in order; both are only
-    called when ``auto`` is measured (the first time on this host for this base and contract)."""
+    """The precision every generation under ``contract`` decodes at on this host. ``fingerprint()`` gives the
+    base's fingerprint (called for ``auto`` only: a contract that names its precision loads nothing here),
+    ``bare_base()`` the loaded base without an adapter and ``conversations()`` the suites' conversations in
+    order; those two only when ``auto`` is measured (the first time on this host for this base and contract)."""
     requested = contract.settings.precision
     if requested != "auto":
         return DecodingPrecision(requested, requested, f"the contract asks for {requested}")
@@ -57,7 +58,8 @@ def decoding_precision(ws: Workspace, contract, fingerprint: str, bare_base: Cal
 
     found = hardware or machine_probe.detect()
     machine = host(found)
-    path = resolution_path(ws, contract, fingerprint, machine)
+    base_fingerprint = fingerprint()
+    path = resolution_path(ws, contract, base_fingerprint, machine)
     path.parent.mkdir(parents=True, exist_ok=True)
     # one resolution per key even when two evaluations start together: the second reads the first's
     with file_lock(path.with_name(path.name + ".lock")):
@@ -67,7 +69,7 @@ def decoding_precision(ws: Workspace, contract, fingerprint: str, bare_base: Cal
         used, reason, figures = _measure(found, bare_base, conversations, contract)
         from mint.registry import store
 
-        record = {"used": used, "reason": reason, "contract": contract.ref, "base_fingerprint": fingerprint,
+        record = {"used": used, "reason": reason, "contract": contract.ref, "base_fingerprint": base_fingerprint,
                   "host": machine, "figures": figures, "resolved_at": store.now()}
         atomic_write_json(path, record)
     return DecodingPrecision("auto", used, reason, record)

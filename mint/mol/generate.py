@@ -136,18 +136,18 @@ def resolve_precision(requested: str, device: str = "cpu") -> tuple[str, str]:
     if requested == "auto":
         raise ValueError("precision auto is resolved per contract (mint.contract.precision), not per generation")
     if requested == "fp32":
-        return "fp32", "the contract asks for fp32"
+        return "fp32", "fp32, as the settings ask"
     if requested == "bf16":
-        return "bf16", "the contract asks for bf16"
+        return "bf16", "bf16 (a bf16 copy of the model), as the settings ask"
     if requested == "int8":
         if device.startswith("cuda"):   # torch's dynamic quantization runs on CPUs only
-            return "fp32", "the contract asks for int8, which mint runs on CPUs only; fp32 on a GPU"
+            return "fp32", "int8 is asked for, which mint runs on CPUs only; fp32 on a GPU"
         import torch
 
         engines = torch.backends.quantized.supported_engines
         if not {"x86", "fbgemm", "qnnpack"} & set(engines):
-            return "fp32", f"the contract asks for int8, but this torch has no quantized CPU kernels ({engines})"
-        return "int8", "the contract asks for int8 (dynamic quantization of Linear layers)"
+            return "fp32", f"int8 is asked for, but this torch has no quantized CPU kernels ({engines}); fp32"
+        return "int8", "int8 (dynamic quantization of Linear layers), as the settings ask"
     raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {requested!r}")
 
 

@@ -132,3 +132,15 @@ def test_eval_says_which_precision_candidate_and_baseline_decoded_at(ws, candida
     assert main(["eval", candidate("genui").ref, "--contract", str(contract)]) in (0, 1)
     shown = " ".join(capsys.readouterr().out.split())   # rich wraps long lines
     assert "precision: fp32, candidate and baseline alike (auto: on the bare base, bf16 decoded" in shown
+
+
+def test_a_contract_that_names_its_precision_loads_and_measures_nothing(ws, contract):
+    from mint.contract.precision import decoding_precision
+
+    contract.write_text(AUTO.replace("precision: auto", "precision: bf16"))
+
+    def never():
+        raise AssertionError("a named precision needs no base, no fingerprint and no measurement")
+
+    chosen = decoding_precision(ws, load_contract(contract), never, never, never)
+    assert chosen.used == "bf16" and chosen.resolution is None and not (ws.home / "precision").exists()
