@@ -144,3 +144,16 @@ def test_a_contract_that_names_its_precision_loads_and_measures_nothing(ws, cont
 
     chosen = decoding_precision(ws, load_contract(contract), never, never, never)
     assert chosen.used == "bf16" and chosen.resolution is None and not (ws.home / "precision").exists()
+
+
+def test_a_champions_report_at_another_precision_is_not_its_baseline(ws, candidate, contract, host):
+    from mint.registry.promotion import promote
+
+    champion = candidate("genui")
+    host(flags=("avx2",), bf16_speedup=0.5)
+    evaluate(ws, champion.ref, contract)
+    promote(ws, champion.ref, force=True, why="the first champion")
+    host(flags=("avx512_bf16", "amx_bf16"), bf16_speedup=2.0)   # another host, where auto resolves to bf16
+    result = evaluate(ws, candidate("genui").ref, contract)
+    assert result.report["baseline"]["revision_id"] == champion.id and result.baseline_evaluated
+    assert generated_at(baseline_report(ws, result)) == {"bf16"} == generated_at(result.report)
