@@ -180,8 +180,9 @@ def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> 
 
 def _measure_probe(cores: int, samples: int = 20, budget_s: float = 0.15) -> dict:
     """fp32 against bf16 at a training and a decoding shape and a decoding step's cost per row at several
-    batch sizes (on one thread), and the decoding step at each thread count, in ms: each the best of up to ``samples`` timings within ``budget_s`` (the least
-    disturbed by other work on the machine; the first calls, which set kernels up, are not timed)."""
+    batch sizes (on one thread), and the decoding step at each thread count, in ms: each the best of up to
+    ``samples`` timings within ``budget_s`` (the least disturbed by other work on the machine; the first
+    calls, which set kernels up, are not timed)."""
     import time
 
     import torch

@@ -4,9 +4,9 @@ The base is loaded once and the revision's adapter attached; each suite is
 generated in left-padded batches, scored by the specialist's harness, and
 gated against the champion's report under the same contract version and hash,
 made at the same decoding precision (mint.contract.precision fixes it per
-contract, base and host; the champion is evaluated first when it has none). The report and the
-per-example predictions are written atomically and the report is registered,
-so ``mint promote`` can find it.
+contract, base and host; the champion is evaluated first when it has none).
+The report and the per-example predictions are written atomically and the
+report is registered, so ``mint promote`` can find it.
 """
 from __future__ import annotations
 

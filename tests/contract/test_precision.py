@@ -60,10 +60,10 @@ def baseline_report(ws, result) -> dict:
 
     conn = store.open_store(ws)
     try:
-        path = conn.execute("SELECT path FROM reports WHERE id = ?", (result.report["baseline"]["report"],)).fetchone()[0]
+        row = conn.execute("SELECT path FROM reports WHERE id = ?", (result.report["baseline"]["report"],)).fetchone()
     finally:
         conn.close()
-    return json.loads(Path(path).read_text())
+    return json.loads(Path(row[0]).read_text())
 
 
 @pytest.mark.parametrize("speedup, agreement, expected", [(2.0, 1.0, "bf16"), (0.7, 1.0, "fp32"),
