@@ -224,6 +224,14 @@ def run_modes(args, chosen: list[str]) -> None:
         ratio("batched / one-by-one, wall time (stream 1-by-1 scaled / stream)",
               median_s["stream 1-by-1"] / median_s["stream"], BATCH_GOAL)
         ratio("batched / one-by-one, cpu time", median_cpu["stream 1-by-1"] / median_cpu["stream"], BATCH_GOAL)
+        per_row = {int(k): v for k, v in ((hardware.probe or {}).get("decoding_rows_ms_per_row") or {}).items()}
+        if per_row:   # what bounds the batching goal here: a decode step's matmuls cost this much less per row
+            rows = min((n for n in per_row if n >= contract_settings.batch_size), default=max(per_row))
+            print(f"  bound from the hardware probe (one thread): a decoding step's matmul costs "
+                  f"{per_row[min(per_row)] * 1000:.1f} us per row at {min(per_row)} row and "
+                  f"{per_row[rows] * 1000:.1f} us at {rows} (the batch {contract_settings.batch_size} or the next "
+                  f"probed): batching can save at most "
+                  f"{per_row[min(per_row)] / per_row[rows]:.1f}x of the matmul time per token")
     if {"stream", "today"} <= results.keys():
         ratio("tokens/s, stream / today", median_tps["stream"] / median_tps["today"], TOKENS_GOAL)
         ratio("wall time, today / stream (same prompts; the stream stops at answer ends)",
