@@ -62,6 +62,23 @@ def test_adapter_swap_equals_a_fresh_load_of_the_new_adapter(tiny_runtime, tiny_
     assert tiny_runtime.slots["coding"].rank == 2
 
 
+def test_a_smaller_adapter_swapped_in_leaves_nothing_of_the_larger_one_in_a_mixed_batch(tiny_runtime, tiny_loras):
+    """A mixed batch reads every slot up to its largest rank, so a slot's columns past its own rank must be zero."""
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    tiny_runtime.load_adapter("genui", tiny_loras["genui"])        # rank 16: the batch reads 16 columns
+    tiny_runtime.load_adapter("coding", tiny_loras["genui"])
+    tiny_runtime.load_adapter("coding", tiny_loras["chat"])        # rank 2 in a slot that held rank 16
+    rows = ["coding", "genui"] * 2 + ["coding"]
+    swapped = tiny_runtime.generate(CONVERSATIONS, rows, Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"], max_rank=16)
+    fresh.load_adapter("genui", tiny_loras["genui"])
+    fresh.load_adapter("coding", tiny_loras["chat"])
+    expected = fresh.generate(CONVERSATIONS, rows, Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in swapped] == [g.token_ids for g in expected]
+
+
 def test_an_adapter_above_the_slot_rank_is_refused_and_the_slot_kept(tiny_runtime, tiny_loras):
     tiny_runtime.load_adapter("coding", tiny_loras["coding"])
     with pytest.raises(Refused, match=r"rank 32, above the runtime's slot rank 16.*--max-rank 32"):
