@@ -158,7 +158,8 @@ def test_anthropic_tool_use_tool_result_and_thinking_become_canonical_messages()
 
 def test_a_tool_message_with_dict_content_is_json_encoded():
     episode = normalize({"messages": [{"role": "user", "content": "stock?"},
-                                      {"role": "tool", "content": {"sku": "A1", "count": 3}}]})
+                                      {"role": "tool", "content": {"sku": "A1", "count": 3}},
+                                      {"role": "assistant", "content": "3 left"}]})
     assert episode["messages"][1]["content"] == '{"sku": "A1", "count": 3}'
 
 
