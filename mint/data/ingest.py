@@ -57,6 +57,12 @@ class SourceStats:
     scrubbed: int = 0
     updated: int = 0      # kept episodes that replace an earlier one (later feedback, a longer re-log)
     pairs: int = 0        # kept episodes with a chosen/rejected preference
+    reasons: dict[str, int] = field(default_factory=dict)   # quarantine reasons of this source
+
+    @property
+    def kept_nothing(self) -> bool:
+        """Every record of a non-empty source was quarantined: the source was misread or is not logs."""
+        return self.read > 0 and self.quarantined == self.read
 
 
 @dataclass
@@ -77,6 +83,11 @@ class IngestResult:
     reasons: dict[str, int] = field(default_factory=dict)
     episodes_updated: int = 0    # earlier episodes replaced by a newer record of the same conversation
     skipped: list[str] = field(default_factory=list)   # files in the folders given that are not logs
+
+    @property
+    def failed_sources(self) -> list[SourceStats]:
+        """The sources that kept nothing: every record quarantined (the CLI exits 2 naming them)."""
+        return [s for s in self.sources if s.kept_nothing]
 
 
 def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: str = "auto",
@@ -146,12 +157,14 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 if bad is not None:
                                     source_stats.quarantined += 1
                                     reasons[_reason_kind(specialist)] += 1
+                                    _count(source_stats.reasons, _reason_kind(specialist))
                                     quarantine.write(bad)
                                     continue
                                 keys = conversation_keys(json.loads(line))
                             if how == "quarantine":
                                 source_stats.quarantined += 1
                                 reasons[_reason_kind(specialist)] += 1
+                                _count(source_stats.reasons, _reason_kind(specialist))
                                 quarantine.write(line)
                                 continue
                             key = bytes.fromhex(line[7:39].decode("ascii"))   # the first 128 bits of the id
@@ -211,6 +224,10 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         scrubbed=dict(scrubbed), quarantine_file=str(directory / datasets.QUARANTINE_FILE),
         quarantined_new=quarantined_new, seconds=time.perf_counter() - started, reasons=dict(reasons),
         episodes_updated=updated, skipped=skipped)
+
+
+def _count(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
 
 
 class _NothingNew(Exception):
