@@ -157,6 +157,53 @@ def _prompt_key(prompt: list[dict]) -> str:
 
 def build_examples(method: str, episodes, *, dataset: str) -> list[dict]:
     """The rows the method's TRL trainer takes; BadInput when there are too few."""
+    rows = method_rows(method, episodes)
+    needed = MINIMUM[method]
+    if len(rows) < needed:
+        what = {"sft": "episodes rated >= 0 with an assistant answer",
+                "dpo": "preference pairs (chosen/rejected records, a +1 and a -1 answer to one prompt, or a "
+                       "correction)",
+                "kto": "answers with a thumbs up or down (or a correction, or a chosen/rejected pair)",
+                "grpo": "prompts"}[method]
+        raise BadInput(f"dataset {dataset} has {len(rows)} usable example(s) for {method}; it needs at least "
+                       f"{needed} {what}", field="--data")
+    return rows
+
+
+def left_out(method: str, episodes) -> dict[str, int]:
+    """Why episodes give the method no example, by reason (what ``mint train --dry-run`` shows)."""
+    episodes = list(episodes)
+    reasons: dict[str, int] = {}
+
+    def count(why: str) -> None:
+        reasons[why] = reasons.get(why, 0) + 1
+
+    ratings: dict[str, set] = defaultdict(set)   # prompt -> the ratings of its answers, for dpo's pairs
+    for episode, prompt, _answer, feedback in _answered(episodes):
+        if feedback["rating"] in (1, -1):
+            ratings[_prompt_key(prompt)].add(feedback["rating"])
+    for episode in episodes:
+        feedback = episode.get("feedback") or {}
+        split = _split(episode) if not episode.get("preference") else None
+        if method == "sft":
+            if trainable_conversation(episode) is None:
+                count("no answer left to train on (rated down without a correction, or weight 0)")
+        elif episode.get("preference"):
+            continue   # a pair for dpo, two labelled answers for kto, a prompt for grpo
+        elif split is None:
+            count("no assistant answer after a user turn")
+        elif method == "dpo" and not feedback.get("correction"):
+            if feedback.get("rating") not in (1, -1):
+                count("no preference: unrated, without chosen/rejected or a correction")
+            elif len(ratings[_prompt_key(split[0])]) < 2:
+                count("rated, but no answer to the same prompt is rated the other way")
+        elif method == "kto" and feedback.get("rating") not in (1, -1) and not feedback.get("correction"):
+            count("unrated: kto needs a thumbs up or down, a correction or a chosen/rejected pair")
+    return reasons
+
+
+def method_rows(method: str, episodes) -> list[dict]:
+    """The rows the method's TRL trainer takes, however few."""
     if method not in METHODS:
         raise BadInput(f"unknown method {method!r} (expected {', '.join(METHODS)})", field="--method")
     rows: list[dict] = []
@@ -207,13 +254,4 @@ def build_examples(method: str, episodes, *, dataset: str) -> list[dict]:
             answers = [m["content"] for m in chosen if m["role"] == "assistant"]
             rows.append({"prompt": prompt, "reference": answers[-1] if answers else "",
                          "tools": json.dumps(episode.get("tools") or [])})
-    needed = MINIMUM[method]
-    if len(rows) < needed:
-        what = {"sft": "episodes rated >= 0 with an assistant answer",
-                "dpo": "preference pairs (chosen/rejected records, a +1 and a -1 answer to one prompt, or a "
-                       "correction)",
-                "kto": "answers with a thumbs up or down (or a correction, or a chosen/rejected pair)",
-                "grpo": "prompts"}[method]
-        raise BadInput(f"dataset {dataset} has {len(rows)} usable example(s) for {method}; it needs at least "
-                       f"{needed} {what}", field="--data")
     return rows
