@@ -70,6 +70,9 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
                  limit: Optional[int] = typer.Option(None, "--limit", help="At most N records per suite."),
                  predictions: Optional[Path] = typer.Option(None, "--predictions",
                                                             help="Score outputs produced elsewhere (JSONL)."),
+                 baseline_predictions: Optional[Path] = typer.Option(
+                     None, "--baseline-predictions", help="With --predictions: the baseline's outputs (JSONL), "
+                     "scored the same way (default: the champion's registered report, else no baseline)."),
                  base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
@@ -91,7 +94,7 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
 
     with bars:
         result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                          progress=progress)
+                          progress=progress, baseline_predictions=baseline_predictions)
     report = result.report
     if json_out:
         print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
