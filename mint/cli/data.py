@@ -98,16 +98,16 @@ def ingest(
 
 
 def _exit_if_nothing_kept(result) -> None:
-    """Exit 2 when a non-empty source kept nothing (its top quarantine reasons say why)."""
-    failed = result.failed_sources
-    if not failed:
-        return
-    for source in failed:
+    """Name every source that kept nothing, with its top quarantine reasons; exit 2 when no source kept
+    anything (a warning when others did)."""
+    for source in result.failed_sources:
         top = sorted(source.reasons.items(), key=lambda kv: -kv[1])[:3]
-        err.print(f"error: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
+        level = "error" if result.kept_nothing else "[yellow]warning[/]"
+        err.print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
                   + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
                   + " (try --format FILE=FORMAT, or see the quarantine)")
-    raise typer.Exit(2)
+    if result.kept_nothing:
+        raise typer.Exit(2)
 
 
 class _ByteProgress:

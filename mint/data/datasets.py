@@ -243,13 +243,23 @@ def _quarantine_count(directory: Path) -> int:
         return sum(1 for _ in f)
 
 
+def _quarantine_only(ws: Workspace) -> list[str]:
+    """Datasets whose every ingest kept nothing: no version, but a quarantine that says why."""
+    if not ws.datasets.is_dir():
+        return []
+    return sorted(p.name for p in ws.datasets.iterdir() if p.is_dir() and not read_head(p)
+                  and _quarantine_count(p))
+
+
 def list_datasets(ws: Workspace) -> list[DatasetSummary]:
     out = []
     for name in list_names(ws):
         directory, manifest = resolve_version(ws, name)
         out.append(DatasetSummary(name, manifest["version"], manifest["number"], manifest["total_episodes"],
                                   manifest["by_specialist"], _quarantine_count(directory), manifest["created_at"]))
-    return out
+    for name in _quarantine_only(ws):
+        out.append(DatasetSummary(name, "(empty)", 0, 0, {}, _quarantine_count(ws.datasets / name), "-"))
+    return sorted(out, key=lambda summary: summary.name)
 
 
 @dataclass
@@ -265,6 +275,12 @@ class DatasetView:
 def show_dataset(ws: Workspace, name: str, version: str | None = None, head: int = 5) -> DatasetView:
     if head < 0:
         raise BadInput("must be 0 or more", field="--head")
+    check_name(name)
+    if name in _quarantine_only(ws) and version in (None, "", "latest", "head"):
+        empty = {"version": "(empty)", "number": 0, "parent": None, "created_at": "-", "episodes": 0,
+                 "total_episodes": 0, "by_specialist": {}}
+        return DatasetView(name, empty, [], [], _quarantine_count(ws.datasets / name),
+                           str(ws.datasets / name / QUARANTINE_FILE))
     directory, manifest = resolve_version(ws, name, version)
     versions = [read_manifest(directory, v) for v in chain(directory, read_head(directory))]
     first = []

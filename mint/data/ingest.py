@@ -86,8 +86,14 @@ class IngestResult:
 
     @property
     def failed_sources(self) -> list[SourceStats]:
-        """The sources that kept nothing: every record quarantined (the CLI exits 2 naming them)."""
+        """The sources that kept nothing: every record quarantined."""
         return [s for s in self.sources if s.kept_nothing]
+
+    @property
+    def kept_nothing(self) -> bool:
+        """Records were read and every one was quarantined (the CLI exits 2 with the top reasons)."""
+        read = sum(s.read for s in self.sources)
+        return read > 0 and sum(s.quarantined for s in self.sources) == read
 
 
 def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: str = "auto",

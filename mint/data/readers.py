@@ -97,7 +97,9 @@ def _llamafactory_sources(path: Path, info: dict, skipped: list[str] | None) -> 
             continue
         target = path / file_name
         if not target.exists():
-            raise BadInput(f"{name}.file_name: {file_name!r} is not in the folder", file=str(path / "dataset_info.json"))
+            if skipped is not None:
+                skipped.append(f"{path / 'dataset_info.json'}:{name} ({file_name} is not in the folder)")
+            continue
         formatting = entry.get("formatting", "alpaca")
         if formatting not in ("alpaca", "sharegpt", "openai"):
             raise BadInput(f"{name}.formatting: {formatting!r} (expected alpaca, sharegpt or openai)",

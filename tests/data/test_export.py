@@ -67,3 +67,18 @@ def test_an_ingest_that_keeps_nothing_exits_2_with_its_reasons(ws, project, tmp_
     cli = run_mint("ingest", str(path), "--dataset", "d")
     assert cli.returncode == 2
     assert "kept none of its 2 record(s)" in " ".join(cli.stderr.split()) and "unknown record shape" in cli.stderr
+
+
+def test_a_source_that_keeps_nothing_beside_good_ones_is_a_warning(ws, project, tmp_path):
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "just text"}])
+    good = write_jsonl(tmp_path / "good.jsonl", [chat_row("hi")])
+    cli = run_mint("ingest", str(bad), str(good), "--dataset", "d")
+    assert cli.returncode == 0 and "warning" in cli.stderr and "bad.jsonl" in cli.stderr
+
+
+def test_a_dataset_with_only_a_quarantine_is_listed_and_shown(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}, {"text": "y"}])], dataset="d", project=project)
+    (summary,) = datasets.list_datasets(ws)
+    assert (summary.name, summary.episodes, summary.quarantined) == ("d", 0, 2)
+    view = datasets.show_dataset(ws, "d")
+    assert view.quarantined == 2 and view.head == []
