@@ -534,8 +534,8 @@ def _check_conversation(messages: list[dict], where: str, preference: dict | Non
         raise RecordError(where, "every message is empty")
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
         raise RecordError(where, "no user message")
-    if preference is None and not any(m["role"] == "assistant" and (m["content"].strip() or m.get("tool_calls"))
-                                      for m in messages):
+    # an empty answer a server logged still counts (its prompt is the loop's experience); no answer at all does not
+    if preference is None and not any(m["role"] == "assistant" for m in messages):
         raise RecordError(where, "no assistant answer (and no chosen/rejected pair): a prompt alone teaches "
                           "nothing; a preference record needs both `chosen` and `rejected`")
 
