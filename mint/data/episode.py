@@ -50,6 +50,8 @@ def episode_id(messages: list, tools: list, feedback: dict, preference: dict | N
 
 # whole chosen/rejected conversations (the prompt is their common beginning)
 _PAIRED_CONVERSATIONS = (("chosen_messages", "rejected_messages"), ("chosen_conversations", "rejected_conversations"))
+# OpenAI's preference fine-tuning format: {"input": {"messages", "tools"}, "preferred_output", "non_preferred_output"}
+_OPENAI_PREFERENCE = ("preferred_output", "non_preferred_output")
 
 
 def sniff_format(record: dict) -> str:
@@ -57,7 +59,7 @@ def sniff_format(record: dict) -> str:
         return "alpaca"
     if "chosen" in record and "rejected" in record and "conversations" not in record and "messages" not in record:
         return "preference"
-    if any(chosen in record and rejected in record for chosen, rejected in _PAIRED_CONVERSATIONS):
+    if any(chosen in record and rejected in record for chosen, rejected in (*_PAIRED_CONVERSATIONS, _OPENAI_PREFERENCE)):
         return "preference"
     if "conversations" in record:
         return "sharegpt"
@@ -69,6 +71,12 @@ def sniff_format(record: dict) -> str:
         return "prompt_completion"
     if "instruction" in record and "output" in record:
         return "alpaca"
+    if "prompt" in record:
+        raise RecordError("completion", "missing: a prompt-only record has no answer to learn (give `completion`, "
+                          "or `chosen` and `rejected`)")
+    if "text" in record:
+        raise RecordError("text", "plain text (a pretraining corpus) is not a conversation: mint trains on "
+                          "messages with an assistant answer")
     raise RecordError("", "unknown record shape: found keys " + ", ".join(repr(k) for k in list(record)[:8])
                       + "; expected `messages` (OpenAI/mint), `conversations` (ShareGPT), `prompt`+`completion`, "
                       "`instruction`+`output` (Alpaca) or `chosen`+`rejected` (preference)")
@@ -419,18 +427,24 @@ def _preference_messages(record: dict) -> tuple[list[dict], dict]:
     """(prompt + chosen messages, preference) of a TRL preference record (``prompt``/``chosen``/``rejected``,
     strings or message lists, the prompt implicit when absent), an HH-RLHF pair of ``\n\nHuman:`` /
     ``\n\nAssistant:`` transcripts, or ``chosen_messages``/``rejected_messages`` conversations."""
-    keys = next(((c, r) for c, r in _PAIRED_CONVERSATIONS if c in record and r in record), ("chosen", "rejected"))
+    keys = next(((c, r) for c, r in (*_PAIRED_CONVERSATIONS, _OPENAI_PREFERENCE) if c in record and r in record),
+                ("chosen", "rejected"))
     chosen = _answer_messages(record[keys[0]], keys[0])
     rejected = _answer_messages(record[keys[1]], keys[1])
     prompt: list[dict] = [{"role": "system", "content": _system(record)}] if _system(record) else []
-    if record.get("prompt") is not None:
-        raw = record["prompt"]
+    raw_prompt, prompt_field = record.get("prompt"), "prompt"
+    if keys == _OPENAI_PREFERENCE:
+        if not isinstance(record.get("input"), dict) or not isinstance(record["input"].get("messages"), list):
+            raise RecordError("input.messages", "missing: the prompt of a preferred/non-preferred pair")
+        raw_prompt, prompt_field = record["input"]["messages"], "input.messages"
+    if raw_prompt is not None:
+        raw = raw_prompt
         if isinstance(raw, str):
             prompt.append({"role": "user", "content": raw})
         elif isinstance(raw, list):
-            prompt += [out for i, m in enumerate(raw) for out in _any_message(m, f"prompt[{i}]")]
+            prompt += [out for i, m in enumerate(raw) for out in _any_message(m, f"{prompt_field}[{i}]")]
         else:
-            raise RecordError("prompt", f"expected a string or a list of messages, got {type(raw).__name__}")
+            raise RecordError(prompt_field, f"expected a string or a list of messages, got {type(raw).__name__}")
         return prompt + chosen, {"prompt_messages": len(prompt), "rejected": rejected}
     # implicit prompt: the two conversations share it, and differ from the first answer that differs
     shared = 0
@@ -546,6 +560,8 @@ def _tools(record: dict) -> list[dict]:
     raw = record.get("tools")
     if raw is None and isinstance(record.get("request"), dict):
         raw = record["request"].get("tools")
+    if raw is None and isinstance(record.get("input"), dict):   # OpenAI's preference format
+        raw = record["input"].get("tools")
     if raw is None:
         raw = record.get("functions")
     if raw is None:

@@ -58,7 +58,8 @@ def test_prompt_completion_and_alpaca_records():
     ({"messages": [{"role": "user", "content": "  "}]}, "messages"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": "{not json"}}]}]}, "messages[1].tool_calls[0].function.arguments"),
-    ({"text": "no shape"}, ""),
+    ({"text": "no shape"}, "text"),
+    ({"title": "no shape"}, ""),
 ])
 def test_bad_records_name_the_field(record, field):
     with pytest.raises(RecordError) as info:

@@ -63,7 +63,7 @@ def test_the_cli_prints_what_export_left_out(ws, project, tmp_path):
 
 
 def test_an_ingest_that_keeps_nothing_exits_2_with_its_reasons(ws, project, tmp_path):
-    path = write_jsonl(tmp_path / "a.jsonl", [{"text": "just text"}, {"text": "more"}])
+    path = write_jsonl(tmp_path / "a.jsonl", [{"title": "just text"}, {"title": "more"}])
     cli = run_mint("ingest", str(path), "--dataset", "d")
     assert cli.returncode == 2
     assert "kept none of its 2 record(s)" in " ".join(cli.stderr.split()) and "unknown record shape" in cli.stderr

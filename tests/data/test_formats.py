@@ -19,7 +19,7 @@ def _ingest(ws, project, *names, **options):
 
 
 @pytest.mark.parametrize("name", ["trl_preference_standard.jsonl", "trl_preference_conversational.jsonl",
-                                  "hh_rlhf.jsonl", "chosen_rejected_messages.jsonl"])
+                                  "hh_rlhf.jsonl", "chosen_rejected_messages.jsonl", "openai_preference.jsonl"])
 def test_every_preference_format_becomes_dpo_pairs(ws, project, name):
     result, episodes = _ingest(ws, project, name)
     source = result.sources[0]
@@ -139,3 +139,10 @@ def test_a_per_file_format_overrides_sniffing(ws, project, tmp_path):
                                                "prompt": "p", "completion": "c"}])
     ingest(ws, [path], dataset="d", project=project, file_formats={path: "prompt_completion"})
     assert [m["content"] for m in next(datasets.iter_episodes(ws, "d"))["messages"]] == ["p", "c"]
+
+
+def test_prompt_only_and_plain_text_records_are_quarantined_naming_what_is_missing(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "Tell me a joke"}, {"text": "Once upon a time"}])
+    result = ingest(ws, [path], dataset="d", project=project)
+    reasons = [json.loads(line)["reason"] for line in open(result.quarantine_file)]
+    assert reasons[0].startswith("completion: missing: a prompt-only record") and reasons[1].startswith("text: plain")

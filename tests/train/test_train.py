@@ -179,7 +179,7 @@ def test_sft_on_the_embedded_base_lowers_the_training_loss(ws, project):
 
 
 PREFERENCE_FILES = ["trl_preference_standard.jsonl", "trl_preference_conversational.jsonl", "hh_rlhf.jsonl",
-                    "chosen_rejected_messages.jsonl", "llamafactory"]
+                    "chosen_rejected_messages.jsonl", "openai_preference.jsonl", "llamafactory"]
 
 
 @pytest.mark.parametrize("name", PREFERENCE_FILES)
