@@ -348,6 +348,8 @@ def to_openai(episode: dict) -> dict:
     record: dict = {"messages": messages}
     if episode["tools"]:
         record["tools"] = episode["tools"]
+    if episode.get("parallel_tool_calls") is not None:
+        record["parallel_tool_calls"] = episode["parallel_tool_calls"]
     return record
 
 

@@ -118,7 +118,19 @@ def normalize(record: Any, fmt: str = "auto") -> dict:
         "label": _optional_str(record, ("specialist",)) or _meta_label(record),
         "preference": preference,
         "media": media,
+        "parallel_tool_calls": _parallel_tool_calls(record),
     }
+
+
+def _parallel_tool_calls(record: dict) -> bool | None:
+    """OpenAI's ``parallel_tool_calls`` (top level, or in a server log's request or a preference's input)."""
+    for holder in (record, record.get("request"), record.get("input")):
+        if isinstance(holder, dict) and "parallel_tool_calls" in holder:
+            value = holder["parallel_tool_calls"]
+            if not isinstance(value, bool):
+                raise RecordError("parallel_tool_calls", f"expected true or false, got {value!r}")
+            return value
+    return None
 
 
 _UPSTREAM_KEYS = ("upstream_id", "request_id", "response_id", "completion_id")

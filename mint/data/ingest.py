@@ -420,7 +420,8 @@ def _episode_line(episode: dict, specialist: str, source: str) -> tuple[str, str
     if episode.get("preference"):
         parts.append(_dumps(episode["preference"]))
     digest = hashlib.sha256(("[" + ",".join(parts) + "]").encode("utf-8")).hexdigest()
-    optional = "".join(f',"{key}":{_dumps(episode[key])}' for key in ("preference", "media") if episode.get(key))
+    optional = "".join(f',"{key}":{_dumps(episode[key])}' for key in ("preference", "media", "parallel_tool_calls")
+                       if episode.get(key) is not None)
     return (f'{{"id":"{digest}","session":{_string(episode["session"])},"ts":{_string(episode["ts"])},'
             f'"specialist":{_string(specialist)},"messages":{parts[0]},"tools":{parts[1]},"feedback":{parts[2]},'
             f'"served_by":{_string(episode["served_by"])},"upstream_id":{_string(episode["upstream_id"])}'

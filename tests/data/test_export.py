@@ -82,3 +82,10 @@ def test_a_dataset_with_only_a_quarantine_is_listed_and_shown(ws, project, tmp_p
     assert (summary.name, summary.episodes, summary.quarantined) == ("d", 0, 2)
     view = datasets.show_dataset(ws, "d")
     assert view.quarantined == 2 and view.head == []
+
+
+def test_parallel_tool_calls_survives_ingest_and_export(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [{**chat_row("hi"), "parallel_tool_calls": False}])], dataset="d",
+           project=project)
+    result = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
+    assert json.loads(open(result.out).readline())["parallel_tool_calls"] is False
