@@ -198,6 +198,9 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
         for message in episode["messages"]:
             text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
             out.print(f"  [bold]{message['role']}:[/] {escape(text[:200])}", highlight=False)
+        for message in (episode.get("preference") or {}).get("rejected", []):
+            text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
+            out.print(f"  [bold red]rejected {message['role']}:[/] {escape(text[:200])}", highlight=False)
 
 
 @data_app.command("export")

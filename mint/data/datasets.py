@@ -435,6 +435,9 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
                 for episode in episodes:
                     f.write(json.dumps(to_openai(episode), ensure_ascii=False) + "\n")
                     count += 1
+                    if episode.get("preference"):   # a chat file holds the chosen side only
+                        why = "rejected answers of preference pairs (--format hf keeps them)"
+                        left_out[why] = left_out.get(why, 0) + 1
             final_tmp = target
         else:
             count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset", min_rating, split)
@@ -468,6 +471,9 @@ def _hf_rows(home: str, name: str, version: str, specialist: str | None,
                          for m in record["messages"]],
             "tools": json.dumps(episode["tools"], ensure_ascii=False) if episode["tools"] else None,
             "rating": episode["feedback"]["rating"], "correction": episode["feedback"]["correction"],
+            # JSON text, as tools are: {"prompt_messages": N, "rejected": [...]} and the media paths
+            "preference": json.dumps(episode["preference"], ensure_ascii=False) if episode.get("preference") else None,
+            "media": json.dumps(episode["media"], ensure_ascii=False) if episode.get("media") else None,
             "source": episode["source"],
         }
 

@@ -54,7 +54,18 @@ _PAIRED_CONVERSATIONS = (("chosen_messages", "rejected_messages"), ("chosen_conv
 _OPENAI_PREFERENCE = ("preferred_output", "non_preferred_output")
 
 
+def _whole_conversation(value: Any) -> bool:
+    """Whether a ``chosen`` value is a whole conversation (it starts with a user or system turn), not an answer."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], dict):
+        return False
+    role = value[0].get("role", value[0].get("from"))
+    return isinstance(role, str) and ROLES.get(role.strip().lower()) in ("user", "system")
+
+
 def sniff_format(record: dict) -> str:
+    # chosen/rejected written as whole conversations (UltraFeedback's shape) win over a `messages` copy of them
+    if "rejected" in record and _whole_conversation(record.get("chosen")):
+        return "preference"
     if "instruction" in record and ("output" in record or "chosen" in record):
         return "alpaca"
     if "chosen" in record and "rejected" in record and "conversations" not in record and "messages" not in record:
@@ -457,6 +468,13 @@ def _preference_messages(record: dict) -> tuple[list[dict], dict]:
             prompt += [out for i, m in enumerate(raw) for out in _any_message(m, f"{prompt_field}[{i}]")]
         else:
             raise RecordError(prompt_field, f"expected a string or a list of messages, got {type(raw).__name__}")
+        # both sides written as whole conversations that repeat the prompt: keep only what follows it
+        asked = [m for m in prompt if m["role"] != "system"]
+        for side in (chosen, rejected):
+            begins = [m for m in side[:len(asked) + 1] if m["role"] != "system"][:len(asked)]
+            if asked and len(side) > len(asked) and [(m["role"], m["content"]) for m in begins] == \
+                    [(m["role"], m["content"]) for m in asked]:
+                del side[:side.index(begins[-1]) + 1]
         return prompt + chosen, {"prompt_messages": len(prompt), "rejected": rejected}
     # implicit prompt: the two conversations share it, and differ from the first answer that differs
     shared = 0

@@ -89,3 +89,15 @@ def test_parallel_tool_calls_survives_ingest_and_export(ws, project, tmp_path):
            project=project)
     result = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
     assert json.loads(open(result.out).readline())["parallel_tool_calls"] is False
+
+
+def test_an_openai_export_says_it_left_out_the_rejected_answers_and_hf_keeps_them(ws, project, tmp_path):
+    from datasets import load_from_disk
+
+    pair = {"prompt": "The sky is", "chosen": " blue.", "rejected": " green."}
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [pair])], dataset="d", project=project)
+    chat = datasets.export_dataset(ws, "d", "openai", tmp_path / "out.jsonl")
+    assert chat.left_out == {"rejected answers of preference pairs (--format hf keeps them)": 1}
+    datasets.export_dataset(ws, "d", "hf", tmp_path / "hf")
+    row = load_from_disk(str(tmp_path / "hf"))[0]
+    assert json.loads(row["preference"])["rejected"] == [{"role": "assistant", "content": " green."}]

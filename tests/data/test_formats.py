@@ -19,7 +19,8 @@ def _ingest(ws, project, *names, **options):
 
 
 @pytest.mark.parametrize("name", ["trl_preference_standard.jsonl", "trl_preference_conversational.jsonl",
-                                  "hh_rlhf.jsonl", "chosen_rejected_messages.jsonl", "openai_preference.jsonl"])
+                                  "hh_rlhf.jsonl", "chosen_rejected_messages.jsonl", "openai_preference.jsonl",
+                                  "ultrafeedback_binarized.jsonl"])
 def test_every_preference_format_becomes_dpo_pairs(ws, project, name):
     result, episodes = _ingest(ws, project, name)
     source = result.sources[0]
@@ -146,3 +147,10 @@ def test_prompt_only_and_plain_text_records_are_quarantined_naming_what_is_missi
     result = ingest(ws, [path], dataset="d", project=project)
     reasons = [json.loads(line)["reason"] for line in open(result.quarantine_file)]
     assert reasons[0].startswith("completion: missing: a prompt-only record") and reasons[1].startswith("text: plain")
+
+
+def test_whole_conversations_beside_a_prompt_keep_only_the_answers(ws, project):
+    _result, episodes = _ingest(ws, project, "ultrafeedback_binarized.jsonl")
+    assert episodes[0]["messages"] == [{"role": "user", "content": "Name a prime number."},
+                                       {"role": "assistant", "content": "7"}]
+    assert episodes[0]["preference"] == {"prompt_messages": 1, "rejected": [{"role": "assistant", "content": "8"}]}
