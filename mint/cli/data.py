@@ -31,7 +31,7 @@ data_app = sub_app("data", "Dataset versions made by `mint ingest`.")
 
 @app.command()
 def ingest(
-    paths: list[Path] = typer.Argument(..., help="Log files or folders (JSONL, JSON, .gz, Parquet, saved HF datasets)."),
+    paths: list[Path] = typer.Argument(..., help="Log files or folders (JSONL, JSON, .gz, Parquet, saved HF datasets, LLaMA-Factory folders with their dataset_info.json)."),
     dataset: str = typer.Option("default", "--dataset", "-d", help="Dataset to add a version to."),
     formats: list[str] = typer.Option(["auto"], "--format", "-f", help="auto | openai | sharegpt | mint | hf | "
                                       "alpaca | prompt_completion | preference, for every path; or FILE=FORMAT for "

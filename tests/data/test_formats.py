@@ -154,3 +154,17 @@ def test_whole_conversations_beside_a_prompt_keep_only_the_answers(ws, project):
     assert episodes[0]["messages"] == [{"role": "user", "content": "Name a prime number."},
                                        {"role": "assistant", "content": "7"}]
     assert episodes[0]["preference"] == {"prompt_messages": 1, "rejected": [{"role": "assistant", "content": "8"}]}
+
+
+def test_the_cli_takes_a_format_for_one_file_and_a_specialist(ws, project, tmp_path):
+    from tests.conftest import run_mint
+
+    odd = write_jsonl(tmp_path / "odd.jsonl", [{"messages": [{"role": "user", "content": "a"},
+                                                             {"role": "assistant", "content": "b"}],
+                                                "prompt": "p", "completion": "c"}])
+    cli = run_mint("ingest", str(odd), str(FORMATS / "hh_rlhf.jsonl"), "--dataset", "d",
+                   "--format", f"{odd}=prompt_completion", "--specialist", "coding", "--json")
+    assert cli.returncode == 0, cli.stderr
+    episodes = list(datasets.iter_episodes(ws, "d"))
+    assert episodes[0]["messages"][0]["content"] == "p" and {e["specialist"] for e in episodes} == {"coding"}
+    assert [s["pairs"] for s in json.loads(cli.stdout)["sources"]] == [0, 2]
