@@ -80,6 +80,8 @@ def sniff_format(record: dict) -> str:
         return "openai"
     if "prompt" in record and ("completion" in record or "response" in record):
         return "prompt_completion"
+    if isinstance(record.get("input"), list) and "ideal" in record:   # an OpenAI evals sample
+        return "prompt_completion"
     if "instruction" in record and "output" in record:
         return "alpaca"
     if "prompt" in record:
@@ -413,6 +415,14 @@ def _sharegpt_messages(record: dict) -> list[dict]:
 
 
 def _prompt_completion_messages(record: dict) -> list[dict]:
+    if "prompt" not in record and isinstance(record.get("input"), list):
+        # OpenAI evals: {"input": [messages], "ideal": answer or [acceptable answers]}; the first is learnt
+        ideal = record.get("ideal")
+        ideal = ideal[0] if isinstance(ideal, list) and ideal else ideal
+        if not isinstance(ideal, str):
+            raise RecordError("ideal", "expected the ideal answer as a string (or a list of strings)")
+        return [out for i, m in enumerate(record["input"]) for out in _message(m, f"input[{i}]")] + \
+            [{"role": "assistant", "content": ideal}]
     prompt, completion = record.get("prompt"), record.get("completion", record.get("response"))
     if isinstance(prompt, list) and isinstance(completion, list):   # TRL conversational
         return [out for i, m in enumerate(prompt) for out in _message(m, f"prompt[{i}]")] + \

@@ -168,3 +168,9 @@ def test_the_cli_takes_a_format_for_one_file_and_a_specialist(ws, project, tmp_p
     episodes = list(datasets.iter_episodes(ws, "d"))
     assert episodes[0]["messages"][0]["content"] == "p" and {e["specialist"] for e in episodes} == {"coding"}
     assert [s["pairs"] for s in json.loads(cli.stdout)["sources"]] == [0, 2]
+
+
+def test_an_openai_evals_sample_learns_its_ideal_answer(ws, project):
+    result, episodes = _ingest(ws, project, "openai_evals.jsonl")
+    assert result.sources[0].kept == 2
+    assert [e["messages"][-1]["content"] for e in episodes] == ["cold", "5"]
