@@ -174,3 +174,14 @@ def test_an_openai_evals_sample_learns_its_ideal_answer(ws, project):
     result, episodes = _ingest(ws, project, "openai_evals.jsonl")
     assert result.sources[0].kept == 2
     assert [e["messages"][-1]["content"] for e in episodes] == ["cold", "5"]
+
+
+def test_a_preference_is_part_of_the_episode_id(ws, project, tmp_path):
+    from mint.data.episode import episode_id
+
+    path = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "The sky is", "chosen": " blue.", "rejected": " green."},
+                                              {"prompt": "The sky is", "chosen": " blue.", "rejected": " red."}])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert result.sources[0].kept == 2   # the same chosen answer against another rejected one: another pair
+    for e in datasets.iter_episodes(ws, "d"):
+        assert e["id"] == episode_id(e["messages"], e["tools"], e["feedback"], e["preference"])
