@@ -103,20 +103,30 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
         for column in ("metric", "value", "baseline", "rule", "result"):
             table.add_column(column)
-        gated = {g["metric"]: g for g in report["gates"]}
+        gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
+        for g in report["gates"]:
+            gated.setdefault(g["metric"], []).append(g)
         baseline = report["baseline"]["metrics"]
         for metric, value in sorted(report["metrics"].items()):
-            gate = gated.pop(metric, None)
-            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)), escape(gate["rule"]) if gate else "",
-                          ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
-        for metric, gate in gated.items():
-            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
-                          "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
+            gates = gated.pop(metric, None) or [None]
+            for gate in gates:
+                table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
+                              escape(gate["rule"]) if gate else "",
+                              ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
+        for metric, gates in gated.items():
+            for gate in gates:
+                table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
+                              "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
         out.print(table)
         measured = report["baseline"]["label"]
-        out.print(f"baseline: {escape(measured)}" + (" (generation 0: the bare base under this contract)"
-                                                     if report["baseline"]["revision_id"] is None else "")
-                  + "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
+        if report["baseline"]["report"] is None and report.get("source") == "predictions":
+            what = " (no baseline: gates that compare with one fail; see --baseline-predictions)" \
+                if measured == "none" else " (scored from the file)"
+        else:
+            what = " (generation 0: the bare base under this contract)" if report["baseline"]["revision_id"] is None \
+                else ""
+        out.print(f"baseline: {escape(measured)}{what}"
+                  "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
         verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
         out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
         if result.baseline_evaluated:

@@ -207,3 +207,15 @@ def test_predictions_are_paired_with_the_champions_registered_report_without_gen
     assert report["baseline"]["revision_id"] == v1.id and report["baseline"]["report"]
     gate = next(g for g in report["gates"] if g["metric"] == "core.parse_rate")
     assert "on 3 paired" in gate["rule"]
+
+
+def test_the_table_shows_every_gate_of_a_metric_and_names_a_missing_baseline(ws, ui_contract, tmp_path, capsys):
+    ui_contract.write_text(GOOD.replace("{metric: core.parse_rate, min: 0.0, no_regression: 0.0}",
+                                        "{metric: core.parse_rate, min: 0.0}\n  - {metric: core.parse_rate, "
+                                        "no_regression: 0.0}"))
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"suite": "core", "index": i, "output": "{}"}) + "\n"
+                                              for i in range(3)))
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl")]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("core.parse_rate") == 2 and "no baseline to" in out
+    assert "baseline: none (no baseline" in out
