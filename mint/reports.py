@@ -192,9 +192,6 @@ def lineage_report(ws: Workspace) -> dict:
     its training loss curve; plus routing share over time and the alias moves."""
     from mint.registry import store
 
-    if not store.db_path(ws).exists():
-        raise BadInput(f"no registry in {ws.home}: nothing to report yet (run `mint loop` or `mint train`)",
-                       field="--home")
     curves = _loss_curves(ws)
     conn = store.open_store(ws, create=False)
     try:

@@ -70,6 +70,9 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
                  limit: Optional[int] = typer.Option(None, "--limit", help="At most N records per suite."),
                  predictions: Optional[Path] = typer.Option(None, "--predictions",
                                                             help="Score outputs produced elsewhere (JSONL)."),
+                 baseline_predictions: Optional[Path] = typer.Option(
+                     None, "--baseline-predictions", help="With --predictions: the baseline's outputs (JSONL), "
+                     "scored the same way (default: the champion's registered report, else no baseline)."),
                  base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
@@ -91,7 +94,7 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
 
     with bars:
         result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                          progress=progress)
+                          progress=progress, baseline_predictions=baseline_predictions)
     report = result.report
     if json_out:
         print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
@@ -100,20 +103,30 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
         for column in ("metric", "value", "baseline", "rule", "result"):
             table.add_column(column)
-        gated = {g["metric"]: g for g in report["gates"]}
+        gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
+        for g in report["gates"]:
+            gated.setdefault(g["metric"], []).append(g)
         baseline = report["baseline"]["metrics"]
         for metric, value in sorted(report["metrics"].items()):
-            gate = gated.pop(metric, None)
-            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)), escape(gate["rule"]) if gate else "",
-                          ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
-        for metric, gate in gated.items():
-            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
-                          "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
+            gates = gated.pop(metric, None) or [None]
+            for gate in gates:
+                table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
+                              escape(gate["rule"]) if gate else "",
+                              ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
+        for metric, gates in gated.items():
+            for gate in gates:
+                table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
+                              "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
         out.print(table)
         measured = report["baseline"]["label"]
-        out.print(f"baseline: {escape(measured)}" + (" (generation 0: the bare base under this contract)"
-                                                     if report["baseline"]["revision_id"] is None else "")
-                  + "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
+        if report["baseline"]["report"] is None and report.get("source") == "predictions":
+            what = " (no baseline: gates that compare with one fail; see --baseline-predictions)" \
+                if measured == "none" else " (scored from the file)"
+        else:
+            what = " (generation 0: the bare base under this contract)" if report["baseline"]["revision_id"] is None \
+                else ""
+        out.print(f"baseline: {escape(measured)}{what}"
+                  "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
         if report.get("precision"):
             out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
                       f"({escape(report['precision']['reason'])})")

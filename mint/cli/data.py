@@ -31,9 +31,14 @@ data_app = sub_app("data", "Dataset versions made by `mint ingest`.")
 
 @app.command()
 def ingest(
-    paths: list[Path] = typer.Argument(..., help="Log files or folders (JSONL, JSON, .gz, Parquet, saved HF datasets)."),
+    paths: list[Path] = typer.Argument(..., help="Log files or folders (JSONL, JSON, .gz, Parquet, saved HF datasets, LLaMA-Factory folders with their dataset_info.json)."),
     dataset: str = typer.Option("default", "--dataset", "-d", help="Dataset to add a version to."),
-    fmt: str = typer.Option("auto", "--format", "-f", help="auto | openai | sharegpt | mint | hf"),
+    formats: list[str] = typer.Option(["auto"], "--format", "-f", help="auto | openai | sharegpt | mint | hf | "
+                                      "alpaca | prompt_completion | preference, for every path; or FILE=FORMAT for "
+                                      "one file (repeatable)."),
+    specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
+                                             help="Label every record as this specialist's (a public dataset "
+                                                  "meant for one specialist)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
     no_scrub: bool = typer.Option(False, "--no-scrub", help="Keep PII and secrets as they are."),
     max_record_bytes: int = typer.Option(1_000_000, "--max-record-bytes", help="Larger records are quarantined."),
@@ -47,18 +52,28 @@ def ingest(
     from mint.project import load_project
 
     project = load_project(config)
+    fmt, file_formats = "auto", {}
+    for entry in formats:
+        name, sep, value = entry.rpartition("=")
+        if sep:
+            file_formats[Path(name)] = value
+        else:
+            fmt = value
     with _ByteProgress(enabled=not json_out) as progress:
         result = run_ingest(ws(), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
-                            max_record_bytes=max_record_bytes, progress=progress.advance)
+                            max_record_bytes=max_record_bytes, progress=progress.advance, specialist=specialist,
+                            file_formats=file_formats)
     if json_out:
-        return print_json(result)
+        print_json(result)
+        _exit_if_nothing_kept(result)
+        return
     table = Table(title=f"ingest → {result.dataset}")
-    for column in ("source", "read", "kept", "duplicate", "quarantined", "scrubbed"):
+    for column in ("source", "read", "kept", "duplicate", "quarantined", "pairs", "scrubbed"):
         table.add_column(column, justify="left" if column == "source" else "right",
                          overflow="fold" if column == "source" else "ellipsis")
     for s in result.sources:
         table.add_row(escape(s.path), f"{s.read:,}", f"{s.kept:,}", f"{s.duplicate:,}",
-                      f"[red]{s.quarantined:,}[/]" if s.quarantined else "0", f"{s.scrubbed:,}")
+                      f"[red]{s.quarantined:,}[/]" if s.quarantined else "0", f"{s.pairs:,}", f"{s.scrubbed:,}")
     out.print(table)
     if result.by_specialist:
         out.print("new episodes by specialist: " + ", ".join(
@@ -79,6 +94,20 @@ def ingest(
                   f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
     else:
         out.print(f"nothing new: {result.dataset} stays at version {result.version or '(empty)'}")
+    _exit_if_nothing_kept(result)
+
+
+def _exit_if_nothing_kept(result) -> None:
+    """Name every source that kept nothing, with its top quarantine reasons; exit 2 when no source kept
+    anything (a warning when others did)."""
+    for source in result.failed_sources:
+        top = sorted(source.reasons.items(), key=lambda kv: -kv[1])[:3]
+        level = "error" if result.kept_nothing else "[yellow]warning[/]"
+        err.print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
+                  + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
+                  + " (try --format FILE=FORMAT, or see the quarantine)")
+    if result.kept_nothing:
+        raise typer.Exit(2)
 
 
 class _ByteProgress:
@@ -169,6 +198,9 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
         for message in episode["messages"]:
             text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
             out.print(f"  [bold]{message['role']}:[/] {escape(text[:200])}", highlight=False)
+        for message in (episode.get("preference") or {}).get("rejected", []):
+            text = message["content"] or json.dumps(message.get("tool_calls"), ensure_ascii=False)
+            out.print(f"  [bold red]rejected {message['role']}:[/] {escape(text[:200])}", highlight=False)
 
 
 @data_app.command("export")
@@ -182,17 +214,22 @@ def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                     None, "--min-rating", help="Leave out episodes rated lower (-1, 0 or 1; unrated counts as 0). "
                     "Default: 0 for openai, so thumbs-down answers are left out (or replaced by their "
                     "correction); none for hf."),
+                split: str = typer.Option("train", "--split", help="train (what `mint train` sees) | heldout "
+                                          "(what live contract suites draw) | all."),
                 force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
                 json_out: bool = JSON_OPT) -> None:
     """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder.
+    Prints what it left out and why (the held-out split, thumbs-down answers, other specialists).
 
     Example: mint data export default train.jsonl --specialist coding --min-rating 1
     """
     from mint.data.datasets import export_dataset
 
     result = export_dataset(ws(), name, fmt, out_path, version, specialist, force,
-                            min_rating="default" if min_rating is None else min_rating)
+                            min_rating="default" if min_rating is None else min_rating, split=split)
     if json_out:
         return print_json(result)
-    out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} as {result.format} "
-              f"→ {result.out}")
+    out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} ({result.split} split) "
+              f"as {result.format} → {result.out}")
+    if result.left_out:
+        out.print("left out: " + "; ".join(f"{escape(why)} {n:,}" for why, n in result.left_out.items()))

@@ -43,6 +43,9 @@ def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "
     page = queries.list_page(ws(), specialist=specialist, status=status, limit=limit, offset=offset)
     if json_out:
         return print_json(page)
+    if page.total == 0 and specialist is None and status is None:
+        out.print("no revisions yet: `mint train --specialist S --data D --method sft` registers one")
+        return
     table = Table(title=f"revisions {offset + 1}-{offset + len(page.revisions)} of {page.total:,}")
     for column in ("revision", "id", "status", "method", "dataset", "parent", "created"):
         table.add_column(column)

@@ -37,6 +37,8 @@ def report_lineage(ctx: typer.Context,
         atomic_write_text(html, render_html(report))
     if json_out:
         return print_json({**report, "html": str(html) if html else None})
+    if not report["specialists"]:
+        out.print("nothing to report yet: no revision is registered (`mint train` or `mint loop` makes one)")
     for name, entry in sorted(report["specialists"].items()):
         table = Table(title=f"{name} (champion {entry['champion'] or 'none'})")
         for column in ("revision", "parent", "status", "metric", "baseline", "value", "verdict"):

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
 
 from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, ws
 
@@ -43,8 +44,25 @@ def train_command(
         if specialist == "router":
             from mint.mol.router_training import planned_router_settings
             return print_json(planned_router_settings(sets))
+        from dataclasses import asdict
+
         from mint.train.config import planned_settings
-        return print_json(planned_settings(method, config, sets))
+        from mint.train.run import planned_examples
+        settings = planned_settings(method, config, sets)
+        # with --data the dry run also counts what the data yields for the method
+        examples = planned_examples(ws(), specialist=specialist, data=data, method=method) if data else None
+        if json_out:
+            return print_json({**asdict(settings), **({"examples": asdict(examples)} if examples else {})})
+        print_json(settings)
+        if examples is not None:
+            table = Table(title=f"{examples.method} examples from {escape(examples.dataset)} ({examples.specialist})")
+            table.add_column("")
+            table.add_column("episodes", justify="right")
+            table.add_row(f"[bold]examples[/] (at least {examples.needed} needed)", f"{examples.examples:,}")
+            for why, n in sorted(examples.left_out.items(), key=lambda kv: -kv[1]):
+                table.add_row(f"left out: {escape(why)}", f"{n:,}")
+            out.print(table)
+        return
     display = TrainDisplay(live=err.is_terminal and not json_out)
     with display.bar:
         result = train(ws(), specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,

@@ -72,9 +72,15 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
 
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
              limit: int | None = None, predictions: Path | None = None, base: str | None = None,
-             progress: EvalProgress | None = None) -> EvalResult:
+             progress: EvalProgress | None = None, baseline_predictions: Path | None = None) -> EvalResult:
     """Measure ``ref`` (a revision, ``base``, or outputs from ``predictions``) and gate it against its baseline:
-    the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion."""
+    the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion.
+
+    With ``predictions`` nothing is generated: the baseline is ``baseline_predictions`` scored the same way,
+    else the champion's registered report on the same examples, else none (gates that compare with a
+    baseline then fail, saying so)."""
+    if baseline_predictions is not None and predictions is None:
+        raise BadInput("a baseline's predictions are scored only beside --predictions", field="--baseline-predictions")
     if limit is not None and limit < 1:
         raise BadInput("must be at least 1", field="--limit")
     if ref is None and predictions is None:
@@ -85,11 +91,12 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
     contract = load_contract(contract_path)
     check_not_stale(ws, contract)
     return _evaluate(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                     progress=progress, loaded={})
+                     progress=progress, loaded={}, baseline_predictions=baseline_predictions)
 
 
 def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, limit, predictions, base, progress,
-              loaded: dict, resolved: tuple[list, dict] | None = None) -> EvalResult:
+              loaded: dict, resolved: tuple[list, dict] | None = None,
+              baseline_predictions: Path | None = None) -> EvalResult:
     """``resolved``: the suites' records as the candidate's evaluation read them, so that its baseline is
     measured on the same episodes of a live suite (`@latest` resolved once)."""
     started = time.perf_counter()
@@ -110,7 +117,10 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     # the baseline first, while the base model is still free of adapters
     champion_id = _champion(ws, contract)
     baseline, baseline_evaluated = None, False
-    if not is_base:
+    if predictions is not None:   # outputs made elsewhere: generate nothing, not even a baseline
+        baseline = _predictions_baseline(ws, contract, suites, keys, examples_sha256, champion_id,
+                                         baseline_predictions)
+    elif not is_base:
         if champion_id is not None and (revision is None or champion_id != revision.id):
             baseline, baseline_evaluated = _champion_baseline(ws, contract, champion_id, examples_sha256, limit,
                                                               base, progress, loaded, resolved, precision)
@@ -125,25 +135,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         outputs, latencies, generation = _generate(contract, suites, revision, adapter_dir, base_name, progress,
                                                    loaded, precision)
 
-    metrics: dict[str, float] = {}
-    rows: list[dict] = []
-    all_latencies: list[float] = []
-    harness = contract.harness()
-    for suite, records in suites:
-        scores = harness.score_many(records, outputs[suite.name])
-        aggregate = harness.aggregate(scores)
-        for metric in suite.metrics:
-            if metric in aggregate:
-                metrics[f"{suite.name}.{metric}"] = aggregate[metric]
-        suite_latency = latencies.get(suite.name) or []
-        all_latencies += [x for x in suite_latency if x is not None]
-        for index, (record, key, outs, score) in enumerate(zip(records, keys[suite.name], outputs[suite.name],
-                                                                scores)):
-            rows.append({"suite": suite.name, "index": index, "id": _record_id(record), "key": key, "outputs": outs,
-                         "scores": score, "latency_ms": suite_latency[index] if index < len(suite_latency) else None})
-    if all_latencies:
-        metrics["latency.p50_ms"] = statistics.median(all_latencies)
-        metrics["latency.p95_ms"] = _percentile(all_latencies, 0.95)
+    metrics, rows = _score(contract, suites, keys, outputs, latencies)
 
     # known without loading anything more: the revision records it, and the base was loaded when it was measured
     fingerprint = revision.base_fingerprint if revision else (loaded[base_name].fingerprint if base_name in loaded
@@ -151,7 +143,8 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
     paired = paired_deltas(contract, rows, baseline.rows)
-    gates = apply_gates(contract, metrics, baseline.metrics, {s.name: len(r) for s, r in suites}, paired)
+    gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
+                        {s.name: len(r) for s, r in suites}, paired)
     label = revision.ref if revision else ("base" if is_base else (ref or "predictions"))
     report = {
         "revision": label, "revision_id": revision.id if revision else None,
@@ -198,6 +191,51 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         finally:
             conn.close()
     return EvalResult(report, str(target / REPORT_FILE), str(target / PREDICTIONS_FILE), baseline_evaluated)
+
+
+def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dict) -> tuple[dict, list[dict]]:
+    """The suites' metrics (and latency percentiles) and one row per example, for the outputs given."""
+    metrics: dict[str, float] = {}
+    rows: list[dict] = []
+    all_latencies: list[float] = []
+    harness = contract.harness()
+    for suite, records in suites:
+        scores = harness.score_many(records, outputs[suite.name])
+        aggregate = harness.aggregate(scores)
+        for metric in suite.metrics:
+            if metric in aggregate:
+                metrics[f"{suite.name}.{metric}"] = aggregate[metric]
+        suite_latency = latencies.get(suite.name) or []
+        all_latencies += [x for x in suite_latency if x is not None]
+        for index, (record, key, outs, score) in enumerate(zip(records, keys[suite.name], outputs[suite.name],
+                                                                scores)):
+            rows.append({"suite": suite.name, "index": index, "id": _record_id(record), "key": key, "outputs": outs,
+                         "scores": score, "latency_ms": suite_latency[index] if index < len(suite_latency) else None})
+    if all_latencies:
+        metrics["latency.p50_ms"] = statistics.median(all_latencies)
+        metrics["latency.p95_ms"] = _percentile(all_latencies, 0.95)
+    return metrics, rows
+
+
+NO_BASELINE = "none"   # the label of a missing baseline (predictions with no baseline to pair them with)
+
+
+def _predictions_baseline(ws, contract, suites, keys, examples_sha256, champion_id, baseline_predictions):
+    """The baseline of outputs made elsewhere, without generating: ``baseline_predictions`` scored like them,
+    else the champion's registered report on the same examples, else none."""
+    if baseline_predictions is not None:
+        outputs, latencies = _read_predictions(baseline_predictions, suites)
+        metrics, rows = _score(contract, suites, keys, outputs, latencies)
+        return Baseline(None, f"predictions {baseline_predictions.name}", None, metrics, rows, examples_sha256)
+    if champion_id is not None:
+        conn = store.open_store(ws)
+        try:
+            found = find_registered_report(conn, f"{champion_id}", contract.ref, examples_sha256)
+        finally:
+            conn.close()
+        if found is not None:
+            return _load_baseline(ws, found)
+    return Baseline(None, NO_BASELINE, None, {}, [], examples_sha256)
 
 
 STATISTICS = ("Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "

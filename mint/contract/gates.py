@@ -36,7 +36,8 @@ def _interval(paired: PairedDelta) -> str:
 
 def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | None,
                paired: PairedDelta | None) -> GateResult:
-    """``paired``: the candidate-minus-baseline delta of ``gate.metric`` over the examples both were scored on."""
+    """``paired``: the candidate-minus-baseline delta of ``gate.metric`` over the examples both were scored on;
+    ``baseline`` None: there is no baseline at all, and a gate that compares with one fails naming it."""
     value = metrics.get(gate.metric)
     reference = (baseline or {}).get(gate.metric)
     lower = lower_is_better(contract, gate.metric)
@@ -48,7 +49,11 @@ def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | N
         rules.append(f"max {gate.max:g}")
         passed = passed and value <= gate.max + EPSILON
     if gate.paired:
-        if paired is None or paired.n == 0:
+        if baseline is None:   # predictions scored with nothing to compare them with
+            rules.append("no baseline to compare with: pass --baseline-predictions FILE, or register the "
+                         "champion's report on these examples")
+            passed = False
+        elif paired is None or paired.n == 0:
             rules.append("no paired examples with the baseline")
             passed = False
         else:

@@ -20,7 +20,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -243,13 +243,23 @@ def _quarantine_count(directory: Path) -> int:
         return sum(1 for _ in f)
 
 
+def _quarantine_only(ws: Workspace) -> list[str]:
+    """Datasets whose every ingest kept nothing: no version, but a quarantine that says why."""
+    if not ws.datasets.is_dir():
+        return []
+    return sorted(p.name for p in ws.datasets.iterdir() if p.is_dir() and not read_head(p)
+                  and _quarantine_count(p))
+
+
 def list_datasets(ws: Workspace) -> list[DatasetSummary]:
     out = []
     for name in list_names(ws):
         directory, manifest = resolve_version(ws, name)
         out.append(DatasetSummary(name, manifest["version"], manifest["number"], manifest["total_episodes"],
                                   manifest["by_specialist"], _quarantine_count(directory), manifest["created_at"]))
-    return out
+    for name in _quarantine_only(ws):
+        out.append(DatasetSummary(name, "(empty)", 0, 0, {}, _quarantine_count(ws.datasets / name), "-"))
+    return sorted(out, key=lambda summary: summary.name)
 
 
 @dataclass
@@ -265,6 +275,12 @@ class DatasetView:
 def show_dataset(ws: Workspace, name: str, version: str | None = None, head: int = 5) -> DatasetView:
     if head < 0:
         raise BadInput("must be 0 or more", field="--head")
+    check_name(name)
+    if name in _quarantine_only(ws) and version in (None, "", "latest", "head"):
+        empty = {"version": "(empty)", "number": 0, "parent": None, "created_at": "-", "episodes": 0,
+                 "total_episodes": 0, "by_specialist": {}}
+        return DatasetView(name, empty, [], [], _quarantine_count(ws.datasets / name),
+                           str(ws.datasets / name / QUARANTINE_FILE))
     directory, manifest = resolve_version(ws, name, version)
     versions = [read_manifest(directory, v) for v in chain(directory, read_head(directory))]
     first = []
@@ -287,26 +303,53 @@ class ExportResult:
     format: str
     out: str
     episodes: int
+    split: str = "train"
+    # episodes of the version not written, by why: "held-out split", "rated below N", "specialist X"
+    left_out: dict[str, int] = field(default_factory=dict)
+
+
+EXPORT_SPLITS = ("train", "heldout", "all")
+# file suffixes that say a single file; --format hf writes a folder
+_FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".gz", ".zst", ".txt")
 
 
 # the message keys OpenAI's fine-tuning format accepts; canonical extras (reasoning, finish_reason) stay home
 _OPENAI_MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "weight")
 
 
+def tool_call_id(episode_id: str, message: int, call: int) -> str:
+    """A stable id for a logged call that came without one: the same episode always exports the same ids."""
+    return "call_" + hashlib.sha256(f"{episode_id}\0{message}\0{call}".encode()).hexdigest()[:24]
+
+
 def to_openai(episode: dict) -> dict:
-    """An episode in OpenAI chat-completions fine-tuning form (tool arguments as JSON strings)."""
+    """An episode in OpenAI chat-completions fine-tuning form (tool arguments as JSON strings). Every tool
+    call has an id (a stable one when the log had none) and every tool result the ``tool_call_id`` of the
+    call it answers (the calls of the turn before it, in order), as OpenAI and several chat templates need."""
     messages = []
-    for m in episode["messages"]:
+    pending: list[str] = []   # ids of the last assistant turn's calls that no tool result answered yet
+    for i, m in enumerate(episode["messages"]):
         message = {k: m[k] for k in _OPENAI_MESSAGE_KEYS if k in m and (k != "weight" or m["role"] == "assistant")}
         if "tool_calls" in m:
-            message["tool_calls"] = [
-                {**call, "function": {"name": call["function"]["name"],
-                                      "arguments": json.dumps(call["function"]["arguments"], ensure_ascii=False)}}
-                for call in m["tool_calls"]]
+            calls = [{"id": call.get("id") or tool_call_id(episode["id"], i, j), "type": "function",
+                      "function": {"name": call["function"]["name"],
+                                   "arguments": json.dumps(call["function"]["arguments"], ensure_ascii=False)}}
+                     for j, call in enumerate(m["tool_calls"])]
+            message["tool_calls"] = calls
+            pending = [call["id"] for call in calls]
+        elif m["role"] == "tool":
+            if "tool_call_id" in m and m["tool_call_id"] in pending:
+                pending.remove(m["tool_call_id"])
+            elif "tool_call_id" not in m and pending:
+                message["tool_call_id"] = pending.pop(0)
+        else:
+            pending = []
         messages.append(message)
     record: dict = {"messages": messages}
     if episode["tools"]:
         record["tools"] = episode["tools"]
+    if episode.get("parallel_tool_calls") is not None:
+        record["parallel_tool_calls"] = episode["parallel_tool_calls"]
     return record
 
 
@@ -314,15 +357,31 @@ def to_openai(episode: dict) -> dict:
 DEFAULT_MIN_RATING = {"openai": 0, "hf": None}
 
 
-def rated(episodes: Iterator[dict], min_rating: int | None) -> Iterator[dict]:
+def rated(episodes: Iterator[dict], min_rating: int | None, left_out: dict | None = None) -> Iterator[dict]:
     """Episodes rated at least ``min_rating`` (unrated ones count as 0); one rated lower that carries a
-    correction comes with the correction as its last answer."""
+    correction comes with the correction as its last answer. Those left out are counted in ``left_out``."""
     for episode in episodes:
         rating = episode["feedback"]["rating"]
         if min_rating is None or (rating if rating is not None else 0) >= min_rating:
             yield episode
         elif episode["feedback"]["correction"]:
             yield with_correction(episode)
+        elif left_out is not None:
+            why = f"rated below {min_rating} (--min-rating)"
+            left_out[why] = left_out.get(why, 0) + 1
+
+
+def _selected(episodes: Iterator[dict], specialist: str | None, split: str, left_out: dict) -> Iterator[dict]:
+    """The episodes of ``specialist`` in ``split``; the others are counted in ``left_out`` by why."""
+    for episode in episodes:
+        if specialist is not None and episode["specialist"] != specialist:
+            why = f"specialist {episode['specialist']} (--specialist {specialist})"
+        elif split != "all" and is_heldout(episode) != (split == "heldout"):
+            why = "held-out split (--split all or heldout)" if split == "train" else "training split"
+        else:
+            yield episode
+            continue
+        left_out[why] = left_out.get(why, 0) + 1
 
 
 def with_correction(episode: dict) -> dict:
@@ -335,11 +394,20 @@ def with_correction(episode: dict) -> dict:
 
 def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str | None = None,
                    specialist: str | None = None, force: bool = False, *,
-                   min_rating: int | None | str = "default") -> ExportResult:
+                   min_rating: int | None | str = "default", split: str = "train") -> ExportResult:
     """Write ``version`` of ``name`` to ``out``. ``min_rating``: leave out episodes rated lower
-    (-1, 0 or 1; None keeps all; "default": 0 for fine-tuning formats, None for a dataset folder)."""
+    (-1, 0 or 1; None keeps all; "default": 0 for fine-tuning formats, None for a dataset folder).
+    ``split``: train (default: what `mint train` sees), heldout (what live contract suites draw) or all.
+    The result counts what was left out and why."""
     if fmt not in EXPORT_FORMATS:
         raise BadInput(f"unknown export format {fmt!r} (expected {' or '.join(EXPORT_FORMATS)})", field="--format")
+    if split not in EXPORT_SPLITS:
+        raise BadInput(f"unknown split {split!r} (expected {', '.join(EXPORT_SPLITS)})", field="--split")
+    if fmt == "hf" and out.suffix.lower() in _FILE_SUFFIXES:
+        raise BadInput(f"--format hf writes a dataset folder (save_to_disk), not a {out.suffix} file; give a "
+                       "folder path, or use --format openai for JSON Lines", file=str(out))
+    if fmt == "openai" and out.is_dir():
+        raise BadInput("is a folder; --format openai writes one JSON Lines file", file=str(out))
     if min_rating == "default":
         min_rating = DEFAULT_MIN_RATING[fmt]
     if min_rating not in (None, -1, 0, 1):
@@ -347,12 +415,16 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
     _directory, manifest = resolve_version(ws, name, version)
     if out.exists() and not force:
         raise BadInput("already exists; choose another path or pass --force", file=str(out))
-    episodes = rated(iter_episodes(ws, name, manifest["version"], specialist, split="train"), min_rating)
+    left_out: dict[str, int] = {}
+    episodes = rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split, left_out),
+                     min_rating, left_out)
     first = next(episodes, None)
     if first is None:
         which = f"of specialist {specialist!r}" if specialist else "at all"
         rating = f" rated {min_rating} or more (--min-rating)" if min_rating is not None else ""
-        raise BadInput(f"dataset {name!r} has no episodes {which}{rating}", field="--specialist")
+        why = "; left out: " + ", ".join(f"{k} {v}" for k, v in left_out.items()) if left_out else ""
+        raise BadInput(f"dataset {name!r} has no episodes {which}{rating} in the {split} split{why}",
+                       field="--specialist")
     episodes = itertools.chain([first], episodes)
     out = out.absolute()
     count = 0
@@ -363,10 +435,18 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
                 for episode in episodes:
                     f.write(json.dumps(to_openai(episode), ensure_ascii=False) + "\n")
                     count += 1
+                    if episode.get("preference"):   # a chat file holds the chosen side only
+                        why = "rejected answers of preference pairs (--format hf keeps them)"
+                        left_out[why] = left_out.get(why, 0) + 1
             final_tmp = target
         else:
-            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset", min_rating)
+            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset", min_rating, split)
             final_tmp = tmp / "dataset"
+            # the rows were counted in the worker that made the dataset: count what it left out here
+            left_out = {}
+            for _episode in rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split,
+                                            left_out), min_rating, left_out):
+                pass
         if out.exists():
             (shutil.rmtree if out.is_dir() else Path.unlink)(out)
         if final_tmp.is_dir():
@@ -374,12 +454,13 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
         else:
             final_tmp.rename(out)
     shutil.rmtree(tmp, ignore_errors=True)
-    return ExportResult(name, manifest["version"], fmt, str(out), count)
+    return ExportResult(name, manifest["version"], fmt, str(out), count, split, left_out)
 
 
 def _hf_rows(home: str, name: str, version: str, specialist: str | None,
-             min_rating: int | None = None) -> Iterator[dict]:
-    for episode in rated(iter_episodes(Workspace(Path(home)), name, version, specialist, split="train"), min_rating):
+             min_rating: int | None = None, split: str = "train") -> Iterator[dict]:
+    episodes = iter_episodes(Workspace(Path(home)), name, version, specialist, split=None if split == "all" else split)
+    for episode in rated(episodes, min_rating):
         record = to_openai(episode)
         yield {
             "id": episode["id"], "specialist": episode["specialist"],
@@ -390,19 +471,22 @@ def _hf_rows(home: str, name: str, version: str, specialist: str | None,
                          for m in record["messages"]],
             "tools": json.dumps(episode["tools"], ensure_ascii=False) if episode["tools"] else None,
             "rating": episode["feedback"]["rating"], "correction": episode["feedback"]["correction"],
+            # JSON text, as tools are: {"prompt_messages": N, "rejected": [...]} and the media paths
+            "preference": json.dumps(episode["preference"], ensure_ascii=False) if episode.get("preference") else None,
+            "media": json.dumps(episode["media"], ensure_ascii=False) if episode.get("media") else None,
             "source": episode["source"],
         }
 
 
 def _save_hf(ws: Workspace, name: str, version: str, specialist: str | None, target: Path,
-             min_rating: int | None = None) -> int:
+             min_rating: int | None = None, split: str = "train") -> int:
     """A ``datasets.Dataset`` saved with ``save_to_disk``; tool calls and tools as JSON text, since
     Arrow needs one schema for arguments whose keys differ from call to call."""
     from datasets import Dataset
 
     dataset = Dataset.from_generator(
         _hf_rows, gen_kwargs={"home": str(ws.home), "name": name, "version": version, "specialist": specialist,
-                              "min_rating": min_rating},
+                              "min_rating": min_rating, "split": split},
         cache_dir=str(target.parent / "cache"))
     dataset.save_to_disk(str(target))
     return len(dataset)

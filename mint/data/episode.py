@@ -23,7 +23,7 @@ ROLES = {
 # ShareGPT exports of tool-use data write the assistant's call as its own turn
 CALL_ROLES = {"function_call", "tool_call", "tool_calls"}
 
-FORMATS = ("auto", "openai", "sharegpt", "mint", "hf")
+FORMATS = ("auto", "openai", "sharegpt", "mint", "hf", "alpaca", "prompt_completion", "preference")
 
 THUMBS = {
     "up": 1, "down": -1, "thumbs_up": 1, "thumbs_down": -1, "thumbsup": 1, "thumbsdown": -1,
@@ -40,13 +40,38 @@ class RecordError(Exception):
         self.field, self.reason = field, reason
 
 
-def episode_id(messages: list, tools: list, feedback: dict) -> str:
-    """Content hash: the same conversation with the same tools and feedback is the same episode."""
-    blob = json.dumps([messages, tools, feedback], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def episode_id(messages: list, tools: list, feedback: dict, preference: dict | None = None) -> str:
+    """Content hash: the same conversation with the same tools, feedback and rejected answer is the same
+    episode (an episode without a preference hashes as it did before preferences existed)."""
+    content = [messages, tools, feedback] + ([preference] if preference else [])
+    blob = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+# whole chosen/rejected conversations (the prompt is their common beginning)
+_PAIRED_CONVERSATIONS = (("chosen_messages", "rejected_messages"), ("chosen_conversations", "rejected_conversations"))
+# OpenAI's preference fine-tuning format: {"input": {"messages", "tools"}, "preferred_output", "non_preferred_output"}
+_OPENAI_PREFERENCE = ("preferred_output", "non_preferred_output")
+
+
+def _whole_conversation(value: Any) -> bool:
+    """Whether a ``chosen`` value is a whole conversation (it starts with a user or system turn), not an answer."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], dict):
+        return False
+    role = value[0].get("role", value[0].get("from"))
+    return isinstance(role, str) and ROLES.get(role.strip().lower()) in ("user", "system")
+
+
 def sniff_format(record: dict) -> str:
+    # chosen/rejected written as whole conversations (UltraFeedback's shape) win over a `messages` copy of them
+    if "rejected" in record and _whole_conversation(record.get("chosen")):
+        return "preference"
+    if "instruction" in record and ("output" in record or "chosen" in record):
+        return "alpaca"
+    if "chosen" in record and "rejected" in record and "conversations" not in record and "messages" not in record:
+        return "preference"
+    if any(chosen in record and rejected in record for chosen, rejected in (*_PAIRED_CONVERSATIONS, _OPENAI_PREFERENCE)):
+        return "preference"
     if "conversations" in record:
         return "sharegpt"
     if "messages" in record and (isinstance(record.get("feedback"), dict) or "served_by" in record):
@@ -55,9 +80,19 @@ def sniff_format(record: dict) -> str:
         return "openai"
     if "prompt" in record and ("completion" in record or "response" in record):
         return "prompt_completion"
+    if isinstance(record.get("input"), list) and "ideal" in record:   # an OpenAI evals sample
+        return "prompt_completion"
     if "instruction" in record and "output" in record:
         return "alpaca"
-    raise RecordError("", "unknown record shape: expected `messages` (OpenAI/mint) or `conversations` (ShareGPT)")
+    if "prompt" in record:
+        raise RecordError("completion", "missing: a prompt-only record has no answer to learn (give `completion`, "
+                          "or `chosen` and `rejected`)")
+    if "text" in record:
+        raise RecordError("text", "plain text (a pretraining corpus) is not a conversation: mint trains on "
+                          "messages with an assistant answer")
+    raise RecordError("", "unknown record shape: found keys " + ", ".join(repr(k) for k in list(record)[:8])
+                      + "; expected `messages` (OpenAI/mint), `conversations` (ShareGPT), `prompt`+`completion`, "
+                      "`instruction`+`output` (Alpaca) or `chosen`+`rejected` (preference)")
 
 
 def normalize(record: Any, fmt: str = "auto") -> dict:
@@ -65,6 +100,7 @@ def normalize(record: Any, fmt: str = "auto") -> dict:
     if not isinstance(record, dict):
         raise RecordError("", f"expected a JSON object, got {type(record).__name__}")
     kind = sniff_format(record) if fmt in ("auto", "hf") else fmt
+    preference = None
     if kind == "sharegpt":
         messages = _sharegpt_messages(record)
     elif kind in ("openai", "mint"):
@@ -73,9 +109,17 @@ def normalize(record: Any, fmt: str = "auto") -> dict:
         messages = _prompt_completion_messages(record)
     elif kind == "alpaca":
         messages = _alpaca_messages(record)
+    elif kind == "preference":
+        messages, preference = _preference_messages(record)
     else:   # pragma: no cover - FORMATS is checked by the caller
         raise RecordError("", f"unknown format {fmt}")
-    _check_conversation(messages, "conversations" if kind == "sharegpt" else "messages")
+    if preference is None and kind in ("sharegpt", "alpaca", "openai") and ("chosen" in record or "rejected" in record):
+        # LLaMA-Factory's ranking format: the conversation is the prompt, chosen/rejected its two answers
+        preference = _ranking_answers(record, messages)
+        messages = messages + preference.pop("chosen")
+    _check_conversation(messages, "conversations" if kind == "sharegpt" else "messages", preference)
+    media = _media(record)
+    replace_media_placeholders(messages + (preference["rejected"] if preference else []), media)
     return {
         "session": _optional_str(record, ("session", "session_id", "conversation_id", "thread_id")),
         "ts": _timestamp(record),
@@ -85,7 +129,21 @@ def normalize(record: Any, fmt: str = "auto") -> dict:
         "served_by": _optional_str(record, ("served_by",)),
         "upstream_id": upstream_id(record),
         "label": _optional_str(record, ("specialist",)) or _meta_label(record),
+        "preference": preference,
+        "media": media,
+        "parallel_tool_calls": _parallel_tool_calls(record),
     }
+
+
+def _parallel_tool_calls(record: dict) -> bool | None:
+    """OpenAI's ``parallel_tool_calls`` (top level, or in a server log's request or a preference's input)."""
+    for holder in (record, record.get("request"), record.get("input")):
+        if isinstance(holder, dict) and "parallel_tool_calls" in holder:
+            value = holder["parallel_tool_calls"]
+            if not isinstance(value, bool):
+                raise RecordError("parallel_tool_calls", f"expected true or false, got {value!r}")
+            return value
+    return None
 
 
 _UPSTREAM_KEYS = ("upstream_id", "request_id", "response_id", "completion_id")
@@ -121,9 +179,25 @@ def _openai_messages(record: dict) -> list[dict]:
     if not isinstance(raw, list):
         raise RecordError("messages", f"expected a list, got {type(raw).__name__}")
     messages: list[dict] = []
+    system = _system(record)
+    if system and not (raw and isinstance(raw[0], dict) and raw[0].get("role") in ("system", "developer")):
+        messages.append({"role": "system", "content": system})
     for i, m in enumerate(raw):
         messages.extend(_message(m, f"messages[{i}]"))
     return messages
+
+
+def _system(record: dict) -> str:
+    """A top-level system prompt (Bedrock's and Anthropic's fine-tuning shape, ShareGPT's ``system``): a
+    string or a list of text blocks; empty when there is none."""
+    raw = record.get("system")
+    if raw is None or raw == "":
+        return ""
+    if isinstance(raw, str):
+        return raw if raw.strip() else ""
+    if isinstance(raw, list):
+        return _content(raw, "system")
+    raise RecordError("system", f"expected a string or a list of text blocks, got {type(raw).__name__}")
 
 
 def _response_message(record: dict) -> dict:
@@ -191,6 +265,13 @@ def _message(raw: Any, where: str) -> list[dict]:
     weight = raw.get("weight")
     if weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
         raise RecordError(f"{where}.weight", f"{weight!r} is not 0 or 1")
+    loss_weight = raw.get("loss_weight")   # LLaMA-Factory v1: a float scale; 0 means context only
+    if loss_weight is not None:
+        if isinstance(loss_weight, bool) or not isinstance(loss_weight, (int, float)) \
+                or not math.isfinite(loss_weight) or loss_weight < 0:
+            raise RecordError(f"{where}.loss_weight", f"{loss_weight!r} is not a number >= 0")
+        if loss_weight == 0:
+            weight = 0
     # weight 0: keep the turn as context but never train on it; an answer cut off by the length limit
     # is not a complete answer to learn
     if weight == 0 or message.get("finish_reason") == "length":
@@ -241,8 +322,13 @@ def _content(raw: Any, where: str, parts: _Parts | None = None) -> str:
         if not isinstance(part, dict):
             raise RecordError(here, "expected a content part")
         kind = part.get("type")
-        if kind in (None, "text", "input_text", "output_text") and isinstance(part.get("text"), str):
-            parts.texts.append(part["text"])
+        # LLaMA-Factory's v1 format writes a text part's text under "value"
+        text = part.get("text", part.get("value"))
+        if kind in (None, "text", "input_text", "output_text") and isinstance(text, str):
+            parts.texts.append(text)
+        elif kind in (None, "text", "input_text", "output_text"):
+            raise RecordError(f"{here}.text", "missing: a text part holds its text under `text` or `value`"
+                              if text is None else f"expected a string, got {type(text).__name__}")
         elif kind in _IMAGE_PARTS:
             parts.texts.append("[IMAGE]")
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
@@ -302,8 +388,8 @@ def _sharegpt_messages(record: dict) -> list[dict]:
     if not isinstance(raw, list):
         raise RecordError("conversations", f"expected a list, got {type(raw).__name__}")
     messages: list[dict] = []
-    if isinstance(record.get("system"), str) and record["system"].strip():
-        messages.append({"role": "system", "content": record["system"]})
+    if _system(record):
+        messages.append({"role": "system", "content": _system(record)})
     for i, turn in enumerate(raw):
         where = f"conversations[{i}]"
         if not isinstance(turn, dict):
@@ -329,6 +415,14 @@ def _sharegpt_messages(record: dict) -> list[dict]:
 
 
 def _prompt_completion_messages(record: dict) -> list[dict]:
+    if "prompt" not in record and isinstance(record.get("input"), list):
+        # OpenAI evals: {"input": [messages], "ideal": answer or [acceptable answers]}; the first is learnt
+        ideal = record.get("ideal")
+        ideal = ideal[0] if isinstance(ideal, list) and ideal else ideal
+        if not isinstance(ideal, str):
+            raise RecordError("ideal", "expected the ideal answer as a string (or a list of strings)")
+        return [out for i, m in enumerate(record["input"]) for out in _message(m, f"input[{i}]")] + \
+            [{"role": "assistant", "content": ideal}]
     prompt, completion = record.get("prompt"), record.get("completion", record.get("response"))
     if isinstance(prompt, list) and isinstance(completion, list):   # TRL conversational
         return [out for i, m in enumerate(prompt) for out in _message(m, f"prompt[{i}]")] + \
@@ -340,19 +434,164 @@ def _prompt_completion_messages(record: dict) -> list[dict]:
 
 def _alpaca_messages(record: dict) -> list[dict]:
     parts = [record.get("instruction"), record.get("input") or ""]
-    if not all(isinstance(p, str) for p in parts) or not isinstance(record.get("output"), str):
-        raise RecordError("instruction", "expected instruction, input and output as strings")
+    for key, value in zip(("instruction", "input"), parts):
+        if not isinstance(value, str):
+            raise RecordError(key, f"expected a string, got {type(value).__name__}")
+    ranking = "output" not in record and "chosen" in record   # the answers are chosen and rejected
+    if not ranking and not isinstance(record.get("output"), str):
+        raise RecordError("output", "missing" if record.get("output") is None else "expected a string")
     user = parts[0] + ("\n\n" + parts[1] if parts[1].strip() else "")
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": record["output"]}]
+    messages = [{"role": "system", "content": _system(record)}] if _system(record) else []
+    history = record.get("history")   # LLaMA-Factory: earlier [instruction, answer] pairs
+    if isinstance(history, list):
+        for i, pair in enumerate(history):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+                raise RecordError(f"history[{i}]", "expected [instruction, answer] as two strings")
+            messages += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
+    messages.append({"role": "user", "content": user})
+    if not ranking:
+        messages.append({"role": "assistant", "content": record["output"]})
+    return messages
 
 
-def _check_conversation(messages: list[dict], where: str) -> None:
+# --- preferences -------------------------------------------------------------------
+
+def _preference_messages(record: dict) -> tuple[list[dict], dict]:
+    """(prompt + chosen messages, preference) of a TRL preference record (``prompt``/``chosen``/``rejected``,
+    strings or message lists, the prompt implicit when absent), an HH-RLHF pair of ``\n\nHuman:`` /
+    ``\n\nAssistant:`` transcripts, or ``chosen_messages``/``rejected_messages`` conversations."""
+    keys = next(((c, r) for c, r in (*_PAIRED_CONVERSATIONS, _OPENAI_PREFERENCE) if c in record and r in record),
+                ("chosen", "rejected"))
+    chosen = _answer_messages(record[keys[0]], keys[0])
+    rejected = _answer_messages(record[keys[1]], keys[1])
+    prompt: list[dict] = [{"role": "system", "content": _system(record)}] if _system(record) else []
+    raw_prompt, prompt_field = record.get("prompt"), "prompt"
+    if keys == _OPENAI_PREFERENCE:
+        if not isinstance(record.get("input"), dict) or not isinstance(record["input"].get("messages"), list):
+            raise RecordError("input.messages", "missing: the prompt of a preferred/non-preferred pair")
+        raw_prompt, prompt_field = record["input"]["messages"], "input.messages"
+    if raw_prompt is not None:
+        raw = raw_prompt
+        if isinstance(raw, str):
+            prompt.append({"role": "user", "content": raw})
+        elif isinstance(raw, list):
+            prompt += [out for i, m in enumerate(raw) for out in _any_message(m, f"{prompt_field}[{i}]")]
+        else:
+            raise RecordError(prompt_field, f"expected a string or a list of messages, got {type(raw).__name__}")
+        # both sides written as whole conversations that repeat the prompt: keep only what follows it
+        asked = [m for m in prompt if m["role"] != "system"]
+        for side in (chosen, rejected):
+            begins = [m for m in side[:len(asked) + 1] if m["role"] != "system"][:len(asked)]
+            if asked and len(side) > len(asked) and [(m["role"], m["content"]) for m in begins] == \
+                    [(m["role"], m["content"]) for m in asked]:
+                del side[:side.index(begins[-1]) + 1]
+        return prompt + chosen, {"prompt_messages": len(prompt), "rejected": rejected}
+    # implicit prompt: the two conversations share it, and differ from the first answer that differs
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == len(chosen) and shared == len(rejected):
+        raise RecordError(keys[1], f"the same conversation as `{keys[0]}`: no preference")
+    if shared == 0 or not any(m["role"] == "user" for m in chosen[:shared]):
+        raise RecordError(keys[0], f"no prompt: give `prompt`, or write `{keys[0]}` and `{keys[1]}` as whole "
+                          "conversations that begin with the same user turn")
+    return prompt + chosen, {"prompt_messages": len(prompt) + shared, "rejected": rejected[shared:]}
+
+
+def _ranking_answers(record: dict, prompt: list[dict]) -> dict:
+    """LLaMA-Factory's ranking format: ``chosen`` and ``rejected`` answers to the record's conversation."""
+    for key in ("chosen", "rejected"):
+        if key not in record:
+            other = "rejected" if key == "chosen" else "chosen"
+            raise RecordError(key, f"missing: a preference record has both `chosen` and `rejected` "
+                              f"(this one has only `{other}`)")
+    chosen, rejected = (_answer_messages(record[k], k) for k in ("chosen", "rejected"))
+    if chosen == rejected:
+        raise RecordError("rejected", "the same answer as `chosen`: no preference")
+    return {"chosen": chosen, "prompt_messages": len(prompt), "rejected": rejected}
+
+
+_HH_TURN = re.compile(r"(?:^|\n\n)(Human|Assistant|H|A):[ \t]?")
+
+
+def _answer_messages(raw: Any, where: str) -> list[dict]:
+    """An answer as messages: a string (an HH-RLHF transcript when it has ``Human:`` turns, else one
+    assistant turn), one message (OpenAI or ShareGPT), or a list of them."""
+    if isinstance(raw, str):
+        if re.search(r"(?:^|\n\n)Human:", raw):
+            return _transcript(raw, where)
+        return [{"role": "assistant", "content": raw}]
+    if isinstance(raw, dict):
+        messages = _any_message(raw, where)
+    elif isinstance(raw, list):
+        messages = [out for i, m in enumerate(raw) for out in _any_message(m, f"{where}[{i}]")]
+    else:
+        raise RecordError(where, f"expected a string, a message or a list of messages, got {type(raw).__name__}")
+    if not messages:
+        raise RecordError(where, "empty")
+    return messages
+
+
+def _any_message(raw: Any, where: str) -> list[dict]:
+    if isinstance(raw, dict) and "role" not in raw and "from" in raw:   # a ShareGPT turn
+        raw = {"role": raw["from"], "content": raw.get("value")}
+    return _message(raw, where)
+
+
+def _transcript(text: str, where: str) -> list[dict]:
+    """An HH-RLHF transcript (``\n\nHuman: …\n\nAssistant: …``) as messages."""
+    marks = list(_HH_TURN.finditer(text))
+    if not marks or text[:marks[0].start()].strip():
+        raise RecordError(where, "a transcript must start with `Human:`")
+    messages = []
+    for mark, following in zip(marks, [*marks[1:], None]):
+        body = text[mark.end():following.start() if following else len(text)]
+        role = "user" if mark.group(1) in ("Human", "H") else "assistant"
+        messages.append({"role": role, "content": body.strip()})
+    return messages
+
+
+# --- media ----------------------------------------------------------------------
+
+_MEDIA = {"images": ("<image>", "[IMAGE]"), "videos": ("<video>", "[VIDEO]"), "audios": ("<audio>", "[AUDIO]")}
+
+
+def _media(record: dict) -> dict | None:
+    """The media lists a multimodal record names (LLaMA-Factory's ``images``/``videos``/``audios``): paths or
+    URLs, kept as written; None when it has none."""
+    found = {}
+    for key in _MEDIA:
+        value = record.get(key)
+        if value is None or value == []:
+            continue
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+            raise RecordError(key, "expected a list of paths or URLs")
+        found[key] = items
+    return found or None
+
+
+def replace_media_placeholders(messages: list[dict], media: dict | None) -> None:
+    """``<image>`` (and ``<video>``, ``<audio>``) as the ``[IMAGE]`` a content part becomes, in a record that
+    lists that kind of media: the model never learns to write a placeholder another stack expands."""
+    for key, (tag, mark) in _MEDIA.items():
+        if media and key in media:
+            for message in messages:
+                if tag in message["content"]:
+                    message["content"] = message["content"].replace(tag, mark)
+
+
+def _check_conversation(messages: list[dict], where: str, preference: dict | None = None) -> None:
     if not messages:
         raise RecordError(where, "empty")
     if not any(m["content"].strip() or m.get("tool_calls") for m in messages):
         raise RecordError(where, "every message is empty")
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
         raise RecordError(where, "no user message")
+    # an empty answer a server logged still counts (its prompt is the loop's experience); no answer at all does not
+    if preference is None and not any(m["role"] == "assistant" for m in messages):
+        raise RecordError(where, "no assistant answer (and no chosen/rejected pair): a prompt alone teaches "
+                          "nothing; a preference record needs both `chosen` and `rejected`")
 
 
 # --- the rest of the episode ---------------------------------------------------
@@ -361,6 +600,8 @@ def _tools(record: dict) -> list[dict]:
     raw = record.get("tools")
     if raw is None and isinstance(record.get("request"), dict):
         raw = record["request"].get("tools")
+    if raw is None and isinstance(record.get("input"), dict):   # OpenAI's preference format
+        raw = record["input"].get("tools")
     if raw is None:
         raw = record.get("functions")
     if raw is None:
@@ -454,7 +695,7 @@ def normalize_feedback(record: dict) -> dict:
     raw = record.get("feedback")
     where = "feedback"
     if raw is None:
-        raw, where = {k: record[k] for k in ("rating", "thumbs", "stars", "score", "label", "correction")
+        raw, where = {k: record[k] for k in ("rating", "thumbs", "stars", "score", "label", "kto_tag", "correction")
                       if k in record and _top_level_feedback(k, record[k])}, ""
     elif isinstance(raw, (str, int, float, bool)):
         raw = {"thumbs" if isinstance(raw, str) else "rating": raw}
@@ -470,7 +711,7 @@ def normalize_feedback(record: dict) -> dict:
         return f"{where}.{key}" if where else key
 
     rating = None
-    for key in ("rating", "thumbs", "stars", "score", "label"):
+    for key in ("rating", "thumbs", "stars", "score", "label", "kto_tag"):
         value = raw.get(key)
         if value is None:
             continue
@@ -482,7 +723,7 @@ def normalize_feedback(record: dict) -> dict:
 def _top_level_feedback(key: str, value: Any) -> bool:
     """Whether a top-level ``label`` or ``score`` is feedback: other datasets use these names for class
     labels and quality scores, so only a boolean label (KTO) and a score in [0, 1] count."""
-    if key == "label":
+    if key in ("label", "kto_tag"):
         return isinstance(value, bool)
     if key == "score":
         return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
@@ -490,7 +731,7 @@ def _top_level_feedback(key: str, value: Any) -> bool:
 
 
 def _rating(key: str, value: Any, where: str) -> int:
-    if key == "label" or isinstance(value, bool):
+    if key in ("label", "kto_tag") or isinstance(value, bool):
         if not isinstance(value, bool):
             raise RecordError(where, "expected true or false")
         return 1 if value else -1

@@ -13,6 +13,7 @@ only an unreferenced directory that readers never see.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -30,6 +31,7 @@ from typing import Callable
 from mint.data import datasets
 from mint.data.episode import FORMATS, RecordError, normalize, normalize_feedback, upstream_id
 from mint.data.labels import Labeler
+from mint.data.llamafactory import remap
 from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, discover, parse_line,
                                read_line_batches, read_source)
 from mint.data.scrub import scrub_text, scrub_value
@@ -54,6 +56,13 @@ class SourceStats:
     quarantined: int = 0
     scrubbed: int = 0
     updated: int = 0      # kept episodes that replace an earlier one (later feedback, a longer re-log)
+    pairs: int = 0        # kept episodes with a chosen/rejected preference
+    reasons: dict[str, int] = field(default_factory=dict)   # quarantine reasons of this source
+
+    @property
+    def kept_nothing(self) -> bool:
+        """Every record of a non-empty source was quarantined: the source was misread or is not logs."""
+        return self.read > 0 and self.quarantined == self.read
 
 
 @dataclass
@@ -75,23 +84,45 @@ class IngestResult:
     episodes_updated: int = 0    # earlier episodes replaced by a newer record of the same conversation
     skipped: list[str] = field(default_factory=list)   # files in the folders given that are not logs
 
+    @property
+    def failed_sources(self) -> list[SourceStats]:
+        """The sources that kept nothing: every record quarantined."""
+        return [s for s in self.sources if s.kept_nothing]
+
+    @property
+    def kept_nothing(self) -> bool:
+        """Records were read and every one was quarantined (the CLI exits 2 with the top reasons)."""
+        read = sum(s.read for s in self.sources)
+        return read > 0 and sum(s.quarantined for s in self.sources) == read
+
 
 def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: str = "auto",
            project: Project, scrub: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-           progress: IngestProgress | None = None, workers: int | None = None) -> IngestResult:
+           progress: IngestProgress | None = None, workers: int | None = None, specialist: str | None = None,
+           file_formats: dict[Path, str] | None = None) -> IngestResult:
     """Ingest ``paths`` into ``dataset``. ``workers``: processes that parse and scrub big JSON Lines
-    files (default: one per core when there are several; 0 or 1 parses in this process)."""
+    files (default: one per core when there are several; 0 or 1 parses in this process).
+    ``specialist`` labels every record (a public dataset meant for one specialist); ``file_formats``
+    gives the format of single files (``--format FILE=FORMAT``) where sniffing cannot tell."""
     started = time.perf_counter()
     datasets.check_name(dataset)
-    if fmt not in FORMATS:
-        raise BadInput(f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})", field="--format")
+    for name in [fmt, *(file_formats or {}).values()]:
+        if name not in FORMATS:
+            raise BadInput(f"unknown format {name!r} (expected one of {', '.join(FORMATS)})", field="--format")
+    if specialist is not None and specialist not in project.names:
+        raise BadInput(f"{specialist!r} is not a specialist in mint.yaml ({', '.join(sorted(project.names))})",
+                       field="--specialist")
     if max_record_bytes < 1:
         raise BadInput("must be a positive number of bytes", field="--max-record-bytes")
     if not paths:
         raise BadInput("give at least one file or folder to ingest")
     skipped: list[str] = []
     sources = discover(paths, fmt, skipped=skipped)   # missing or unreadable paths fail here, before any write
-    settings = _Settings(fmt, Labeler(project), scrub)
+    file_formats = {Path(p).resolve(): f for p, f in (file_formats or {}).items()}
+    unmatched = set(file_formats) - {source.path.resolve() for source in sources}
+    if unmatched:
+        raise BadInput("--format names a file that is not among the paths given", file=str(sorted(unmatched)[0]))
+    settings = _Settings(fmt, Labeler(project), scrub, specialist)
     directory = ws.datasets / dataset
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -119,7 +150,8 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                         stats.append(source_stats)
                         report = (lambda n, label=label, size=source.size: progress(label, n, size)) \
                             if progress else None
-                        for line, specialist, how, found, keys in _outcomes(source, label, settings,
+                        here = _source_settings(settings, source, file_formats)
+                        for line, specialist, how, found, keys, pair in _outcomes(source, label, here,
                                                                             max_record_bytes, report, workers):
                             source_stats.read += 1
                             if found:
@@ -131,12 +163,14 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 if bad is not None:
                                     source_stats.quarantined += 1
                                     reasons[_reason_kind(specialist)] += 1
+                                    _count(source_stats.reasons, _reason_kind(specialist))
                                     quarantine.write(bad)
                                     continue
                                 keys = conversation_keys(json.loads(line))
                             if how == "quarantine":
                                 source_stats.quarantined += 1
                                 reasons[_reason_kind(specialist)] += 1
+                                _count(source_stats.reasons, _reason_kind(specialist))
                                 quarantine.write(line)
                                 continue
                             key = bytes.fromhex(line[7:39].decode("ascii"))   # the first 128 bits of the id
@@ -155,6 +189,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                             if keys:
                                 _remember_conversation(index, keys, key, specialist, None, out.tell())
                             source_stats.kept += 1
+                            source_stats.pairs += pair
                             added += 1
                             by_specialist[specialist] += 1
                             labeled_by[how] += 1
@@ -197,6 +232,10 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         episodes_updated=updated, skipped=skipped)
 
 
+def _count(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
 class _NothingNew(Exception):
     """Every record was a duplicate or bad: no version is made."""
 
@@ -206,12 +245,25 @@ class _Settings:
     fmt: str
     labeler: Labeler
     scrub: bool
+    specialist: str | None = None    # --specialist: every record of the sources is this specialist's
+    layout: dict | None = None       # the source's LLaMA-Factory columns and tags
+
+
+def _source_settings(settings: _Settings, source: Source, file_formats: dict[Path, str]) -> _Settings:
+    """The settings for one source: its own --format, or the layout its dataset_info.json entry gives."""
+    own = file_formats.get(source.path.resolve())
+    if own is not None:
+        return dataclasses.replace(settings, fmt=own)
+    if source.layout is not None:
+        return dataclasses.replace(settings, fmt="auto", layout=source.layout)
+    return settings
 
 
 # What one record became: (line, specialist, how, scrub counts, conversation keys). ``how`` is the
 # labeling rule for an episode, whose line is its JSON in UTF-8; for a bad record it is "quarantine",
 # ``line`` is the quarantine entry and ``specialist`` the reason.
-Outcome = tuple[bytes, str, str, "Counter | None", "ConversationKeys | None"]
+# ``pair``: the episode carries a chosen/rejected preference.
+Outcome = tuple[bytes, str, str, "Counter | None", "ConversationKeys | None", bool]
 
 PARALLEL_MIN_BYTES = 4 << 20     # smaller files are done before worker processes would have started
 _BATCH_LINES = 2000
@@ -235,7 +287,8 @@ def _process(record: RawRecord, settings: _Settings) -> Outcome:
 
 
 # a record with any of these is a conversation; without them, an upstream id and feedback, a feedback event
-_CONVERSATION_FIELDS = ("messages", "conversations", "request", "prompt", "instruction")
+_CONVERSATION_FIELDS = ("messages", "conversations", "request", "prompt", "instruction", "chosen", "rejected",
+                        "chosen_messages", "rejected_messages")
 
 
 def _feedback_event(record: RawRecord, settings: _Settings, found: Counter) -> Outcome | None:
@@ -253,23 +306,29 @@ def _feedback_event(record: RawRecord, settings: _Settings, found: Counter) -> O
     event = {"upstream_id": upstream, "feedback": feedback, "source": record.source,
              "raw": record.raw if record.raw is not None else json.dumps(data, ensure_ascii=False)[:RAW_KEEP_CHARS]}
     return (json.dumps(event, ensure_ascii=False).encode("utf-8"), "", "feedback", found or None,
-            ConversationKeys(_key("upstream", upstream), None, (), True))
+            ConversationKeys(_key("upstream", upstream), None, (), True), False)
 
 
 def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> Outcome:
+    if settings.layout is not None:
+        record = dataclasses.replace(record, data=remap(record.data, settings.layout))
     event = _feedback_event(record, settings, found)
     if event is not None:
         return event
     episode = normalize(record.data, settings.fmt)
     labeler = settings.labeler
-    specialist, how = labeler.label(episode.pop("label"), episode["messages"], episode["tools"],
-                                    served_by=episode["served_by"])
+    own = episode.pop("label")
+    if settings.specialist is not None:
+        specialist, how = settings.specialist, "--specialist"
+    else:
+        specialist, how = labeler.label(own, episode["messages"], episode["tools"], served_by=episode["served_by"])
     if how == "record" and specialist not in labeler.names:
         reason = (f"specialist: {specialist!r} is not a specialist in mint.yaml "
                   f"({', '.join(sorted(labeler.names))})")
         return _quarantine_outcome(record, reason, settings, found)
+    rejected = episode["preference"]["rejected"] if episode["preference"] else []
     if settings.scrub:
-        for message in episode["messages"]:
+        for message in episode["messages"] + rejected:
             message["content"] = scrub_text(message["content"], found)
             if "reasoning" in message:
                 message["reasoning"] = scrub_text(message["reasoning"], found)
@@ -281,7 +340,8 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
             episode["session"] = scrub_text(episode["session"], found)
     line, messages_json = _episode_line(episode, specialist, record.source)
     # encoding is where a lone surrogate fails
-    return line.encode("utf-8"), specialist, how, found or None, conversation_keys(episode, messages_json)
+    return (line.encode("utf-8"), specialist, how, found or None, conversation_keys(episode, messages_json),
+            episode["preference"] is not None)
 
 
 def _surrogate_reason(data) -> str:
@@ -295,7 +355,8 @@ def _quarantine_outcome(record: RawRecord, reason: str, settings: _Settings, fou
             content = json.dumps(record.data, ensure_ascii=False, sort_keys=True, default=str)
         except (RecursionError, ValueError):
             content = None
-    return _quarantine_line(record.source, reason, content, settings, found), reason, "quarantine", found or None, None
+    return (_quarantine_line(record.source, reason, content, settings, found), reason, "quarantine", found or None,
+            None, False)
 
 
 def _quarantine_line(source: str, reason: str, content: str | None, settings: _Settings, found: Counter) -> bytes:
@@ -354,19 +415,27 @@ def _episode_line(episode: dict, specialist: str, source: str) -> tuple[str, str
     """The canonical episode as one JSON line, and its messages' JSON; each part is serialized once,
     for the id, the line and the conversation keys."""
     parts = [_dumps(episode["messages"]), _dumps(episode["tools"]), _dumps(episode["feedback"])]
+    # a preference is part of what the episode is (the same prompt and chosen answer against another
+    # rejected one is another pair); episodes without one keep the ids they always had
+    if episode.get("preference"):
+        parts.append(_dumps(episode["preference"]))
     digest = hashlib.sha256(("[" + ",".join(parts) + "]").encode("utf-8")).hexdigest()
+    optional = "".join(f',"{key}":{_dumps(episode[key])}' for key in ("preference", "media", "parallel_tool_calls")
+                       if episode.get(key) is not None)
     return (f'{{"id":"{digest}","session":{_string(episode["session"])},"ts":{_string(episode["ts"])},'
             f'"specialist":{_string(specialist)},"messages":{parts[0]},"tools":{parts[1]},"feedback":{parts[2]},'
-            f'"served_by":{_string(episode["served_by"])},"upstream_id":{_string(episode["upstream_id"])},'
-            f'"source":{_string(source)}}}\n'), parts[0]
+            f'"served_by":{_string(episode["served_by"])},"upstream_id":{_string(episode["upstream_id"])}'
+            f'{optional},"source":{_string(source)}}}\n'), parts[0]
 
 
 # --- one conversation logged more than once -------------------------------------------------------
 
 @dataclass(frozen=True)
 class ConversationKeys:
-    """What links records of one conversation: the upstream id, the session with the messages, and
-    the session with each shorter prefix of them (a conversation re-logged after every turn)."""
+    """What links records of one conversation: the upstream id (which feedback events name), and the
+    session (else the upstream id) with the messages and with each shorter prefix of them (a conversation
+    re-logged after every turn). Only content merges two conversation records: a shared id with other
+    messages is two conversations (datasets reuse ``id`` values such as ``identity_0``)."""
 
     upstream: bytes | None
     full: bytes | None
@@ -377,13 +446,19 @@ class ConversationKeys:
 def conversation_keys(episode: dict, messages_json: str | None = None) -> ConversationKeys | None:
     """The episode's keys; ``messages_json`` is its messages as ``_dumps`` wrote them, when at hand.
 
-    A key is the hash of the session and the messages' JSON, so the prefix keys of a longer log equal
-    the full key of each shorter one (``_dumps`` of a list joins the ``_dumps`` of its items with ",").
+    A key is the hash of the session (else the upstream id) and the messages' JSON, so the prefix keys of
+    a longer log equal the full key of each shorter one (``_dumps`` of a list joins the ``_dumps`` of its
+    items with ",").
     """
     upstream = _key("upstream", episode.get("upstream_id")) if episode.get("upstream_id") else None
     full, prefixes = None, []
     if episode["session"]:
         head = b"session\0" + episode["session"].encode("utf-8") + b"\0"
+    elif episode.get("upstream_id"):
+        head = b"upstream\0" + episode["upstream_id"].encode("utf-8") + b"\0"
+    else:
+        head = None
+    if head is not None:
         messages = episode["messages"]
         # a conversation is re-logged after an answer: prefixes that end with one are its earlier logs
         ends = {i for i in range(len(messages) - 1)
@@ -409,14 +484,17 @@ def _key(kind: str, value: str) -> bytes:
 
 
 def _earlier_episode(index: sqlite3.Connection, keys: ConversationKeys) -> tuple[bytes, str, bool] | None:
-    """(id, specialist, same messages?) of the episode this record is a later copy of, if any: by upstream
-    id, else by session and messages, else the longest earlier prefix of this conversation."""
-    wanted = [k for k in (keys.upstream, keys.full, *keys.prefixes) if k is not None]
+    """(id, specialist, same messages?) of the episode this record is a later copy of, if any: the same
+    messages under the same session (or upstream id), else the longest earlier prefix of them. The
+    upstream id alone never merges: it is what feedback events look up."""
+    wanted = [k for k in (keys.full, *keys.prefixes) if k is not None]
+    if not wanted:
+        return None
     rows = dict((key, (episode, specialist)) for key, episode, specialist in index.execute(
         f"SELECT key, id, specialist FROM conversation WHERE key IN ({','.join('?' * len(wanted))})", wanted))
     if not rows:
         return None
-    for key, same in ((keys.upstream, True), (keys.full, True), *((k, False) for k in reversed(keys.prefixes))):
+    for key, same in ((keys.full, True), *((k, False) for k in reversed(keys.prefixes))):
         if key in rows:
             return *rows[key], same
     return None

@@ -58,11 +58,70 @@ class Source:
     kind: str        # jsonl | json | parquet | hf
     size: int
     compression: str | None = field(default=None)   # gzip | zstd | bzip2 | xz
+    fmt: str | None = None            # the record format when the source says it (a dataset_info.json entry)
+    layout: dict | None = None        # a LLaMA-Factory entry's formatting, ranking, columns and tags
 
 
 def _is_hf_dataset_dir(path: Path) -> bool:
-    return (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file() \
-        or (path / "state.json").is_file()
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        return True
+    return (path / "dataset_info.json").is_file() and llamafactory_info(path) is None
+
+
+def llamafactory_info(path: Path) -> dict | None:
+    """The entries of a LLaMA-Factory ``dataset_info.json`` in the folder (name -> {file_name, formatting,
+    ranking, columns, tags}), or None when the folder has none (a ``save_to_disk`` dataset_info.json
+    describes one dataset's features instead)."""
+    try:
+        info = json.loads((path / "dataset_info.json").read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not info or "features" in info or "builder_name" in info:
+        return None
+    sources = ("file_name", "hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
+    if not all(isinstance(v, dict) for v in info.values()) or \
+            not any(any(k in v for k in sources) for v in info.values()):
+        return None
+    return info
+
+
+def _llamafactory_sources(path: Path, info: dict, skipped: list[str] | None) -> list[Source]:
+    """A source per local file the folder's dataset_info.json names, with its format and columns; entries
+    that live on a hub, and files of the folder no entry names, go to ``skipped``."""
+    found, named = [], {path / "dataset_info.json"}
+    for name, entry in info.items():
+        file_name = entry.get("file_name")
+        if not isinstance(file_name, str) or not file_name:
+            if skipped is not None:
+                skipped.append(f"{path / 'dataset_info.json'}:{name} (not in this folder: a hub dataset)")
+            continue
+        target = path / file_name
+        if not target.exists():
+            if skipped is not None:
+                skipped.append(f"{path / 'dataset_info.json'}:{name} ({file_name} is not in the folder)")
+            continue
+        formatting = entry.get("formatting", "alpaca")
+        if formatting not in ("alpaca", "sharegpt", "openai"):
+            raise BadInput(f"{name}.formatting: {formatting!r} (expected alpaca, sharegpt or openai)",
+                           file=str(path / "dataset_info.json"))
+        for key in ("columns", "tags"):
+            if key in entry and not isinstance(entry[key], dict):
+                raise BadInput(f"{name}.{key}: expected an object", file=str(path / "dataset_info.json"))
+        layout = {"formatting": formatting, "ranking": bool(entry.get("ranking")),
+                  "columns": entry.get("columns") or {}, "tags": entry.get("tags") or {}}
+        files = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
+        for file in files:
+            kind, compression = _kind(file)
+            if kind is None:
+                if skipped is not None:
+                    skipped.append(str(file))
+                continue
+            named.add(file)
+            found.append(Source(file, kind, file.stat().st_size, compression, "llamafactory", layout))
+    if skipped is not None:
+        skipped.extend(str(p) for p in sorted(path.iterdir()) if p.is_file() and p not in named
+                       and not p.name.startswith("."))
+    return found
 
 
 def _kind(path: Path) -> tuple[str | None, str | None]:
@@ -93,6 +152,13 @@ def discover(paths: list[Path], fmt: str, *, skipped: list[str] | None = None) -
         if not path.exists():
             raise BadInput("no such file or directory", file=str(path))
         if path.is_dir():
+            info = llamafactory_info(path) if fmt != "hf" else None
+            if info is not None:
+                found = _llamafactory_sources(path, info, skipped)
+                if not found:
+                    raise BadInput("its dataset_info.json names no file of this folder", file=str(path))
+                sources.extend(found)
+                continue
             if fmt == "hf" or _is_hf_dataset_dir(path):
                 if not _is_hf_dataset_dir(path):
                     raise BadInput("not a dataset saved with save_to_disk (no dataset_info.json or "
@@ -104,7 +170,11 @@ def discover(paths: list[Path], fmt: str, *, skipped: list[str] | None = None) -
                 dirnames.sort()
                 here = Path(dirpath)
                 for dirname in list(dirnames):
-                    if _is_hf_dataset_dir(here / dirname):
+                    info = llamafactory_info(here / dirname)
+                    if info is not None:
+                        found.extend(_llamafactory_sources(here / dirname, info, skipped))
+                        dirnames.remove(dirname)
+                    elif _is_hf_dataset_dir(here / dirname):
                         found.append(Source(here / dirname, "hf", _tree_size(here / dirname)))
                         dirnames.remove(dirname)
                 for filename in sorted(filenames):

@@ -37,9 +37,35 @@ def _luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+# An operator (or its word) between a number and another: the number is an operand of arithmetic, which
+# maths prompts are full of, not a card or a phone.
+_OPERATOR = r"(?:[-+*/×÷^=<>%]|\*\*|plus|minus|times|over|mod(?:ulo)?|divided by|multiplied by)"
+_OPERAND_BEFORE = re.compile(rf"(?i)(?:[\d)]|\b[a-z])\s*{_OPERATOR}\s*\(?\s*$")
+_OPERAND_AFTER = re.compile(rf"(?i)^\s*\)?\s*{_OPERATOR}\s*[\d(]")
+
+
+def in_arithmetic(match: re.Match) -> bool:
+    """Whether the match is an operand: an operator and another operand before or after it."""
+    text, start, end = match.string, match.start(), match.end()
+    return bool(_OPERAND_BEFORE.search(text, max(0, start - 24), start)
+                or _OPERAND_AFTER.match(text[end:end + 24]))
+
+
+def _card_groups(text: str) -> bool:
+    """Whether the separators of a card number fall where cards print them: groups of four (the last
+    shorter), or American Express's and Diners' 4-6-5 and 4-6-4; ``355909190063-746`` is a subtraction."""
+    groups = re.split(r"[ -]", text)
+    if len(groups) == 1:
+        return True
+    lengths = [len(g) for g in groups]
+    return all(n == 4 for n in lengths[:-1]) and 1 <= lengths[-1] <= 4 or lengths in ([4, 6, 5], [4, 6, 4])
+
+
 def _credit_card(match: re.Match) -> str | None:
     digits = re.sub(r"[ -]", "", match.group(0))
     if not 13 <= len(digits) <= 19 or len(set(digits)) == 1 or not _luhn_ok(digits):
+        return None
+    if not _card_groups(match.group(0)) or in_arithmetic(match):
         return None
     return "[CREDIT_CARD]"
 
@@ -68,7 +94,7 @@ _NANP = re.compile(r"1?[2-9]\d{2}[2-9]\d{6}")   # area code and exchange never s
 def _phone(match: re.Match) -> str | None:
     text = match.group(0)
     if len(text) < 7 or _DATE.match(text) or sum(c.isdigit() for c in text) < 7 \
-            or _NOT_A_PHONE.search(match.string, max(0, match.start() - 24), match.start()):
+            or _NOT_A_PHONE.search(match.string, max(0, match.start() - 24), match.start()) or in_arithmetic(match):
         return None
     # the candidate may have run on into a following number ("415 555 0132 2 times"): try it whole,
     # then without its last groups

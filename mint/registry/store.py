@@ -187,9 +187,10 @@ def open_store(ws: Workspace, *, create: bool = True) -> sqlite3.Connection:
     """
     path = db_path(ws)
     if not create and not path.is_file():
-        if ws.home.is_dir():
-            raise NoWorkspace(f"no registry in {ws.home} yet: register a revision first (mint train or mint "
-                              "registry import), or point at another workspace with --home DIR", field="--home")
+        if ws.home.is_dir() or (ws.home.parent / "mint.yaml").is_file():
+            # a project (after `mint init`) or a workspace with no revision yet: read an empty registry,
+            # so every read-only command answers, and create nothing on disk
+            return _empty_store()
         raise NoWorkspace(f"no mint workspace here: {ws.home} does not exist. Run the command in your project "
                           "folder, or point at the workspace with --home DIR (or MINT_HOME); `mint train` or "
                           "`mint registry import` creates one", field="--home")
@@ -211,6 +212,14 @@ def open_store(ws: Workspace, *, create: bool = True) -> sqlite3.Connection:
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+def _empty_store() -> sqlite3.Connection:
+    """An empty registry in memory, with the current schema: what a project reads before its first revision."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    _migrate(conn, ":memory:")
     return conn
 
 

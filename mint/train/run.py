@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
-from mint.data.datasets import iter_episodes, list_names, resolve_version
+from mint.data.datasets import is_heldout, iter_episodes, list_names, resolve_version
 from mint.errors import BadInput, MintError
 from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
@@ -125,6 +125,49 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
     return register_run(ws, run_dir, result)
+
+
+@dataclass
+class ExampleYield:
+    """What a dataset yields for a method (``mint train --dry-run``): how many examples (pairs for dpo,
+    labelled answers for kto, prompts for grpo, conversations for sft) and why episodes gave none."""
+
+    method: str
+    dataset: str
+    specialist: str
+    examples: int
+    needed: int
+    left_out: dict[str, int]
+
+
+def planned_examples(ws: Workspace, *, specialist: str | None, data: str | None, method: str | None) -> ExampleYield:
+    """The examples a run of ``method`` on ``data`` for ``specialist`` would train on, without training."""
+    from mint.train.examples import MINIMUM, left_out, method_rows
+
+    if method not in METHODS:
+        raise BadInput(f"expected one of {', '.join(METHODS)}", field="--method")
+    if not specialist:
+        raise BadInput("which specialist? (the examples are counted for one)", field="--specialist")
+    name, _, version = (data or "").partition("@")
+    known = list_names(ws)
+    if name not in known:
+        raise BadInput(f"no dataset {name!r}{closest(name, known)} (datasets: {', '.join(known) or 'none yet'})",
+                       field="--data")
+    _directory, manifest = resolve_version(ws, name, version or None)
+    reasons: dict[str, int] = {}
+    mine = []
+    for episode in iter_episodes(ws, name, manifest["version"]):
+        if episode["specialist"] != specialist:
+            why = f"labelled {episode['specialist']}, not {specialist}"
+        elif is_heldout(episode):
+            why = "held-out split (contract suites draw it; training never sees it)"
+        else:
+            mine.append(episode)
+            continue
+        reasons[why] = reasons.get(why, 0) + 1
+    reasons.update(left_out(method, mine))
+    return ExampleYield(method, f"{name}@{manifest['version']}", specialist, len(method_rows(method, mine)),
+                        MINIMUM[method], reasons)
 
 
 def phase(progress: TrainProgress | None, name: str) -> None:

@@ -97,10 +97,30 @@ def test_predictions_made_elsewhere_are_scored_with_the_same_gates(ws, ui_contra
     rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
              "latency_ms": 120.0} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"), "--base",
-                 "tiny-random", "--json"]) == 0
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({**r, "output": "no"}) + "\n" for r in rows))
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"),
+                 "--baseline-predictions", str(tmp_path / "b.jsonl"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["metrics"]["core.schema_valid_rate"] == 1.0 and report["metrics"]["latency.p95_ms"] == 120.0
+    assert report["baseline"]["label"] == "predictions b.jsonl" and report["baseline"]["metrics"]["core.parse_rate"] == 0
+
+
+def test_predictions_generate_nothing_and_fail_only_the_gates_that_need_a_baseline(ws, ui_contract, tmp_path,
+                                                                                   monkeypatch):
+    import mint.contract.evaluate as evaluation
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("scoring predictions generated outputs")
+
+    monkeypatch.setattr(evaluation, "_generate", no_generation)
+    rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
+             "latency_ms": 120.0} for i in range(3)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report
+    gates = {g["metric"]: g for g in report["gates"]}
+    assert report["baseline"]["label"] == "none" and report["verdict"] == "fail"
+    assert not gates["core.parse_rate"]["passed"] and "no baseline to compare with" in gates["core.parse_rate"]["rule"]
+    assert gates["latency.p95_ms"]["passed"]                       # a threshold needs no baseline
 
 
 def test_generation_0_is_gated_against_the_base_measured_once_per_contract(ws, candidate, ui_contract):
@@ -130,11 +150,15 @@ def test_improve_passes_only_on_a_significant_gain_over_the_base(ws, ui_contract
                 for i in reversed(range(8))]                               # any order: matched by id
         path = tmp_path / f"p{valid}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return evaluate(ws, None, ui_contract, predictions=path, base="tiny-random").report
+        return evaluate(ws, None, ui_contract, predictions=path, baseline_predictions=baseline).report
+
+    baseline = tmp_path / "baseline.jsonl"   # a baseline that never writes a valid tree
+    baseline.write_text("".join(json.dumps({"suite": "core", "id": f"card-{i}", "output": "no"}) + "\n"
+                                for i in range(8)))
 
     better, barely = scored(8), scored(5)
     gate = next(g for g in better["gates"] if g["metric"] == "core.schema_valid_rate")
-    assert better["baseline"]["metrics"]["core.schema_valid_rate"] == 0.0   # tiny-random never writes a valid tree
+    assert better["baseline"]["metrics"]["core.schema_valid_rate"] == 0.0
     assert gate["passed"] and gate["delta"]["wins"] == 8 and gate["delta"]["low"] > 0
     assert barely["verdict"] == "fail"                                       # 5 of 8 could be luck (p = 0.0625)
 
@@ -167,3 +191,31 @@ def test_the_table_fills_the_baseline_of_every_metric(ws, candidate, ui_contract
     ungated = next(line for line in out.splitlines() if "core.root_type_match" in line)
     assert re.search(r"core\.root_type_match\s*│\s*[\d.]+\s*│\s*[\d.]+\s*│", ungated), ungated
     assert "baseline: base (generation 0" in out
+
+
+def test_predictions_are_paired_with_the_champions_registered_report_without_generating(ws, candidate, ui_contract,
+                                                                                        tmp_path, monkeypatch):
+    import mint.contract.evaluate as evaluation
+
+    v1 = candidate("genui")
+    evaluate(ws, v1.ref, ui_contract)
+    promote(ws, v1.ref)
+    monkeypatch.setattr(evaluation, "_generate", lambda *a, **k: pytest.fail("scoring predictions generated"))
+    rows = [{"suite": "core", "index": i, "output": "{}"} for i in range(3)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report
+    assert report["baseline"]["revision_id"] == v1.id and report["baseline"]["report"]
+    gate = next(g for g in report["gates"] if g["metric"] == "core.parse_rate")
+    assert "on 3 paired" in gate["rule"]
+
+
+def test_the_table_shows_every_gate_of_a_metric_and_names_a_missing_baseline(ws, ui_contract, tmp_path, capsys):
+    ui_contract.write_text(GOOD.replace("{metric: core.parse_rate, min: 0.0, no_regression: 0.0}",
+                                        "{metric: core.parse_rate, min: 0.0}\n  - {metric: core.parse_rate, "
+                                        "no_regression: 0.0}"))
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"suite": "core", "index": i, "output": "{}"}) + "\n"
+                                              for i in range(3)))
+    assert main(["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl")]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("core.parse_rate") == 2 and "no baseline to" in out
+    assert "baseline: none (no baseline" in out

@@ -58,7 +58,8 @@ def test_prompt_completion_and_alpaca_records():
     ({"messages": [{"role": "user", "content": "  "}]}, "messages"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": "{not json"}}]}]}, "messages[1].tool_calls[0].function.arguments"),
-    ({"text": "no shape"}, ""),
+    ({"text": "no shape"}, "text"),
+    ({"title": "no shape"}, ""),
 ])
 def test_bad_records_name_the_field(record, field):
     with pytest.raises(RecordError) as info:
@@ -158,7 +159,8 @@ def test_anthropic_tool_use_tool_result_and_thinking_become_canonical_messages()
 
 def test_a_tool_message_with_dict_content_is_json_encoded():
     episode = normalize({"messages": [{"role": "user", "content": "stock?"},
-                                      {"role": "tool", "content": {"sku": "A1", "count": 3}}]})
+                                      {"role": "tool", "content": {"sku": "A1", "count": 3}},
+                                      {"role": "assistant", "content": "3 left"}]})
     assert episode["messages"][1]["content"] == '{"sku": "A1", "count": 3}'
 
 

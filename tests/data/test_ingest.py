@@ -215,11 +215,14 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
 @pytest.mark.parametrize("line, reason", [
     ("{oops", "invalid JSON: Expecting property name enclosed in double quotes at column 2"),
     ('{"messages": []}', "messages: empty"),
-    ('{"session": "s1"}', "unknown record shape: expected `messages` (OpenAI/mint) or `conversations` (ShareGPT)"),
+    ('{"session": "s1"}', "unknown record shape: found keys 'session'; expected `messages` (OpenAI/mint), "
+     "`conversations` (ShareGPT), `prompt`+`completion`, `instruction`+`output` (Alpaca) or `chosen`+`rejected` "
+     "(preference)"),
     ('{"messages": {"role": "user"}}', "messages: expected a list, got dict"),
     ('{"messages": [{"role": "user", "content": ["x", 3]}]}', "messages[0].content[1]: expected a content part"),
     ('{"messages": [{"role": "wizard", "content": "x"}]}', "messages[0].role: unknown role 'wizard'"),
-    ('{"messages": [{"role": "user", "content": "x"}], "feedback": {"stars": 0}}',
+    ('{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], '
+     '"feedback": {"stars": 0}}',
      "feedback.stars: 0 is not -1, 0, 1 or a 1-5 star value"),
     ('"just a string"', "expected a JSON object, got str"),
     ('{"messages": [{"role": "user", "content": "' + "x" * 3000 + '"}]}', "record over the size cap"),
@@ -237,8 +240,10 @@ def test_every_quarantine_reason_is_recorded_with_its_line(ws, project, tmp_path
 
 def test_a_lone_surrogate_is_quarantined_with_its_line_and_the_rest_kept(ws, project, tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [
-        chat_row("one"), '{"messages": [{"role": "user", "content": "cut emoji \\ud83d"}]}',
-        '{"session": "\\udc00", "messages": [{"role": "user", "content": "fine"}]}', chat_row("two")])
+        chat_row("one"), '{"messages": [{"role": "user", "content": "cut emoji \\ud83d"}, '
+                         '{"role": "assistant", "content": "a"}]}',
+        '{"session": "\\udc00", "messages": [{"role": "user", "content": "fine"}, {"role": "assistant", '
+        '"content": "a"}]}', chat_row("two")])
     result = ingest(ws, [path], dataset="d", project=project)
     assert (result.sources[0].kept, result.sources[0].quarantined) == (2, 2)
     entries = [json.loads(l) for l in open(result.quarantine_file)]

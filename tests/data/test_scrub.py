@@ -135,3 +135,27 @@ def test_the_numbers_and_secrets_the_issue_names_are_caught(text, kind):
                                   "987-65-4321", "the bearer of bad news", "hf_hub_download"])
 def test_look_alikes_survive(text):
     assert scrub(text) == (text, {})
+
+
+@pytest.mark.parametrize("text", ["Compute 355909190063-746 step by step.", "What is 960397912423686 + 17?",
+                                  "Let x = 12 * 960397912423686; find x mod 7.",
+                                  "Evaluate (4155550132 - 3) / 2", "960397912423686 divided by 3"])
+def test_numbers_in_arithmetic_are_not_cards_or_phones(text):
+    counts = Counter()
+    assert scrub_text(text, counts) == text and not counts
+
+
+@pytest.mark.parametrize("text", ["my card is 4111 1111 1111 1111, thanks", "card: 4111-1111-1111-1111",
+                                  "amex 3782 822463 10005 please"])
+def test_cards_written_as_cards_are_still_caught(text):
+    counts = Counter()
+    assert "[CREDIT_CARD]" in scrub_text(text, counts) and counts == {"CREDIT_CARD": 1}
+
+
+def test_the_readme_lists_every_scrubbed_type():
+    from pathlib import Path
+
+    from mint.data.scrub import PLACEHOLDER_TYPES
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert [kind for kind in PLACEHOLDER_TYPES if f"[{kind}]" not in readme] == []

@@ -107,7 +107,9 @@ def test_a_predictions_report_promotes_only_with_force_and_why(ws, candidate, ui
              "latency_ms": 50.0}
             for i in range(4)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = evaluate(ws, v1.ref, ui_contract, predictions=tmp_path / "p.jsonl")
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({**r, "output": "no"}) + "\n" for r in rows))
+    result = evaluate(ws, v1.ref, ui_contract, predictions=tmp_path / "p.jsonl",
+                      baseline_predictions=tmp_path / "b.jsonl")
     assert result.report["source"] == "predictions" and result.report["verdict"] == "pass"
     with pytest.raises(Refused, match="--predictions.*--force --why"):
         promote(ws, v1.ref, report_path=result.report_path)

@@ -167,8 +167,20 @@ def test_every_page_matches_a_plain_slice_even_with_gaps(ws, candidate):
                         (specialist, status, limit, offset)
 
 
-def test_a_workspace_without_a_registry_yet_is_named_as_such(ws, capsys):
+def test_a_workspace_without_a_registry_yet_reads_as_an_empty_one(ws, capsys):
     ws.datasets.mkdir(parents=True)   # e.g. after `mint ingest`, before any train or import
-    assert main(["registry", "ls"]) == 2
-    assert f"no registry in {ws.home} yet" in capsys.readouterr().err
+    assert main(["registry", "ls"]) == 0
+    assert "no revisions yet" in capsys.readouterr().out
+    assert main(["registry", "verify"]) == 0
     assert not store.db_path(ws).exists()
+
+
+@pytest.mark.parametrize("command", [["registry", "ls"], ["registry", "verify"], ["runs", "ls"], ["report"],
+                                     ["data", "ls"], ["registry", "history", "coding"]])
+def test_every_read_only_command_answers_on_a_fresh_project(tmp_path, monkeypatch, command):
+    monkeypatch.delenv("MINT_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(command) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == before   # reading made no workspace

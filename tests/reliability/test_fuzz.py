@@ -160,7 +160,8 @@ def test_a_json_line_python_will_not_read_is_quarantined_with_its_reason(tmp_pat
     from mint.workspace import workspace
 
     path = tmp_path / "app.jsonl"
-    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})
+                    + "\n"
                     + '{"messages": [], "n": ' + "9" * 5000 + "}\n")
     result = ingest(workspace(tmp_path / "home"), [path], dataset="d", project=project, workers=0)
     assert result.sources[0].quarantined == 1 and result.sources[0].kept == 1

@@ -100,7 +100,8 @@ def one_dataset(ws, project, tmp_path):
      "--env trains with --method grpo"),
     (["--specialist", "agent", "--data", "logs", "--method", "grpo", "--env", "orders"],
      "--env orders brings its own tasks"),
-    (["--specialist", "genui", "--data", "logs", "--method", "sft", "--from", "genui:v3"], "register a revision first"),
+    (["--specialist", "genui", "--data", "logs", "--method", "sft", "--from", "genui:v3"],
+     "genui:v3: no such revision (genui has no revisions)"),
     (["--resume", "genui-sft-1", "--set", "max_steps=3"], "--set: --resume continues run genui-sft-1 with the "
                                                           "settings it recorded"),
 ])

@@ -176,3 +176,30 @@ def test_sft_on_the_embedded_base_lowers_the_training_loss(ws, project):
     losses = [json.loads(l)["loss"] for l in open(os.path.join(result.run_dir, "metrics.jsonl")) if '"loss"' in l]
     assert len(losses) == 8
     assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:2]) / 2, losses
+
+
+PREFERENCE_FILES = ["trl_preference_standard.jsonl", "trl_preference_conversational.jsonl", "hh_rlhf.jsonl",
+                    "chosen_rejected_messages.jsonl", "openai_preference.jsonl", "llamafactory"]
+
+
+@pytest.mark.parametrize("name", PREFERENCE_FILES)
+def test_dpo_trains_the_tiny_base_from_each_preference_format(ws, project, name):
+    from pathlib import Path
+
+    formats = Path(__file__).parent.parent / "data" / "formats"
+    ingest(ws, [formats / name], dataset="prefs", project=project, specialist="chat")
+    result = train(ws, specialist="chat", data="prefs", method="dpo", base="tiny-random",
+                   sets=["max_steps=1", "save_steps=1", "per_device_train_batch_size=1", "lora.r=4", "max_length=128"])
+    rows = [json.loads(l) for l in open(os.path.join(result.run_dir, "examples.jsonl"))]
+    assert result.steps == 1 and rows and all(r["chosen"] != r["rejected"] for r in rows)
+
+
+def test_dry_run_counts_the_pairs_the_data_yields_and_why_the_rest_gave_none(ws, dataset, capsys):
+    assert main(["train", "--dry-run", "--specialist", "coding", "--data", dataset, "--method", "dpo", "--json"]) == 0
+    examples = json.loads(capsys.readouterr().out)["examples"]
+    # each prompt: a correction pair and a +1/-1 pair; held-out prompts are counted as left out
+    heldout = examples["left_out"].get("held-out split (contract suites draw it; training never sees it)", 0)
+    assert examples["examples"] == 2 * (6 - heldout // 2) and set(examples["left_out"]) <= {
+        "held-out split (contract suites draw it; training never sees it)"}
+    assert main(["train", "--dry-run", "--specialist", "coding", "--data", dataset, "--method", "kto", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["examples"]["examples"] == 3 * (6 - heldout // 2)
