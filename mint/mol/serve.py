@@ -759,9 +759,9 @@ def server_config(app, limits: Limits = Limits(), **options):
     """The uvicorn config ``serve`` runs ``app`` with: slow clients are cut off (see ``Limits``)."""
     import uvicorn
 
-    return uvicorn.Config(app, log_level="warning", http=_timed_protocol(limits.header_timeout_s),
-                          timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=64 << 10,
-                          **options)
+    options = {"log_level": "warning", **options}
+    return uvicorn.Config(app, http=_timed_protocol(limits.header_timeout_s), timeout_keep_alive=limits.keep_alive_s,
+                          h11_max_incomplete_event_size=64 << 10, **options)
 
 
 def serve(mixture: Mixture, sock: socket.socket, *, window_ms: float = 10.0, max_batch: int = 16,
