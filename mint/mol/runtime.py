@@ -170,6 +170,8 @@ class MixtureRuntime:
             for module in self.modules.values():
                 module.clear_slot(slot.index)
             self.slots[specialist] = Slot(specialist, slot.index)
+        self.sync_errors.pop(specialist, None)      # the next sync tries its champion afresh
+        self._failed_target.pop(specialist, None)
 
     def sync_champions(self, ws: Workspace) -> list[Handoff]:
         """Load every specialist's champion whose alias moved since the last call (the registry is polled).
