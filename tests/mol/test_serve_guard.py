@@ -419,3 +419,25 @@ def test_ingest_scrubs_tools(ws, tmp_path):
     [episode] = iter_episodes(ws, "tools")
     kept = json.dumps(episode["tools"])
     assert "sk-abcdefghijklmnop" not in kept and "ops@example.com" not in kept
+
+
+def test_a_client_that_leaves_mid_upload_logs_no_traceback(guarded):
+    import logging
+
+    import httpx
+
+    url, _app, port = guarded
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        + f"Authorization: Bearer {KEYS[0]}\r\nContent-Length: 5000\r\n\r\n".encode() + b'{"mess')
+        # a whole request after it: by its answer, the server's loop has handled the one that left
+        assert httpx.post(f"{url}/v1/chat/completions", json=ask(), headers=auth(), timeout=120).status_code == 200
+    finally:
+        logger.removeHandler(handler)
+    assert not [r for r in records if r.levelno >= logging.ERROR], [r.getMessage() for r in records]
