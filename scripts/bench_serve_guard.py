@@ -114,8 +114,11 @@ def abandoned_figures(url: str, port: int) -> dict:
     for thread in leavers:
         thread.join()
     loaded = short(url)
+    import httpx
+
+    cancelled = httpx.get(f"{url}/health", headers=AUTH, timeout=60).json()["cancelled"]
     return {"idle_s": round(idle, 3), "with_three_abandoned_s": round(loaded, 3),
-            "difference_s": round(loaded - idle, 3)}
+            "difference_s": round(loaded - idle, 3), "abandoned_rows_stopped": cancelled}
 
 
 def big_body_figures(url: str) -> dict:

@@ -619,7 +619,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
                        for name, slot in mixture.runtime.slots.items()}
         return JSONResponse({"status": status, "revisions": revisions, "specialists": specialists,
                              "router": revisions.get("router"), "max_rank": mixture.runtime.max_rank,
-                             "batches": len(batcher.batch_sizes),
+                             "batches": len(batcher.batch_sizes), "cancelled": batcher.cancelled,
                              "queue": {"outstanding": batcher.outstanding, "limit": limits.max_queue},
                              "poller": {"alive": poller.alive, "last_poll": poller.last_poll},
                              "sync_error": poller.last_error}, 200 if ok else 503)
