@@ -57,7 +57,9 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
     if window_ms < 0 or max_batch < 1 or poll_s <= 0:
         raise BadInput("--window-ms must be >= 0, --max-batch >= 1 and --poll > 0", field="--window-ms")
     keys = tuple(k for value in api_keys or () for k in value.split())
-    access = Access(keys, tuple(allowed_hosts or ()))
+    # the address it listens on is a name its clients use (a wildcard is not)
+    named = () if host in ("0.0.0.0", "::", "") else (host,)
+    access = Access(keys, (*(allowed_hosts or ()), *named))
     limits = Limits(max_body_bytes=max_body_bytes, max_messages=max_messages, max_queue=max_queue,
                     max_per_key=max_per_key)
     sock = listening_socket(host, port)
