@@ -242,6 +242,10 @@ def test_one_bad_row_in_a_batch_of_16_leaves_the_other_15_answered(ws):
     from mint.mol.runtime import Decoding
 
     mixture = Mixture.open(ws, TINY_PROJECT)
+    generated = []
+    generate = mixture.runtime.generate
+    mixture.runtime.generate = lambda conversations, *args, **kwargs: generated.append(len(conversations)) \
+        or generate(conversations, *args, **kwargs)
     heard: dict[int, list[str]] = {}
 
     def listener(row):
@@ -256,6 +260,7 @@ def test_one_bad_row_in_a_batch_of_16_leaves_the_other_15_answered(ws):
     assert isinstance(results[5], BadInput)
     assert all(isinstance(r, Answer) for i, r in enumerate(results) if i != 5)
     assert {i for i in heard} == {i for i in range(1, 16, 2) if i != 5}     # the streamed rows streamed
+    assert generated == [16, 15]     # 16 seeds, one batch: tried whole, then without the bad row
 
 
 def test_a_seeded_row_samples_the_same_in_a_mixed_batch_as_alone(tiny_runtime):
