@@ -248,6 +248,10 @@ class Batcher:
         self.jobs.put(None)
         self._thread.join(timeout=60)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def submit(self, turn: Turn, listener: TextListener | None = None, owner: str | None = None) -> Future:
         """The turn's future; QueueFull when ``max_queue`` turns are waiting or generating already."""
         with self._count_lock:
@@ -605,7 +609,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
 
     def healthy() -> tuple[bool, dict]:
         errors = dict(mixture.runtime.sync_errors)
-        ok = poller.alive and poller.last_error is None and not errors and batcher._thread.is_alive()
+        ok = poller.alive and poller.last_error is None and not errors and batcher.alive
         return ok, errors
 
     @app.get("/health")
