@@ -771,10 +771,10 @@ def server_config(app, limits: Limits = Limits(), **options):
 def serve(mixture: Mixture, sock: socket.socket, *, window_ms: float = 10.0, max_batch: int = 16,
           poll_s: float = 2.0, access: Access = Access(), limits: Limits = Limits()) -> None:
     """Serve on ``sock`` (``listening_socket``) until interrupted (blocking). While it runs, the workspace knows
-    its slot rank (``mint.mol.serving``), so `mint promote` refuses a champion it could not load."""
+    its slot rank (``mint.registry.servers``), so `mint promote` refuses a champion it could not load."""
     import uvicorn
 
-    from mint.mol.serving import announce, withdraw
+    from mint.registry.servers import announce, withdraw
 
     app = create_app(mixture, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s, access=access,
                      limits=limits)

@@ -16,6 +16,7 @@ from mint.faults import checkpoint
 from mint.registry import store
 from mint.registry.artifacts import revision_dir, verify_revision
 from mint.registry.refs import check_name
+from mint.registry.servers import adapter_rank, running_servers
 from mint.registry.store import StaleBaseline
 from mint.workspace import Workspace
 
@@ -312,8 +313,6 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
 def _check_servers_hold(ws: Workspace, revision: store.Revision) -> None:
     """Refuse a revision whose LoRA rank is above the slot rank of a running `mint serve` (as it announced it):
     that server could not load it and would go on serving the old champion."""
-    from mint.mol.serving import adapter_rank, running_servers
-
     servers = running_servers(ws)
     if not servers:
         return

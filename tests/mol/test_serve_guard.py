@@ -308,7 +308,7 @@ def test_one_bad_champion_does_not_hold_back_another(ws, crown, tiny_loras, tiny
 
 def test_promote_refuses_a_rank_a_running_server_cannot_hold(ws, tiny_loras):
     from mint.errors import Refused
-    from mint.mol.serving import announce, withdraw
+    from mint.registry.servers import announce, withdraw
     from mint.registry.artifacts import register
     from mint.registry.promotion import promote
 

@@ -1,4 +1,5 @@
 """Running servers tell the workspace what they can hold, so `mint promote` can refuse what they cannot load.
+These are plain files in the workspace: the registry reads them and imports nothing of the runtime.
 
 ``mint serve`` writes ``$MINT_HOME/serving/<host>-<pid>.json`` (its slot rank and address) while it runs and
 removes it when it stops; ``running_servers`` keeps the files of processes still alive on this host (a killed
@@ -65,7 +66,10 @@ def adapter_rank(directory: Path) -> int:
     from safetensors import safe_open
 
     rank = 0
-    with safe_open(str(directory / "adapter_model.safetensors"), framework="pt") as f:
+    weights = directory / "adapter_model.safetensors"
+    if not weights.is_file():   # a router revision holds a probe, not a LoRA: no slot to fit
+        return rank
+    with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
             if "lora_A" in key:
                 rank = max(rank, f.get_slice(key).get_shape()[0])
