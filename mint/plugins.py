@@ -13,9 +13,14 @@ def load_object(spec: str, *, what: str, field: str):
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
         raise BadInput(f"expected module:{what}, got {spec!r}", field=field)
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    cwd = str(Path.cwd())
+    added = cwd not in sys.path
+    if added:   # for this import only: left first on sys.path, the cwd would shadow any module imported later
+        sys.path.insert(0, cwd)
     try:
         return getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
         raise BadInput(f"cannot load {spec}: {exc}", field=field) from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)

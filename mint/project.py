@@ -16,7 +16,7 @@ from mint.yamlfile import load_yaml
 
 PROJECT_FILE = "mint.yaml"
 MONITOR_DEFAULTS = (("share_shift", 0.15), ("max_share", 0.8))
-NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
 
 
 @dataclass(frozen=True)

@@ -409,7 +409,7 @@ class Server:
 
         project = MintProject(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
         self.app = create_app(Mixture.open(workspace(home), project), window_ms=0, poll_s=60)
-        self.client = TestClient(self.app, raise_server_exceptions=False)
+        self.client = TestClient(self.app, raise_server_exceptions=False, base_url="http://localhost")
         self.client.__enter__()
 
     def close(self) -> None:

@@ -4,11 +4,11 @@ Run:   python scripts/reliability_server.py            (1,000 requests from 16 c
        python scripts/reliability_server.py --quick    (100 requests from 4 clients)
        python scripts/reliability_server.py --seed 7   (another reproducible request mix)
 
-`mint serve` (tiny base, coding:v1 champion) runs as its own process on 127.0.0.1. Clients (the official
-openai client and raw httpx) send a seeded mix of valid turns (routed and forced to mint/coding, plain and
-streaming, some followed by feedback), malformed bodies and oversized requests; halfway through, `mint
-promote coding:v2` runs and the server's poller swaps the adapter. Then the server is stopped (SIGINT, so
-pending turns are logged) and the suite checks:
+`mint serve` (tiny base, coding:v1 champion, an API key that every client sends) runs as its own process on
+127.0.0.1. Clients (the official openai client and raw httpx) send a seeded mix of valid turns (routed and
+forced to mint/coding, plain and streaming, some followed by feedback), malformed bodies and oversized
+requests; halfway through, `mint promote coding:v2` runs and the server's poller swaps the adapter. Then the server is stopped (SIGINT) and
+the suite checks:
   5xx         responses with a 5xx status or no response at all: goal 0
   refused     valid requests not answered 200: goal 0
   lost / dup  valid completions missing from, or repeated in, $MINT_HOME/logs (matched by completion id): goal 0
@@ -46,6 +46,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TINY = "tiny-random"
+API_KEY = "reliability-key-0001"   # the server runs with a key, as one facing clients does
+AUTH = {"authorization": f"Bearer {API_KEY}"}
 RSS_GOAL_MB = 50
 PROMPTS = ["Write a Python function that reverses a list.", "Fix this bug: for i in range(len(xs)) print(xs[i])",
            "What is 2 + 2?", "Make a signup form with email and password.", "Book a table for two at eight.",
@@ -149,7 +151,7 @@ class ServeProcess:
         self.log = open(workdir / "serve.log", "wb")
         env = {**os.environ, "MINT_HOME": str(home), "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--base", TINY, "--port",
-                                         str(self.port), "--poll", "0.2", "--window-ms", "10"],
+                                         str(self.port), "--poll", "0.2", "--window-ms", "10", "--api-key", API_KEY],
                                         cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, limit_s: float = 300) -> None:
@@ -205,7 +207,7 @@ def send(url: str, request: dict) -> Outcome:
     messages = [{"role": "user", "content": prompt}]
     try:
         if kind in ("openai", "openai_stream"):
-            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
             if kind == "openai":
                 reply = client.chat.completions.create(model="mint/coding", messages=messages, max_tokens=max_tokens)
                 answer = Outcome(kind, 200, True, prompt, max_tokens, True, reply.id,
@@ -224,7 +226,7 @@ def send(url: str, request: dict) -> Outcome:
         elif kind in ("httpx", "httpx_routed"):
             body = {"messages": messages, "max_tokens": max_tokens,
                     **({"model": "mint/coding"} if kind == "httpx" else {})}
-            response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+            response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300, headers=AUTH)
             if response.status_code != 200:
                 return Outcome(kind, response.status_code, True, prompt, error=response.text[:200])
             data = response.json()
@@ -240,7 +242,7 @@ def send(url: str, request: dict) -> Outcome:
             else:   # half a megabyte of text: far past the tiny base's context
                 body = json.dumps({"messages": [{"role": "user", "content": "x " * (1 << 18)}]}).encode()
             response = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=300,
-                                  headers={"content-type": "application/json"})
+                                  headers={"content-type": "application/json", **AUTH})
             return Outcome(kind, response.status_code, False, error=response.text[:200])
     except openai.APIStatusError as exc:
         return Outcome(kind, exc.status_code, True, prompt, error=str(exc)[:200])
@@ -248,7 +250,9 @@ def send(url: str, request: dict) -> Outcome:
         return Outcome(kind, None, kind not in ("malformed", "oversized"), prompt, error=repr(exc)[:200])
     if request["feedback"] and answer.id:
         try:
-            httpx.post(f"{url}/v1/feedback", json={"id": answer.id, "rating": 1}, timeout=60)
+            given = httpx.post(f"{url}/v1/feedback", json={"id": answer.id, "rating": 1}, timeout=60, headers=AUTH)
+            if given.status_code != 200:
+                answer.error = f"feedback: {given.status_code} {given.text[:100]}"
         except httpx.HTTPError as exc:
             answer.error = f"feedback: {exc!r}"
     return answer
@@ -285,7 +289,9 @@ def logged_ids(home: Path) -> Counter:
     for path in sorted((home / "logs").glob("*.jsonl")):
         with open(path, encoding="utf-8") as f:
             for line in f:
-                counts[json.loads(line)["id"]] += 1
+                record = json.loads(line)
+                if "messages" in record:     # a turn; feedback lines ({"upstream_id", "feedback"}) name one
+                    counts[record["id"]] += 1
     return counts
 
 

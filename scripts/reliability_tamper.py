@@ -190,9 +190,11 @@ def consumers(home: Path, pristine: Pristine, runtime) -> dict:
         if not result.ok:
             raise MintError("; ".join(p["problem"] for p in result.problems))
 
-    def serve_refuses():
+    def serve_refuses():   # a champion that fails to load is kept out of its slot and reported, not raised
         runtime.clear("chat")
         runtime.sync_champions(ws)
+        if "chat" in runtime.sync_errors:
+            raise MintError(runtime.sync_errors["chat"])
 
     return {"load": lambda: load_revision(ws, "chat:v2"), "promote": lambda: promote(ws, "chat:v2",
                                                                                          report_path=report),

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from mint.cli.common import app, err, quiet_transformers, ws
+from mint.mol.admission import Limits
 
 
 @app.command("serve")
@@ -18,27 +19,67 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
                   window_ms: float = typer.Option(10.0, "--window-ms", help="How long a batch waits for more requests."),
                   max_batch: int = typer.Option(16, "--max-batch", help="Most turns generated in one mixed batch."),
                   poll_s: float = typer.Option(2.0, "--poll", help="Seconds between checks for new champions."),
+                  api_keys: Optional[list[str]] = typer.Option(
+                      None, "--api-key", envvar="MINT_API_KEY",
+                      help="A key clients must send (Authorization: Bearer KEY); repeat for several "
+                           "(MINT_API_KEY: several separated by spaces)."),
+                  insecure: bool = typer.Option(False, "--insecure",
+                                                help="Listen beyond this machine without an API key."),
+                  allowed_hosts: Optional[list[str]] = typer.Option(
+                      None, "--allowed-host", help="A Host name clients may use besides localhost (repeat; * for any)."),
+                  max_body_bytes: int = typer.Option(Limits.max_body_bytes, "--max-body-bytes",
+                                                     help="Largest request body read (413 beyond)."),
+                  max_messages: int = typer.Option(Limits.max_messages, "--max-messages",
+                                                   help="Most messages in one request."),
+                  max_queue: int = typer.Option(Limits.max_queue, "--max-queue",
+                                                help="Most turns queued or generating (429 beyond)."),
+                  max_per_key: int = typer.Option(Limits.max_per_key, "--max-per-key",
+                                                  help="Most requests in flight per key (429 beyond)."),
+                  retention_days: Optional[float] = typer.Option(
+                      None, "--log-retention-days", help="Delete served logs last written longer ago than this."),
+                  scrub_logs: bool = typer.Option(False, "--scrub-logs",
+                                                  help="Replace PII in served turns before they are logged."),
                   config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml).")
                   ) -> None:
     """OpenAI-compatible server: POST /v1/chat/completions (model `mint` routes, `mint/NAME` forces), /v1/models,
     /v1/feedback, /health. New champions are picked up without a restart.
 
-    Example: mint serve --port 8000
+    Example: MINT_API_KEY=$(openssl rand -hex 16) mint serve --port 8000
     """
     from mint.errors import BadInput
     from mint.mol.mixture import Mixture
+    from mint.mol.admission import Access, is_loopback
     from mint.mol.serve import listening_socket, serve
+    from mint.mol.turnlog import TurnLog
     from mint.project import load_project
 
     quiet_transformers()
     if window_ms < 0 or max_batch < 1 or poll_s <= 0:
         raise BadInput("--window-ms must be >= 0, --max-batch >= 1 and --poll > 0", field="--window-ms")
+    keys = tuple(k for value in api_keys or () for k in value.split())
+    # the address it listens on is a name its clients use (a wildcard is not)
+    named = () if host in ("0.0.0.0", "::", "") else (host,)
+    access = Access(keys, (*(allowed_hosts or ()), *named))
+    limits = Limits(max_body_bytes=max_body_bytes, max_messages=max_messages, max_queue=max_queue,
+                    max_per_key=max_per_key)
     sock = listening_socket(host, port)
     try:
-        mixture = Mixture.open(ws(), load_project(config), base=base, max_rank=max_rank)
+        bound = sock.getsockname()[0]
+        if not keys and not insecure and not is_loopback(bound):
+            raise BadInput(f"{host} can be reached from other machines, and no API key is set: give --api-key "
+                           "(or MINT_API_KEY), or --insecure to serve anyone who reaches the port", field="--host")
+        workspace = ws()
+        log = TurnLog(workspace, retention_days=retention_days)
+        log.forget_expired()
+        mixture = Mixture.open(workspace, load_project(config), base=base, max_rank=max_rank, log=log,
+                               scrub_logs=scrub_logs)
         revisions = ", ".join(f"{k} {v}" for k, v in mixture.revisions().items())
         url_host = f"[{host}]" if ":" in host else host
-        err.print(f"serving on http://{escape(url_host)}:{sock.getsockname()[1]}/v1  ({escape(revisions)})")
-        serve(mixture, sock, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s)
+        err.print(f"serving on http://{escape(url_host)}:{sock.getsockname()[1]}/v1  ({escape(revisions)})"
+                  + ("" if keys else "  [no API key: anyone who reaches the port may call]"))
+        for name, problem in mixture.runtime.sync_errors.items():
+            err.print(f"warning: {escape(name)}'s champion is not loaded: {escape(problem)}")
+        serve(mixture, sock, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s, access=access,
+              limits=limits)
     finally:
         sock.close()

@@ -26,9 +26,9 @@ SUITE_KEYS = ("name", "data", "metrics", "limit")
 GATE_KEYS = ("metric", "min", "max", "no_regression", "improve")
 PROMOTION_KEYS = ("min_examples", "auto")
 LATENCY_METRICS = ("latency.p50_ms", "latency.p95_ms")
-_SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 LIVE_PREFIX = "dataset:"
-_LIVE_REF = re.compile(r"^dataset:([A-Za-z0-9][A-Za-z0-9._-]{0,99})@([A-Za-z0-9._-]{1,64})$")
+_LIVE_REF = re.compile(r"^dataset:([A-Za-z0-9][A-Za-z0-9._-]{0,99})@([A-Za-z0-9._-]{1,64})\Z")
 # a live suite's records are made from logged episodes; HumanEval-style tests cannot be
 LIVE_HARNESSES = ("chat", "agent", "genui")
 

@@ -34,7 +34,7 @@ QUARANTINE_FILE = "quarantine.jsonl"
 SUPERSEDED_FILE = "superseded.txt"
 VERSION_CHARS = 12
 EXPORT_FORMATS = ("openai", "hf")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 # The held-out split: the slice of every dataset that contract suites drawn from the data
 # (`dataset:NAME@latest`) evaluate on and that training never sees. Fixed key and fraction, so an
 # episode's side never changes as the dataset grows.

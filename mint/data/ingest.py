@@ -338,6 +338,8 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
             episode["feedback"]["correction"] = scrub_text(episode["feedback"]["correction"], found)
         if episode["session"]:
             episode["session"] = scrub_text(episode["session"], found)
+        if episode["tools"]:   # a tool's description or default can quote a key or an address as well
+            episode["tools"] = scrub_value(episode["tools"], found)
     line, messages_json = _episode_line(episode, specialist, record.source)
     # encoding is where a lone surrogate fails
     return (line.encode("utf-8"), specialist, how, found or None, conversation_keys(episode, messages_json),

@@ -30,23 +30,21 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     from mint.train.examples import build_examples
     from mint.train.rewards import reward_functions
 
-    rows = build_examples("grpo", iter_episodes(ws, dataset, None, specialist, split="train"),
-                          dataset=f"{dataset} ({specialist})")
-    rows = _distinct_prompts(rows)[:prompts]
-
     champion, adapter_dir, model_base = None, None, base
     if store.db_path(ws).exists():
-        from mint.registry.artifacts import revision_dir
+        from mint.registry.artifacts import load_revision
 
         conn = store.open_store(ws)
         try:
             target = store.alias_target(conn, specialist, "champion")
-            if target:
-                champion = store.get_revision(conn, target)
-                adapter_dir = revision_dir(ws, champion)
-                model_base = champion.base or base
         finally:
             conn.close()
+        if target:   # every file's hash checked before its weights are loaded, as promote and serve do
+            champion, adapter_dir = load_revision(ws, target)
+            model_base = champion.base or base
+    rows = build_examples("grpo", iter_episodes(ws, dataset, None, specialist, split="train"),
+                          dataset=f"{dataset} ({specialist})")
+    rows = _distinct_prompts(rows)[:prompts]
     loaded = load_base(model_base)
     model = loaded.model
     if adapter_dir is not None:

@@ -1,7 +1,8 @@
 """Chat with the mixture: one turn, or a session that keeps the conversation and takes feedback commands.
 
 The routed specialist's champion answers (the bare base while a specialist has none). A session's turn is
-logged as an episode when the next turn starts, when feedback for it arrives, or when the session ends.
+logged as an episode when it is answered; the feedback it gets is logged when the next turn starts or the
+session ends.
 """
 from __future__ import annotations
 

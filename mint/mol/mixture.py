@@ -1,25 +1,30 @@
 """The served mixture: runtime + router + champions from the registry + the turn log.
 
 ``answer`` takes a batch of turns (from one chat user or many HTTP clients), routes the ones that do not
-force a specialist, generates them in one mixed-adapter batch per decoding setting, and keeps each answered
-turn until its feedback arrives (``feedback``) or ``feedback_window_s`` passes; then it is appended to the
-turn log as an episode. A turn may stream: its listener receives the answer's text as it is decoded (see
-``mint.mol.runtime``); a turn whose listener's receiver went away ends ``cancelled`` and is not logged (its
-answer was cut short, and nobody read it). ``sync`` picks up promotions (the specialists' and the router's) without a restart.
+force a specialist and generates them in one mixed-adapter batch (each row with its own decoding and seed).
+Each answered turn is appended to the turn log as an episode at once; feedback that arrives within
+``feedback_window_s``, from the key that asked, is appended later as a line of its own (``upstream_id`` +
+``feedback``), which ingest merges into the turn. The training target of a logged turn is the answer
+generated here: the client's history is logged as context, its assistant turns with ``weight: 0``. A turn may
+stream: its listener receives the answer's text as it is decoded (see ``mint.mol.runtime``); a turn whose
+listener's receiver went away ends ``cancelled`` and is not logged (its answer was cut short, and nobody read
+it). ``sync`` picks up promotions (the specialists' and the router's) without a restart.
 """
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from mint.data.scrub import scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.harness.agent import with_tool_listing
 from mint.mol.router import PROMPT, ROUTER, Probe, Route, Router, probe_features, starter_router
-from mint.mol.runtime import CANCELLED, Decoding, Handoff, MixtureRuntime, PrefillRoute, TextListener
+from mint.mol.runtime import CANCELLED, Handoff, MixtureRuntime, PrefillRoute, RowsFailed, TextListener
+from mint.mol.runtime import Decoding
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
 from mint.registry.store import now
@@ -74,13 +79,15 @@ class _PrefillRouting:
 
 class Mixture:
     def __init__(self, ws: Workspace, project: Project, runtime: MixtureRuntime, *,
-                 feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S, log: TurnLog | None = None) -> None:
+                 feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S, log: TurnLog | None = None,
+                 scrub_logs: bool = False) -> None:
         self.ws, self.project, self.runtime = ws, project, runtime
         self.router = Router(project)
         self.router_revision_id: str | None = None
         self.feedback_window_s = feedback_window_s
         self.log = log or TurnLog(ws)
-        self._pending: OrderedDict[str, tuple[float, dict]] = OrderedDict()
+        self.scrub_logs = scrub_logs
+        self._pending: OrderedDict[str, tuple[float, str | None]] = OrderedDict()   # id -> (answered, owner)
         self._pending_lock = threading.Lock()
 
     @classmethod
@@ -166,33 +173,50 @@ class Mixture:
 
     def answer(self, turns: list[Turn], *, keep_for_feedback: bool = True,
                listeners: Sequence[TextListener | None] | None = None) -> list[Answer]:
-        """Route and answer ``turns`` together; ``listeners[i]``, where given, streams turn i's text."""
+        """Route and answer ``turns`` together; ``listeners[i]``, where given, streams turn i's text. The first
+        turn that cannot be answered raises its error (``answer_each`` answers the others)."""
+        results = self.answer_each(turns, keep_for_feedback=keep_for_feedback, listeners=listeners)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results  # type: ignore[return-value]
+
+    def answer_each(self, turns: list[Turn], *, keep_for_feedback: bool = True,
+                    listeners: Sequence[TextListener | None] | None = None,
+                    owners: Sequence[str | None] | None = None) -> list[Answer | Exception]:
+        """Each turn's answer, or the error of a turn that cannot be answered (longer than the base takes):
+        one turn's error is its own, the others are answered in one mixed batch all the same. Each answered
+        turn is logged at once; with ``keep_for_feedback`` it takes feedback from ``owners[i]`` (the API key
+        that asked, None for none) for ``feedback_window_s``."""
         self.expire_pending()
         if not turns:
             return []
         listeners = list(listeners) if listeners is not None else [None] * len(turns)
-        if len(listeners) != len(turns):
-            raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners")
+        owners = list(owners) if owners is not None else [None] * len(turns)
+        if len(listeners) != len(turns) or len(owners) != len(turns):
+            raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners and {len(owners)} owners")
+        results: list[Answer | Exception | None] = [None] * len(turns)
+        rows = list(range(len(turns)))
         # held from the check to the generation: a champion loaded in between could change a layer the probe reads
         with self.runtime.lock:
             router = self.router
             in_prefill = self.routes_in_prefill(router)
             routes, route_ms = (self._forced(turns), 0.0) if in_prefill else self.route(turns)
-            answers: list[Answer | None] = [None] * len(turns)
-            groups: dict[tuple, list[int]] = {}
-            for i, turn in enumerate(turns):
-                groups.setdefault((turn.decoding.temperature, turn.decoding.top_p, turn.decoding.seed), []).append(i)
-            for (temperature, top_p, seed), rows in groups.items():
-                longest = max(turns[i].decoding.max_new_tokens for i in rows)
+            while rows:
                 conversations = [prompt_of(turns[i]) for i in rows]
                 free = [k for k, i in enumerate(rows) if routes[i] is None]
                 prefill = self._prefill_route(router, [turns[i] for i in rows], conversations, free) if free else None
                 started = time.perf_counter()
-                generated = self.runtime.generate(conversations, [routes[i] and routes[i].specialist for i in rows],
-                                                  Decoding(longest, temperature, top_p, seed),
-                                                  limits=[turns[i].decoding.max_new_tokens for i in rows],
-                                                  listeners=[listeners[i] for i in rows],
-                                                  route=prefill and prefill.route)
+                try:
+                    generated = self.runtime.generate(
+                        conversations, [routes[i] and routes[i].specialist for i in rows],
+                        listeners=[listeners[i] for i in rows], route=prefill and prefill.route,
+                        rows=[turns[i].decoding for i in rows])
+                except RowsFailed as failed:    # those rows get their errors; the rest are generated without them
+                    for k, exc in failed.errors.items():
+                        results[rows[k]] = exc
+                    rows = [i for k, i in enumerate(rows) if k not in failed.errors]
+                    continue
                 # routed inside the prefill, the generation's time holds the routing's; else route_ms is 0
                 elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
                 if prefill:
@@ -200,19 +224,18 @@ class Mixture:
                         routes[rows[k]] = route
                 group_route_ms = prefill.ms if prefill else route_ms
                 for i, out in zip(rows, generated):
-                    answers[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
+                    results[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
                                         out.served_by, out.text, routes[i], elapsed_ms, group_route_ms,
                                         out.prompt_tokens, len(out.token_ids), out.finish_reason)
-        for turn, answer in zip(turns, answers):
-            if answer.finish_reason == CANCELLED:
+                break
+        for turn, answer, owner in zip(turns, results, owners):
+            if not isinstance(answer, Answer) or answer.finish_reason == CANCELLED:
                 continue
-            episode = self._episode(turn, answer)
+            self.log.append(self._episode(turn, answer))   # on disk before the client hears the answer
             if keep_for_feedback:
                 with self._pending_lock:
-                    self._pending[answer.id] = (time.monotonic(), episode)
-            else:
-                self.log.append(episode)
-        return answers  # type: ignore[return-value]
+                    self._pending[answer.id] = (time.monotonic(), owner)
+        return results  # type: ignore[return-value]
 
     def _prefill_route(self, router: Router, turns: list[Turn], conversations: list[list[dict]],
                        rows: list[int]) -> "_PrefillRouting":
@@ -234,9 +257,12 @@ class Mixture:
         return routing
 
     def _episode(self, turn: Turn, answer: Answer) -> dict:
-        return {
+        # the training target is the answer generated here; the client's history, its assistant turns
+        # included, is context it wrote itself (weight 0: shown to the model, never trained on)
+        history = [{**m, "weight": 0} if m["role"] == "assistant" else m for m in turn.messages]
+        episode = {
             "id": answer.id, "session": turn.session, "ts": now(), "specialist": answer.specialist,
-            "messages": [*turn.messages, {"role": "assistant", "content": answer.text}],
+            "messages": [*history, {"role": "assistant", "content": answer.text}],
             **({"tools": turn.tools} if turn.tools else {}),
             "feedback": {"rating": None, "correction": None},
             "served_by": answer.served_by,
@@ -244,11 +270,30 @@ class Mixture:
                       "revision": answer.route.revision},
             "latency_ms": round(answer.latency_ms, 3), "route_ms": round(answer.route_ms, 3),
         }
+        return self._scrubbed(episode) if self.scrub_logs else episode
+
+    def _scrubbed(self, record: dict) -> dict:
+        """``record`` with PII replaced by placeholders in every text a client gave (``--scrub-logs``)."""
+        found: Counter = Counter()
+        record = dict(record)
+        if "messages" in record:
+            record["messages"] = [{**m, "content": scrub_text(m["content"], found)} for m in record["messages"]]
+        if record.get("tools"):
+            record["tools"] = scrub_value(record["tools"], found)
+        if record.get("session"):
+            record["session"] = scrub_text(record["session"], found)
+        if record.get("feedback", {}).get("correction"):
+            record["feedback"] = {**record["feedback"],
+                                  "correction": scrub_text(record["feedback"]["correction"], found)}
+        return record
 
     # --- feedback ------------------------------------------------------------------------
 
-    def feedback(self, answer_id: str, *, rating: int | None = None, correction: str | None = None) -> dict:
-        """Attach a rating (-1, 0, 1) and/or a correction to an answered turn and log it now."""
+    def feedback(self, answer_id: str, *, rating: int | None = None, correction: str | None = None,
+                 owner: str | None = None) -> dict:
+        """Attach a rating (-1, 0, 1) and/or a correction to a turn answered for ``owner`` (the key that asked)
+        within the feedback window; it is appended to the log as its own line, which ingest merges into the
+        turn. Another owner's turn is as unknown as one never answered."""
         if rating is None and correction is None:
             raise BadInput("give a rating (-1, 0 or 1) or a correction", field="feedback")
         if rating is not None and (isinstance(rating, bool) or rating not in (-1, 0, 1)):
@@ -256,29 +301,34 @@ class Mixture:
         if correction is not None and (not isinstance(correction, str) or not correction.strip()):
             raise BadInput("expected non-empty text", field="correction")
         check_unicode(correction, "correction")
+        self.expire_pending()
         with self._pending_lock:
-            entry = self._pending.pop(answer_id, None)
+            entry = self._pending.get(answer_id)
+            if entry is not None and entry[1] == owner:
+                del self._pending[answer_id]
+            else:
+                entry = None
         if entry is None:
-            raise BadInput(f"no answered turn {answer_id!r} awaits feedback (unknown, or already logged)",
-                           field="id")
-        episode = entry[1]
-        episode["feedback"] = {"rating": rating, "correction": correction.strip() if correction else None}
-        self.log.append(episode)
-        return episode
+            raise BadInput(f"no answered turn {answer_id!r} awaits feedback (unknown, already rated, or asked "
+                           "for with another key)", field="id")
+        event = {"upstream_id": answer_id, "ts": now(),
+                 "feedback": {"rating": rating, "correction": correction.strip() if correction else None}}
+        event = self._scrubbed(event) if self.scrub_logs else event
+        self.log.append(event)
+        return event
 
     def expire_pending(self, *, all_of_them: bool = False) -> int:
-        """Log the turns whose feedback window has passed (every pending turn with ``all_of_them``)."""
+        """Close the feedback window of the turns whose window has passed (of every turn with ``all_of_them``);
+        they were logged when answered."""
         cutoff = time.monotonic() - self.feedback_window_s
-        expired = []
+        expired = 0
         with self._pending_lock:
-            for answer_id, (created, episode) in list(self._pending.items()):
+            for answer_id, (created, _owner) in list(self._pending.items()):
                 if not all_of_them and created > cutoff:
                     break
-                expired.append(episode)
+                expired += 1
                 del self._pending[answer_id]
-        for episode in expired:
-            self.log.append(episode)
-        return len(expired)
+        return expired
 
     def close(self) -> None:
         self.expire_pending(all_of_them=True)

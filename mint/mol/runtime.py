@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from mint.base import LoadedBase
-from mint.errors import BadInput, Refused
+from mint.errors import BadInput, MintError, Refused
 from mint.workspace import Workspace
 
 DEFAULT_MAX_RANK = 16
@@ -25,6 +25,31 @@ CANCELLED = "cancelled"     # the finish reason of a row whose listener's receiv
 
 # called after every decode step of its row with the text that became final (often ""); False: stop the row
 TextListener = Callable[[str], bool]
+
+
+class StopFlag:
+    """A listener that wants no text, only a way to stop its row: a non-streamed request whose client left
+    calls ``stop`` and the row ends ``cancelled`` at its next step (nothing is decoded for it meanwhile)."""
+
+    wants_text = False
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def __call__(self, _delta: str) -> bool:
+        return not self.stopped
+
+
+class RowsFailed(BadInput):
+    """Some rows of a batch cannot be generated (``errors``: row -> its error); nothing was generated."""
+
+    def __init__(self, errors: dict[int, Exception]) -> None:
+        first = errors[min(errors)]
+        super().__init__(str(first), field=getattr(first, "field", None))
+        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -93,6 +118,8 @@ class MixtureRuntime:
         self.slots = {name: Slot(name, i + 1) for i, name in enumerate(specialists)}
         self.layer_of = {name: _layer_index(name) for name in self.modules}
         self.lock = threading.RLock()
+        self.sync_errors: dict[str, str] = {}          # specialist -> why its champion is not loaded
+        self._failed_target: dict[str, str] = {}       # specialist -> the champion that failed to load
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"   # new tokens must follow every prompt directly
@@ -143,9 +170,15 @@ class MixtureRuntime:
             for module in self.modules.values():
                 module.clear_slot(slot.index)
             self.slots[specialist] = Slot(specialist, slot.index)
+        self.sync_errors.pop(specialist, None)      # the next sync tries its champion afresh
+        self._failed_target.pop(specialist, None)
 
     def sync_champions(self, ws: Workspace) -> list[Handoff]:
-        """Load every specialist's champion whose alias moved since the last call (the registry is polled)."""
+        """Load every specialist's champion whose alias moved since the last call (the registry is polled).
+
+        Each specialist is loaded on its own: one that fails keeps serving what it served, its error is kept in
+        ``sync_errors`` (specialist -> message) and that revision is not tried again until its alias moves, so a
+        bad champion of one specialist never holds back another's."""
         from mint.registry import store
         from mint.registry.artifacts import load_revision
 
@@ -159,13 +192,23 @@ class MixtureRuntime:
         moves = []
         for name, target in targets.items():
             if target == self.slots[name].revision_id or target is None:
+                self.sync_errors.pop(name, None)
                 continue
-            revision, directory = load_revision(ws, target)
-            fingerprint = revision.base_fingerprint
-            if fingerprint and fingerprint != self.loaded.fingerprint:
-                raise Refused(f"{revision.ref} was trained on another base ({revision.base or fingerprint[:19]}), "
-                              f"not the loaded {self.loaded.name}")
-            moves.append(self.load_adapter(name, directory, revision_id=revision.id, ref=revision.ref))
+            if name in self.sync_errors and self._failed_target.get(name) == target:
+                continue
+            try:
+                revision, directory = load_revision(ws, target)
+                fingerprint = revision.base_fingerprint
+                if fingerprint and fingerprint != self.loaded.fingerprint:
+                    raise Refused(f"{revision.ref} was trained on another base "
+                                  f"({revision.base or fingerprint[:19]}), not the loaded {self.loaded.name}")
+                moves.append(self.load_adapter(name, directory, revision_id=revision.id, ref=revision.ref))
+            except Exception as exc:  # noqa: BLE001 - any failure of one champion is that specialist's alone
+                self.sync_errors[name] = str(exc) if isinstance(exc, MintError) else f"{type(exc).__name__}: {exc}"
+                self._failed_target[name] = target
+            else:
+                self.sync_errors.pop(name, None)
+                self._failed_target.pop(name, None)
         return moves
 
     def shared_layers(self) -> int:
@@ -181,6 +224,10 @@ class MixtureRuntime:
 
     # --- generation -------------------------------------------------------------------
 
+    def context_limit(self) -> int | None:
+        """How many tokens (prompt and answer) the base takes in all; None when its config does not say."""
+        return getattr(self.model.config, "max_position_embeddings", None)
+
     def encode(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
         """The prompt token ids of each conversation (chat template, generation prompt)."""
         from mint.mol.generate import prompt_ids
@@ -190,10 +237,12 @@ class MixtureRuntime:
     def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
                  decoding: Decoding = Decoding(), *, limits: Sequence[int] | None = None,
                  listeners: Sequence[TextListener | None] | None = None,
-                 route: PrefillRoute | None = None) -> list[Generation]:
+                 route: PrefillRoute | None = None, rows: Sequence[Decoding] | None = None) -> list[Generation]:
         """One reply per conversation, row i answered by ``specialists[i]`` (None: the bare base), in one batch.
 
-        ``limits[i]`` caps row i's new tokens (default: ``decoding.max_new_tokens`` for every row);
+        ``rows[i]``, where given, is row i's own decoding (its token limit, temperature, top_p and seed: a
+        sampled row draws from a generator of its own seed, so rows that differ in them share the batch);
+        ``decoding`` is then ignored. ``limits[i]`` caps row i's new tokens (default: ``decoding.max_new_tokens``);
         ``listeners[i]``, where given, receives row i's text as it is decoded (see the module's docstring);
         ``route``, where given, names the specialists of its rows inside the prefill (their ``specialists[i]``
         are ignored).
@@ -202,6 +251,11 @@ class MixtureRuntime:
             raise BadInput(f"{len(conversations)} conversations but {len(specialists)} specialists")
         if not conversations:
             return []
+        if rows is not None:
+            if len(rows) != len(conversations) or limits is not None:
+                raise BadInput(f"{len(conversations)} conversations but {len(rows)} row decodings")
+            limits = [row.max_new_tokens for row in rows]
+            decoding = Decoding(max(limits))
         if decoding.max_new_tokens < 1:
             raise BadInput("must be at least 1", field="max_new_tokens")
         limits = list(limits) if limits is not None else [decoding.max_new_tokens] * len(conversations)
@@ -220,30 +274,36 @@ class MixtureRuntime:
             prompts, spans = [ids for ids, _span in encoded], [span for _ids, span in encoded]
         else:
             prompts = self.encode(conversations)
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        longest = max(len(p) for p in prompts)
-        if limit and longest + decoding.max_new_tokens > limit:
-            raise BadInput(f"the conversation is {longest} tokens and {decoding.max_new_tokens} more were asked "
-                           f"for; base {self.loaded.name} takes at most {limit} in all", field="messages")
+        limit = self.context_limit()
+        too_long = {i: BadInput(f"the conversation is {len(p)} tokens and {limits[i]} more were asked for; base "
+                                f"{self.loaded.name} takes at most {limit} in all", field="messages")
+                    for i, p in enumerate(prompts) if limit and len(p) + limits[i] > limit}
+        if too_long:
+            raise RowsFailed(too_long)
         return self.generate_ids(prompts, slots, decoding, specialists, limits=limits, listeners=listeners,
-                                 route=route, spans=spans)
+                                 route=route, spans=spans, rows=rows)
 
     def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
                      specialists: Sequence[str | None] | None = None, *, limits: Sequence[int] | None = None,
                      listeners: Sequence[TextListener | None] | None = None, route: PrefillRoute | None = None,
-                     spans: Sequence[tuple[int, int]] | None = None) -> list[Generation]:
+                     spans: Sequence[tuple[int, int]] | None = None,
+                     rows: Sequence[Decoding] | None = None) -> list[Generation]:
         import torch
-        from transformers import StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
+        row_decodings = rows
         rows = _RowStops(self.tokenizer, limits or [decoding.max_new_tokens] * len(prompts),
                          set(_eos_ids(self.model, self.tokenizer)), listeners or [None] * len(prompts))
         options = dict(max_new_tokens=decoding.max_new_tokens, pad_token_id=pad,
-                       do_sample=decoding.temperature > 0, stopping_criteria=StoppingCriteriaList([rows]))
-        if decoding.temperature > 0:
+                       do_sample=decoding.temperature > 0 and row_decodings is None,
+                       stopping_criteria=StoppingCriteriaList([rows]))
+        if row_decodings is not None:   # greedy decoding picks the token each sampled row's sampler chose
+            options.update(logits_processor=LogitsProcessorList([_RowSampler(row_decodings)]))
+        elif decoding.temperature > 0:
             options.update(temperature=decoding.temperature, top_p=decoding.top_p, top_k=0)
         specialists = list(specialists or [None] * len(prompts))
         slots = list(slots)
@@ -251,7 +311,7 @@ class MixtureRuntime:
             self.table.set_rows(slots)
             hooks = self._route_in_prefill(route, prompts, spans, width, slots, specialists) if route else []
             try:
-                if decoding.temperature > 0:
+                if decoding.temperature > 0 and row_decodings is None:
                     torch.manual_seed(decoding.seed)
                 started = time.perf_counter()
                 with torch.inference_mode():
@@ -346,6 +406,34 @@ class IncrementalText:
         return final, final[len(self.sent):] if final.startswith(self.sent) else ""
 
 
+class _RowSampler:
+    """A logits processor that samples each row whose decoding samples (temperature > 0) from a generator of
+    its own seed, with its own temperature and top_p, and leaves only that token to greedy decoding's argmax;
+    greedy rows pass unchanged. A row's draws therefore depend on its seed alone, not on its batch."""
+
+    def __init__(self, decodings: Sequence[Decoding]) -> None:
+        self.decodings = list(decodings)
+        self.generators: dict[int, object] = {}
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        for row, decoding in enumerate(self.decodings):
+            if decoding.temperature <= 0:
+                continue
+            if row not in self.generators:
+                self.generators[row] = torch.Generator(device=scores.device).manual_seed(decoding.seed)
+            probs = torch.softmax(scores[row].float() / decoding.temperature, dim=-1)
+            if decoding.top_p < 1:
+                ordered, order = torch.sort(probs, descending=True)
+                outside = ordered.cumsum(-1) - ordered > decoding.top_p   # the smallest set holding top_p stays
+                probs = probs.scatter(0, order[outside], 0.0)
+            token = torch.multinomial(probs, 1, generator=self.generators[row])
+            scores[row] = float("-inf")
+            scores[row, token] = 0.0
+        return scores
+
+
 class _RowStops:
     """A stopping criterion for ``model.generate`` that follows each row after every decode step: it
     collects the row's tokens, stops the row at EOS, at its own limit or when its listener's receiver is
@@ -356,7 +444,8 @@ class _RowStops:
         self.limits, self.eos, self.listeners = list(limits), eos, list(listeners)
         self.tokens: list[list[int]] = [[] for _ in limits]
         self.reasons: list[str | None] = [None] * len(limits)     # stop | length | cancelled, once stopped
-        self.texts = [IncrementalText(tokenizer) if listener else None for listener in listeners]
+        self.texts = [IncrementalText(tokenizer) if listener and getattr(listener, "wants_text", True) else None
+                      for listener in listeners]
         self.tokenizer = tokenizer
 
     def _tell(self, row: int, delta: str) -> None:
@@ -380,7 +469,7 @@ class _RowStops:
                 continue
             self.tokens[row].append(token)
             if self.listeners[row] is not None:
-                self._tell(row, self.texts[row].push(self.tokens[row]))
+                self._tell(row, self.texts[row].push(self.tokens[row]) if self.texts[row] else "")
             if self.reasons[row] is None and len(self.tokens[row]) >= self.limits[row]:
                 self.reasons[row] = "length"
         return torch.tensor([reason is not None for reason in self.reasons], device=input_ids.device)

@@ -16,6 +16,15 @@ Tools follow OpenAI's shape both ways. A client's history of ``tool_calls`` is w
 turn as training renders it (``<tool_call>`` blocks); an answer that calls only the offered tools comes back
 as ``message.tool_calls`` with ``finish_reason: tool_calls``. A streamed turn that offers tools is sent
 whole when it ends, since a call cannot be told from words until the answer is complete.
+
+Facing clients (``Access``, ``Limits``): with API keys set, every ``/v1/*`` route needs ``Authorization: Bearer
+KEY`` (401 otherwise; ``/health`` then says only ok / not ok without one); a request whose ``Host`` is not
+allowed gets 403 and a POST whose ``Content-Type`` is not ``application/json`` 415, so a web page can reach
+the server neither by a cross-origin form post nor by DNS rebinding. A body over ``max_body_bytes`` gets 413
+before it is parsed; too many messages or too much text get 400 before anything is tokenized; a full queue or a
+key with too many requests in flight gets 429 with ``Retry-After``. A non-streamed request whose client leaves
+stops its row like a streamed one. Slow clients are cut off: headers that take longer than
+``header_timeout_s`` and bodies slower than ``body_timeout_s`` (408).
 """
 from __future__ import annotations
 
@@ -34,21 +43,28 @@ from dataclasses import dataclass
 from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
 
 from mint.errors import BadInput, MintError
+from mint.mol.admission import Access, Limits
 from mint.harness.agent import parse_tool_calls, tool_descriptions
 from mint.mol.mixture import Answer, Mixture, Turn
-from mint.mol.runtime import CANCELLED, Decoding, TextListener
+from mint.mol.runtime import CANCELLED, Decoding, StopFlag, TextListener
 from mint.text import check_unicode
 from mint.train.examples import render_message
 
 MODEL = "mint"
 MAX_TOKENS_LIMIT = 4096
 ROLES = ("system", "user", "assistant", "tool")
+# the body fields a chat completion may have; any other is refused (400 naming it), never ignored silently
+CHAT_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "max_tokens",
+                         "max_completion_tokens", "temperature", "top_p", "seed", "n", "user"})
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
 
 
 class RequestError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers
 
 
 # --- request parsing --------------------------------------------------------------------
@@ -118,10 +134,19 @@ def answer_tool_calls(text: str, tools: list[dict]) -> tuple[str | None, list[di
                             for name, arguments in calls]
 
 
-def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, str]:
-    """(turn, stream, model) from a /v1/chat/completions body; RequestError (4xx) for anything malformed."""
+def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limits(),
+                       max_prompt_chars: int | None = None) -> tuple[Turn, bool, str]:
+    """(turn, stream, model) from a /v1/chat/completions body; RequestError (4xx) for anything malformed, for a
+    field this server does not implement, and for more messages or text than ``limits`` allow (checked before
+    anything is tokenized)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the body must be a JSON object")
+    for key in body:
+        if key not in CHAT_FIELDS:
+            raise RequestError(400, f"{key!r} is not supported by this server (it takes "
+                                    f"{', '.join(sorted(CHAT_FIELDS))})", key, "unsupported_parameter")
+    if body.get("tool_choice") not in (None, "auto"):
+        raise RequestError(400, "tool_choice: only 'auto' is supported", "tool_choice", "unsupported_parameter")
     model = body.get("model", MODEL)
     if not isinstance(model, str):
         raise RequestError(400, "model must be a string", "model")
@@ -138,11 +163,19 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise RequestError(400, "messages must be a non-empty list", "messages")
+    if len(raw) > limits.max_messages:
+        raise RequestError(400, f"messages: {len(raw)} messages, more than the {limits.max_messages} this server "
+                                "takes", "messages", "too_many_messages")
     messages = []
+    chars = len(json.dumps(tools, ensure_ascii=False)) if tools else 0
     for i, message in enumerate(raw):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise RequestError(400, f"{where} must be an object", where)
+        unknown = sorted(set(message) - MESSAGE_FIELDS)
+        if unknown:
+            raise RequestError(400, f"{where}.{unknown[0]} is not supported by this server", f"{where}.{unknown[0]}",
+                               "unsupported_parameter")
         role = message.get("role")
         if role not in ROLES:
             raise RequestError(400, f"{where}.role must be one of {', '.join(ROLES)}", f"{where}.role")
@@ -158,6 +191,10 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
                                       "tool_calls": _history_calls(message["tool_calls"], f"{where}.tool_calls")},
                                      tools)["content"]
         messages.append({"role": role, "content": content or ""})
+        chars += len(content or "")
+        if max_prompt_chars is not None and chars > max_prompt_chars:
+            raise RequestError(400, f"messages: more than {max_prompt_chars} characters, past what the base's "
+                                    "context can hold", "messages", "context_length_exceeded")
     if not any(m["role"] == "user" for m in messages):
         raise RequestError(400, "messages need at least one user message", "messages")
     if _number(body, "n", 1, 1, 1, integer=True) != 1:
@@ -177,21 +214,31 @@ def parse_chat_request(body, specialists: tuple[str, ...]) -> tuple[Turn, bool, 
 
 # --- batching -----------------------------------------------------------------------------
 
+class QueueFull(Exception):
+    """More turns are waiting or generating than the server takes."""
+
+
 @dataclass
 class _Job:
     turn: Turn
     future: Future
     listener: TextListener | None = None
+    owner: str | None = None
 
 
 class Batcher:
-    """Collects turns from many clients and answers them together (windowed batching)."""
+    """Collects turns from many clients and answers them together (windowed batching), at most ``max_queue``
+    waiting or generating at once."""
 
-    def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16) -> None:
+    def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16,
+                 max_queue: int | None = None) -> None:
         self.mixture, self.window_s, self.max_batch = mixture, window_ms / 1000, max_batch
+        self.max_queue = max_queue
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.batch_sizes: list[int] = []
-        self.cancelled = 0        # streamed turns whose client went away before the answer ended
+        self.cancelled = 0        # turns whose client went away before the answer ended
+        self.outstanding = 0      # turns submitted and not answered yet
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="mint-batcher", daemon=True)
 
     def start(self) -> None:
@@ -201,10 +248,24 @@ class Batcher:
         self.jobs.put(None)
         self._thread.join(timeout=60)
 
-    def submit(self, turn: Turn, listener: TextListener | None = None) -> Future:
-        job = _Job(turn, Future(), listener)
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, turn: Turn, listener: TextListener | None = None, owner: str | None = None) -> Future:
+        """The turn's future; QueueFull when ``max_queue`` turns are waiting or generating already."""
+        with self._count_lock:
+            if self.max_queue is not None and self.outstanding >= self.max_queue:
+                raise QueueFull(f"{self.outstanding} turns are queued, the most this server takes")
+            self.outstanding += 1
+        job = _Job(turn, Future(), listener, owner)
+        job.future.add_done_callback(self._done)
         self.jobs.put(job)
         return job.future
+
+    def _done(self, _future: Future) -> None:
+        with self._count_lock:
+            self.outstanding -= 1
 
     def _run(self) -> None:
         while True:
@@ -232,6 +293,8 @@ class Batcher:
         def watch(index: int, listener: TextListener | None):
             if listener is None:
                 return None
+            if not getattr(listener, "wants_text", True):
+                return listener
 
             def heard(*args, **kwargs):
                 streamed[index] = True
@@ -239,30 +302,41 @@ class Batcher:
             return heard
 
         try:
-            answers = self.mixture.answer([job.turn for job in batch],
-                                          listeners=[watch(i, job.listener) for i, job in enumerate(batch)])
-            self.cancelled += sum(answer.finish_reason == CANCELLED for answer in answers)
-            for job, answer in zip(batch, answers):
-                job.future.set_result(answer)
+            results = self.mixture.answer_each([job.turn for job in batch],
+                                               listeners=[watch(i, job.listener) for i, job in enumerate(batch)],
+                                               owners=[job.owner for job in batch])
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting request(s)
-            if len(batch) > 1 and not any(streamed):
-                # one bad turn (say, longer than the base's context) must not fail the turns that shared
-                # its batch: answer each alone, so only the bad one gets the error (nothing was logged or
-                # streamed yet; once a client has text, a retry would send it twice)
-                for job in batch:
+            unstreamed = [job for job, began in zip(batch, streamed) if not began]
+            if len(batch) > 1 and unstreamed:
+                # a failure of the whole batch cannot be pinned on one turn: the turns whose client has no text
+                # yet are answered again each alone, so only a bad one gets its error (a streamed turn with text
+                # out cannot be retried without sending it twice: it alone gets the error)
+                for job, began in zip(batch, streamed):
+                    if began:
+                        job.future.set_exception(exc)
+                for job in unstreamed:
                     self._answer([job])
                 return
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(exc)
+            return
+        for job, result in zip(batch, results):
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                self.cancelled += result.finish_reason == CANCELLED
+                job.future.set_result(result)
 
 
 class ChampionPoller:
-    """Re-reads the champion aliases every ``poll_s`` seconds; a failed load is reported, not fatal."""
+    """Re-reads the champion aliases every ``poll_s`` seconds. No error stops it: a registry it cannot read is
+    ``last_error``, a champion that fails to load is its specialist's (``mixture.runtime.sync_errors``)."""
 
     def __init__(self, mixture: Mixture, poll_s: float) -> None:
         self.mixture, self.poll_s = mixture, poll_s
         self.last_error: str | None = None
+        self.last_poll: float | None = None
         self.handoffs: list = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mint-poller", daemon=True)
@@ -274,13 +348,42 @@ class ChampionPoller:
         self._stop.set()
         self._thread.join(timeout=60)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def poll(self) -> None:
+        try:
+            self.handoffs += self.mixture.sync()
+            self.last_error = None
+        except Exception as exc:  # noqa: BLE001 - e.g. sqlite3.OperationalError: keep serving, say so in /health
+            self.last_error = str(exc) if isinstance(exc, MintError) else f"{type(exc).__name__}: {exc}"
+        self.last_poll = time.time()
+
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
-            try:
-                self.handoffs += self.mixture.sync()
-                self.last_error = None
-            except MintError as exc:    # e.g. a champion of another base: keep serving the old one
-                self.last_error = str(exc)
+            self.poll()
+
+
+class _InFlight:
+    """Requests in flight per key (per client address without keys), at most ``limit`` each."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.counts, self._lock = limit, {}, threading.Lock()
+
+    def enter(self, who: str) -> None:
+        with self._lock:
+            if self.counts.get(who, 0) >= self.limit:
+                raise RequestError(429, f"{self.limit} requests of this key are in flight already, the most it "
+                                        "may have; retry when one ends", None, "rate_limit_exceeded",
+                                   {"Retry-After": "1"})
+            self.counts[who] = self.counts.get(who, 0) + 1
+
+    def leave(self, who: str) -> None:
+        with self._lock:
+            self.counts[who] -= 1
+            if not self.counts[who]:
+                del self.counts[who]
 
 
 # --- the app -------------------------------------------------------------------------------
@@ -371,17 +474,75 @@ async def _events(relay: _Relay, future: Future, first, answer_id: str, model: s
         relay.gone = True
 
 
-def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0):
+class _Guard:
+    """ASGI middleware that turns a request away before any handler reads it: a Host not allowed (403), a
+    ``/v1/*`` call without a valid key (401), a POST that is not ``application/json`` (415) or that announces a
+    body over the cap (413). It puts the caller's key fingerprint (``owner``) in the request's state."""
+
+    def __init__(self, app, access: Access, limits: Limits) -> None:
+        self.app, self.access, self.limits = app, access, limits
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        path = scope["path"]
+        owner = self.access.owner(headers.get("authorization")) if self.access.api_keys else None
+        state = scope.setdefault("state", {})
+        state["owner"], state["authorized"] = owner, owner is not None or not self.access.api_keys
+        refusal = None
+        if not self.access.host_allowed(headers.get("host")):
+            refusal = (403, f"Host {headers.get('host')!r} is not allowed; start the server with --allowed-host "
+                            "NAME for the names clients use", "host_not_allowed", {})
+        elif path.startswith("/v1/") and not state["authorized"]:
+            refusal = (401, "a valid API key is needed: Authorization: Bearer KEY", "invalid_api_key",
+                       {"WWW-Authenticate": "Bearer"})
+        elif scope["method"] == "POST":
+            kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            length = headers.get("content-length", "")
+            if kind != "application/json":
+                refusal = (415, f"the body must be JSON sent as Content-Type: application/json, not "
+                                f"{kind or 'none'!r}", "unsupported_media_type", {})
+            elif length.isdigit() and int(length) > self.limits.max_body_bytes:
+                refusal = (413, f"the body is {int(length)} bytes, more than the {self.limits.max_body_bytes} this "
+                                "server reads", "body_too_large", {"Connection": "close"})
+        if refusal is None:
+            return await self.app(scope, receive, send)
+        status, message, code, extra = refusal
+        body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                     "code": code}}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                *((k.lower().encode(), v.encode()) for k, v in extra.items())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _client_left(request: Request) -> None:
+    """Returns once the client of ``request`` (whose body was read) has disconnected."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0,
+               access: Access = Access(), limits: Limits = Limits()):
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 
-    batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch)
+    batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch, max_queue=limits.max_queue)
     poller = ChampionPoller(mixture, poll_s)
+    in_flight = _InFlight(limits.max_per_key)
+    context = mixture.runtime.context_limit()
+    max_prompt_chars = limits.max_prompt_chars or (8 * context if context else None)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -396,15 +557,18 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
 
     app = FastAPI(title="mint", lifespan=lifespan)
     app.state.batcher, app.state.poller, app.state.mixture = batcher, poller, mixture
+    app.add_middleware(_Guard, access=access, limits=limits)
 
-    def error(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    def error(status: int, message: str, param: str | None = None, code: str | None = None,
+              headers: dict | None = None) -> JSONResponse:
         kind = "invalid_request_error" if status < 500 else "server_error"
         message = message.encode("utf-8", "backslashreplace").decode("utf-8")   # it may quote a lone surrogate
-        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
+        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status,
+                            headers=headers)
 
     @app.exception_handler(RequestError)
     async def _request_error(_request, exc: RequestError):
-        return error(exc.status, exc.message, exc.param, exc.code)
+        return error(exc.status, exc.message, exc.param, exc.code, exc.headers)
 
     @app.exception_handler(BadInput)
     async def _bad_input(_request, exc: BadInput):
@@ -418,8 +582,24 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
     async def _http(_request, exc: HTTPException):
         return error(exc.status_code, str(exc.detail))
 
+    async def read_body(request: Request) -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:    # a body sent without Content-Length (chunked)
+                raise RequestError(413, f"the body is more than the {limits.max_body_bytes} bytes this server "
+                                        "reads", None, "body_too_large", {"Connection": "close"})
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def body_of(request: Request):
-        raw = await request.body()
+        try:
+            raw = await asyncio.wait_for(read_body(request), limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestError(408, f"the body did not arrive within {limits.body_timeout_s:g} s", None,
+                               "request_timeout", {"Connection": "close"}) from None
+        except ClientDisconnect:   # the client left mid-upload: nobody to answer, nothing to log
+            raise RequestError(400, "the client disconnected before its body ended") from None
         try:
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -427,10 +607,26 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
         except RecursionError:   # json.loads recurses once per level of nesting
             raise RequestError(400, "the body is nested too deeply to read") from None
 
+    def healthy() -> tuple[bool, dict]:
+        errors = dict(mixture.runtime.sync_errors)
+        ok = poller.alive and poller.last_error is None and not errors and batcher.alive
+        return ok, errors
+
     @app.get("/health")
-    async def health():
-        return {"status": "ok", "revisions": mixture.revisions(), "batches": len(batcher.batch_sizes),
-                "sync_error": poller.last_error}
+    async def health(request: Request):
+        ok, errors = healthy()
+        status = "ok" if ok else "not ok"
+        if not request.scope["state"]["authorized"]:
+            return JSONResponse({"status": status}, 200 if ok else 503)
+        revisions = mixture.revisions()
+        specialists = {name: {"served": revisions[name], "rank": slot.rank, "error": errors.get(name)}
+                       for name, slot in mixture.runtime.slots.items()}
+        return JSONResponse({"status": status, "revisions": revisions, "specialists": specialists,
+                             "router": revisions.get("router"), "max_rank": mixture.runtime.max_rank,
+                             "batches": len(batcher.batch_sizes), "cancelled": batcher.cancelled,
+                             "queue": {"outstanding": batcher.outstanding, "limit": limits.max_queue},
+                             "poller": {"alive": poller.alive, "last_poll": poller.last_poll},
+                             "sync_error": poller.last_error}, 200 if ok else 503)
 
     @app.get("/v1/models")
     async def models():
@@ -438,14 +634,37 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
         return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "mint"}
                                            for i in ids]}
 
+    def submit(request: Request, turn: Turn, listener: TextListener) -> Future:
+        owner = request.scope["state"]["owner"]
+        who = owner or f"address {request.client.host if request.client else '?'}"
+        in_flight.enter(who)
+        try:
+            future = batcher.submit(turn, listener, owner)
+        except QueueFull as exc:
+            in_flight.leave(who)
+            raise RequestError(429, f"{exc}; retry shortly", None, "server_busy", {"Retry-After": "1"}) from None
+        future.add_done_callback(lambda _f: in_flight.leave(who))
+        return future
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        turn, stream, model = parse_chat_request(await body_of(request), mixture.project.names)
+        turn, stream, model = parse_chat_request(await body_of(request), mixture.project.names, limits,
+                                                 max_prompt_chars)
         if not stream:
-            return _completion(await asyncio.wrap_future(batcher.submit(turn)), model, turn.tools)
+            flag = StopFlag()
+            waiting = asyncio.wrap_future(submit(request, turn, flag))
+            left = asyncio.ensure_future(_client_left(request))
+            try:
+                await asyncio.wait({waiting, left}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                left.cancel()
+            if not waiting.done():      # the client went away: its row stops at the next step, unlogged
+                flag.stop()
+                return Response(status_code=499)
+            return _completion(waiting.result(), model, turn.tools)
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         relay = _Relay(asyncio.get_running_loop())
-        future = batcher.submit(dataclasses.replace(turn, id=answer_id), relay)
+        future = submit(request, dataclasses.replace(turn, id=answer_id), relay)
         future.add_done_callback(relay.end)
         try:
             first = await relay.queue.get()   # the batch began (or failed: then answer as a plain error)
@@ -465,8 +684,12 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
         body = await body_of(request)
         if not isinstance(body, dict) or not isinstance(body.get("id"), str):
             raise RequestError(400, "the body must be {id: COMPLETION_ID, rating: -1|0|1, correction: TEXT}", "id")
+        unknown = sorted(set(body) - {"id", "rating", "correction"})
+        if unknown:
+            raise RequestError(400, f"{unknown[0]!r} is not a feedback field (id, rating, correction)", unknown[0])
         try:
-            mixture.feedback(body["id"], rating=body.get("rating"), correction=body.get("correction"))
+            mixture.feedback(body["id"], rating=body.get("rating"), correction=body.get("correction"),
+                             owner=request.scope["state"]["owner"])
         except BadInput as exc:
             status = 404 if exc.field == "id" else 400
             raise RequestError(status, str(exc), exc.field) from None
@@ -497,10 +720,68 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(mixture: Mixture, sock: socket.socket, *, window_ms: float = 10.0, max_batch: int = 16,
-          poll_s: float = 2.0) -> None:
-    """Serve on ``sock`` (``listening_socket``) until interrupted (blocking)."""
+def _timed_protocol(header_timeout_s: float):
+    """uvicorn's h11 protocol, with a deadline for each request's headers: a client that sends part of them
+    and stalls is disconnected after ``header_timeout_s`` (uvicorn's own timeout covers idle keep-alive only)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11Protocol(H11Protocol):
+        _header_deadline = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._await_headers()
+
+        def _await_headers(self) -> None:
+            if self._header_deadline is None:
+                self._header_deadline = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+
+        def _headers_too_slow(self) -> None:
+            self._header_deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            before = self.cycle
+            super().data_received(data)
+            if self.cycle is not before and self._header_deadline is not None:   # a request's headers are in
+                self._header_deadline.cancel()
+                self._header_deadline = None
+            elif self.cycle is None or self.cycle.response_complete:            # the next request began
+                self._await_headers()
+
+        def connection_lost(self, exc) -> None:
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+            super().connection_lost(exc)
+
+    return TimedH11Protocol
+
+
+def server_config(app, limits: Limits = Limits(), **options):
+    """The uvicorn config ``serve`` runs ``app`` with: slow clients are cut off (see ``Limits``)."""
     import uvicorn
 
-    app = create_app(mixture, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    options = {"log_level": "warning", **options}
+    return uvicorn.Config(app, http=_timed_protocol(limits.header_timeout_s), timeout_keep_alive=limits.keep_alive_s,
+                          h11_max_incomplete_event_size=64 << 10, **options)
+
+
+def serve(mixture: Mixture, sock: socket.socket, *, window_ms: float = 10.0, max_batch: int = 16,
+          poll_s: float = 2.0, access: Access = Access(), limits: Limits = Limits()) -> None:
+    """Serve on ``sock`` (``listening_socket``) until interrupted (blocking). While it runs, the workspace knows
+    its slot rank (``mint.registry.servers``), so `mint promote` refuses a champion it could not load."""
+    import uvicorn
+
+    from mint.registry.servers import announce, withdraw
+
+    app = create_app(mixture, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s, access=access,
+                     limits=limits)
+    host, port = sock.getsockname()[:2]
+    announcement = announce(mixture.ws, max_rank=mixture.runtime.max_rank,
+                            url=f"http://{f'[{host}]' if ':' in host else host}:{port}")
+    try:
+        uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
+    finally:
+        withdraw(announcement)

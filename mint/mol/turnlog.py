@@ -1,9 +1,13 @@
 """The served-turn log: every answered turn as a canonical episode in ``$MINT_HOME/logs/``.
 
 One JSON object per line in ``logs/served.jsonl`` (mint's own log format: ``messages``, ``feedback``,
-``served_by``, plus ``route`` and ``latency_ms``), so ``mint ingest $MINT_HOME/logs`` reads it back. When the
-file passes ``max_bytes`` it is renamed to ``served-<time>-<n>.jsonl`` and a new one begins. Lines are
-appended whole under a lock, so concurrent writers never interleave.
+``served_by``, plus ``route`` and ``latency_ms``), so ``mint ingest $MINT_HOME/logs`` reads it back. A turn is
+written when it is answered; feedback that comes later is a line of its own, ``{"upstream_id": ID, "feedback":
+{...}}``, which ingest (and ``read_turns``) merge into the turn with that id. When the file passes
+``max_bytes``, or holds turns from more than a day ago while a retention is set, it is renamed to
+``served-<time>-<n>.jsonl`` and a new one begins; with ``retention_days``, renamed files last written longer
+ago than that are deleted. Lines are appended whole under a lock, so concurrent writers never interleave.
+The logs hold what clients wrote: the folder is 0700 and its files 0600.
 """
 from __future__ import annotations
 
@@ -13,10 +17,12 @@ import threading
 import time
 from pathlib import Path
 
+from mint.errors import BadInput
 from mint.workspace import Workspace, file_lock
 
 CURRENT = "served.jsonl"
 DEFAULT_MAX_BYTES = 16 << 20
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 
 
 def logs_dir(ws: Workspace) -> Path:
@@ -24,43 +30,103 @@ def logs_dir(ws: Workspace) -> Path:
 
 
 class TurnLog:
-    def __init__(self, ws: Workspace, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, ws: Workspace, max_bytes: int = DEFAULT_MAX_BYTES, *,
+                 retention_days: float | None = None) -> None:
+        if retention_days is not None and not retention_days > 0:
+            raise BadInput("must be more than 0", field="--log-retention-days")
         self.directory = logs_dir(ws)
         self.max_bytes = max_bytes
+        self.retention_s = retention_days * 86400 if retention_days is not None else None
         self._lock = threading.Lock()
+        self._current_since: float | None = None     # when the current file's first line was written
 
-    def append(self, episode: dict) -> Path:
-        line = (json.dumps(episode, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def _private_directory(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        if self.directory.stat().st_mode & 0o777 != PRIVATE_DIR:
+            os.chmod(self.directory, PRIVATE_DIR)
+
+    def append(self, record: dict) -> Path:
+        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        self._private_directory()
         current = self.directory / CURRENT
         with self._lock, file_lock(self.directory / ".served.lock"):
             try:
                 size = current.stat().st_size
             except FileNotFoundError:
-                size = 0
-            if size and size + len(line) > self.max_bytes:
+                size, self._current_since = 0, None
+            if size and self._current_since is None:
+                self._current_since = _first_line_time(current)
+            day_old = self.retention_s is not None and self._current_since is not None \
+                and time.time() - self._current_since > 86400
+            if size and (size + len(line) > self.max_bytes or day_old):
                 stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
                 n = len(list(self.directory.glob(f"served-{stamp}-*.jsonl")))
                 os.rename(current, self.directory / f"served-{stamp}-{n}.jsonl")
-            with open(current, "ab") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+                size, self._current_since = 0, None
+                self._forget_expired()
+            fd = os.open(current, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+            try:
+                if os.fstat(fd).st_mode & 0o777 != PRIVATE_FILE:   # a file from before logs were private
+                    os.fchmod(fd, PRIVATE_FILE)
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if not size:
+                self._current_since = time.time()
         return current
+
+    def forget_expired(self) -> int:
+        """Delete the renamed log files last written more than ``retention_days`` ago; how many went."""
+        with self._lock:
+            return self._forget_expired()
+
+    def _forget_expired(self) -> int:
+        if self.retention_s is None or not self.directory.is_dir():
+            return 0
+        cutoff, gone = time.time() - self.retention_s, 0
+        for old in self.directory.glob("served-*.jsonl"):
+            try:
+                if old.stat().st_mtime < cutoff:
+                    old.unlink()
+                    gone += 1
+            except FileNotFoundError:   # another server's log pruned it first
+                pass
+        return gone
+
+
+def _first_line_time(path: Path) -> float:
+    """When ``path``'s first line was written, as near as the log tells (its ``ts``; else the file's mtime)."""
+    from datetime import datetime
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            stamp = json.loads(f.readline()).get("ts")
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError, TypeError, RecursionError):
+        return path.stat().st_mtime
+
+
+def is_feedback_line(record: dict) -> bool:
+    """Whether a log line is feedback for an earlier turn (``upstream_id`` + ``feedback``, no messages)."""
+    return "messages" not in record and isinstance(record.get("upstream_id"), str) \
+        and isinstance(record.get("feedback"), dict)
 
 
 def read_turns(ws: Workspace) -> list[dict]:
-    """Every logged turn, oldest file first; lines that do not parse are skipped (a torn last line)."""
+    """Every logged turn, oldest file first, with later feedback merged in; lines that do not parse are
+    skipped (a torn last line)."""
     return scan_turns(ws)[0]
 
 
 def scan_turns(ws: Workspace) -> tuple[list[dict], int]:
-    """(every logged turn oldest file first, how many non-blank lines were not a JSON object and were skipped)."""
+    """(every logged turn oldest file first, feedback merged in; how many non-blank lines were not a JSON object
+    and were skipped). Feedback for a turn that is not in the log (pruned, or never logged) is dropped."""
     directory = logs_dir(ws)
     if not directory.is_dir():
         return [], 0
     files = sorted(directory.glob("served-*.jsonl")) + [directory / CURRENT]
-    turns, skipped = [], 0
+    turns, skipped, by_id = [], 0, {}
     for file in files:
         if not file.is_file():
             continue
@@ -72,8 +138,15 @@ def scan_turns(ws: Workspace) -> tuple[list[dict], int]:
                     record = json.loads(line)
                 except (ValueError, RecursionError):
                     record = None
-                if isinstance(record, dict):
-                    turns.append(record)
-                else:
+                if not isinstance(record, dict):
                     skipped += 1
+                elif is_feedback_line(record):
+                    turn = by_id.get(record["upstream_id"])
+                    if turn is not None:
+                        given = {k: v for k, v in record["feedback"].items() if v is not None}
+                        turn["feedback"] = {**(turn.get("feedback") or {}), **given}
+                else:
+                    turns.append(record)
+                    if isinstance(record.get("id"), str):
+                        by_id[record["id"]] = record
     return turns, skipped

@@ -15,8 +15,9 @@ from typing import Callable
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint
 from mint.registry import store
-from mint.registry.artifacts import verify_revision
+from mint.registry.artifacts import revision_dir, verify_revision
 from mint.registry.refs import check_name
+from mint.registry.servers import adapter_rank, running_servers
 from mint.registry.store import StaleBaseline
 from mint.workspace import Workspace
 
@@ -285,6 +286,8 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
             if problems:
                 raise Refused(f"{revision.ref} ({revision.id[:12]}) failed verification, so it is not promoted: "
                               + "; ".join(problems))
+        if not force:
+            _check_servers_hold(ws, revision)
         checkpoint("promote.read")
         with store.write(conn):
             # re-read inside the transaction: a reject or promotion committed since the lines above counts
@@ -309,6 +312,20 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
                          revision.ref, report.path if report else None, why)
     finally:
         conn.close()
+
+
+def _check_servers_hold(ws: Workspace, revision: store.Revision) -> None:
+    """Refuse a revision whose LoRA rank is above the slot rank of a running `mint serve` (as it announced it):
+    that server could not load it and would go on serving the old champion."""
+    servers = running_servers(ws)
+    if not servers:
+        return
+    rank = adapter_rank(revision_dir(ws, revision))
+    for server in servers:
+        if rank > server["max_rank"]:
+            raise Refused(f"{revision.ref} has LoRA rank {rank}, above the rank {server['max_rank']} that the server "
+                          f"at {server.get('url')} (pid {server['pid']}) holds: it would keep serving the old "
+                          f"champion; restart it with --max-rank {rank} first, or promote with --force --why TEXT")
 
 
 def _check_promotable(conn, revision: store.Revision, report: Report | None, current: str | None) -> None:

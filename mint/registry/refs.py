@@ -8,7 +8,7 @@ from mint.errors import BadInput
 from mint.project import NAME_RE
 
 ALIASES = ("champion", "previous")
-_ID_RE = re.compile(r"^[0-9a-f]{4,64}$")
+_ID_RE = re.compile(r"^[0-9a-f]{4,64}\Z")
 
 
 def check_name(name: str, what: str = "specialist") -> str:

@@ -35,3 +35,18 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
     assert [{"role": "system", "content": listing}, USER] in shown and len(shown) == 2
     assert stops == [("json", "fence", "tool_call")]
     assert result["passed"] == 2   # both logged answers are the call it makes
+
+
+def test_experience_refuses_a_champion_whose_files_changed(ws, project, candidate):
+    import pytest
+
+    from mint.errors import Refused
+    from mint.loop.experience import gather_experience
+    from mint.registry.promotion import promote
+
+    revision = candidate("agent")
+    promote(ws, revision.ref, force=True, why="test")
+    weights = ws.adapters / revision.id / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(Refused, match="failed verification"):
+        gather_experience(ws, dataset="logs", specialist="agent", base="tiny-random", project=project)

@@ -48,7 +48,8 @@ def test_session_feedback_and_correction_are_logged_with_the_turn(ws, mixture):
     assert first.kind == "reply" and first.reply.specialist == "chat"
     assert session.handle("/feedback -1").kind == "feedback"
     assert session.handle("/correct Why did the chicken cross the road?").kind == "feedback"
-    assert read_turns(ws) == []                     # still open for feedback
+    [logged_at_once] = read_turns(ws)               # on disk when answered; its feedback follows as its own line
+    assert logged_at_once["feedback"] == {"rating": None, "correction": None}
     session.handle("/specialist coding")
     second = session.handle("and another one")
     assert second.reply.specialist == "coding" and second.reply.decided_by == "forced"

@@ -166,9 +166,9 @@ def test_sync_refuses_a_champion_trained_on_another_base(ws, tiny_runtime, tiny_
     revision = register(ws, tiny_loras["coding"], specialist="coding", base="smollm2-135m",
                         base_fingerprint="sha256:" + "0" * 64)
     promote(ws, revision.ref, force=True, why="test")
-    with pytest.raises(Refused, match="trained on another base"):
-        tiny_runtime.sync_champions(ws)
+    assert tiny_runtime.sync_champions(ws) == []
     assert tiny_runtime.slots["coding"].ref is None
+    assert "trained on another base" in tiny_runtime.sync_errors["coding"]
 
 
 def test_each_row_stops_at_its_own_limit_as_if_it_ran_alone(tiny_runtime, tiny_loras):

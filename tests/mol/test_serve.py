@@ -240,7 +240,8 @@ def test_a_lone_surrogate_is_refused_by_field_and_spares_the_batch_and_the_feedb
     assert responses["good-1"].status_code == 200 and responses["good-2"].status_code == 200
 
     answer_id = responses["good-1"].json()["id"]
-    refused = httpx.post(f"{url}/v1/feedback", content=json.dumps({"id": answer_id, "correction": "half \udc00"}))
+    refused = httpx.post(f"{url}/v1/feedback", content=json.dumps({"id": answer_id, "correction": "half \udc00"}),
+                         headers={"content-type": "application/json"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "correction"
     assert httpx.post(f"{url}/v1/feedback", json={"id": answer_id, "rating": 1}).status_code == 200
     [turn] = [t for t in read_turns(ws) if t["id"] == answer_id]
@@ -256,11 +257,11 @@ WEATHER = [{"type": "function", "function": {
 
 
 def _answers_with(text: str):
-    """A stand-in for Mixture.answer that answers every turn with ``text``, through its listener as well."""
+    """A stand-in for Mixture.answer_each that answers every turn with ``text``, through its listener as well."""
     from mint.mol.mixture import Answer
     from mint.mol.router import Route
 
-    def answer(turns, *, keep_for_feedback=True, listeners=None):
+    def answer(turns, *, keep_for_feedback=True, listeners=None, owners=None):
         answers = []
         for turn, listener in zip(turns, listeners or [None] * len(turns)):
             if listener is not None:
@@ -277,7 +278,7 @@ def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, m
     openai = client(url)
     ask = {"model": "mint", "messages": [{"role": "user", "content": "Weather in Paris today?"}], "tools": WEATHER}
     call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "date": "today"}}</tool_call>'
-    monkeypatch.setattr(app.state.mixture, "answer", _answers_with(call))
+    monkeypatch.setattr(app.state.mixture, "answer_each", _answers_with(call))
     reply = openai.chat.completions.create(**ask).choices[0]
     assert reply.finish_reason == "tool_calls" and reply.message.content is None
     [made] = reply.message.tool_calls
@@ -293,7 +294,7 @@ def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, m
     # words, a call of a tool not offered, or no tools offered at all: the text, as it was written
     for text, tools in [("It is sunny.", WEATHER), ('{"name": "launch_rocket", "arguments": {}}', WEATHER),
                         (call, None)]:
-        monkeypatch.setattr(app.state.mixture, "answer", _answers_with(text))
+        monkeypatch.setattr(app.state.mixture, "answer_each", _answers_with(text))
         request = {**ask, "tools": tools} if tools else {k: v for k, v in ask.items() if k != "tools"}
         reply = openai.chat.completions.create(**request).choices[0]
         assert (reply.message.content, reply.message.tool_calls, reply.finish_reason) == (text, None, "stop")

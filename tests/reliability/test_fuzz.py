@@ -84,9 +84,10 @@ def test_serve_answers_a_request_nested_too_deeply_with_400(ws):
 
     mixture = Mixture.open(ws, Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists))
     body = b'{"messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    with TestClient(create_app(mixture, window_ms=0, poll_s=60), raise_server_exceptions=False) as client:
+    with TestClient(create_app(mixture, window_ms=0, poll_s=60), raise_server_exceptions=False,
+                    base_url="http://localhost") as client:
         for endpoint in ("/v1/chat/completions", "/v1/feedback"):
-            response = client.post(endpoint, content=body)
+            response = client.post(endpoint, content=body, headers={"content-type": "application/json"})
             assert response.status_code == 400, response.text
             assert "nested" in response.json()["error"]["message"]
 
