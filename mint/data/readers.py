@@ -72,10 +72,15 @@ def llamafactory_info(path: Path) -> dict | None:
     """The entries of a LLaMA-Factory ``dataset_info.json`` in the folder (name -> {file_name, formatting,
     ranking, columns, tags}), or None when the folder has none (a ``save_to_disk`` dataset_info.json
     describes one dataset's features instead)."""
+    where = path / "dataset_info.json"
     try:
-        info = json.loads((path / "dataset_info.json").read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError):
+        info = json.loads(where.read_text(encoding="utf-8-sig"))
+    except OSError:
         return None
+    except json.JSONDecodeError as exc:   # both LLaMA-Factory and save_to_disk write JSON: neither layout is this
+        raise BadInput(f"invalid JSON: {exc.msg} (column {exc.colno})", file=str(where), line=exc.lineno) from None
+    except ValueError as exc:              # not UTF-8
+        raise BadInput(f"not UTF-8 JSON: {exc}", file=str(where)) from None
     if not isinstance(info, dict) or not info or "features" in info or "builder_name" in info:
         return None
     sources = ("file_name", "hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")

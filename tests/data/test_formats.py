@@ -81,6 +81,16 @@ def test_a_llamafactory_folder_is_read_through_its_dataset_info(ws, project):
     assert "only `chosen`" in open(result.quarantine_file).read()
 
 
+def test_a_folder_whose_dataset_info_is_not_json_is_named_with_its_line(ws, project, tmp_path):
+    folder = tmp_path / "lf"
+    folder.mkdir()
+    (folder / "dataset_info.json").write_text('{"x": {"file_name": "a.json"}\n')
+    with pytest.raises(BadInput) as refused:
+        ingest(ws, [folder], dataset="d", project=project)
+    assert str(refused.value).startswith(f"{folder / 'dataset_info.json'}:2: invalid JSON")
+    assert not (ws.home / "datasets" / "d").exists()
+
+
 def test_a_media_placeholder_becomes_the_image_mark_and_the_paths_are_kept(ws, project):
     _result, episodes = _ingest(ws, project, "llamafactory")
     image = next(e for e in episodes if "mllm.json" in e["source"])
