@@ -175,10 +175,18 @@ def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tup
     raise BadInput(f"{version!r} {why} of dataset {name!r} ({listing})", field="--version")
 
 
+def version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
+    """A version's name: the hash of its parent's name, its episodes and the ids it superseded."""
+    digest = hashlib.sha256((parent or "").encode() + b"\n")
+    for path in (episodes, superseded):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:VERSION_CHARS]
+
+
 def verify_version(directory: Path, version: str) -> None:
     """Refuse a version whose episodes or superseded ids no longer hash to its name (changed after ingest)."""
-    from mint.data.ingest import version_hash   # ingest imports this module
-
     parent = read_manifest(directory, version).get("parent")
     try:
         actual = version_hash(parent, directory / version / EPISODES_FILE, directory / version / SUPERSEDED_FILE)
