@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mint.contract.schema import _closest, _keys, _number, _string
+from mint.contract.schema import check_keys, check_number, check_string
 from mint.errors import BadInput
+from mint.text import closest
 from mint.train.examples import METHODS
 from mint.yamlfile import YamlDoc, exists, is_file, load_yaml
 
@@ -87,25 +88,25 @@ class Recipe:
 
 
 def _check_specialist(doc: YamlDoc, value, where: str, known: tuple[str, ...] | None) -> str:
-    name = _string(doc, value, where)
+    name = check_string(doc, value, where)
     if known is not None and name not in known:
-        raise doc.error(where, f"unknown specialist {name!r}" + _closest(name, known))
+        raise doc.error(where, f"unknown specialist {name!r}" + closest(name, known, listing="expected one of"))
     return name
 
 
 def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check_contracts: bool = True) -> Recipe:
     """Parse and validate ``path``; every problem is BadInput at ``file:line: field`` with the closest key."""
     doc = load_yaml(path)
-    data = _keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
+    data = check_keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
     for key in ("recipe", "steps"):
         if key not in data:
             raise doc.error("", f"missing required field `{key}`")
-    name = _string(doc, data["recipe"], "recipe")
-    base = _string(doc, data["base"], "base") if "base" in data else None
-    description = _string(doc, data["description"], "description").strip() if "description" in data else ""
-    dataset = _string(doc, data.get("dataset", name), "dataset")
-    loop = _keys(doc, data.get("loop") or {}, "loop", LOOP_KEYS)
-    iterations = _number(doc, loop.get("iterations", 1), "loop.iterations", minimum=1, integer=True)
+    name = check_string(doc, data["recipe"], "recipe")
+    base = check_string(doc, data["base"], "base") if "base" in data else None
+    description = check_string(doc, data["description"], "description").strip() if "description" in data else ""
+    dataset = check_string(doc, data.get("dataset", name), "dataset")
+    loop = check_keys(doc, data.get("loop") or {}, "loop", LOOP_KEYS)
+    iterations = check_number(doc, loop.get("iterations", 1), "loop.iterations", minimum=1, integer=True)
     raw_steps = data["steps"]
     if not isinstance(raw_steps, list) or not raw_steps:
         raise doc.error("steps", "expected a non-empty list of steps")
@@ -116,14 +117,14 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
             raise doc.error(where, f"a step is one mapping with one key, its kind ({', '.join(STEP_KINDS)})")
         (kind, options), = raw.items()
         if kind not in STEP_KEYS:
-            raise doc.error(f"{where}.{kind}", "unknown step" + _closest(str(kind), STEP_KINDS))
+            raise doc.error(f"{where}.{kind}", "unknown step" + closest(kind, STEP_KINDS, listing="expected one of"))
         at = f"{where}.{kind}"
-        options = dict(_keys(doc, options if options is not None else {}, at, STEP_KEYS[kind] + COMMON_KEYS))
-        from_iteration = _number(doc, options.pop("from_iteration", 1), f"{at}.from_iteration", minimum=1,
+        options = dict(check_keys(doc, options if options is not None else {}, at, STEP_KEYS[kind] + COMMON_KEYS))
+        from_iteration = check_number(doc, options.pop("from_iteration", 1), f"{at}.from_iteration", minimum=1,
                                  integer=True)
         until_iteration = options.pop("until_iteration", None)
         if until_iteration is not None:
-            _number(doc, until_iteration, f"{at}.until_iteration", minimum=from_iteration, integer=True)
+            check_number(doc, until_iteration, f"{at}.until_iteration", minimum=from_iteration, integer=True)
         fatal = options.pop("fatal", False)
         if not isinstance(fatal, bool):
             raise doc.error(f"{at}.fatal", "expected true or false")
@@ -151,7 +152,7 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
         method = options.get("method")
         if method not in METHODS:
             raise doc.error(f"{at}.method", f"expected one of {', '.join(METHODS)}"
-                            + (_closest(str(method), METHODS) if isinstance(method, str) else ""))
+                            + (closest(method, METHODS) if isinstance(method, str) else ""))
         sets = options.get("set", {})
         if not isinstance(sets, dict):
             raise doc.error(f"{at}.set", "expected a mapping of TRL/LoRA settings (KEY: VALUE)")
@@ -167,13 +168,13 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
         if origin not in ("champion", "scratch"):
             raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")
     elif kind == "route" and "contract" in options:
-        contract_path = path.parent / _string(doc, options["contract"], f"{at}.contract")
+        contract_path = path.parent / check_string(doc, options["contract"], f"{at}.contract")
         if not is_file(contract_path):
             raise doc.error(f"{at}.contract", f"no such contract: {contract_path}")
     elif kind == "eval":
         contract = options.get("contract")
         where = f"{at}.contract"
-        contract_path = path.parent / _string(doc, contract, where)
+        contract_path = path.parent / check_string(doc, contract, where)
         if not is_file(contract_path):
             raise doc.error(where, f"no such contract: {contract_path}")
         if check_contracts:
@@ -184,15 +185,15 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
                 raise doc.error(where, f"{contract_path.name} is the {loaded.specialist} contract, "
                                        f"not {options['specialist']}'s")
         if "limit" in options:
-            _number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
+            check_number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
     elif kind == "experience":
         for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1)):
             if key in options:
-                _number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
+                check_number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
         if "temperature" in options:
-            _number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
+            check_number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
         if "threshold" in options:
-            _number(doc, options["threshold"], f"{at}.threshold", minimum=0)
+            check_number(doc, options["threshold"], f"{at}.threshold", minimum=0)
 
 
 def _check_order(doc: YamlDoc, steps: list[Step]) -> None:

@@ -33,7 +33,8 @@ from mint.errors import BadInput, MintError
 from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
 from mint.registry.refs import check_name
-from mint.train.config import TrainSettings, UserSettings, check_settings, closest, resolve_settings
+from mint.text import closest
+from mint.train.config import TrainSettings, UserSettings, check_settings, resolve_settings
 from mint.train.envs import load_environment
 from mint.train.examples import METHODS, build_examples, per_turn_rows
 from mint.workspace import Workspace, atomic_dir, atomic_write_json
