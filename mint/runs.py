@@ -91,13 +91,9 @@ def _summary(run_dir: Path, metrics: list[dict] | None = None) -> RunSummary:
         revision=result.get("revision"), created_at=run.get("created_at"))
 
 
-def _runs_dir(ws: Workspace) -> Path:
-    return ws.home / "runs"
-
-
 def list_runs(ws: Workspace, *, specialist: str | None = None, limit: int = 50) -> list[RunSummary]:
     """Runs, newest first (by folder time), optionally of one specialist."""
-    root = _runs_dir(ws)
+    root = ws.runs
     if not root.is_dir():
         return []
     folders = [p for p in root.iterdir() if p.is_dir() and (p / RUN_FILE).is_file()]
@@ -114,7 +110,7 @@ def list_runs(ws: Workspace, *, specialist: str | None = None, limit: int = 50) 
 
 def show_run(ws: Workspace, run: str) -> RunDetail:
     """One run: its summary, settings and logged steps. ``run`` is a folder name or a unique prefix."""
-    root = _runs_dir(ws)
+    root = ws.runs
     candidates = sorted(p for p in root.glob(f"{run}*") if (p / RUN_FILE).is_file()) if root.is_dir() and run else []
     exact = [p for p in candidates if p.name == run]
     if exact:

@@ -433,7 +433,7 @@ class _Context:
         gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
         baseline_value = gate.get("baseline", (evaluation.get("baseline") or {}).get("metrics", {}).get(metric))
         candidate = self.candidates.get(specialist) or {}
-        run_dir = self.ws.home / "runs" / candidate["run"] if candidate.get("run") else None
+        run_dir = self.ws.runs / candidate["run"] if candidate.get("run") else None
         predictions = Path(evaluation["report"]).parent / "predictions.jsonl"
         baseline_predictions = None
         baseline_id = (evaluation.get("baseline") or {}).get("revision_id")

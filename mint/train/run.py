@@ -90,10 +90,6 @@ class TrainResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def runs_dir(ws: Workspace) -> Path:
-    return ws.home / "runs"
-
-
 def train(ws: Workspace, *, specialist: str | None = None, data: str | None = None, method: str | None = None,
           from_ref: str | None = None, base: str | None = None, config: Path | None = None,
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
@@ -258,7 +254,7 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
     them is refused rather than ignored."""
     given = [flag for flag, value in (("--specialist", request.specialist), ("--data", request.data),
                                       ("--method", request.method), ("--from", request.from_ref),
-                                      ("--base", request.base), ("--config", request.config),
+                                      ("--base", request.base), ("--train-config", request.config),
                                       ("--set", request.sets), ("--env", request.env)) if value]
     if given:
         raise BadInput(f"--resume continues run {request.resume} with the settings it recorded; {', '.join(given)} "
@@ -271,9 +267,9 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
 def _find_run(ws: Workspace, run: str) -> Path:
     path = Path(run)
     if not (path / RUN_FILE).is_file():
-        path = runs_dir(ws) / run
+        path = ws.runs / run
     if not (path / RUN_FILE).is_file():
-        known = sorted(p.name for p in runs_dir(ws).iterdir()) if runs_dir(ws).is_dir() else []
+        known = sorted(p.name for p in ws.runs.iterdir()) if ws.runs.is_dir() else []
         raise BadInput(f"no run {run!r} (runs: {', '.join(known[-5:]) or 'none'})", field="--resume")
     if (path / RESULT_FILE).is_file() and json.loads((path / RESULT_FILE).read_text()).get("registered"):
         raise BadInput(f"run {path.name} finished and was registered already", field="--resume")
@@ -293,10 +289,10 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
                  "lora": effective_lora(plan, settings), "changed": changed}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
-    run_dir, again = runs_dir(ws) / name, 2
+    run_dir, again = ws.runs / name, 2
     while run_dir.exists():       # a second run of this process within the same second
-        run_dir, again = runs_dir(ws) / f"{name}-{again}", again + 1
-    runs_dir(ws).mkdir(parents=True, exist_ok=True)
+        run_dir, again = ws.runs / f"{name}-{again}", again + 1
+    ws.runs.mkdir(parents=True, exist_ok=True)
     with atomic_dir(run_dir) as tmp:
         with open(tmp / EXAMPLES_FILE, "w", encoding="utf-8") as f:
             for row in rows:
