@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.jsonl import read_jsonl
 from mint.workspace import Workspace
 
 RUN_FILE, METRICS_FILE, RESULT_FILE = "run.json", "metrics.jsonl", "result.json"
@@ -51,19 +52,10 @@ def read_json_object(path: Path) -> dict:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue          # a line cut by a kill
-                if isinstance(row, dict):
-                    rows.append(row)
+    try:   # a line cut by a kill is passed over
+        return [row for _number, row in read_jsonl(path, torn="skip") if isinstance(row, dict)]
     except OSError:
-        pass
-    return rows
+        return []
 
 
 def _last(rows: list[dict], key: str):

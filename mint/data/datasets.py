@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mint.errors import BadInput, Refused
+from mint.jsonl import read_jsonl
 from mint.workspace import Workspace, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
@@ -69,9 +70,8 @@ def chain(directory: Path, head: str | None) -> list[str]:
 
 
 def read_episodes(directory: Path, version: str) -> Iterator[dict]:
-    with open(directory / version / EPISODES_FILE, encoding="utf-8") as f:
-        for line in f:
-            yield json.loads(line)
+    for _number, episode in read_jsonl(directory / version / EPISODES_FILE):
+        yield episode
 
 
 def remove_tree(path: Path) -> None:
