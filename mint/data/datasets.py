@@ -102,16 +102,14 @@ def quarantine_keys(directory: Path) -> Iterator[bytes]:
     path = directory / QUARANTINE_FILE
     if not path.exists():
         return
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                entry = json.loads(line)
-                key = entry.get("key") or hashlib.sha256(
-                    f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
-                ).hexdigest()[:32]
-                yield bytes.fromhex(key)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue   # a torn line: cut at the next append
+    for _number, entry in read_jsonl(path, torn="skip"):   # a torn line: cut at the next append
+        try:
+            key = entry.get("key") or hashlib.sha256(
+                f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
+            ).hexdigest()[:32]
+            yield bytes.fromhex(key)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue   # not an entry mint wrote
 
 
 # --- the held-out split ----------------------------------------------------------
