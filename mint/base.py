@@ -121,7 +121,8 @@ def _tokenizer_dir() -> Path:
     return cache_dir() / "bases" / f"{SMOLLM2}-tokenizer{suffix}"
 
 
-def _is_local(name: str) -> bool:
+def is_local_path(name: str) -> bool:
+    """Whether ``name`` is a path to a model directory rather than a built-in base's name."""
     return name not in BUILTIN and (os.sep in name or name.startswith(".") or Path(name).is_dir())
 
 
@@ -151,7 +152,7 @@ def portable_name(base: str | None) -> str | None:
         return None
     if base in PORTABLE_NAMES:
         return PORTABLE_NAMES[base]
-    return str(Path(base).expanduser().absolute()) if _is_local(base) else base
+    return str(Path(base).expanduser().absolute()) if is_local_path(base) else base
 
 
 # --- conversion (once) ----------------------------------------------------------
@@ -249,7 +250,7 @@ def resolve_base(name: str) -> Path | None:
         return ensure_smollm2()
     if name == TINY:
         return None
-    if _is_local(name) or Path(name).is_dir():
+    if is_local_path(name) or Path(name).is_dir():
         path = Path(name).expanduser()
         if not (path / "config.json").is_file():
             raise BadInput("not a Hugging Face model directory (no config.json)", file=str(path))
@@ -275,7 +276,7 @@ def check_base_name(name: str) -> None:
         if not (path / "config.json").is_file():
             raise BadInput("not a Hugging Face model directory (no config.json)", file=str(path))
         return
-    from mint.train.config import closest
+    from mint.text import closest
 
     raise BadInput(f"unknown base {name!r}{closest(name, BUILTIN)}: use {', '.join(BUILTIN)} or the path of a "
                    "local Hugging Face model directory", field="--base")

@@ -130,7 +130,7 @@ def _loss_curves(ws: Workspace) -> dict[str, list[list[float]]]:
     from mint.runs import METRICS_FILE, RESULT_FILE, read_json_object, read_metrics
 
     curves: dict[str, list[list[float]]] = {}
-    root = ws.home / "runs"
+    root = ws.runs
     if not root.is_dir():
         return curves
     for folder in root.iterdir():

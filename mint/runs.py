@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.jsonl import read_jsonl
 from mint.workspace import Workspace
 
 RUN_FILE, METRICS_FILE, RESULT_FILE = "run.json", "metrics.jsonl", "result.json"
@@ -51,19 +52,10 @@ def read_json_object(path: Path) -> dict:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue          # a line cut by a kill
-                if isinstance(row, dict):
-                    rows.append(row)
+    try:   # a line cut by a kill is passed over
+        return [row for _number, row in read_jsonl(path, torn="skip") if isinstance(row, dict)]
     except OSError:
-        pass
-    return rows
+        return []
 
 
 def _last(rows: list[dict], key: str):
@@ -91,13 +83,9 @@ def _summary(run_dir: Path, metrics: list[dict] | None = None) -> RunSummary:
         revision=result.get("revision"), created_at=run.get("created_at"))
 
 
-def _runs_dir(ws: Workspace) -> Path:
-    return ws.home / "runs"
-
-
 def list_runs(ws: Workspace, *, specialist: str | None = None, limit: int = 50) -> list[RunSummary]:
     """Runs, newest first (by folder time), optionally of one specialist."""
-    root = _runs_dir(ws)
+    root = ws.runs
     if not root.is_dir():
         return []
     folders = [p for p in root.iterdir() if p.is_dir() and (p / RUN_FILE).is_file()]
@@ -114,7 +102,7 @@ def list_runs(ws: Workspace, *, specialist: str | None = None, limit: int = 50) 
 
 def show_run(ws: Workspace, run: str) -> RunDetail:
     """One run: its summary, settings and logged steps. ``run`` is a folder name or a unique prefix."""
-    root = _runs_dir(ws)
+    root = ws.runs
     candidates = sorted(p for p in root.glob(f"{run}*") if (p / RUN_FILE).is_file()) if root.is_dir() and run else []
     exact = [p for p in candidates if p.name == run]
     if exact:

@@ -36,6 +36,11 @@ class Workspace:
     def reports(self) -> Path:
         return self.home / "reports"
 
+    @property
+    def runs(self) -> Path:
+        """Training runs (`mint train`): one folder each, with its plan, examples, metrics and result."""
+        return self.home / "runs"
+
 
 def workspace(home: str | os.PathLike | None = None) -> Workspace:
     """The workspace at ``home``, else ``$MINT_HOME``, else ``./.mint``."""

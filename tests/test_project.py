@@ -30,3 +30,15 @@ def test_yaml_tags_are_refused(tmp_path):
     (tmp_path / "mint.yaml").write_text("base: !!python/object/apply:os.system ['echo hi']\n")
     with pytest.raises(BadInput, match="invalid YAML"):
         load_project(tmp_path / "mint.yaml")
+
+
+def test_the_checkouts_contracts_folder_works_when_copied_and_its_catalog_is_the_packaged_one(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from mint.harness.genui import DEFAULT_CATALOG
+
+    checkout = Path(__file__).resolve().parent.parent / "contracts"
+    copied = tmp_path / "contracts"
+    shutil.copytree(checkout, copied, symlinks=True)    # as `cp -a` or a git checkout elsewhere would
+    assert (copied / "ui4a" / "catalog.v1.json").read_bytes() == DEFAULT_CATALOG.read_bytes()

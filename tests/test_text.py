@@ -1,8 +1,9 @@
-"""Text from outside: a lone surrogate is found by its path and refused as bad input naming it."""
+"""Text from outside: a lone surrogate is found by its path and refused as bad input naming it; an unknown
+name gets the nearest known one."""
 import pytest
 
 from mint.errors import BadInput
-from mint.text import check_unicode, lone_surrogate_at
+from mint.text import check_unicode, closest, lone_surrogate_at
 
 
 def test_the_first_lone_surrogate_is_found_by_its_path():
@@ -19,3 +20,11 @@ def test_check_unicode_names_the_file_and_field():
         check_unicode([{"function": {"name": "\ud800"}}], "", file="tools.json")
     assert str(raised.value).startswith("tools.json: [0].function.name: a lone surrogate")
     assert raised.value.field == "[0].function.name"
+
+
+def test_closest_suggests_the_nearest_name_or_lists_them_all():
+    assert closest("no_regresion", ["min", "no_regression"]) == " (did you mean no_regression?)"
+    assert closest("zzz", ["min", "max"]) == ""
+    assert closest("zzz", ["min", "max"], listing="expected one of") == " (expected one of min, max)"
+    assert closest(None, ["Card"], listing="components:") == " (components: Card)"   # a missing name: no guess
+    assert closest(3, ["3b", "x"]) == " (did you mean 3b?)"                            # YAML keys may be numbers

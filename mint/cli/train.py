@@ -21,7 +21,8 @@ def train_command(
     method: Optional[str] = typer.Option(None, "--method", "-m", help="sft | dpo | kto | grpo"),
     from_ref: Optional[str] = typer.Option(None, "--from", help="Start from this revision's adapter (e.g. coding:champion)."),
     base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: the parent's, else mint.yaml's)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML with lora:, trl:, rewards: blocks."),
+    config: Optional[Path] = typer.Option(None, "--train-config",
+                                          help="Training settings: YAML with lora:, trl:, rewards: blocks."),
     sets: list[str] = typer.Option([], "--set", help="KEY=VALUE, e.g. trl.max_steps=20 or lora.r=8 (repeatable)."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a killed run from its last checkpoint, "
                                                                 "with the settings it recorded."),

@@ -132,7 +132,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     if predictions is not None:
         outputs, latencies = _read_predictions(predictions, suites)
     else:
-        outputs, latencies, generation = _generate(contract, suites, revision, adapter_dir, base_name, progress,
+        outputs, latencies, generation = generate_outputs(contract, suites, revision, adapter_dir, base_name, progress,
                                                    loaded, precision)
 
     metrics, rows = _score(contract, suites, keys, outputs, latencies)
@@ -411,8 +411,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def _generate(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict,
+def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict,
               precision: DecodingPrecision):
+    """Each suite's outputs, latencies and generation facts (precision, parity, tokens/s) from the revision
+    (the bare base when ``adapter_dir`` is None), all suites decoded as one stream."""
     import dataclasses
 
     from mint.base import load_base

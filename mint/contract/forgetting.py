@@ -170,16 +170,17 @@ def _number(value) -> bool:
 def _measure(contract: Contract, revision, adapter_dir, base: str | None, entries: list[dict], precision: str) -> dict:
     """The candidate's scored rows on suites its contract no longer names, under today's harness and at the
     precision its own report was generated at."""
-    from mint.contract.evaluate import _generate, example_keys
+    from mint.contract.evaluate import example_keys, generate_outputs
     from mint.contract.precision import DecodingPrecision
 
     suites = []
     for i, entry in enumerate(entries):     # numbered: two generations' `retention` suites may differ
         suite = Suite(f"{entry['suite']}_{i}", Path(entry["source"]), tuple(entry["metrics"]), None)
         suites.append((suite, read_suite(contract, suite)))
-    outputs, _latencies, _info = _generate(contract, suites, revision, adapter_dir, base or revision.base, None, {},
-                                           DecodingPrecision(contract.settings.precision, precision,
-                                                             "the precision of the candidate's report"))
+    precision_used = DecodingPrecision(contract.settings.precision, precision,
+                                       "the precision of the candidate's report")
+    outputs, _latencies, _info = generate_outputs(contract, suites, revision, adapter_dir, base or revision.base,
+                                                  None, {}, precision_used)
     harness = contract.harness()
     measured = {}
     for entry, (suite, records) in zip(entries, suites):

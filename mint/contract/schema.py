@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -16,6 +15,7 @@ from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
 from mint.mol.generate import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
+from mint.text import closest
 from mint.yamlfile import YamlDoc, is_file, load_yaml
 
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
@@ -92,21 +92,17 @@ class Contract:
         return {"name": self.name, "version": self.version, "sha256": self.sha256, "path": str(self.path)}
 
 
-def _closest(key: str, allowed) -> str:
-    match = difflib.get_close_matches(key, allowed, n=1)
-    return f" (did you mean {match[0]}?)" if match else f" (expected one of {', '.join(allowed)})"
-
-
-def _keys(doc: YamlDoc, value, where: str, allowed) -> dict:
+def check_keys(doc: YamlDoc, value, where: str, allowed) -> dict:
     if not isinstance(value, dict):
         raise doc.error(where, "expected a mapping")
     for key in value:
         if key not in allowed:
-            raise doc.error(f"{where}.{key}" if where else str(key), "unknown key" + _closest(str(key), allowed))
+            raise doc.error(f"{where}.{key}" if where else str(key),
+                            "unknown key" + closest(key, allowed, listing="expected one of"))
     return value
 
 
-def _number(doc, value, where, *, minimum=None, integer=False, exclusive=False):
+def check_number(doc, value, where, *, minimum=None, integer=False, exclusive=False):
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if not ok or isinstance(value, bool):
         raise doc.error(where, f"expected {'an integer' if integer else 'a number'}, got {type(value).__name__}")
@@ -115,7 +111,7 @@ def _number(doc, value, where, *, minimum=None, integer=False, exclusive=False):
     return value
 
 
-def _string(doc, value, where):
+def check_string(doc, value, where):
     if not isinstance(value, str) or not value.strip():
         raise doc.error(where, "expected a non-empty string")
     return value
@@ -124,12 +120,12 @@ def _string(doc, value, where):
 def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     """Parse and validate ``path``; every problem is BadInput at ``file:line: field``."""
     doc = load_yaml(path)
-    data = _keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
+    data = check_keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
     for key in ("contract", "version", "specialist", "suites"):
         if key not in data:
             raise doc.error("", f"missing required field `{key}`")
-    name = _string(doc, data["contract"], "contract")
-    version = _number(doc, data["version"], "version", minimum=1, integer=True)
+    name = check_string(doc, data["contract"], "contract")
+    version = check_number(doc, data["version"], "version", minimum=1, integer=True)
     try:
         specialist = check_name(data["specialist"]) if isinstance(data["specialist"], str) else None
     except BadInput:
@@ -137,12 +133,12 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     if specialist is None:
         raise doc.error("specialist", "expected a specialist name (lowercase letters, digits, - or _)")
 
-    harness = _keys(doc, data.get("harness") or {}, "harness", HARNESS_KEYS)
+    harness = check_keys(doc, data.get("harness") or {}, "harness", HARNESS_KEYS)
     harness_name = harness.get("name", specialist)
     if harness_name not in HARNESS_NAMES:
         raise doc.error("harness.name" if "name" in harness else "specialist",
                         f"no harness named {harness_name!r} (harnesses: {', '.join(HARNESS_NAMES)})")
-    decoding = _keys(doc, harness.get("decoding") or {}, "harness.decoding", DECODING_KEYS)
+    decoding = check_keys(doc, harness.get("decoding") or {}, "harness.decoding", DECODING_KEYS)
     template = harness.get("template", "{prompt}")
     if not isinstance(template, str) or "{prompt}" not in template:
         raise doc.error("harness.template", "expected a string containing {prompt}")
@@ -151,7 +147,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         raise doc.error("harness.tools", "expected a list of tool names")
     catalog = None
     if "catalog" in harness:
-        catalog = (path.parent / _string(doc, harness["catalog"], "harness.catalog")).resolve()
+        catalog = (path.parent / check_string(doc, harness["catalog"], "harness.catalog")).resolve()
         if not is_file(catalog):
             raise doc.error("harness.catalog", f"no such file: {catalog}")
     system = harness.get("system")
@@ -165,14 +161,14 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         raise doc.error("harness.decoding.stop_at_answer_end", "expected true or false")
     settings = HarnessSettings(
         precision=precision, stop_at_answer_end=stop_at_answer_end, system=system, template=template, tools=tuple(tools) if tools is not None else None,
-        max_new_tokens=_number(doc, decoding.get("max_new_tokens", 256), "harness.decoding.max_new_tokens",
+        max_new_tokens=check_number(doc, decoding.get("max_new_tokens", 256), "harness.decoding.max_new_tokens",
                                minimum=1, integer=True),
-        temperature=_number(doc, decoding.get("temperature", 0.0), "harness.decoding.temperature", minimum=0),
-        top_p=_number(doc, decoding.get("top_p", 1.0), "harness.decoding.top_p", minimum=0, exclusive=True),
-        samples=_number(doc, decoding.get("samples", 1), "harness.decoding.samples", minimum=1, integer=True),
-        batch_size=_number(doc, decoding.get("batch_size", 8), "harness.decoding.batch_size", minimum=1,
+        temperature=check_number(doc, decoding.get("temperature", 0.0), "harness.decoding.temperature", minimum=0),
+        top_p=check_number(doc, decoding.get("top_p", 1.0), "harness.decoding.top_p", minimum=0, exclusive=True),
+        samples=check_number(doc, decoding.get("samples", 1), "harness.decoding.samples", minimum=1, integer=True),
+        batch_size=check_number(doc, decoding.get("batch_size", 8), "harness.decoding.batch_size", minimum=1,
                            integer=True),
-        timeout_s=_number(doc, harness.get("timeout_s", 10.0), "harness.timeout_s", minimum=0, exclusive=True),
+        timeout_s=check_number(doc, harness.get("timeout_s", 10.0), "harness.timeout_s", minimum=0, exclusive=True),
         catalog=catalog)
     if settings.samples > 1 and settings.temperature == 0:
         raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
@@ -184,7 +180,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     suites, names = [], set()
     for i, raw in enumerate(raw_suites):
         where = f"suites[{i}]"
-        raw = _keys(doc, raw, where, SUITE_KEYS)
+        raw = check_keys(doc, raw, where, SUITE_KEYS)
         for key in ("name", "data"):
             if key not in raw:
                 raise doc.error(where, f"missing required field `{key}`")
@@ -194,7 +190,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         if suite_name in names:
             raise doc.error(f"{where}.name", f"suite {suite_name!r} appears twice")
         names.add(suite_name)
-        data_text = _string(doc, raw["data"], f"{where}.data")
+        data_text = check_string(doc, raw["data"], f"{where}.data")
         dataset = dataset_version = data_path = None
         if data_text.startswith(LIVE_PREFIX):
             match = _LIVE_REF.match(data_text)
@@ -215,10 +211,10 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         for j, metric in enumerate(metrics):
             if metric not in available:
                 raise doc.error(f"{where}.metrics[{j}]", f"the {harness_name} harness has no metric {metric!r}"
-                                + _closest(str(metric), available))
+                                + closest(str(metric), available, listing="expected one of"))
         limit = raw.get("limit")
         if limit is not None:
-            _number(doc, limit, f"{where}.limit", minimum=1, integer=True)
+            check_number(doc, limit, f"{where}.limit", minimum=1, integer=True)
         suites.append(Suite(suite_name, data_path, tuple(metrics), limit, dataset, dataset_version, f"{where}.data"))
 
     gates = []
@@ -228,14 +224,15 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     produced = {f"{s.name}.{m}" for s in suites for m in s.metrics} | set(LATENCY_METRICS)
     for i, raw in enumerate(raw_gates):
         where = f"gates[{i}]"
-        raw = _keys(doc, raw, where, GATE_KEYS)
+        raw = check_keys(doc, raw, where, GATE_KEYS)
         metric = raw.get("metric")
         if not isinstance(metric, str):
             raise doc.error(where, "missing required field `metric`")
         if metric not in produced:
-            raise doc.error(f"{where}.metric", f"no suite produces {metric!r}" + _closest(metric, sorted(produced)))
-        bounds = {k: _number(doc, raw[k], f"{where}.{k}") for k in ("min", "max") if k in raw}
-        relative = {k: _number(doc, raw[k], f"{where}.{k}", minimum=0) for k in ("no_regression", "improve")
+            raise doc.error(f"{where}.metric", f"no suite produces {metric!r}"
+                            + closest(metric, sorted(produced), listing="expected one of"))
+        bounds = {k: check_number(doc, raw[k], f"{where}.{k}") for k in ("min", "max") if k in raw}
+        relative = {k: check_number(doc, raw[k], f"{where}.{k}", minimum=0) for k in ("no_regression", "improve")
                     if raw.get(k) is not None}
         if not bounds and not relative:
             raise doc.error(where, "a gate needs min, max, no_regression or improve")
@@ -247,8 +244,9 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         gates.append(Gate(metric, bounds.get("min"), bounds.get("max"), relative.get("no_regression"),
                           relative.get("improve")))
 
-    promotion = _keys(doc, data.get("promotion") or {}, "promotion", PROMOTION_KEYS)
-    min_examples = _number(doc, promotion.get("min_examples", 1), "promotion.min_examples", minimum=0, integer=True)
+    promotion = check_keys(doc, data.get("promotion") or {}, "promotion", PROMOTION_KEYS)
+    min_examples = check_number(doc, promotion.get("min_examples", 1), "promotion.min_examples", minimum=0,
+                                integer=True)
     auto = promotion.get("auto", True)
     if not isinstance(auto, bool):
         raise doc.error("promotion.auto", "expected true or false")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mint.errors import BadInput, Refused
+from mint.jsonl import read_jsonl
 from mint.workspace import Workspace, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
@@ -69,9 +70,8 @@ def chain(directory: Path, head: str | None) -> list[str]:
 
 
 def read_episodes(directory: Path, version: str) -> Iterator[dict]:
-    with open(directory / version / EPISODES_FILE, encoding="utf-8") as f:
-        for line in f:
-            yield json.loads(line)
+    for _number, episode in read_jsonl(directory / version / EPISODES_FILE):
+        yield episode
 
 
 def remove_tree(path: Path) -> None:
@@ -102,16 +102,14 @@ def quarantine_keys(directory: Path) -> Iterator[bytes]:
     path = directory / QUARANTINE_FILE
     if not path.exists():
         return
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                entry = json.loads(line)
-                key = entry.get("key") or hashlib.sha256(
-                    f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
-                ).hexdigest()[:32]
-                yield bytes.fromhex(key)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue   # a torn line: cut at the next append
+    for _number, entry in read_jsonl(path, torn="skip"):   # a torn line: cut at the next append
+        try:
+            key = entry.get("key") or hashlib.sha256(
+                f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
+            ).hexdigest()[:32]
+            yield bytes.fromhex(key)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue   # not an entry mint wrote
 
 
 # --- the held-out split ----------------------------------------------------------
@@ -175,10 +173,18 @@ def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tup
     raise BadInput(f"{version!r} {why} of dataset {name!r} ({listing})", field="--version")
 
 
+def version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
+    """A version's name: the hash of its parent's name, its episodes and the ids it superseded."""
+    digest = hashlib.sha256((parent or "").encode() + b"\n")
+    for path in (episodes, superseded):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:VERSION_CHARS]
+
+
 def verify_version(directory: Path, version: str) -> None:
     """Refuse a version whose episodes or superseded ids no longer hash to its name (changed after ingest)."""
-    from mint.data.ingest import version_hash   # ingest imports this module
-
     parent = read_manifest(directory, version).get("parent")
     try:
         actual = version_hash(parent, directory / version / EPISODES_FILE, directory / version / SUPERSEDED_FILE)

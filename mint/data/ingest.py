@@ -197,7 +197,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                 checkpoint("ingest.episodes_written")
                 if not added:
                     raise _NothingNew
-                version = version_hash(parent, tmp / datasets.EPISODES_FILE, tmp / datasets.SUPERSEDED_FILE)
+                version = datasets.version_hash(parent, tmp / datasets.EPISODES_FILE, tmp / datasets.SUPERSEDED_FILE)
                 manifest = _manifest(dataset, version, parent, parent_manifest, fmt, scrub, stats,
                                      by_specialist, scrubbed, added, replaced)
                 (tmp / datasets.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -605,15 +605,6 @@ def _append_quarantine(directory: Path, index: sqlite3.Connection, scratch, vers
             new += 1
     index.commit()   # after the entries are on disk: a kill in between repeats entries, never loses them
     return new
-
-
-def version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
-    digest = hashlib.sha256((parent or "").encode() + b"\n")
-    for path in (episodes, superseded):
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:datasets.VERSION_CHARS]
 
 
 def _manifest(dataset: str, version: str, parent: str | None, parent_manifest: dict | None, fmt: str,

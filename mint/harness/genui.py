@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mint.errors import BadInput
+from mint.text import closest
 from mint.harness.base import MAX_NESTING, Harness, RecordProblem, joined_reasons, too_deep
 
 DEFAULT_CATALOG = Path(__file__).with_name("ui4a") / "catalog.v1.json"
@@ -73,8 +74,6 @@ class TreeValidator:
 
     def problems(self, tree: Any, limit: int = 10) -> list[str]:
         """What is wrong, node by node in document order (the first failing node first)."""
-        import difflib
-
         from jsonschema.exceptions import best_match
 
         if not self.walkable:
@@ -90,8 +89,7 @@ class TreeValidator:
                 continue
             kind = node.get("type")
             if not isinstance(kind, str) or kind not in self.components:
-                close = difflib.get_close_matches(kind, kinds, n=1) if isinstance(kind, str) else []
-                hint = f" (did you mean {close[0]}?)" if close else f" (components: {', '.join(kinds)})"
+                hint = closest(kind if isinstance(kind, str) else None, kinds, listing="components:")
                 problems.append(f"{path}: unknown component {_short(kind)}{hint}" if "type" in node else
                                 f"{path}: no \"type\"{hint}")
                 continue

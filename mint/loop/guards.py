@@ -7,8 +7,9 @@ Either one rejects the candidate, with the numbers as the reason.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from mint.jsonl import read_jsonl
 
 LENGTH_GROWTH = 1.5      # candidate answers this much longer than the baseline's, with no metric gain
 
@@ -24,16 +25,11 @@ def mean_answer_length(predictions: Path) -> float | None:
     """Mean characters per output in a report's predictions.jsonl (None when unreadable or empty)."""
     total, count = 0, 0
     try:
-        with open(predictions, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                for output in row.get("outputs") or [] if isinstance(row, dict) else []:
-                    if isinstance(output, str):
-                        total += len(output)
-                        count += 1
+        for _number, row in read_jsonl(predictions, torn="skip"):
+            for output in row.get("outputs") or [] if isinstance(row, dict) else []:
+                if isinstance(output, str):
+                    total += len(output)
+                    count += 1
     except OSError:
         return None
     return total / count if count else None

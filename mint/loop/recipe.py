@@ -24,23 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mint.contract.schema import _closest, _keys, _number, _string
+from mint.contract.schema import check_keys, check_number, check_string
 from mint.errors import BadInput
-from mint.train.examples import METHODS
-from mint.yamlfile import YamlDoc, exists, is_file, load_yaml
+from mint.loop.steps import STEPS
+from mint.text import closest
+from mint.yamlfile import YamlDoc, load_yaml
 
 TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps")
 LOOP_KEYS = ("iterations",)
 COMMON_KEYS = ("from_iteration", "until_iteration", "fatal")
-STEP_KEYS: dict[str, tuple[str, ...]] = {
-    "ingest": ("sources", "format"),
-    "experience": ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold"),
-    "train": ("specialist", "method", "from", "set", "data"),
-    "eval": ("specialist", "contract", "limit"),
-    "promote": ("specialist",),
-    "route": ("contract",),
-}
-STEP_KINDS = tuple(STEP_KEYS)
+STEP_KINDS = tuple(STEPS)
 
 
 @dataclass(frozen=True)
@@ -87,25 +80,25 @@ class Recipe:
 
 
 def _check_specialist(doc: YamlDoc, value, where: str, known: tuple[str, ...] | None) -> str:
-    name = _string(doc, value, where)
+    name = check_string(doc, value, where)
     if known is not None and name not in known:
-        raise doc.error(where, f"unknown specialist {name!r}" + _closest(name, known))
+        raise doc.error(where, f"unknown specialist {name!r}" + closest(name, known, listing="expected one of"))
     return name
 
 
 def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check_contracts: bool = True) -> Recipe:
     """Parse and validate ``path``; every problem is BadInput at ``file:line: field`` with the closest key."""
     doc = load_yaml(path)
-    data = _keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
+    data = check_keys(doc, doc.data if doc.data is not None else {}, "", TOP_KEYS)
     for key in ("recipe", "steps"):
         if key not in data:
             raise doc.error("", f"missing required field `{key}`")
-    name = _string(doc, data["recipe"], "recipe")
-    base = _string(doc, data["base"], "base") if "base" in data else None
-    description = _string(doc, data["description"], "description").strip() if "description" in data else ""
-    dataset = _string(doc, data.get("dataset", name), "dataset")
-    loop = _keys(doc, data.get("loop") or {}, "loop", LOOP_KEYS)
-    iterations = _number(doc, loop.get("iterations", 1), "loop.iterations", minimum=1, integer=True)
+    name = check_string(doc, data["recipe"], "recipe")
+    base = check_string(doc, data["base"], "base") if "base" in data else None
+    description = check_string(doc, data["description"], "description").strip() if "description" in data else ""
+    dataset = check_string(doc, data.get("dataset", name), "dataset")
+    loop = check_keys(doc, data.get("loop") or {}, "loop", LOOP_KEYS)
+    iterations = check_number(doc, loop.get("iterations", 1), "loop.iterations", minimum=1, integer=True)
     raw_steps = data["steps"]
     if not isinstance(raw_steps, list) or not raw_steps:
         raise doc.error("steps", "expected a non-empty list of steps")
@@ -115,15 +108,16 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
         if not isinstance(raw, dict) or len(raw) != 1:
             raise doc.error(where, f"a step is one mapping with one key, its kind ({', '.join(STEP_KINDS)})")
         (kind, options), = raw.items()
-        if kind not in STEP_KEYS:
-            raise doc.error(f"{where}.{kind}", "unknown step" + _closest(str(kind), STEP_KINDS))
+        if kind not in STEPS:
+            raise doc.error(f"{where}.{kind}", "unknown step" + closest(kind, STEP_KINDS, listing="expected one of"))
         at = f"{where}.{kind}"
-        options = dict(_keys(doc, options if options is not None else {}, at, STEP_KEYS[kind] + COMMON_KEYS))
-        from_iteration = _number(doc, options.pop("from_iteration", 1), f"{at}.from_iteration", minimum=1,
+        options = dict(check_keys(doc, options if options is not None else {}, at,
+                                  STEPS[kind].options + COMMON_KEYS))
+        from_iteration = check_number(doc, options.pop("from_iteration", 1), f"{at}.from_iteration", minimum=1,
                                  integer=True)
         until_iteration = options.pop("until_iteration", None)
         if until_iteration is not None:
-            _number(doc, until_iteration, f"{at}.until_iteration", minimum=from_iteration, integer=True)
+            check_number(doc, until_iteration, f"{at}.until_iteration", minimum=from_iteration, integer=True)
         fatal = options.pop("fatal", False)
         if not isinstance(fatal, bool):
             raise doc.error(f"{at}.fatal", "expected true or false")
@@ -136,78 +130,23 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
 
 
 def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists, check_contracts: bool) -> None:
-    if kind != "ingest" and kind != "route":
+    if STEPS[kind].needs_specialist:
         if "specialist" not in options:
             raise doc.error(at, "missing required field `specialist`")
         _check_specialist(doc, options["specialist"], f"{at}.specialist", specialists)
-    if kind == "ingest":
-        sources = options.get("sources")
-        if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s for s in sources):
-            raise doc.error(f"{at}.sources", "expected a non-empty list of files or folders")
-        for j, source in enumerate(sources):
-            if "$" not in source and not exists(path.parent / source):
-                raise doc.error(f"{at}.sources[{j}]", f"no such file or folder: {(path.parent / source)}")
-    elif kind == "train":
-        method = options.get("method")
-        if method not in METHODS:
-            raise doc.error(f"{at}.method", f"expected one of {', '.join(METHODS)}"
-                            + (_closest(str(method), METHODS) if isinstance(method, str) else ""))
-        sets = options.get("set", {})
-        if not isinstance(sets, dict):
-            raise doc.error(f"{at}.set", "expected a mapping of TRL/LoRA settings (KEY: VALUE)")
-        from mint.train.config import check_settings
-
-        try:    # the same typed check `mint train --set` makes, before anything runs
-            check_settings(method, None, [f"{key}={value}" for key, value in sets.items()])
-        except BadInput as exc:
-            field = (exc.field or "").partition(".")[2] or exc.field
-            raise doc.error(f"{at}.set.{field}" if field and field in sets else f"{at}.set",
-                            getattr(exc, "message", str(exc))) from None
-        origin = options.get("from", "champion")
-        if origin not in ("champion", "scratch"):
-            raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")
-    elif kind == "route" and "contract" in options:
-        contract_path = path.parent / _string(doc, options["contract"], f"{at}.contract")
-        if not is_file(contract_path):
-            raise doc.error(f"{at}.contract", f"no such contract: {contract_path}")
-    elif kind == "eval":
-        contract = options.get("contract")
-        where = f"{at}.contract"
-        contract_path = path.parent / _string(doc, contract, where)
-        if not is_file(contract_path):
-            raise doc.error(where, f"no such contract: {contract_path}")
-        if check_contracts:
-            from mint.contract.schema import load_contract
-
-            loaded = load_contract(contract_path)
-            if loaded.specialist != options["specialist"]:
-                raise doc.error(where, f"{contract_path.name} is the {loaded.specialist} contract, "
-                                       f"not {options['specialist']}'s")
-        if "limit" in options:
-            _number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
-    elif kind == "experience":
-        for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1)):
-            if key in options:
-                _number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
-        if "temperature" in options:
-            _number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
-        if "threshold" in options:
-            _number(doc, options["threshold"], f"{at}.threshold", minimum=0)
+    STEPS[kind].check(doc, path, options, at, check_contracts)
 
 
 def _check_order(doc: YamlDoc, steps: list[Step]) -> None:
-    """eval needs an earlier train of its specialist, promote an earlier eval: say so before anything runs."""
-    trained, evaluated = set(), set()
+    """A step that reads an earlier one's output (eval a train's candidate, promote an eval's report) needs
+    that step of its specialist before it: say so before anything runs."""
+    done = set()
     for step in steps:
-        at = f"steps[{step.index}].{step.kind}"
-        if step.kind == "train":
-            trained.add(step.specialist)
-        elif step.kind == "eval":
-            if step.specialist not in trained:
-                raise doc.error(at, f"no earlier train step for {step.specialist}: eval evaluates its candidate")
-            evaluated.add(step.specialist)
-        elif step.kind == "promote" and step.specialist not in evaluated:
-            raise doc.error(at, f"no earlier eval step for {step.specialist}: promote needs its report")
+        needed = STEPS[step.kind].after
+        if needed is not None and (needed[0], step.specialist) not in done:
+            raise doc.error(f"steps[{step.index}].{step.kind}",
+                            f"no earlier {needed[0]} step for {step.specialist}: {needed[1]}")
+        done.add((step.kind, step.specialist))
 
 
 def check_recipe(path: Path) -> dict:

@@ -1,7 +1,6 @@
 """Adapters in and out: import an external PEFT adapter after checking it fits the base; export a plain one."""
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -13,6 +12,7 @@ from mint.registry import store
 from mint.registry.artifacts import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MINT_JSON, adapter_files, check_adapter_dir, \
     load_revision, register
 from mint.registry.refs import check_name
+from mint.text import closest
 from mint.workspace import Workspace, publish_dir, staging_dir
 
 EXPORT_MARKER = ".mint-export.json"   # marks a folder `registry export --force` may replace
@@ -69,10 +69,8 @@ def check_known_specialist(name: str, known: tuple[str, ...], *, new: bool) -> s
     check_name(name)
     if new or name in known:
         return name
-    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = f" (did you mean {match[0]}?)" if match else ""
-    raise BadInput(f"unknown specialist {name!r}{hint}: mint.yaml has {', '.join(known)}; pass --new to start a "
-                   "new specialist", field="--specialist")
+    raise BadInput(f"unknown specialist {name!r}{closest(name, known)}: mint.yaml has {', '.join(known)}; pass --new "
+                   "to start a new specialist", field="--specialist")
 
 
 def adapter_base(source: Path, config: dict) -> str | None:
@@ -100,7 +98,7 @@ def import_adapter(ws: Workspace, source: Path, *, specialist: str, base: str | 
 
     The base is ``base``, else the one the adapter's own config names, else mint.yaml's.
     """
-    from mint.base import _is_local, load_base
+    from mint.base import is_local_path, load_base
     from mint.project import load_project
 
     project = load_project(config)
@@ -113,7 +111,7 @@ def import_adapter(ws: Workspace, source: Path, *, specialist: str, base: str | 
         chosen, base_from = named, ADAPTER_CONFIG
     else:
         chosen, base_from = project.base, "mint.yaml"
-    if _is_local(chosen):
+    if is_local_path(chosen):
         chosen = str(Path(chosen).expanduser().absolute())   # so an export can name it from anywhere
     loaded = load_base(chosen)
     check_fits_base(source, loaded.model)

@@ -15,7 +15,6 @@ then lays it over the defaults for this hardware.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import json
@@ -27,6 +26,7 @@ import yaml
 
 from mint import hardware
 from mint.errors import BadInput
+from mint.text import closest
 from mint.yamlfile import load_yaml
 
 BLOCKS = ("lora", "trl", "rewards")
@@ -313,12 +313,6 @@ def _scalar(raw: str) -> Any:
         return yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         return raw
-
-
-def closest(key: str, allowed) -> str:
-    """`` (did you mean X?)`` for the nearest of ``allowed``, or nothing."""
-    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
-    return f" (did you mean {match[0]}?)" if match else ""
 
 
 if __name__ == "__main__":   # after a TRL upgrade: rewrite trl_fields.json from the installed TRL

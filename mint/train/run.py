@@ -33,7 +33,8 @@ from mint.errors import BadInput, MintError
 from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
 from mint.registry.refs import check_name
-from mint.train.config import TrainSettings, UserSettings, check_settings, closest, resolve_settings
+from mint.text import closest
+from mint.train.config import TrainSettings, UserSettings, check_settings, resolve_settings
 from mint.train.envs import load_environment
 from mint.train.examples import METHODS, build_examples, per_turn_rows
 from mint.workspace import Workspace, atomic_dir, atomic_write_json
@@ -87,10 +88,6 @@ class TrainResult:
     metrics: dict
     resumed_from_step: int | None
     warnings: list[str] = field(default_factory=list)
-
-
-def runs_dir(ws: Workspace) -> Path:
-    return ws.home / "runs"
 
 
 def train(ws: Workspace, *, specialist: str | None = None, data: str | None = None, method: str | None = None,
@@ -257,7 +254,7 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
     them is refused rather than ignored."""
     given = [flag for flag, value in (("--specialist", request.specialist), ("--data", request.data),
                                       ("--method", request.method), ("--from", request.from_ref),
-                                      ("--base", request.base), ("--config", request.config),
+                                      ("--base", request.base), ("--train-config", request.config),
                                       ("--set", request.sets), ("--env", request.env)) if value]
     if given:
         raise BadInput(f"--resume continues run {request.resume} with the settings it recorded; {', '.join(given)} "
@@ -270,9 +267,9 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
 def _find_run(ws: Workspace, run: str) -> Path:
     path = Path(run)
     if not (path / RUN_FILE).is_file():
-        path = runs_dir(ws) / run
+        path = ws.runs / run
     if not (path / RUN_FILE).is_file():
-        known = sorted(p.name for p in runs_dir(ws).iterdir()) if runs_dir(ws).is_dir() else []
+        known = sorted(p.name for p in ws.runs.iterdir()) if ws.runs.is_dir() else []
         raise BadInput(f"no run {run!r} (runs: {', '.join(known[-5:]) or 'none'})", field="--resume")
     if (path / RESULT_FILE).is_file() and json.loads((path / RESULT_FILE).read_text()).get("registered"):
         raise BadInput(f"run {path.name} finished and was registered already", field="--resume")
@@ -292,10 +289,10 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
                  "lora": effective_lora(plan, settings), "changed": changed}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
-    run_dir, again = runs_dir(ws) / name, 2
+    run_dir, again = ws.runs / name, 2
     while run_dir.exists():       # a second run of this process within the same second
-        run_dir, again = runs_dir(ws) / f"{name}-{again}", again + 1
-    runs_dir(ws).mkdir(parents=True, exist_ok=True)
+        run_dir, again = ws.runs / f"{name}-{again}", again + 1
+    ws.runs.mkdir(parents=True, exist_ok=True)
     with atomic_dir(run_dir) as tmp:
         with open(tmp / EXAMPLES_FILE, "w", encoding="utf-8") as f:
             for row in rows:

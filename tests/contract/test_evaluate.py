@@ -112,7 +112,7 @@ def test_predictions_generate_nothing_and_fail_only_the_gates_that_need_a_baseli
     def no_generation(*args, **kwargs):
         raise AssertionError("scoring predictions generated outputs")
 
-    monkeypatch.setattr(evaluation, "_generate", no_generation)
+    monkeypatch.setattr(evaluation, "generate_outputs", no_generation)
     rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
              "latency_ms": 120.0} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -200,7 +200,7 @@ def test_predictions_are_paired_with_the_champions_registered_report_without_gen
     v1 = candidate("genui")
     evaluate(ws, v1.ref, ui_contract)
     promote(ws, v1.ref)
-    monkeypatch.setattr(evaluation, "_generate", lambda *a, **k: pytest.fail("scoring predictions generated"))
+    monkeypatch.setattr(evaluation, "generate_outputs", lambda *a, **k: pytest.fail("scoring predictions generated"))
     rows = [{"suite": "core", "index": i, "output": "{}"} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report

@@ -7,6 +7,7 @@ import pytest
 from mint.cli import main
 from mint.errors import BadInput
 from mint.loop.recipe import load_recipe
+from mint.loop.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
@@ -86,3 +87,12 @@ def test_the_dry_run_plan_honours_from_and_until_iteration(ws, tmp_path):
     assert plan[(1, 1)] == "run" and plan[(2, 1)] == "wait"
     assert plan[(1, 2)] == "wait" and plan[(2, 2)] == "run"
     assert result.status == "dry run" and not (ws.home / "loop.lock").exists()
+
+
+@pytest.mark.parametrize("kind", sorted(STEPS))
+def test_recipe_check_takes_each_step_kinds_options_from_the_loops_table(tmp_path, kind):
+    option = STEPS[kind].options[-1]
+    path = tmp_path / "r.yaml"
+    path.write_text(f"recipe: r\nsteps:\n  - {kind}: {{{option}x: 1}}\n")
+    with pytest.raises(BadInput, match=rf"steps\[0\]\.{kind}\.{option}x: unknown key \(did you mean {option}\?\)"):
+        load_recipe(path, check_contracts=False)

@@ -136,3 +136,14 @@ def test_a_specialist_the_dataset_is_labelled_with_is_known_without_mint_yaml(ws
     assert plan.specialist == "legal"
     with pytest.raises(BadInput, match="unknown specialist 'legl' \\(did you mean legal\\?\\)"):
         check_request(ws, TrainRequest(specialist="legl", data="legal", method="sft", base="tiny-random"))
+
+
+def test_train_reads_its_settings_file_from_train_config(ws, tmp_path, capsys):
+    # elsewhere --config names the project file (mint.yaml); train's settings file has a name of its own
+    settings_file = tmp_path / "fast.yaml"
+    settings_file.write_text("trl: {max_steps: 7}\nlora: {r: 4}\n")
+    assert main(["train", "--dry-run", "--method", "sft", "--train-config", str(settings_file), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["trl"]["max_steps"] == 7 and shown["lora"]["r"] == 4
+    assert main(["train", "--dry-run", "--method", "sft", "--config", str(settings_file), "--json"]) == 2
+    assert "--train-config" in json.loads(capsys.readouterr().out)["error"]   # the old spelling points to the new

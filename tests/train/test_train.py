@@ -105,15 +105,13 @@ def test_bad_config_file_names_its_line(ws, dataset, tmp_path):
 
 
 def test_from_champion_starts_from_its_weights_and_records_the_parent(ws, dataset):
-    from mint.train.run import runs_dir
-
     first = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST)
     second = train(ws, specialist="coding", data=dataset, method="sft", from_ref="coding:v1",
                    sets=[s for s in FAST if not s.startswith("lora.")])   # the parent's LoRA config is kept
     conn = store.open_store(ws)
     assert store.resolve(conn, second.ref).parent == first.revision_id
     start = json.loads(open(os.path.join(second.run_dir, "metrics.jsonl")).readline())
-    finished = json.load(open(runs_dir(ws) / first.run / RESULT_FILE))
+    finished = json.load(open(ws.runs / first.run / RESULT_FILE))
     assert start["adapter_sha256"] == finished["adapter_sha256"]   # not a fresh adapter
 
 

@@ -1,0 +1,413 @@
+"""The kinds of step a recipe chains, one small class each, registered in one table (``STEPS``).
+
+A kind names the options its recipe entry takes and checks them (`mint recipe check` and `mint loop`
+read the same table), makes the content key of its inputs (a step whose key the loop has recorded is
+skipped and its recorded output reused), runs one library function, and hands its output to the
+steps after it through the ``LoopContext``.
+"""
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from mint.contract.schema import check_number, check_string
+from mint.errors import BadInput, Refused
+from mint.text import closest
+from mint.train.examples import METHODS
+from mint.workspace import Workspace
+from mint.yamlfile import YamlDoc, exists, is_file
+
+
+def content_key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class LoopContext:
+    """What the steps of one iteration hand each other (candidates, reports, decisions), and the workspace
+    facts their keys read (the dataset's newest version, the champions)."""
+
+    def __init__(self, ws: Workspace, recipe, project, emit: Callable[[dict], None]) -> None:
+        self.ws, self.recipe, self.project, self.emit = ws, recipe, project, emit
+        self.base = recipe.base or project.base
+        self.candidates: dict[str, dict] = {}
+        self.evaluations: dict[str, dict] = {}
+        self.decisions: dict[str, dict] = {}
+
+    def begin_iteration(self, iteration: int) -> None:
+        self.candidates, self.evaluations, self.decisions = {}, {}, {}
+        self.iteration = iteration
+
+    def dataset_version(self) -> str | None:
+        from mint.data.datasets import dataset_dir, read_head
+
+        try:
+            return read_head(dataset_dir(self.ws, self.recipe.dataset))
+        except BadInput:
+            return None
+
+    def champions(self) -> dict[str, str | None]:
+        from mint.registry import store
+
+        if not store.db_path(self.ws).exists():
+            return {s: None for s in self.recipe.specialists}
+        conn = store.open_store(self.ws)
+        try:
+            return {s: store.alias_target(conn, s, "champion") for s in self.recipe.specialists}
+        finally:
+            conn.close()
+
+    def champion_ref(self, specialist: str) -> str | None:
+        from mint.registry import store
+
+        conn = store.open_store(self.ws)
+        try:
+            target = store.alias_target(conn, specialist, "champion")
+            return store.get_revision(conn, target).ref if target else None
+        finally:
+            conn.close()
+
+
+class StepKind(abc.ABC):
+    """One kind of recipe step."""
+
+    name: str
+    options: tuple[str, ...]                # the keys its recipe entry takes, besides the common ones
+    needs_specialist: bool = True
+    after: tuple[str, str] | None = None    # the kind an earlier step of its specialist must be, and why
+    judged: bool = False                    # an output whose verdict is "fail" is a failed step
+
+    def check(self, doc: YamlDoc, recipe_path: Path, options: dict, at: str, check_contracts: bool) -> None:
+        """Refuse bad options at ``file:line: field`` before anything runs (the common keys are checked)."""
+
+    def outside_inputs(self, context: LoopContext, step) -> list | None:
+        """A fingerprint of what the step reads from outside the workspace (None: nothing): a loop whose
+        recipe, outside inputs and champions are as its last completed run left them has nothing to do."""
+        return None
+
+    @abc.abstractmethod
+    def key(self, context: LoopContext, step) -> str | None:
+        """The content key of the step's settings and inputs; None when there is nothing to do."""
+
+    @abc.abstractmethod
+    def run(self, context: LoopContext, step) -> dict:
+        """Run the step: one library function; its output is what the loop records."""
+
+    def absorb(self, context: LoopContext, step, output: dict) -> None:
+        """Hand a (run or recorded) output to the steps after it."""
+
+
+class Ingest(StepKind):
+    name = "ingest"
+    options = ("sources", "format")
+    needs_specialist = False
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        sources = options.get("sources")
+        if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s for s in sources):
+            raise doc.error(f"{at}.sources", "expected a non-empty list of files or folders")
+        for j, source in enumerate(sources):
+            if "$" not in source and not exists(recipe_path.parent / source):
+                raise doc.error(f"{at}.sources[{j}]", f"no such file or folder: {(recipe_path.parent / source)}")
+
+    def sources(self, context: LoopContext, step) -> list[Path]:
+        paths = []
+        for source in step.options["sources"]:
+            expanded = os.path.expandvars(source.replace("$MINT_HOME", str(context.ws.home)))
+            path = Path(expanded)
+            paths.append(path if path.is_absolute() else context.recipe.path.parent / path)
+        return paths
+
+    def outside_inputs(self, context, step):
+        seen = []
+        for root in self.sources(context, step):
+            files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) \
+                if root.is_dir() else []
+            for path in files:
+                stat = path.stat()
+                seen.append([str(path), stat.st_size, stat.st_mtime_ns])
+        return seen
+
+    def key(self, context, step):
+        return content_key("ingest", context.recipe.dataset, step.options.get("format", "auto"),
+                           self.outside_inputs(context, step))
+
+    def run(self, context, step):
+        from mint.data.ingest import ingest
+
+        missing = [str(p) for p in self.sources(context, step) if not p.exists()]
+        paths = [p for p in self.sources(context, step) if p.exists()]
+        if not paths:
+            return {"version": context.dataset_version(), "created": False, "episodes_added": 0, "missing": missing}
+        result = ingest(context.ws, paths, dataset=context.recipe.dataset, fmt=step.options.get("format", "auto"),
+                        project=context.project)
+        return {"version": result.version, "created": result.created, "episodes_added": result.episodes_added,
+                "quarantined": result.quarantined_new, "missing": missing}
+
+
+class Experience(StepKind):
+    name = "experience"
+    options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold")
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1)):
+            if key in options:
+                check_number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
+        if "temperature" in options:
+            check_number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
+        if "threshold" in options:
+            check_number(doc, options["threshold"], f"{at}.threshold", minimum=0)
+
+    def key(self, context, step):
+        s = step.specialist
+        return content_key("experience", s, step.options, context.dataset_version(), context.champions().get(s),
+                           context.base)
+
+    def run(self, context, step):
+        from mint.loop.experience import gather_experience
+
+        return gather_experience(context.ws, dataset=context.recipe.dataset, specialist=step.specialist,
+                                 base=context.base, project=context.project,
+                                 **{k: v for k, v in step.options.items() if k != "specialist"})
+
+
+class Train(StepKind):
+    name = "train"
+    options = ("specialist", "method", "from", "set", "data")
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        method = options.get("method")
+        if method not in METHODS:
+            raise doc.error(f"{at}.method", f"expected one of {', '.join(METHODS)}"
+                            + (closest(method, METHODS) if isinstance(method, str) else ""))
+        sets = options.get("set", {})
+        if not isinstance(sets, dict):
+            raise doc.error(f"{at}.set", "expected a mapping of TRL/LoRA settings (KEY: VALUE)")
+        from mint.train.config import check_settings
+
+        try:    # the same typed check `mint train --set` makes, before anything runs
+            check_settings(method, None, [f"{key}={value}" for key, value in sets.items()])
+        except BadInput as exc:
+            field = (exc.field or "").partition(".")[2] or exc.field
+            raise doc.error(f"{at}.set.{field}" if field and field in sets else f"{at}.set",
+                            getattr(exc, "message", str(exc))) from None
+        origin = options.get("from", "champion")
+        if origin not in ("champion", "scratch"):
+            raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")
+
+    def parent(self, context: LoopContext, step) -> str | None:
+        return context.champions().get(step.specialist) if step.options.get("from", "champion") == "champion" \
+            else None
+
+    def key(self, context, step):
+        return content_key("train", step.specialist, step.options, context.dataset_version(),
+                           self.parent(context, step), context.base)
+
+    def run(self, context, step):
+        from mint.train.run import train
+
+        o = step.options
+        parent = self.parent(context, step)
+        # continuing from a champion keeps its adapter's LoRA shape: lora.* settings apply to a new adapter only
+        sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items() if not (parent and str(k).startswith("lora."))]
+        result = train(context.ws, specialist=step.specialist, data=context.recipe.dataset, method=o["method"],
+                       from_ref=parent, base=None if parent else context.base, sets=sets)
+        return {"revision": result.ref, "revision_id": result.revision_id, "run": result.run,
+                "parent": parent, "steps": result.steps, "examples": result.examples,
+                "train_loss": result.metrics.get("train_loss")}
+
+    def absorb(self, context, step, output):
+        if output.get("revision_id"):
+            context.candidates[step.specialist] = output
+
+
+class Eval(StepKind):
+    """The candidate under its contract, then on every earlier generation's retention suites."""
+
+    name = "eval"
+    options = ("specialist", "contract", "limit")
+    after = ("train", "eval evaluates its candidate")
+    judged = True
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        contract = options.get("contract")
+        where = f"{at}.contract"
+        contract_path = recipe_path.parent / check_string(doc, contract, where)
+        if not is_file(contract_path):
+            raise doc.error(where, f"no such contract: {contract_path}")
+        if check_contracts:
+            from mint.contract.schema import load_contract
+
+            loaded = load_contract(contract_path)
+            if loaded.specialist != options["specialist"]:
+                raise doc.error(where, f"{contract_path.name} is the {loaded.specialist} contract, "
+                                       f"not {options['specialist']}'s")
+        if "limit" in options:
+            check_number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
+
+    def key(self, context, step):
+        candidate = context.candidates.get(step.specialist)
+        if candidate is None:
+            return None
+        contract = context.recipe.path.parent / step.options["contract"]
+        return content_key("eval", candidate["revision_id"], hashlib.sha256(contract.read_bytes()).hexdigest(),
+                           step.options.get("limit"))
+
+    def run(self, context, step):
+        from mint.contract.evaluate import evaluate
+        from mint.contract.forgetting import backward_transfer
+        from mint.contract.schema import load_contract
+
+        candidate = context.candidates[step.specialist]
+        contract_path = context.recipe.path.parent / step.options["contract"]
+        result = evaluate(context.ws, candidate["revision"], contract_path, limit=step.options.get("limit"))
+        report = result.report
+        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate["revision"],
+                                     Path(result.report_path), base=context.base)
+        return {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
+                "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
+                "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
+                "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
+                                                  if report.get("live_suites") else {})}
+
+    def absorb(self, context, step, output):
+        context.evaluations[step.specialist] = output
+
+
+class Promote(StepKind):
+    name = "promote"
+    options = ("specialist",)
+    after = ("eval", "promote needs its report")
+    judged = True
+
+    def key(self, context, step):
+        evaluation = context.evaluations.get(step.specialist)
+        if evaluation is None:
+            return None
+        return content_key("promote", evaluation["revision_id"], evaluation["report"])
+
+    def run(self, context, step):
+        from mint.registry.promotion import promote, reject
+
+        evaluation = context.evaluations[step.specialist]
+        ref = evaluation["revision"]
+        hacked = self.guard(context, step.specialist, evaluation) if evaluation["verdict"] == "pass" else None
+        if hacked is None and evaluation["verdict"] == "pass":
+            from mint.contract.forgetting import forgetting_reason
+
+            hacked = forgetting_reason(evaluation.get("backward_transfer") or [])
+        if hacked:
+            reject(context.ws, ref, why=hacked)
+            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": hacked,
+                    "champion": context.champion_ref(step.specialist)}
+        if evaluation["verdict"] != "pass":
+            failing = [g for g in evaluation["gates"] if not g.get("passed")]
+            why = "failed gates: " + "; ".join(f"{g.get('metric')} ({g.get('rule')})" for g in failing) \
+                if failing else "failed its contract"
+            reject(context.ws, ref, why=why)
+            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": why,
+                    "champion": context.champion_ref(step.specialist)}
+        try:
+            promote(context.ws, ref, report_path=Path(evaluation["report"]))
+        except Refused as exc:
+            return {"action": "refused", "revision": ref, "verdict": "fail", "reason": str(exc),
+                    "champion": context.champion_ref(step.specialist)}
+        return {"action": "promoted", "revision": ref, "verdict": "pass", "reason": None,
+                "champion": context.champion_ref(step.specialist)}
+
+    def guard(self, context: LoopContext, specialist: str, evaluation: dict) -> str | None:
+        """The reward-hacking guard on the candidate's training run and its answers against the baseline's."""
+        from mint.loop.guards import reward_hacking
+        from mint.registry import store
+
+        metric = next((g.get("metric") for g in evaluation["gates"] if isinstance(g.get("metric"), str)
+                       and not g["metric"].startswith("latency.") and g["metric"] in evaluation["metrics"]), None)
+        if metric is None:
+            return None
+        gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
+        baseline_value = gate.get("baseline", (evaluation.get("baseline") or {}).get("metrics", {}).get(metric))
+        candidate = context.candidates.get(specialist) or {}
+        run_dir = context.ws.runs / candidate["run"] if candidate.get("run") else None
+        predictions = Path(evaluation["report"]).parent / "predictions.jsonl"
+        baseline_predictions = None
+        baseline_id = (evaluation.get("baseline") or {}).get("revision_id")
+        if baseline_id and store.db_path(context.ws).exists():
+            conn = store.open_store(context.ws)
+            try:
+                rows = store.reports_for(conn, baseline_id)
+            finally:
+                conn.close()
+            for row in reversed(rows):
+                candidate_file = Path(row["path"]).parent / "predictions.jsonl"
+                if candidate_file.is_file():
+                    baseline_predictions = candidate_file
+                    break
+        return reward_hacking(metric=metric, value=evaluation["metrics"].get(metric), baseline=baseline_value,
+                              run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
+
+    def absorb(self, context, step, output):
+        context.decisions[step.specialist] = output
+
+
+class Route(StepKind):
+    name = "route"
+    options = ("contract",)
+    needs_specialist = False
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        if "contract" in options:
+            contract_path = recipe_path.parent / check_string(doc, options["contract"], f"{at}.contract")
+            if not is_file(contract_path):
+                raise doc.error(f"{at}.contract", f"no such contract: {contract_path}")
+
+    def key(self, context, step):
+        return content_key("route", step.options, self.routing_labels(context), context.base)
+
+    def run(self, context, step):
+        from mint.mol.router_training import train_router
+        from mint.registry.promotion import promote, reject
+
+        contract = step.options.get("contract")
+        if contract is None:        # the project's router contract, beside its mint.yaml
+            folder = context.project.path.parent if context.project.path else Path.cwd()
+            contract = folder / "contracts" / "router.yaml"
+        contract = context.recipe.path.parent / contract
+        sets = [f"contract={contract}"] if contract.is_file() else []
+        result = train_router(context.ws, data=context.recipe.dataset, base=context.base, sets=sets,
+                              project=context.project)
+        verdict = result.metrics.get("verdict")
+        output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
+                  "examples": result.examples,
+                  "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}}
+        if verdict == "pass":
+            try:
+                promote(context.ws, result.ref)
+                output["action"] = "promoted"
+            except Refused as exc:
+                output.update(action="refused", reason=str(exc))
+        elif verdict == "fail":
+            reject(context.ws, result.ref, why="failed contracts/router.yaml")
+            output.update(action="rejected", reason="failed contracts/router.yaml")
+        output["champion"] = context.champion_ref("router")
+        return output
+
+    def routing_labels(self, context: LoopContext) -> str:
+        """A digest of (turn, specialist) pairs: the router is retrained only when what it learns from changed."""
+        from mint.data.datasets import iter_episodes
+
+        pairs = set()
+        try:
+            for episode in iter_episodes(context.ws, context.recipe.dataset, None):
+                user = [m.get("content") for m in episode.get("messages", []) if m.get("role") == "user"]
+                if user and isinstance(user[-1], str):
+                    pairs.add((hashlib.sha256(user[-1].encode("utf-8", "replace")).hexdigest(), episode["specialist"]))
+        except BadInput:
+            return ""
+        return content_key(sorted(pairs))
+
+
+STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Experience(), Train(), Eval(), Promote(),
+                                                           Route())}

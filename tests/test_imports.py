@@ -1,0 +1,146 @@
+"""The package's import graph: no cycles, the registry at the floor, no private names across modules.
+
+Read from the source with ``ast`` (imports inside functions too), so a lazy import that only hides a cycle
+from the interpreter is still one.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mint"
+# the registry is the floor: it stores what its callers hand it and knows nothing of what sits above it
+ABOVE_REGISTRY = ("mint.contract", "mint.train", "mint.mol", "mint.loop")
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import of a mint module in ``path``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None, node.lineno) for alias in node.names if alias.name in modules]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:     # `from mint.data import datasets`: a module
+                    found.append((f"{source}.{alias.name}", None, node.lineno))
+                elif source in modules:
+                    found.append((source, alias.name, node.lineno))
+    return found
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """Each module's mint imports, with the line of the first import of each."""
+    modules = _modules(root)
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for target, _name, line in _imports(module, path, modules):
+            if target != module:
+                edges.setdefault(target, line)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(start: str) -> None:
+        # iterative: a deep chain of imports must not hit the recursion limit
+        work = [(start, iter(graph.get(start, ())))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _describe(component: list[str], graph: dict[str, dict[str, int]]) -> str:
+    members = set(component)
+    edges = [f"{a} -> {b} (line {line})" for a in component for b, line in sorted(graph[a].items()) if b in members]
+    return " | ".join(component) + ":\n    " + "\n    ".join(edges)
+
+
+def test_no_import_cycle_inside_mint():
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(_describe(c, graph) for c in found)
+
+
+def test_registry_imports_nothing_above_it():
+    upward = [f"{module} -> {target} (line {line})" for module, edges in sorted(import_graph().items())
+              if module == "mint.registry" or module.startswith("mint.registry.")
+              for target, line in sorted(edges.items())
+              if any(target == above or target.startswith(above + ".") for above in ABOVE_REGISTRY)]
+    assert not upward, "the registry imports from above it:\n" + "\n".join(upward)
+
+
+def test_no_private_name_is_imported_from_another_mint_module():
+    modules = _modules(PACKAGE)
+    private = [f"{path.relative_to(PACKAGE.parent)}:{line}: {name} from {source}"
+               for module, path in modules.items()
+               for source, name, line in _imports(module, path, modules)
+               if name is not None and name.startswith("_") and not name.endswith("__") and source != module]
+    assert not private, "private names imported across modules (give them a public name):\n" + "\n".join(private)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"a.py": "from mint import b\n", "b.py": "def f():\n    from mint.a import x\n"}, [["mint.a", "mint.b"]]),
+    ({"a.py": "from mint import b\n", "b.py": "x = 1\n"}, []),
+    ({"a.py": "import mint.b\n", "b.py": "import mint.c\n", "c.py": "from . import a\n"},
+     [["mint.a", "mint.b", "mint.c"]]),
+])
+def test_the_cycle_check_sees_cycles_through_any_import_form(tmp_path, files, expected):
+    root = tmp_path / "mint"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    for name, text in files.items():
+        (root / name).write_text(text)
+    assert cycles(import_graph(root)) == expected
