@@ -34,7 +34,9 @@ LOOP_KEYS = ("iterations",)
 COMMON_KEYS = ("from_iteration", "until_iteration", "fatal")
 STEP_KEYS: dict[str, tuple[str, ...]] = {
     "ingest": ("sources", "format"),
-    "experience": ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold"),
+    "experience": ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
+                   "per_prompt", "seed", "init", "control", "epochs", "batch_size", "min_steps", "max_steps",
+                   "learning_rate", "continuation_learning_rate"),
     "train": ("specialist", "method", "from", "set", "data"),
     "eval": ("specialist", "contract", "limit"),
     "promote": ("specialist",),
@@ -193,6 +195,47 @@ def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists,
             _number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
         if "threshold" in options:
             _number(doc, options["threshold"], f"{at}.threshold", minimum=0)
+        _check_experience(doc, path, options, at)
+
+
+def _check_experience(doc: YamlDoc, path: Path, options: dict, at: str) -> None:
+    """The experience step's sources, caps and the next generation's training plan."""
+    from mint.loop.experience import SOURCE_KINDS
+    from mint.loop.placebo import INITS
+
+    for key, minimum in (("per_prompt", 1), ("seed", 0), ("batch_size", 1), ("min_steps", 1), ("max_steps", 1)):
+        if key in options:
+            _number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
+    for key in ("epochs", "learning_rate", "continuation_learning_rate"):
+        if key in options:
+            _number(doc, options[key], f"{at}.{key}", minimum=0, exclusive=True)
+    if options.get("min_steps", 1) > options.get("max_steps", options.get("min_steps", 1)):
+        raise doc.error(f"{at}.min_steps", f"must be at most max_steps ({options['max_steps']})")
+    if "init" in options and options["init"] not in INITS:
+        raise doc.error(f"{at}.init", "expected champion (continue from it, the default) or base (retrain from "
+                                      "the base on the logs and all verified experience)")
+    if "control" in options and not isinstance(options["control"], bool):
+        raise doc.error(f"{at}.control", "expected true or false")
+    sources = options.get("sources", ["served", "unaccepted"])
+    if not isinstance(sources, list) or not sources:
+        raise doc.error(f"{at}.sources", "expected a non-empty list of prompt sources: served, unaccepted, "
+                                         "{jsonl: FILE}, {generator: NAME, count: N}")
+    for j, source in enumerate(sources):
+        where = f"{at}.sources[{j}]"
+        if isinstance(source, str):
+            if source not in ("served", "unaccepted"):
+                raise doc.error(where, f"unknown source {source!r}" + _closest(source, SOURCE_KINDS))
+        elif isinstance(source, dict) and "jsonl" in source:
+            _keys(doc, source, where, ("jsonl",))
+            if not is_file(path.parent / _string(doc, source["jsonl"], f"{where}.jsonl")):
+                raise doc.error(f"{where}.jsonl", f"no such file: {path.parent / source['jsonl']}")
+        elif isinstance(source, dict) and "generator" in source:
+            _keys(doc, source, where, ("generator", "count"))
+            _string(doc, source["generator"], f"{where}.generator")
+            if "count" in source:
+                _number(doc, source["count"], f"{where}.count", minimum=1, integer=True)
+        else:
+            raise doc.error(where, "expected served, unaccepted, {jsonl: FILE} or {generator: NAME, count: N}")
 
 
 def _check_order(doc: YamlDoc, steps: list[Step]) -> None:

@@ -236,6 +236,7 @@ class _Context:
         self.candidates: dict[str, dict] = {}
         self.evaluations: dict[str, dict] = {}
         self.decisions: dict[str, dict] = {}
+        self.experiences: dict[str, dict] = {}   # this iteration's experience per specialist (mint.loop.experience)
 
     # inputs, fingerprinted
     def sources(self, step: Step) -> list[Path]:
@@ -280,7 +281,7 @@ class _Context:
         return _sha(self.recipe.sha256, sources, self.champions())
 
     def begin_iteration(self, iteration: int) -> None:
-        self.candidates, self.evaluations, self.decisions = {}, {}, {}
+        self.candidates, self.evaluations, self.decisions, self.experiences = {}, {}, {}, {}
         self.iteration = iteration
 
     # one step
@@ -317,7 +318,8 @@ class _Context:
             return _sha("experience", s, o, self.dataset_version(), self.champions().get(s), self.base)
         if step.kind == "train":
             parent = self.champions().get(s) if o.get("from", "champion") == "champion" else None
-            return _sha("train", s, o, self.dataset_version(), parent, self.base)
+            plan = self.experience_plan(s)
+            return _sha("train", s, o, self.dataset_version(), parent, self.base, *([plan] if plan else []))
         if step.kind == "eval":
             candidate = self.candidates.get(s)
             if candidate is None:
@@ -341,6 +343,14 @@ class _Context:
             self.evaluations[step.specialist] = output
         elif step.kind == "promote":
             self.decisions[step.specialist] = output
+        elif step.kind == "experience":
+            self.experiences[step.specialist] = output
+
+    def experience_plan(self, specialist: str) -> dict | None:
+        """The plan this iteration's experience set for the specialist's next generation, when it found
+        something new to learn: it decides the start (champion or base), the steps and the learning rate."""
+        plan = (self.experiences.get(specialist) or {}).get("plan")
+        return plan if plan and plan.get("max_steps") else None
 
     # the steps themselves: each calls one library function
     def _run_ingest(self, step: Step) -> dict:
@@ -356,10 +366,13 @@ class _Context:
                 "quarantined": result.quarantined_new, "missing": missing}
 
     def _run_experience(self, step: Step) -> dict:
-        from mint.loop.experience import gather_experience
+        from mint.loop.experience import experience_step
 
-        return gather_experience(self.ws, dataset=self.recipe.dataset, specialist=step.specialist, base=self.base,
-                                 project=self.project, **{k: v for k, v in step.options.items() if k != "specialist"})
+        contracts = [self.recipe.path.parent / s.options["contract"] for s in self.recipe.steps
+                     if s.kind == "eval" and s.specialist == step.specialist]
+        return experience_step(self.ws, dataset=self.recipe.dataset, specialist=step.specialist, base=self.base,
+                               project=self.project, options=step.options, contracts=contracts,
+                               recipe_dir=self.recipe.path.parent)
 
     def _run_train(self, step: Step) -> dict:
         from mint.train.run import train
@@ -367,12 +380,20 @@ class _Context:
         o = step.options
         parent = self.champions().get(step.specialist) if o.get("from", "champion") == "champion" else None
         # continuing from a champion keeps its adapter's LoRA shape: lora.* settings apply to a new adapter only
+        plan = self.experience_plan(step.specialist)   # verified experience decides the start, steps and rate
+        if plan and plan["init"] == "base":
+            parent = None
         sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items() if not (parent and str(k).startswith("lora."))]
+        if plan:
+            from mint.loop.placebo import planned_settings
+
+            sets = planned_settings(plan, sets)
         result = train(self.ws, specialist=step.specialist, data=self.recipe.dataset, method=o["method"],
                        from_ref=parent, base=None if parent else self.base, sets=sets)
         return {"revision": result.ref, "revision_id": result.revision_id, "run": result.run,
                 "parent": parent, "steps": result.steps, "examples": result.examples,
-                "train_loss": result.metrics.get("train_loss")}
+                "train_loss": result.metrics.get("train_loss"), "method": o["method"], "sets": sets,
+                **({"plan": plan} if plan else {})}
 
     def _run_eval(self, step: Step) -> dict:
         """The candidate under its contract, then on every earlier generation's retention suites."""
@@ -386,11 +407,19 @@ class _Context:
         report = result.report
         transfer = backward_transfer(self.ws, load_contract(contract_path), candidate["revision"],
                                      Path(result.report_path), base=self.base)
-        return {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
-                "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
-                "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
-                "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
-                                                  if report.get("live_suites") else {})}
+        output = {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
+                  "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
+                  "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
+                  "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
+                                                    if report.get("live_suites") else {})}
+        twin = (self.experiences.get(step.specialist) or {}).get("twin")
+        if twin and candidate.get("plan"):   # the placebo twin: the same steps on unverified answers
+            from mint.loop.placebo import train_placebo_twin
+
+            output["twin"] = train_placebo_twin(self.ws, specialist=step.specialist, twin=twin, candidate=candidate,
+                                                contract_path=contract_path, limit=step.options.get("limit"),
+                                                base=self.base, evaluation=output)
+        return output
 
     def _run_promote(self, step: Step) -> dict:
         from mint.registry.promotion import promote, reject
