@@ -233,3 +233,16 @@ def test_passing_and_failing_answers_to_one_prompt_become_dpo_pairs(ws, project,
                                if e["served_by"] == result["served_by"]])
     assert {(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows} == {(TREE, "nope"),
                                                                                         (other, "nope")}
+
+
+def test_a_request_the_training_data_already_answers_is_not_drawn_from_any_source(ws, project, tmp_path, monkeypatch):
+    from mint.loop.experience import gather_experience
+
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
+                                                     for p in ("already  ANSWERED.", "A new one.")))
+    _ingest(ws, project, tmp_path, [_genui("Already answered.", TREE)])
+    seen = []
+    _answer_with(monkeypatch, [TREE], seen)
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=1, sources=[{"jsonl": "requests.jsonl"}], recipe_dir=tmp_path)
+    assert seen == ["A new one."] and result["sources"]["jsonl:requests.jsonl"]["answered"] == 1

@@ -84,6 +84,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     assert gathered["accepted"] == 2 and gathered["twin"]["unverified"] == 4        # every sample, the broken too
     trained = ran[(2, "train genui")]
     assert trained["plan"]["learning_rate"] == 1.0e-4 and trained["steps"] == 1 == trained["plan"]["max_steps"]
+    assert "learning_rate=0.0001" in trained["sets"]     # the continuation's rate, not the recipe's default
     twin = ran[(2, "eval genui")]["twin"]
     assert twin["steps"] == trained["steps"] and twin["verdict"] == NO_EXPERIENCE_EFFECT   # 4 examples show nothing
     assert len(twin["vs_twin"]["interval"]) == 2 and "vs_previous" in twin
