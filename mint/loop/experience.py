@@ -359,6 +359,25 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
     return result
 
 
+def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
+    """What the step reads besides the dataset and the champion, as (file, size, mtime): the served logs and
+    the JSONL sources, so the loop reruns the step when new turns are served or a source file changes."""
+    from mint.mol.turnlog import logs_dir
+
+    sources = options.get("sources") or DEFAULT_SOURCES
+    files = sorted(logs_dir(ws).glob("served*.jsonl")) if "served" in sources else []
+    files += [recipe_dir / s["jsonl"] for s in sources if isinstance(s, dict) and "jsonl" in s]
+    return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.is_file()]
+
+
+def experience_summary(result: dict) -> dict:
+    """What a generation's row shows of its experience: the pool, what was kept, and from which source."""
+    return {"pool": result.get("pool"), "prompts": result.get("prompts"), "accepted": result.get("accepted"),
+            "dpo_pairs": result.get("dpo_pairs"),
+            "kept_per_source": {name: c.get("kept", 0) for name, c in (result.get("sources") or {}).items()},
+            "plan": result.get("plan")}
+
+
 def _logged_examples(episodes: list[dict]) -> int:
     """How many SFT examples the logs give (what a generation retrained from the base also learns from)."""
     from mint.train.examples import trainable_conversation

@@ -50,6 +50,9 @@ class GenerationRow:
     baseline: str | None
     metrics: dict[str, dict]    # metric -> {value, baseline, delta, interval}
     reason: str | None = None
+    # this generation's experience (mint.loop.experience.experience_summary) and its placebo twin's comparison
+    experience: dict | None = None
+    twin: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,10 @@ class _Context:
         if step.kind == "ingest":
             return _sha("ingest", self.recipe.dataset, o.get("format", "auto"), self.sources_fingerprint(step))
         if step.kind == "experience":
-            return _sha("experience", s, o, self.dataset_version(), self.champions().get(s), self.base)
+            from mint.loop.experience import experience_inputs
+
+            return _sha("experience", s, o, self.dataset_version(), self.champions().get(s), self.base,
+                        experience_inputs(self.ws, o, self.recipe.path.parent))
         if step.kind == "train":
             parent = self.champions().get(s) if o.get("from", "champion") == "champion" else None
             plan = self.experience_plan(s)
@@ -549,7 +555,11 @@ class _Context:
                 if delta is None and value is not None and before is not None:
                     delta = value - before
                 metrics[name] = {"value": value, "baseline": before, "delta": delta, "interval": interval}
+            from mint.loop.experience import experience_summary
+
+            gathered = self.experiences.get(specialist)
             rows.append(GenerationRow(iteration, specialist, evaluation["revision"], evaluation["verdict"],
                                       decision.get("champion") or self.champion_ref(specialist),
-                                      baseline.get("revision_id") or "base", metrics, decision.get("reason")))
+                                      baseline.get("revision_id") or "base", metrics, decision.get("reason"),
+                                      experience_summary(gathered) if gathered else None, evaluation.get("twin")))
         return rows

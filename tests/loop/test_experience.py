@@ -246,3 +246,18 @@ def test_a_request_the_training_data_already_answers_is_not_drawn_from_any_sourc
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=1, sources=[{"jsonl": "requests.jsonl"}], recipe_dir=tmp_path)
     assert seen == ["A new one."] and result["sources"]["jsonl:requests.jsonl"]["answered"] == 1
+
+
+def test_new_served_turns_or_a_changed_source_file_make_the_loop_gather_experience_again(ws, tmp_path):
+    from mint.loop.experience import experience_inputs
+    from mint.mol.turnlog import TurnLog
+
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"prompt": "A"}\n')
+    options = {"sources": ["served", {"jsonl": "requests.jsonl"}]}
+    before = experience_inputs(ws, options, tmp_path)
+    TurnLog(ws).append({"id": "t1", "specialist": "genui", "messages": [{"role": "user", "content": "B"}]})
+    served = experience_inputs(ws, options, tmp_path)
+    requests.write_text('{"prompt": "A"}\n{"prompt": "C"}\n')
+    assert len({json.dumps(x) for x in (before, served, experience_inputs(ws, options, tmp_path))}) == 3
+    assert experience_inputs(ws, {"sources": ["unaccepted"]}, tmp_path) == []

@@ -70,7 +70,7 @@ steps:
 """
 
 
-def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_it(ws, tmp_path, monkeypatch):
+def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_it(ws, tmp_path, monkeypatch, capsys):
     (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
                                                      for p in ("Show a signup form.", "Show a weather card for Oslo.")))
     path = tmp_path / "twin.yaml"
@@ -96,3 +96,14 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     finally:
         conn.close()
     assert (2, "promote genui") in ran and ran[(2, "promote genui")]["revision"] != twin["revision"]
+    # the loop's generation row carries the pool and the twin, and `mint loop` says the verdict
+    row = result.generations[-1]
+    assert row.twin["verdict"] == NO_EXPERIENCE_EFFECT and row.experience["pool"]["pass@1"] == 0.5
+    assert row.experience["kept_per_source"] == {"jsonl:requests.jsonl": 2}
+    from mint.cli.loop import _render_generations
+
+    capsys.readouterr()
+    _render_generations(result)
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"vs its placebo twin {twin['revision']}" in shown and "no experience effect" in shown
+    assert "pass@1 0.5, pass@2 1" in shown
