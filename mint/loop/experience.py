@@ -211,7 +211,8 @@ def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], a
     kept, seen, counts = [], set(), {}
     for candidate in candidates:
         tally = counts.setdefault(candidate.source, {"offered": 0, "kept": 0, "heldout": 0, "answered": 0,
-                                                     "repeated": 0, "over_limit": 0})
+                                                     "repeated": 0, "over_limit": 0,
+                                                     "accepted": 0})
         tally["offered"] += 1
         key = candidate.key
         if not key:
@@ -319,7 +320,6 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         verdicts = verify_answers(specialist, prompt, outs, threshold)
         total += sum(detail["score"] for _ok, detail in verdicts)
         passes.append((len(outs), sum(ok for ok, _ in verdicts)))
-        per_source[prompt.source].setdefault("accepted", 0)
         episodes_for_prompt, n_pairs = experience_episodes(specialist, prompt, outs, [ok for ok, _ in verdicts],
                                                            per_prompt, served_by)
         per_source[prompt.source]["accepted"] += sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1)
@@ -395,9 +395,12 @@ def _read_source(ws, source, specialist, episodes, recipe_dir: Path, limit: int,
         return served_prompts(ws, specialist), None
     if source == "unaccepted":
         return unaccepted_prompts(episodes), None
-    if "jsonl" in source:
+    if isinstance(source, dict) and isinstance(source.get("jsonl"), str):
         return jsonl_prompts(recipe_dir / source["jsonl"]), None
-    return generator_prompts(source["generator"], int(source.get("count", limit)), seed)
+    if isinstance(source, dict) and isinstance(source.get("generator"), str):
+        return generator_prompts(source["generator"], int(source.get("count", limit)), seed)
+    raise BadInput(f"unknown prompt source {source!r}: expected served, unaccepted, {{jsonl: FILE}} or "
+                   "{generator: NAME, count: N}", field="sources")
 
 
 def _champion(ws: Workspace, specialist: str, base: str):

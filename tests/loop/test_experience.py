@@ -110,6 +110,7 @@ def test_served_turns_in_the_logs_become_experience_episodes_of_the_dataset(ws, 
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=2, sources=["served"])
     assert result["sources"]["served"]["kept"] == 1 and result["prompts"] == 1
+    assert result["sources"]["served"]["accepted"] == 1      # where the next generation's examples came from
     learned = [e for e in iter_episodes(ws, "d", result["version"]) if e["feedback"]["rating"] == 1
                and e["messages"][0]["content"] == "Show a login form with a submit button."]
     assert [e["messages"][-1]["content"] for e in learned] == [TREE]
