@@ -91,7 +91,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     conn = store.open_store(ws)
     try:
         revision = store.resolve(conn, twin["revision"])
-        assert store.alias_target(conn, "genui", "champion") != revision.id
+        assert store.alias_target(conn, "genui", "champion") != revision.id and revision.status == "rejected"
         assert revision.parent == store.resolve(conn, trained["parent"]).id
     finally:
         conn.close()
