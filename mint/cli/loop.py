@@ -118,6 +118,20 @@ def _render_generations(result) -> None:
     for row in result.generations:
         if row.reason:
             out.print(f"[yellow]{row.specialist} (iteration {row.iteration}):[/] {escape(row.reason)}")
+        if row.experience:
+            pool, sources = row.experience.get("pool") or {}, row.experience.get("kept_per_source") or {}
+            k = pool.get("k")
+            out.print(f"{row.specialist} (iteration {row.iteration}) experience: {row.experience.get('prompts')} "
+                      f"prompt(s) ({escape(', '.join(f'{n} {s}' for s, n in sources.items()) or 'none')}), "
+                      f"pass@1 {_fmt(pool.get('pass@1'))}, pass@{k} {_fmt(pool.get(f'pass@{k}'))}, "
+                      f"{pool.get('prompts_between', 0)} strictly between 0 and 1; "
+                      f"{row.experience.get('accepted')} answer(s) accepted")
+        if row.twin:
+            vs = row.twin.get("vs_twin") or {}
+            interval = vs.get("interval") or [None, None]
+            out.print(f"{row.specialist} (iteration {row.iteration}) vs its placebo twin {row.twin.get('revision')}: "
+                      f"{escape(str(row.twin.get('metric')))} Δ {_fmt(vs.get('delta'))} "
+                      f"[{_fmt(interval[0])}, {_fmt(interval[1])}]: {row.twin.get('verdict')}")
 
 
 def _render_progress(result) -> None:

@@ -1,36 +1,413 @@
-"""The self-improvement step: the champion answers prompts from the logs; its harness scores each answer.
+"""The self-improvement step: the champion answers prompts it was not trained on; a verifier scores each answer.
 
-For every prompt of the specialist in the dataset (the rows GRPO would train on: the
-conversation before an answer, with its reference), the current champion (or the bare base
-before there is one) samples ``samples`` answers. The specialist's reward, the same scorer its
-contract and GRPO use, scores each one. Answers scoring at least ``threshold`` come back as
-episodes rated +1 and the others as episodes rated -1, ingested into the loop's dataset as a
-new version, so that SFT learns from the passing ones and DPO pairs a passing with a failing
-answer to the same prompt. That is how generation k+1 learns from generation k's scored
-experience.
+Prompts come from the sources the recipe names (``served`` turns read back from ``$MINT_HOME/logs``,
+``unaccepted`` logged requests: thumbs-down, corrected or unanswered, a ``jsonl`` file of requests, a
+``generator`` of verifiable tasks when its package is installed). A prompt is never one a contract holds
+out (its normalized text in any suite of the specialist's contracts, or on the dataset's held-out side),
+nor one the training data already answers: re-sampling those gives back copies of the logged answers, so
+there is nothing to learn. The champion (or the bare base before there is one) samples ``samples`` answers
+per prompt at ``temperature`` > 0, seeded; each is verified; the DISTINCT passing answers (whitespace- and
+JSON-canonical, at most ``per_prompt``) come back as episodes rated +1 and distinct failing ones as -1, so
+SFT learns from the first and DPO pairs a passing with a failing answer to one prompt. The pool's pass@1 and
+pass@k (unbiased estimator) say how much there was to learn: a prompt the champion always or never solves
+teaches nothing, so the result counts those strictly between.
+
+With ``control``, every sample (verified or not) is also written to a twin dataset for the placebo twin
+(mint.loop.placebo).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from mint.errors import BadInput
 from mint.workspace import Workspace, atomic_write_text
 
+SOURCE_KINDS = ("served", "unaccepted", "jsonl", "generator")
+DEFAULT_SOURCES = ("served", "unaccepted")
+
+
+@dataclass(frozen=True)
+class ExperiencePrompt:
+    source: str                     # served | unaccepted | jsonl:PATH | generator:NAME
+    prompt: list[dict]              # the conversation before the answer
+    tools: list = field(default_factory=list)
+    reference: str = ""             # what the verifier may compare with (a correction, a task's answer)
+
+    @property
+    def key(self) -> str:
+        return prompt_key(self.prompt)
+
+
+def normalized_text(text: str) -> str:
+    """Case- and whitespace-insensitive text: the same request typed twice is one prompt."""
+    return " ".join(str(text).split()).casefold()
+
+
+def prompt_key(messages: list[dict]) -> str:
+    """A prompt's identity for exclusion and dedup: its last user turn's normalized text."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return normalized_text(content if isinstance(content, str) else json.dumps(content, sort_keys=True))
+    return ""
+
+
+def canonical_answer(text: str) -> str:
+    """An answer's canonical form: a JSON value re-serialized with sorted keys, else its whitespace collapsed,
+    so two samples that differ only in spacing or key order count as one answer."""
+    stripped = text.strip()
+    try:
+        return json.dumps(json.loads(stripped), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return " ".join(stripped.split())
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` passed (Chen et al. 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pool_statistics(passes: list[tuple[int, int]], k: int) -> dict:
+    """pass@1 and pass@k over prompts given (samples, passed) each, and how many sit strictly between 0 and 1."""
+    scored = [(n, c) for n, c in passes if n]
+    if not scored:
+        return {"pass@1": None, f"pass@{k}": None, "k": k, "prompts_between": 0, "prompts_always": 0,
+                "prompts_never": 0}
+    return {"pass@1": round(sum(pass_at_k(n, c, 1) for n, c in scored) / len(scored), 4),
+            f"pass@{k}": round(sum(pass_at_k(n, c, min(k, n)) for n, c in scored) / len(scored), 4), "k": k,
+            "prompts_between": sum(1 for n, c in scored if 0 < c < n),
+            "prompts_always": sum(1 for n, c in scored if c == n),
+            "prompts_never": sum(1 for n, c in scored if c == 0)}
+
+
+# --- the sources ------------------------------------------------------------------------------------
+
+def _conversation_before_answer(messages: list[dict]) -> list[dict] | None:
+    """The messages up to the last user turn (what the model answers), without log-only keys."""
+    clean = [{"role": m["role"], "content": m.get("content") or ""} for m in messages
+             if isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")]
+    last_user = max((i for i, m in enumerate(clean) if m["role"] == "user"), default=None)
+    return clean[:last_user + 1] if last_user is not None else None
+
+
+def served_prompts(ws: Workspace, specialist: str) -> list[ExperiencePrompt]:
+    """The champion's own traffic: every served turn routed to ``specialist`` (``$MINT_HOME/logs``)."""
+    from mint.mol.turnlog import read_turns
+
+    prompts = []
+    for turn in read_turns(ws):
+        if turn.get("specialist") != specialist or not isinstance(turn.get("messages"), list):
+            continue
+        prompt = _conversation_before_answer(turn["messages"])
+        if prompt:
+            correction = (turn.get("feedback") or {}).get("correction")
+            prompts.append(ExperiencePrompt("served", prompt, list(turn.get("tools") or []),
+                                            correction if isinstance(correction, str) else ""))
+    return prompts
+
+
+def has_accepted_answer(episode: dict) -> bool:
+    """Whether the episode answers its prompt with an answer no one rejected (not rated below 0, no
+    correction needed), so the training data already teaches that prompt."""
+    feedback = episode.get("feedback") or {}
+    if feedback.get("correction") or (feedback.get("rating") is not None and feedback["rating"] < 0):
+        return False
+    messages = episode.get("messages") or []
+    last = messages[-1] if messages else {}
+    return last.get("role") == "assistant" and bool((last.get("content") or "").strip() or last.get("tool_calls"))
+
+
+def unaccepted_prompts(episodes: list[dict]) -> list[ExperiencePrompt]:
+    """Logged requests without an accepted answer: thumbs-down, corrected, or never answered."""
+    prompts = []
+    for episode in episodes:
+        if has_accepted_answer(episode) or episode.get("preference"):
+            continue
+        prompt = _conversation_before_answer(episode.get("messages") or [])
+        if prompt:
+            correction = (episode.get("feedback") or {}).get("correction") or ""
+            prompts.append(ExperiencePrompt("unaccepted", prompt, list(episode.get("tools") or []), correction))
+    return prompts
+
+
+def jsonl_prompts(path: Path) -> list[ExperiencePrompt]:
+    """Requests from a JSON Lines file: ``{"messages": [...]}`` or ``{"prompt": "..."}``, with optional
+    ``tools`` and ``reference``; a bad line is BadInput naming the file, line and field."""
+    prompts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read the prompt source: {exc}", file=str(path)) from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise BadInput(f"invalid JSON: {exc}", file=str(path), line=number) from None
+        if not isinstance(record, dict):
+            raise BadInput("expected a JSON object", file=str(path), line=number)
+        if isinstance(record.get("messages"), list):
+            prompt = _conversation_before_answer(record["messages"])
+            if not prompt:
+                raise BadInput("no user message", file=str(path), line=number, field="messages")
+        elif isinstance(record.get("prompt"), str) and record["prompt"].strip():
+            prompt = [{"role": "user", "content": record["prompt"]}]
+        else:
+            raise BadInput("expected `messages` (a list) or `prompt` (text)", file=str(path), line=number,
+                           field="messages")
+        tools, reference = record.get("tools") or [], record.get("reference") or ""
+        if not isinstance(tools, list):
+            raise BadInput("expected a list of tool definitions", file=str(path), line=number, field="tools")
+        if not isinstance(reference, str):
+            raise BadInput("expected text", file=str(path), line=number, field="reference")
+        prompts.append(ExperiencePrompt(f"jsonl:{path.name}", prompt, tools, reference))
+    return prompts
+
+
+def generator_prompts(name: str, count: int, seed: int) -> tuple[list[ExperiencePrompt], str | None]:
+    """``count`` verifiable tasks from reasoning-gym's ``name`` generator, with their answers as references;
+    (none, the reason) when reasoning-gym is not installed or has no such task."""
+    try:
+        import reasoning_gym
+    except ImportError:
+        return [], "reasoning-gym is not installed (pip install reasoning-gym)"
+    try:
+        tasks = reasoning_gym.create_dataset(name, size=count, seed=seed)
+    except Exception as exc:   # its own error for an unknown task or bad settings, whatever its type
+        return [], f"reasoning-gym could not make {name!r}: {exc}"
+    return [ExperiencePrompt(f"generator:{name}", [{"role": "user", "content": str(t["question"])}],
+                             reference=str(t["answer"])) for t in tasks], None
+
+
+def excluded_keys(contract_paths: list[Path]) -> set[str]:
+    """The normalized requests of every file suite of the contracts: held out, never experience."""
+    from mint.contract.schema import load_contract, read_suite
+
+    keys = set()
+    for path in contract_paths:
+        contract = load_contract(path)
+        harness = contract.harness()
+        for suite in contract.suites:
+            if suite.live:      # a live suite draws from the dataset's held-out side, excluded by is_heldout
+                continue
+            for record in read_suite(contract, suite):
+                keys.add(normalized_text(harness.request(record)))
+    return keys
+
+
+def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], answered: set[str],
+                     limit: int) -> tuple[list[ExperiencePrompt], dict]:
+    """The first ``limit`` distinct prompts that are neither held out nor already answered, and how many of
+    each source were kept or left out and why."""
+    from mint.data.datasets import is_heldout
+
+    kept, seen, counts = [], set(), {}
+    for candidate in candidates:
+        tally = counts.setdefault(candidate.source, {"offered": 0, "kept": 0, "heldout": 0, "answered": 0,
+                                                     "repeated": 0, "over_limit": 0,
+                                                     "accepted": 0})
+        tally["offered"] += 1
+        key = candidate.key
+        if not key:
+            continue
+        if key in heldout or is_heldout({"messages": candidate.prompt}):
+            tally["heldout"] += 1
+        elif key in answered:
+            tally["answered"] += 1
+        elif key in seen:
+            tally["repeated"] += 1
+        elif len(kept) >= limit:
+            tally["over_limit"] += 1
+        else:
+            seen.add(key)
+            kept.append(candidate)
+            tally["kept"] += 1
+    return kept, counts
+
+
+# --- verifying ----------------------------------------------------------------------------------------
+
+def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str], threshold: float
+                   ) -> list[tuple[bool, dict]]:
+    """(passed, detail) for each answer to ``prompt``. The one place experience asks whether an answer is
+    right: the specialist's reward, the scorer its contract and GRPO use, at least ``threshold``."""
+    from mint.train.rewards import reward_functions
+
+    rewards = reward_functions(specialist, ())
+    completions = [[{"role": "assistant", "content": text}] for text in answers]
+    columns = {"reference": [prompt.reference] * len(answers), "tools": [json.dumps(prompt.tools)] * len(answers)}
+    scores = [0.0] * len(answers)
+    for reward in rewards:
+        for i, value in enumerate(reward(prompts=[prompt.prompt] * len(answers), completions=completions, **columns)):
+            scores[i] += (value or 0.0) / len(rewards)
+    return [(score >= threshold and bool(text.strip()), {"score": round(score, 4)})
+            for text, score in zip(answers, scores)]
+
+
+def distinct_answers(answers: list[str], cap: int) -> list[str]:
+    """The first ``cap`` answers that differ in canonical form, in the order sampled."""
+    seen, out = set(), []
+    for text in answers:
+        form = canonical_answer(text)
+        if form and form not in seen and len(out) < cap:
+            seen.add(form)
+            out.append(text)
+    return out
+
+
+def experience_episodes(specialist: str, prompt: ExperiencePrompt, answers: list[str], verdicts: list[bool],
+                        cap: int, served_by: str) -> tuple[list[dict], int]:
+    """Episodes for one prompt: its distinct passing answers (+1) and as many distinct failing ones (-1) to
+    pair with them for DPO; and how many pairs those make."""
+    good = distinct_answers([a for a, ok in zip(answers, verdicts) if ok], cap)
+    bad_forms = {canonical_answer(a) for a in good}
+    bad = distinct_answers([a for a, ok in zip(answers, verdicts) if not ok
+                            and canonical_answer(a) not in bad_forms], cap)
+    episodes = [_episode(specialist, prompt, text, rating, served_by)
+                for texts, rating in ((good, 1), (bad, -1)) for text in texts]
+    return episodes, min(len(good), len(bad))
+
+
+def _episode(specialist: str, prompt: ExperiencePrompt, text: str, rating: int, served_by: str) -> dict:
+    return {"messages": prompt.prompt + [{"role": "assistant", "content": text}],
+            **({"tools": prompt.tools} if prompt.tools else {}),
+            "feedback": {"rating": rating}, "specialist": specialist, "served_by": served_by}
+
+
+# --- the step ----------------------------------------------------------------------------------------
 
 def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str, project, samples: int = 4,
                       prompts: int = 16, temperature: float = 0.8, max_new_tokens: int = 256,
-                      threshold: float = 1.0) -> dict:
-    """Sample, score and ingest; returns counts, the mean reward and the new dataset version."""
-    from mint.base import load_base
+                      threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
+                      contracts: list[Path] | None = None, control: bool = False, recipe_dir: Path | None = None
+                      ) -> dict:
+    """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
+    and the new dataset version (and the twin's dataset with ``control``)."""
     from mint.data.datasets import iter_episodes
     from mint.data.ingest import ingest
-    from mint.harness.base import HarnessSettings
-    from mint.mol.generate import answer_ends, generate_batches
-    from mint.registry import store
-    from mint.train.examples import build_examples
-    from mint.train.rewards import reward_functions
 
-    champion, adapter_dir, model_base = None, None, base
+    if not temperature > 0:
+        raise BadInput("experience samples several different answers: temperature must be above 0",
+                       field="temperature")
+    champion, served_by = _champion(ws, specialist, base)   # a changed champion is refused before anything else
+    episodes = list(iter_episodes(ws, dataset, None, specialist, split="train"))
+    answered = {prompt_key(e["messages"]) for e in episodes if has_accepted_answer(e)}
+    candidates, skipped = [], {}
+    for source in sources or DEFAULT_SOURCES:
+        found, why = _read_source(ws, source, specialist, episodes, recipe_dir or Path.cwd(), prompts, seed)
+        candidates += found
+        if why:
+            skipped[_source_label(source)] = why
+    chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
+                                          answered=answered, limit=prompts)
+    result = {"prompts": len(chosen), "answers": 0, "passed": 0, "accepted": 0, "dpo_pairs": 0,
+              "mean_reward": None, "served_by": served_by, "sources": per_source, "skipped_sources": skipped,
+              "pool": pool_statistics([], samples), "file": None, "version": None, "episodes_added": 0,
+              "new_examples": 0, "logged_examples": _logged_examples(episodes)}
+    if not chosen:
+        return result
+    answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
+                      max_new_tokens=max_new_tokens, seed=seed)
+    kept, unverified, passes, total, pairs = [], [], [], 0.0, 0
+    for prompt, outs in zip(chosen, answers):
+        verdicts = verify_answers(specialist, prompt, outs, threshold)
+        total += sum(detail["score"] for _ok, detail in verdicts)
+        passes.append((len(outs), sum(ok for ok, _ in verdicts)))
+        episodes_for_prompt, n_pairs = experience_episodes(specialist, prompt, outs, [ok for ok, _ in verdicts],
+                                                           per_prompt, served_by)
+        per_source[prompt.source]["accepted"] += sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1)
+        kept += episodes_for_prompt
+        pairs += n_pairs
+        unverified += [_episode(specialist, prompt, text, 1, served_by) for text in outs]
+    scored = sum(n for n, _ in passes)
+    accepted = sum(1 for e in kept if e["feedback"]["rating"] == 1)
+    result.update(answers=scored, passed=sum(c for _, c in passes), accepted=accepted, dpo_pairs=pairs,
+                  mean_reward=round(total / scored, 4) if scored else None, pool=pool_statistics(passes, samples),
+                  new_examples=accepted)
+    if kept:
+        path = _write(ws, dataset, specialist, kept)
+        ingested = ingest(ws, [path], dataset=dataset, project=project)
+        result.update(file=str(path), version=ingested.version, episodes_added=ingested.episodes_added)
+    if control:
+        result["twin"] = _twin_dataset(ws, dataset, specialist, episodes, unverified, project)
+    return result
+
+
+GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",
+               "control")
+
+
+def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
+                    contracts: list[Path], recipe_dir: Path) -> dict:
+    """What the loop's experience step records: the gathered experience and the plan the next generation
+    trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``."""
+    from mint.loop.placebo import training_plan
+
+    result = gather_experience(ws, dataset=dataset, specialist=specialist, base=base, project=project,
+                               contracts=contracts, recipe_dir=recipe_dir,
+                               **{k: v for k, v in options.items() if k in GATHER_KEYS})
+    plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k != "specialist"}
+    result["plan"] = training_plan(new_examples=result["new_examples"], logged_examples=result["logged_examples"],
+                                   **plan_options)
+    return result
+
+
+def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
+    """What the step reads besides the dataset and the champion, as (file, size, mtime): the served logs and
+    the JSONL sources, so the loop reruns the step when new turns are served or a source file changes."""
+    from mint.mol.turnlog import logs_dir
+
+    sources = options.get("sources") or DEFAULT_SOURCES
+    files = sorted(logs_dir(ws).glob("served*.jsonl")) if "served" in sources else []
+    files += [recipe_dir / s["jsonl"] for s in sources if isinstance(s, dict) and "jsonl" in s]
+    return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.is_file()]
+
+
+def experience_summary(result: dict) -> dict:
+    """What a generation's row shows of its experience: the pool, what was kept, and from which source."""
+    return {"pool": result.get("pool"), "prompts": result.get("prompts"), "accepted": result.get("accepted"),
+            "dpo_pairs": result.get("dpo_pairs"),
+            "kept_per_source": {name: c.get("kept", 0) for name, c in (result.get("sources") or {}).items()},
+            "plan": result.get("plan")}
+
+
+def _logged_examples(episodes: list[dict]) -> int:
+    """How many SFT examples the logs give (what a generation retrained from the base also learns from)."""
+    from mint.train.examples import trainable_conversation
+
+    return sum(1 for e in episodes if trainable_conversation(e) is not None)
+
+
+def _source_label(source) -> str:
+    return source if isinstance(source, str) else ":".join(f"{k}:{v}" for k, v in source.items() if k != "count")
+
+
+def _read_source(ws, source, specialist, episodes, recipe_dir: Path, limit: int, seed: int
+                 ) -> tuple[list[ExperiencePrompt], str | None]:
+    if source == "served":
+        return served_prompts(ws, specialist), None
+    if source == "unaccepted":
+        return unaccepted_prompts(episodes), None
+    if isinstance(source, dict) and isinstance(source.get("jsonl"), str):
+        return jsonl_prompts(recipe_dir / source["jsonl"]), None
+    if isinstance(source, dict) and isinstance(source.get("generator"), str):
+        return generator_prompts(source["generator"], int(source.get("count", limit)), seed)
+    raise BadInput(f"unknown prompt source {source!r}: expected served, unaccepted, {{jsonl: FILE}} or "
+                   "{generator: NAME, count: N}", field="sources")
+
+
+def _champion(ws: Workspace, specialist: str, base: str):
+    """(the champion's revision and adapter folder, or None; who answers), every file's hash checked before
+    its weights are loaded, as promote and serve do."""
+    from mint.registry import store
+
     if store.db_path(ws).exists():
         from mint.registry.artifacts import load_revision
 
@@ -39,13 +416,22 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
             target = store.alias_target(conn, specialist, "champion")
         finally:
             conn.close()
-        if target:   # every file's hash checked before its weights are loaded, as promote and serve do
-            champion, adapter_dir = load_revision(ws, target)
-            model_base = champion.base or base
-    rows = build_examples("grpo", iter_episodes(ws, dataset, None, specialist, split="train"),
-                          dataset=f"{dataset} ({specialist})")
-    rows = _distinct_prompts(rows)[:prompts]
-    loaded = load_base(model_base)
+        if target:
+            revision, adapter_dir = load_revision(ws, target)
+            return (revision, adapter_dir), revision.ref
+    return None, f"base:{base}"
+
+
+def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePrompt], *, samples: int,
+            temperature: float, max_new_tokens: int, seed: int) -> list[list[str]]:
+    import torch
+
+    from mint.base import load_base
+    from mint.harness.base import HarnessSettings
+    from mint.mol.generate import answer_ends, generate_batches
+
+    revision, adapter_dir = champion if champion else (None, None)
+    loaded = load_base((revision.base if revision else None) or base)
     model = loaded.model
     if adapter_dir is not None:
         from peft import PeftModel
@@ -55,56 +441,44 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     settings = HarnessSettings(system=None, template="{prompt}", tools=None, max_new_tokens=max_new_tokens,
                                temperature=temperature, top_p=0.95, samples=samples, batch_size=8, timeout_s=10.0,
                                catalog=None, stop_at_answer_end=True)
+    torch.manual_seed(seed)   # the same pool from the same champion: a rerun is the same experience
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
-    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(r) for r in rows], settings,
+    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(p) for p in chosen], settings,
                                          answer_end=answer_ends(specialist, settings))
-
-    rewards = reward_functions(specialist, ())
-    served_by = champion.ref if champion else f"base:{model_base}"
-    episodes, passed, total_reward, scored = [], 0, 0.0, 0
-    for row, outs in zip(rows, answers):
-        completions = [[{"role": "assistant", "content": text}] for text in outs]
-        columns = {"reference": [row.get("reference", "")] * len(outs), "tools": [row.get("tools", "[]")] * len(outs)}
-        scores = [0.0] * len(outs)
-        for reward in rewards:
-            for i, value in enumerate(reward(prompts=[row["prompt"]] * len(outs), completions=completions, **columns)):
-                scores[i] += (value or 0.0) / len(rewards)
-        for text, score in zip(outs, scores):
-            scored += 1
-            total_reward += score
-            good = score >= threshold and bool(text.strip())
-            passed += good
-            tools = json.loads(row.get("tools") or "[]")
-            episodes.append({"messages": row["prompt"] + [{"role": "assistant", "content": text}],
-                             **({"tools": tools} if tools else {}),
-                             "feedback": {"rating": 1 if good else -1}, "specialist": specialist,
-                             "served_by": served_by})
-    folder = ws.home / "experience" / dataset
-    folder.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256("\n".join(json.dumps(e, sort_keys=True) for e in episodes).encode()).hexdigest()[:16]
-    path = folder / f"{specialist}-{digest}.jsonl"
-    atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in episodes))
-    result = ingest(ws, [path], dataset=dataset, project=project)
-    return {"prompts": len(rows), "answers": scored, "passed": passed,
-            "mean_reward": round(total_reward / scored, 4) if scored else None, "served_by": served_by,
-            "file": str(path), "version": result.version, "episodes_added": result.episodes_added}
+    return answers
 
 
-def _prompt_as_trained(row: dict) -> list[dict]:
-    """The row's prompt with its tools listed in the system turn, in the agent harness's words, as mint's
+def _prompt_as_trained(prompt: ExperiencePrompt) -> list[dict]:
+    """The prompt with its tools listed in the system turn, in the agent harness's words, as mint's
     training template shows them: without the listing an agent cannot know which functions it may call."""
     from mint.harness.agent import with_tool_listing
 
-    return with_tool_listing(row["prompt"], json.loads(row.get("tools") or "[]"))
+    return with_tool_listing(prompt.prompt, prompt.tools)
 
 
-def _distinct_prompts(rows: list[dict]) -> list[dict]:
-    """One row per prompt (earlier experience repeats its prompts), preferring one with a reference answer,
-    in a stable order that does not depend on the order of ingestion."""
-    by_prompt: dict[str, dict] = {}
-    for row in rows:
-        key = hashlib.sha256(json.dumps(row["prompt"], sort_keys=True).encode()).hexdigest()
-        if key not in by_prompt or (row.get("reference") and not by_prompt[key].get("reference")):
-            by_prompt[key] = row
-    return [by_prompt[k] for k in sorted(by_prompt)]
+def _write(ws: Workspace, dataset: str, name: str, episodes: list[dict]) -> Path:
+    folder = ws.home / "experience" / dataset
+    folder.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(e, ensure_ascii=False, sort_keys=True) + "\n" for e in episodes)
+    path = folder / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsonl"
+    atomic_write_text(path, text)
+    return path
+
+
+def twin_dataset_name(dataset: str, specialist: str) -> str:
+    return f"{dataset}-twin-{specialist}"
+
+
+def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dict], unverified: list[dict],
+                  project) -> dict:
+    """The placebo twin's data: the same logs, and every sampled answer kept as if it had passed."""
+    from mint.data.ingest import ingest
+
+    name = twin_dataset_name(dataset, specialist)
+    logs = [{k: e[k] for k in ("messages", "tools", "feedback", "specialist", "served_by") if e.get(k) is not None}
+            for e in logged]
+    path = _write(ws, dataset, f"{specialist}-twin", logs + unverified)
+    ingested = ingest(ws, [path], dataset=name, project=project)
+    return {"dataset": name, "version": ingested.version, "episodes": len(logs) + len(unverified),
+            "unverified": len(unverified)}

@@ -50,6 +50,9 @@ class GenerationRow:
     baseline: str | None
     metrics: dict[str, dict]    # metric -> {value, baseline, delta, interval}
     reason: str | None = None
+    # this generation's experience (mint.loop.experience.experience_summary) and its placebo twin's comparison
+    experience: dict | None = None
+    twin: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,11 @@ class _Context(LoopContext):
                 if delta is None and value is not None and before is not None:
                     delta = value - before
                 metrics[name] = {"value": value, "baseline": before, "delta": delta, "interval": interval}
+            from mint.loop.experience import experience_summary
+
+            gathered = self.experiences.get(specialist)
             rows.append(GenerationRow(iteration, specialist, evaluation["revision"], evaluation["verdict"],
                                       decision.get("champion") or self.champion_ref(specialist),
-                                      baseline.get("revision_id") or "base", metrics, decision.get("reason")))
+                                      baseline.get("revision_id") or "base", metrics, decision.get("reason"),
+                                      experience_summary(gathered) if gathered else None, evaluation.get("twin")))
         return rows

@@ -36,10 +36,17 @@ class LoopContext:
         self.candidates: dict[str, dict] = {}
         self.evaluations: dict[str, dict] = {}
         self.decisions: dict[str, dict] = {}
+        self.experiences: dict[str, dict] = {}   # this iteration's experience per specialist (mint.loop.experience)
 
     def begin_iteration(self, iteration: int) -> None:
-        self.candidates, self.evaluations, self.decisions = {}, {}, {}
+        self.candidates, self.evaluations, self.decisions, self.experiences = {}, {}, {}, {}
         self.iteration = iteration
+
+    def experience_plan(self, specialist: str) -> dict | None:
+        """The plan this iteration's experience set for the specialist's next generation, when it found
+        something new to learn: it decides the start (champion or base), the steps and the learning rate."""
+        plan = (self.experiences.get(specialist) or {}).get("plan")
+        return plan if plan and plan.get("max_steps") else None
 
     def dataset_version(self) -> str | None:
         from mint.data.datasets import dataset_dir, read_head
@@ -150,7 +157,9 @@ class Ingest(StepKind):
 
 class Experience(StepKind):
     name = "experience"
-    options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold")
+    options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
+               "per_prompt", "seed", "init", "control", "epochs", "batch_size", "min_steps", "max_steps",
+               "learning_rate", "continuation_learning_rate")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
         for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1)):
@@ -160,18 +169,70 @@ class Experience(StepKind):
             check_number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
         if "threshold" in options:
             check_number(doc, options["threshold"], f"{at}.threshold", minimum=0)
+        self.check_plan(doc, recipe_path, options, at)
+
+    @staticmethod
+    def check_plan(doc: YamlDoc, path: Path, options: dict, at: str) -> None:
+        """The experience step's sources, caps and the next generation's training plan."""
+        from mint.loop.experience import SOURCE_KINDS
+        from mint.loop.placebo import INITS
+
+        for key, minimum in (("per_prompt", 1), ("seed", 0), ("batch_size", 1), ("min_steps", 1), ("max_steps", 1)):
+            if key in options:
+                check_number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
+        for key in ("epochs", "learning_rate", "continuation_learning_rate"):
+            if key in options:
+                check_number(doc, options[key], f"{at}.{key}", minimum=0, exclusive=True)
+        if options.get("min_steps", 1) > options.get("max_steps", options.get("min_steps", 1)):
+            raise doc.error(f"{at}.min_steps", f"must be at most max_steps ({options['max_steps']})")
+        if "init" in options and options["init"] not in INITS:
+            raise doc.error(f"{at}.init", "expected champion (continue from it, the default) or base (retrain from "
+                                          "the base on the logs and all verified experience)")
+        if "control" in options and not isinstance(options["control"], bool):
+            raise doc.error(f"{at}.control", "expected true or false")
+        sources = options.get("sources", ["served", "unaccepted"])
+        if not isinstance(sources, list) or not sources:
+            raise doc.error(f"{at}.sources", "expected a non-empty list of prompt sources: served, unaccepted, "
+                                             "{jsonl: FILE}, {generator: NAME, count: N}")
+        from mint.contract.schema import check_keys
+
+        for j, source in enumerate(sources):
+            where = f"{at}.sources[{j}]"
+            if isinstance(source, str):
+                if source not in ("served", "unaccepted"):
+                    raise doc.error(where, f"unknown source {source!r}" + closest(source, SOURCE_KINDS))
+            elif isinstance(source, dict) and "jsonl" in source:
+                check_keys(doc, source, where, ("jsonl",))
+                if not is_file(path.parent / check_string(doc, source["jsonl"], f"{where}.jsonl")):
+                    raise doc.error(f"{where}.jsonl", f"no such file: {path.parent / source['jsonl']}")
+            elif isinstance(source, dict) and "generator" in source:
+                check_keys(doc, source, where, ("generator", "count"))
+                check_string(doc, source["generator"], f"{where}.generator")
+                if "count" in source:
+                    check_number(doc, source["count"], f"{where}.count", minimum=1, integer=True)
+            else:
+                raise doc.error(where, "expected served, unaccepted, {jsonl: FILE} or {generator: NAME, count: N}")
+
+    def contracts(self, context: LoopContext, step) -> list[Path]:
+        return [context.recipe.path.parent / s.options["contract"] for s in context.recipe.steps
+                if s.kind == "eval" and s.specialist == step.specialist]
 
     def key(self, context, step):
+        from mint.loop.experience import experience_inputs
+
         s = step.specialist
         return content_key("experience", s, step.options, context.dataset_version(), context.champions().get(s),
-                           context.base)
+                           context.base, experience_inputs(context.ws, step.options, context.recipe.path.parent))
 
     def run(self, context, step):
-        from mint.loop.experience import gather_experience
+        from mint.loop.experience import experience_step
 
-        return gather_experience(context.ws, dataset=context.recipe.dataset, specialist=step.specialist,
-                                 base=context.base, project=context.project,
-                                 **{k: v for k, v in step.options.items() if k != "specialist"})
+        return experience_step(context.ws, dataset=context.recipe.dataset, specialist=step.specialist,
+                               base=context.base, project=context.project, options=step.options,
+                               contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent)
+
+    def absorb(self, context, step, output):
+        context.experiences[step.specialist] = output
 
 
 class Train(StepKind):
@@ -203,21 +264,30 @@ class Train(StepKind):
             else None
 
     def key(self, context, step):
+        plan = context.experience_plan(step.specialist)
         return content_key("train", step.specialist, step.options, context.dataset_version(),
-                           self.parent(context, step), context.base)
+                           self.parent(context, step), context.base, *([plan] if plan else []))
 
     def run(self, context, step):
         from mint.train.run import train
 
         o = step.options
         parent = self.parent(context, step)
+        plan = context.experience_plan(step.specialist)   # verified experience decides the start, steps and rate
+        if plan and plan["init"] == "base":
+            parent = None
         # continuing from a champion keeps its adapter's LoRA shape: lora.* settings apply to a new adapter only
         sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items() if not (parent and str(k).startswith("lora."))]
+        if plan:
+            from mint.loop.placebo import planned_settings
+
+            sets = planned_settings(plan, sets)
         result = train(context.ws, specialist=step.specialist, data=context.recipe.dataset, method=o["method"],
                        from_ref=parent, base=None if parent else context.base, sets=sets)
         return {"revision": result.ref, "revision_id": result.revision_id, "run": result.run,
                 "parent": parent, "steps": result.steps, "examples": result.examples,
-                "train_loss": result.metrics.get("train_loss")}
+                "train_loss": result.metrics.get("train_loss"), "method": o["method"], "sets": sets,
+                **({"plan": plan} if plan else {})}
 
     def absorb(self, context, step, output):
         if output.get("revision_id"):
@@ -267,11 +337,20 @@ class Eval(StepKind):
         report = result.report
         transfer = backward_transfer(context.ws, load_contract(contract_path), candidate["revision"],
                                      Path(result.report_path), base=context.base)
-        return {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
-                "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
-                "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
-                "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
-                                                  if report.get("live_suites") else {})}
+        output = {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
+                  "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
+                  "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
+                  "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
+                                                    if report.get("live_suites") else {})}
+        twin = (context.experiences.get(step.specialist) or {}).get("twin")
+        if twin and candidate.get("plan"):   # the placebo twin: the same steps on unverified answers
+            from mint.loop.placebo import train_placebo_twin
+
+            output["twin"] = train_placebo_twin(context.ws, specialist=step.specialist, twin=twin,
+                                                candidate=candidate, contract_path=contract_path,
+                                                limit=step.options.get("limit"), base=context.base,
+                                                evaluation=output)
+        return output
 
     def absorb(self, context, step, output):
         context.evaluations[step.specialist] = output

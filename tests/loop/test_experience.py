@@ -8,7 +8,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                          "required": ["city"]}}}]
 USER = {"role": "user", "content": "Weather in Paris?"}
-CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+CORRECTION = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
 
 def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_stops_after_the_call(ws, project, tmp_path, monkeypatch):
@@ -17,8 +17,10 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
     from mint.mol import generate
 
     log = tmp_path / "app.jsonl"
-    log.write_text("".join(json.dumps({"messages": [user, {"role": "assistant", "content": None, "tool_calls": [CALL]}],
-                                       "tools": TOOLS, "specialist": "agent"}) + "\n"
+    # thumbs-down answers corrected to the call: requests without an accepted answer, so experience draws them
+    log.write_text("".join(json.dumps({"messages": [user, {"role": "assistant", "content": "I cannot say."}],
+                                       "tools": TOOLS, "specialist": "agent",
+                                       "feedback": {"rating": -1, "correction": CORRECTION}}) + "\n"
                            for user in (USER, {"role": "user", "content": "And in Rome?"})))
     ingest(ws, [log], dataset="logs", project=project)
     shown, stops = [], []
@@ -34,7 +36,7 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
     listing = AgentHarness(HarnessSettings()).system({"messages": [USER], "tools": TOOLS})
     assert [{"role": "system", "content": listing}, USER] in shown and len(shown) == 2
     assert stops == [("json", "fence", "tool_call")]
-    assert result["passed"] == 2   # both logged answers are the call it makes
+    assert result["passed"] == 2   # both corrections are the call it makes
 
 
 def test_experience_refuses_a_champion_whose_files_changed(ws, project, candidate):
@@ -50,3 +52,213 @@ def test_experience_refuses_a_champion_whose_files_changed(ws, project, candidat
     weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
     with pytest.raises(Refused, match="failed verification"):
         gather_experience(ws, dataset="logs", specialist="agent", base="tiny-random", project=project)
+
+
+# --- where prompts come from ----------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from mint.errors import BadInput  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
+TREE = '{"type": "Text", "props": {"text": "Done."}}'
+
+
+def _ingest(ws, project, tmp_path, rows, dataset="d"):
+    from mint.data.ingest import ingest
+
+    path = tmp_path / f"{dataset}-{len(rows)}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest(ws, [path], dataset=dataset, project=project)
+
+
+def _genui(user, answer=None, **feedback):
+    messages = [{"role": "user", "content": user}] + ([{"role": "assistant", "content": answer}]
+                                                      if answer is not None else [])
+    return {"messages": messages, "specialist": "genui",
+            "feedback": {"rating": feedback.get("rating"), "correction": feedback.get("correction")}}
+
+
+def _answer_with(monkeypatch, outputs, seen=None):
+    """Stand in for the model: each prompt gets ``outputs`` (a list, or a function of the prompt's text)."""
+    from mint.mol import generate
+
+    def fake(model, tokenizer, conversations, settings, *args, **kwargs):
+        if seen is not None:
+            seen.extend(c[-1]["content"] for c in conversations)
+        return [list(outputs(c[-1]["content"]) if callable(outputs) else outputs) for c in conversations], [0.0]
+
+    monkeypatch.setattr(generate, "generate_batches", fake)
+
+
+def test_served_turns_in_the_logs_become_experience_episodes_of_the_dataset(ws, project, tmp_path, monkeypatch):
+    from mint.data.datasets import iter_episodes
+    from mint.loop.experience import gather_experience
+    from mint.mol.turnlog import TurnLog
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    # the turn as the mixture logs it: the client's history at weight 0, the served answer, no feedback yet
+    TurnLog(ws).append({"id": "t1", "ts": "2026-12-01T00:00:00Z", "specialist": "genui", "session": None,
+                        "messages": [{"role": "user", "content": "Show a login form with a submit button."},
+                                     {"role": "assistant", "content": "{"}],
+                        "feedback": {"rating": None, "correction": None}, "served_by": "genui:v1",
+                        "route": {}, "latency_ms": 5.0})
+    _answer_with(monkeypatch, [TREE, "not json"])
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=2, sources=["served"])
+    assert result["sources"]["served"]["kept"] == 1 and result["prompts"] == 1
+    assert result["sources"]["served"]["accepted"] == 1      # where the next generation's examples came from
+    learned = [e for e in iter_episodes(ws, "d", result["version"]) if e["feedback"]["rating"] == 1
+               and e["messages"][0]["content"] == "Show a login form with a submit button."]
+    assert [e["messages"][-1]["content"] for e in learned] == [TREE]
+
+
+def test_unaccepted_requests_are_drawn_and_accepted_ones_are_not(ws, project, tmp_path, monkeypatch):
+    from mint.loop.experience import gather_experience
+
+    _ingest(ws, project, tmp_path, [_genui("Thumbs down here.", "{}", rating=-1),
+                                    _genui("Corrected here.", "{}", rating=-1, correction=TREE),
+                                    _genui("Never answered.", ""),
+                                    _genui("Already answered.", TREE, rating=1),
+                                    _genui("Answered, unrated.", TREE)])
+    seen = []
+    _answer_with(monkeypatch, [TREE], seen)
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=1, sources=["unaccepted"])
+    assert sorted(seen) == ["Corrected here.", "Never answered.", "Thumbs down here."]
+    assert result["sources"]["unaccepted"]["kept"] == 3
+
+
+def test_a_jsonl_source_gives_prompts_in_either_form_and_a_bad_line_names_its_line_and_field(tmp_path):
+    from mint.loop.experience import jsonl_prompts
+
+    good = tmp_path / "requests.jsonl"
+    good.write_text(json.dumps({"messages": [{"role": "user", "content": "A"}]}) + "\n\n"
+                    + json.dumps({"prompt": "B", "reference": "b"}) + "\n")
+    prompts = jsonl_prompts(good)
+    assert [p.prompt[-1]["content"] for p in prompts] == ["A", "B"] and prompts[1].reference == "b"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "A"}) + "\n" + json.dumps({"text": "B"}) + "\n")
+    with pytest.raises(BadInput) as caught:
+        jsonl_prompts(bad)
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(bad), 2, "messages")
+
+
+def test_a_task_generator_that_is_not_installed_is_skipped_with_its_reason(ws, project, tmp_path, monkeypatch):
+    import sys
+
+    from mint.loop.experience import gather_experience
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)    # import fails as when it is not installed
+    _ingest(ws, project, tmp_path, [_genui("Already answered.", TREE)])
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               sources=[{"generator": "basic_arithmetic", "count": 2}])
+    assert "not installed" in result["skipped_sources"]["generator:basic_arithmetic"] and result["prompts"] == 0
+
+
+def test_an_installed_task_generator_gives_its_questions_with_their_answers_as_references(monkeypatch):
+    import sys
+    import types
+
+    from mint.loop.experience import generator_prompts
+
+    fake = types.SimpleNamespace(create_dataset=lambda name, size, seed: [
+        {"question": f"{name} {seed} #{i}", "answer": str(i)} for i in range(size)])
+    monkeypatch.setitem(sys.modules, "reasoning_gym", fake)
+    prompts, why = generator_prompts("sums", 2, seed=7)
+    assert why is None and [(p.prompt[0]["content"], p.reference, p.source) for p in prompts] == [
+        ("sums 7 #0", "0", "generator:sums"), ("sums 7 #1", "1", "generator:sums")]
+
+
+def test_held_out_prompts_never_enter_experience(ws, project, tmp_path, monkeypatch):
+    from mint.data.datasets import is_heldout
+    from mint.loop.experience import gather_experience
+
+    suite = [json.loads(line) for line in (ROOT / "examples" / "heldout" / "genui.jsonl").read_text().splitlines()]
+    in_suite = next(m["content"] for m in suite[0]["messages"] if m["role"] == "user")
+    heldout_side = next(f"Request {i}" for i in range(1000) if is_heldout({"messages": [{"role": "user",
+                                                                                        "content": f"Request {i}"}]}))
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"prompt": p}) + "\n"
+                                for p in ("  " + in_suite.upper() + " ", heldout_side, "A fresh request.")))
+    _ingest(ws, project, tmp_path, [_genui("Already answered.", TREE)])
+    seen = []
+    _answer_with(monkeypatch, [TREE], seen)
+    recipe_dir = tmp_path
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=1, sources=[{"jsonl": "requests.jsonl"}], contracts=[SMOKE_CONTRACT],
+                               recipe_dir=recipe_dir)
+    assert seen == ["A fresh request."]
+    assert result["sources"]["jsonl:requests.jsonl"]["heldout"] == 2
+
+
+def test_only_distinct_passing_answers_are_kept_up_to_the_cap_per_prompt():
+    from mint.loop.experience import canonical_answer, distinct_answers
+
+    spaced = '{"props": {"text": "Done."},   "type": "Text"}'
+    assert canonical_answer(spaced) == canonical_answer(TREE)
+    other = '{"type": "Text", "props": {"text": "Hello."}}'
+    third = '{"type": "Text", "props": {"text": "Bye."}}'
+    assert distinct_answers([TREE, spaced, "a  b", "a b", other, third], cap=3) == [TREE, "a  b", other]
+    assert distinct_answers([TREE, spaced, other, third], cap=2) == [TREE, other]
+
+
+def test_pass_at_k_is_the_unbiased_estimate_and_counts_prompts_strictly_between():
+    from mint.loop.experience import pass_at_k, pool_statistics
+
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)       # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+    pool = pool_statistics([(4, 0), (4, 1), (4, 4)], k=4)
+    assert pool["pass@1"] == pytest.approx((0 + 0.25 + 1) / 3, abs=1e-4) and pool["pass@4"] == pytest.approx(2 / 3,
+                                                                                                           abs=1e-4)
+    assert (pool["prompts_between"], pool["prompts_always"], pool["prompts_never"]) == (1, 1, 1)
+
+
+def test_passing_and_failing_answers_to_one_prompt_become_dpo_pairs(ws, project, tmp_path, monkeypatch):
+    from mint.data.datasets import iter_episodes
+    from mint.loop.experience import gather_experience
+    from mint.train.examples import method_rows
+
+    _ingest(ws, project, tmp_path, [_genui("Show a price list.", "{}", rating=-1),
+                                    _genui("Show a chart.", "{}", rating=-1)])
+    other = '{"type": "Text", "props": {"text": "Hi."}}'
+    _answer_with(monkeypatch, lambda text: [TREE, "nope", other, "nope "] if "price" in text else [TREE, TREE])
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=4, per_prompt=2, sources=["unaccepted"])
+    assert result["pool"]["pass@1"] == pytest.approx((0.5 + 1.0) / 2) and result["pool"]["prompts_between"] == 1
+    assert result["accepted"] == 3 and result["dpo_pairs"] == 1       # "nope" and "nope " are one failing answer
+    rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result["version"])
+                               if e["served_by"] == result["served_by"]])
+    assert {(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows} == {(TREE, "nope"),
+                                                                                        (other, "nope")}
+
+
+def test_a_request_the_training_data_already_answers_is_not_drawn_from_any_source(ws, project, tmp_path, monkeypatch):
+    from mint.loop.experience import gather_experience
+
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
+                                                     for p in ("already  ANSWERED.", "A new one.")))
+    _ingest(ws, project, tmp_path, [_genui("Already answered.", TREE)])
+    seen = []
+    _answer_with(monkeypatch, [TREE], seen)
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=1, sources=[{"jsonl": "requests.jsonl"}], recipe_dir=tmp_path)
+    assert seen == ["A new one."] and result["sources"]["jsonl:requests.jsonl"]["answered"] == 1
+
+
+def test_new_served_turns_or_a_changed_source_file_make_the_loop_gather_experience_again(ws, tmp_path):
+    from mint.loop.experience import experience_inputs
+    from mint.mol.turnlog import TurnLog
+
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"prompt": "A"}\n')
+    options = {"sources": ["served", {"jsonl": "requests.jsonl"}]}
+    before = experience_inputs(ws, options, tmp_path)
+    TurnLog(ws).append({"id": "t1", "specialist": "genui", "messages": [{"role": "user", "content": "B"}]})
+    served = experience_inputs(ws, options, tmp_path)
+    requests.write_text('{"prompt": "A"}\n{"prompt": "C"}\n')
+    assert len({json.dumps(x) for x in (before, served, experience_inputs(ws, options, tmp_path))}) == 3
+    assert experience_inputs(ws, {"sources": ["unaccepted"]}, tmp_path) == []

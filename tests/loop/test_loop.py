@@ -27,7 +27,8 @@ dataset: smoke
 loop: {{iterations: {iterations}}}
 steps:
   - ingest: {{sources: [{logs}]}}
-  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2}}
+  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2,
+                 sources: [served, {{jsonl: requests.jsonl}}]}}
   - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
               lora.r: 2}}}}
   - eval: {{specialist: genui, contract: {contract}}}
@@ -37,6 +38,8 @@ steps:
 
 def recipe(tmp_path, name="t", iterations=2, contract=SMOKE_CONTRACT, fatal="false") -> Path:
     path = tmp_path / f"{name}.yaml"
+    # a request the logs never answered, for experience (re-sampling logged prompts teaches nothing)
+    (tmp_path / "requests.jsonl").write_text(json.dumps({"prompt": "Show a signup form."}) + "\n")
     path.write_text(RECIPE.format(name=name, iterations=iterations, logs=LOGS, contract=contract, fatal=fatal))
     return path
 

@@ -1,0 +1,62 @@
+"""The experience step's recipe keys: every mistake is exit 2 at file:line: field."""
+from pathlib import Path
+
+import pytest
+
+from mint.cli import main
+from mint.errors import BadInput
+from mint.loop.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
+
+GOOD = """\
+recipe: t
+base: tiny-random
+loop: {iterations: 2}
+steps:
+  - ingest: {sources: [LOGS]}
+  - experience: {specialist: genui, from_iteration: 2, sources: [served, unaccepted, {jsonl: requests.jsonl}],
+                 samples: 4, per_prompt: 2, prompts: 8, temperature: 0.8, init: champion, control: true}
+  - train: {specialist: genui, method: sft, set: {max_steps: 1}}
+  - eval: {specialist: genui, contract: CONTRACT}
+  - promote: {specialist: genui}
+"""
+
+
+def write(tmp_path, text: str) -> Path:
+    (tmp_path / "requests.jsonl").write_text('{"prompt": "Show a signup form."}\n')
+    path = tmp_path / "r.yaml"
+    path.write_text(text.replace("CONTRACT", str(CONTRACT)).replace("LOGS", str(ROOT / "examples" / "logs")))
+    return path
+
+
+def test_an_experience_step_with_its_sources_caps_and_plan_loads(tmp_path):
+    step = load_recipe(write(tmp_path, GOOD)).steps[1]
+    assert step.options["sources"][2] == {"jsonl": "requests.jsonl"} and step.options["control"] is True
+
+
+@pytest.mark.parametrize("edit, where, says", [
+    (("served, unaccepted", "servd, unaccepted"), ":6: steps[1].experience.sources[0]", "did you mean served?"),
+    (("{jsonl: requests.jsonl}", "{jsonl: missing.jsonl}"), ":6: steps[1].experience.sources[2].jsonl",
+     "no such file"),
+    (("{jsonl: requests.jsonl}", "{generator: sums, count: 0}"), ":6: steps[1].experience.sources[2].count",
+     "at least 1"),
+    (("{jsonl: requests.jsonl}", "{jsonl: requests.jsonl, limit: 2}"), ":6: steps[1].experience.sources[2].limit",
+     "unknown key"),
+    (("{jsonl: requests.jsonl}", "7"), ":6: steps[1].experience.sources[2]", "expected served, unaccepted"),
+    (("init: champion", "init: scratch"), ":7: steps[1].experience.init", "expected champion"),
+    (("control: true", "control: maybe"), ":7: steps[1].experience.control", "expected true or false"),
+    (("per_prompt: 2", "per_prompt: 0"), ":7: steps[1].experience.per_prompt", "at least 1"),
+    (("temperature: 0.8", "temperature: 0"), ":7: steps[1].experience.temperature", "greater than 0"),
+    (("samples: 4", "samples: 4, min_steps: 9, max_steps: 3"), ":7: steps[1].experience.min_steps",
+     "at most max_steps"),
+    (("samples: 4", "samples: 4, learning_rate: -1"), ":7: steps[1].experience.learning_rate", "greater than 0"),
+    (("per_prompt: 2", "per_promt: 2"), ":7: steps[1].experience.per_promt", "did you mean per_prompt?"),
+])
+def test_experience_mistakes_name_the_line_and_field(tmp_path, edit, where, says):
+    path = write(tmp_path, GOOD.replace(*edit))
+    with pytest.raises(BadInput) as caught:
+        load_recipe(path, specialists=("chat", "agent", "coding", "genui"))
+    assert where in str(caught.value) and says in str(caught.value)
+    assert main(["recipe", "check", str(path)]) == 2

@@ -1,0 +1,109 @@
+"""The next generation's training plan, and the placebo twin that tells a verified gain from extra steps."""
+import json
+from pathlib import Path
+
+import pytest
+
+from mint.loop import experience
+from mint.loop.placebo import NO_EXPERIENCE_EFFECT, compare_with_twin, planned_settings, training_plan
+from mint.loop.runner import run_loop
+from mint.registry import store
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
+LOGS = ROOT / "examples" / "logs" / "server_log.jsonl.gz"
+TREE = '{"type": "Text", "props": {"text": "Done."}}'
+
+
+def test_a_continuation_learns_the_new_examples_at_a_lower_rate_than_a_retraining_from_the_base():
+    continuation = training_plan(new_examples=10, logged_examples=40, init="champion")
+    retraining = training_plan(new_examples=10, logged_examples=40, init="base")
+    assert continuation["learning_rate"] < retraining["learning_rate"]
+    assert (continuation["examples"], continuation["max_steps"]) == (10, 5)           # 2 epochs of 10 at batch 4
+    assert (retraining["examples"], retraining["max_steps"]) == (50, 24)              # 25 steps, capped at 24
+    assert training_plan(new_examples=0, logged_examples=40)["max_steps"] == 0        # nothing new: no plan
+
+
+def test_the_plan_replaces_the_recipes_steps_rate_and_batch_and_keeps_the_rest():
+    plan = training_plan(new_examples=3, logged_examples=0, batch_size=2, min_steps=1)
+    assert planned_settings(plan, ["max_steps=36", "learning_rate=0.001", "max_length=96"]) == [
+        "max_length=96", "max_steps=3", "learning_rate=0.0001", "per_device_train_batch_size=2"]
+
+
+def _evaluation(folder: Path, scores: list[float]) -> str:
+    folder.mkdir(parents=True)
+    (folder / "predictions.jsonl").write_text("".join(
+        json.dumps({"suite": "core", "index": i, "key": f"k{i}", "scores": {"parse_rate": s}}) + "\n"
+        for i, s in enumerate(scores)))
+    (folder / "report.json").write_text("{}")
+    return str(folder / "report.json")
+
+
+@pytest.mark.parametrize("twin_wins_lost, verdict", [(2, "no experience effect"), (12, "experience effect")])
+def test_a_gain_over_the_twin_counts_only_when_its_interval_is_above_zero(tmp_path, twin_wins_lost, verdict):
+    ours = _evaluation(tmp_path / "candidate", [1.0] * 12)
+    twin = _evaluation(tmp_path / "twin", [0.0] * twin_wins_lost + [1.0] * (12 - twin_wins_lost))
+    evaluation = {"report": ours, "metrics": {"core.parse_rate": 1.0},
+                  "gates": [{"metric": "core.parse_rate", "delta": {"delta": 0.5, "low": 0.1, "high": 0.8}}]}
+    result = compare_with_twin(evaluation, twin)
+    assert result["verdict"] == verdict
+    assert result["vs_twin"]["n"] == 12 and result["vs_twin"]["delta"] == pytest.approx(twin_wins_lost / 12, abs=1e-4)
+    assert result["vs_previous"] == {"delta": 0.5, "interval": [0.1, 0.8]}
+    low, high = result["vs_twin"]["interval"]
+    assert low <= result["vs_twin"]["delta"] <= high
+
+
+RECIPE = """\
+# Run: mint loop r.yaml
+recipe: twin
+base: tiny-random
+dataset: smoke
+loop: {{iterations: 2}}
+steps:
+  - ingest: {{sources: [{logs}]}}
+  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2, control: true,
+                 sources: [{{jsonl: requests.jsonl}}], batch_size: 2, min_steps: 1, max_steps: 1}}
+  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
+              lora.r: 2}}}}
+  - eval: {{specialist: genui, contract: {contract}}}
+  - promote: {{specialist: genui}}
+"""
+
+
+def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_it(ws, tmp_path, monkeypatch, capsys):
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
+                                                     for p in ("Show a signup form.", "Show a weather card for Oslo.")))
+    path = tmp_path / "twin.yaml"
+    path.write_text(RECIPE.format(logs=LOGS, contract=SMOKE_CONTRACT))
+    # the tiny random base never writes a valid tree: answer one valid and one broken sample per prompt
+    monkeypatch.setattr(experience, "_sample", lambda ws, champion, base, specialist, chosen, **kw:
+                        [[TREE, "{broken"] for _ in chosen])
+    result = run_loop(ws, path)
+    ran = {(s.iteration, s.label): s.output for s in result.steps if s.status in ("ran", "failed")}
+    gathered = ran[(2, "experience genui")]
+    assert gathered["accepted"] == 2 and gathered["twin"]["unverified"] == 4        # every sample, the broken too
+    trained = ran[(2, "train genui")]
+    assert trained["plan"]["learning_rate"] == 1.0e-4 and trained["steps"] == 1 == trained["plan"]["max_steps"]
+    assert "learning_rate=0.0001" in trained["sets"]     # the continuation's rate, not the recipe's default
+    twin = ran[(2, "eval genui")]["twin"]
+    assert twin["steps"] == trained["steps"] and twin["verdict"] == NO_EXPERIENCE_EFFECT   # 4 examples show nothing
+    assert len(twin["vs_twin"]["interval"]) == 2 and "vs_previous" in twin
+    conn = store.open_store(ws)
+    try:
+        revision = store.resolve(conn, twin["revision"])
+        assert store.alias_target(conn, "genui", "champion") != revision.id and revision.status == "rejected"
+        assert revision.parent == store.resolve(conn, trained["parent"]).id
+    finally:
+        conn.close()
+    assert (2, "promote genui") in ran and ran[(2, "promote genui")]["revision"] != twin["revision"]
+    # the loop's generation row carries the pool and the twin, and `mint loop` says the verdict
+    row = result.generations[-1]
+    assert row.twin["verdict"] == NO_EXPERIENCE_EFFECT and row.experience["pool"]["pass@1"] == 0.5
+    assert row.experience["kept_per_source"] == {"jsonl:requests.jsonl": 2}
+    from mint.cli.loop import _render_generations
+
+    capsys.readouterr()
+    _render_generations(result)
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"vs its placebo twin {twin['revision']}" in shown and "no experience effect" in shown
+    assert "pass@1 0.5, pass@2 1" in shown
