@@ -156,7 +156,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     recipe_path = Path(recipe_path)
     project_file = _project_file(recipe_path)
     project = load_project(project_file)
-    recipe = load_recipe(recipe_path, specialists=project.names + ("router",))
+    recipe = load_recipe(recipe_path, specialists=project.all_names)
     if iterations is not None and iterations < 1:
         raise BadInput("must be at least 1", field="--iterations")
     total = iterations or recipe.iterations
@@ -452,16 +452,17 @@ class _Context:
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
     def _run_route(self, step: Step) -> dict:
-        from mint.mol.router_training import train_router
         from mint.registry.promotion import promote, reject
+        from mint.train.kinds import default_contract, train_specialist
 
+        router = self.project.router
         contract = step.options.get("contract")
         if contract is None:        # the project's router contract, beside its mint.yaml
             folder = self.project.path.parent if self.project.path else Path.cwd()
-            contract = folder / "contracts" / "router.yaml"
+            contract = default_contract(self.project, router, folder)
         contract = self.recipe.path.parent / contract
         sets = [f"contract={contract}"] if contract.is_file() else []
-        result = train_router(self.ws, data=self.recipe.dataset, base=self.base, sets=sets, project=self.project)
+        result = train_specialist(self.ws, self.project, router, data=self.recipe.dataset, base=self.base, sets=sets)
         verdict = result.metrics.get("verdict")
         output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
                   "examples": result.examples,
@@ -473,9 +474,10 @@ class _Context:
             except Refused as exc:
                 output.update(action="refused", reason=str(exc))
         elif verdict == "fail":
-            reject(self.ws, result.ref, why="failed contracts/router.yaml")
-            output.update(action="rejected", reason="failed contracts/router.yaml")
-        output["champion"] = self.champion_ref("router")
+            why = f"failed contracts/{contract.name}"
+            reject(self.ws, result.ref, why=why)
+            output.update(action="rejected", reason=why)
+        output["champion"] = self.champion_ref(router)
         return output
 
     def routing_labels(self) -> str:

