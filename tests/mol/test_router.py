@@ -699,3 +699,25 @@ def test_router_on_smollm2_routes_everyday_turns(smollm2_router, everyday):
     ws, _result = smollm2_router
     score = route_everyday(ws, everyday)
     assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.85, score
+
+
+def test_mint_eval_scores_a_router_revision_like_training_did_and_promote_uses_that_report(ws, tmp_path):
+    """A router revision goes through `mint eval` and `mint promote` like any specialist's: the router harness
+    scores the probe's choices against the labels, the report is registered, the gates decide promotion."""
+    from mint.project import DEFAULT_PROJECT
+    from mint.registry.promotion import promote
+    from mint.train.router import train_router
+
+    contract = _contract(tmp_path, _dataset(ws, tmp_path))
+    trained = train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"],
+                           project=DEFAULT_PROJECT)
+    untrained_report = train_router(ws, data="d", base="tiny-random", sets=TINY_SETS, project=DEFAULT_PROJECT)
+    assert untrained_report.ref == "router:v2" and "verdict" not in untrained_report.metrics
+    done = run_mint("eval", "router:v1", "--contract", str(contract), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["metrics"]["heldout.accuracy"] == trained.metrics["heldout.accuracy"]
+    assert report["verdict"] == "pass" and report["heldout_share"]["genui"] == 0.25
+    evaluated = run_mint("eval", "router:v2", "--contract", str(contract), "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert promote(ws, "router:v2").new_ref == "router:v2"      # the report `mint eval` registered
