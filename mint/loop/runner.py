@@ -459,7 +459,7 @@ class _Context:
         contract = step.options.get("contract")
         if contract is None:        # the project's router contract, beside its mint.yaml
             folder = self.project.path.parent if self.project.path else Path.cwd()
-            contract = default_contract(self.project, router, folder)
+            contract = default_contract(router, folder)
         contract = self.recipe.path.parent / contract
         sets = [f"contract={contract}"] if contract.is_file() else []
         result = train_specialist(self.ws, self.project, router, data=self.recipe.dataset, base=self.base, sets=sets)

@@ -90,6 +90,6 @@ def preview_training(ws, project: Project, specialist: str | None, **request) ->
     return kind_of(project, specialist).plan(ws, project, specialist, **request)
 
 
-def default_contract(project: Project, specialist: str, folder: Path) -> Path:
+def default_contract(specialist: str, folder: Path) -> Path:
     """The contract a specialist is judged by in a project laid out by ``mint init``."""
     return folder / "contracts" / f"{specialist}.yaml"
