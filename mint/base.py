@@ -362,3 +362,22 @@ def describe_base(name: str) -> dict:
         "fingerprint": loaded.fingerprint,
         "load_seconds": round(loaded.seconds, 2),
     }
+
+
+# --- the layers a router probe reads --------------------------------------------------------------
+
+def decoder_layers(model):
+    """The base's decoder layers, in order: the router probe reads the hidden states after some of them, and
+    adapters leave those to the base (``lora.from_layer``)."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    if layers is None:
+        raise BadInput(f"{type(model).__name__} has no decoder `layers`: the router probe cannot read it")
+    return layers
+
+
+def probe_layers(model) -> tuple[int, ...]:
+    """The layers a router probe reads by default: a third of the base's depth. On SmolLM2-135M layer 10 of 30,
+    the earliest layer whose router met contracts/router.yaml with validation and everyday accuracy within 0.01
+    of the best layer's (scripts/bench_router.py). Adapters leave these layers to the base by default
+    (lora.from_layer), so the mixture routes each turn from its own prefill's states."""
+    return (max(1, len(decoder_layers(model)) // 3),)

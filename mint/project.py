@@ -15,6 +15,10 @@ from mint.errors import BadInput
 from mint.yamlfile import load_yaml
 
 PROJECT_FILE = "mint.yaml"
+GENERATOR, ROUTER_KIND = "generator", "router"
+KINDS = (GENERATOR, ROUTER_KIND)    # what a specialist is (mint.kinds says how each is trained and scored)
+DEFAULT_ROUTER = "router"           # the router's name in a mint.yaml that declares none
+ROUTER_DESCRIPTION = "picks the specialist of each user turn: rules, then a probe on the base"
 MONITOR_DEFAULTS = (("share_shift", 0.15), ("max_share", 0.8))
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
 
@@ -26,6 +30,7 @@ class Specialist:
     keywords: tuple[str, ...]
     tool_use: bool = False     # episodes with tool calls or tool definitions go to this specialist
     patterns: tuple[str, ...] = ()   # regexes (any case) that send a turn here outright (the router's rules)
+    kind: str = GENERATOR
 
 
 @dataclass(frozen=True)
@@ -34,10 +39,23 @@ class Project:
     specialists: tuple[Specialist, ...]
     path: Path | None = None
     monitor: tuple[tuple[str, float], ...] = MONITOR_DEFAULTS   # `mint monitor` thresholds
+    router: str = DEFAULT_ROUTER     # the specialist of kind `router`: it picks among ``specialists``
+    router_description: str = ROUTER_DESCRIPTION
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The generators, which the router picks from."""
         return tuple(s.name for s in self.specialists)
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        """Every specialist that trains and is promoted: the generators, then the router."""
+        return (*self.names, self.router)
+
+    def kind_of(self, name: str) -> str:
+        """``name``'s kind (GENERATOR or ROUTER_KIND); a name mint.yaml does not define is a generator, whose
+        training then says it is unknown."""
+        return ROUTER_KIND if name == self.router else GENERATOR
 
     @property
     def tool_specialist(self) -> str | None:
@@ -104,6 +122,8 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
         "# an episode that matches none stays `unlabeled`.",
         "# The router sends a turn outright to the one specialist whose `patterns` (regexes, any case)",
         "# it matches; a turn that matches none, or those of two specialists, goes to the learned probe.",
+        "# Each specialist has a `kind`: `generator` (the default: a LoRA adapter that answers) or",
+        "# `router` (the one that picks among the generators; without one, it is named `router`).",
         f"base: {project.base}",
         "specialists:",
     ]
@@ -116,6 +136,9 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
         if s.patterns:
             out.append("    patterns:")
             out.extend(f"      - {_yaml_str(p)}" for p in s.patterns)
+    out.append(f"  {project.router}:")
+    out.append(f"    kind: {ROUTER_KIND}")
+    out.append(f"    description: {_yaml_str(project.router_description)}")
     return "\n".join(out) + "\n"
 
 
@@ -154,7 +177,7 @@ def load_project(path: Path | None = None) -> Project:
     raw = data.get("specialists")
     if not isinstance(raw, dict) or not raw:
         raise doc.error("specialists", "expected a mapping of specialist names to {description, keywords}")
-    specialists = []
+    specialists, routers = [], []
     for name, spec in raw.items():
         where = f"specialists.{name}"
         if not isinstance(name, str) or not NAME_RE.match(name):
@@ -162,10 +185,23 @@ def load_project(path: Path | None = None) -> Project:
         spec = spec or {}
         if not isinstance(spec, dict):
             raise doc.error(where, "expected a mapping with description and keywords")
-        extra = set(spec) - {"description", "keywords", "tool_use", "patterns"}
+        # an older mint.yaml names no kind: an entry in the router's default slot is the router
+        kind = spec.get("kind", ROUTER_KIND if name == DEFAULT_ROUTER else GENERATOR)
+        if kind not in KINDS:
+            raise doc.error(f"{where}.kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
+        allowed = ("kind", "description") if kind == ROUTER_KIND else \
+            ("kind", "description", "keywords", "tool_use", "patterns")
+        extra = set(spec) - set(allowed)
         if extra:
-            raise doc.error(f"{where}.{sorted(extra, key=str)[0]}",
-                            "unknown key (expected description, keywords, tool_use, patterns)")
+            raise doc.error(f"{where}.{sorted(extra, key=str)[0]}", f"unknown key (expected {', '.join(allowed)})")
+        description = spec.get("description", "")
+        if not isinstance(description, str):
+            raise doc.error(f"{where}.description", "expected a string")
+        if kind == ROUTER_KIND:
+            if routers:
+                raise doc.error(f"{where}.kind", f"a project has one router; {routers[0][0]} is one already")
+            routers.append((name, description or ROUTER_DESCRIPTION))
+            continue
         patterns = spec.get("patterns", [])
         if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
             raise doc.error(f"{where}.patterns", "expected a list of regular expressions")
@@ -180,12 +216,13 @@ def load_project(path: Path | None = None) -> Project:
         keywords = spec.get("keywords", [])
         if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
             raise doc.error(f"{where}.keywords", "expected a list of non-empty strings")
-        description = spec.get("description", "")
-        if not isinstance(description, str):
-            raise doc.error(f"{where}.description", "expected a string")
         specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords), tool_use,
                                       tuple(patterns)))
-    return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()))
+    if not specialists:
+        raise doc.error("specialists", "expected at least one specialist of kind generator")
+    router, router_description = routers[0] if routers else (DEFAULT_ROUTER, ROUTER_DESCRIPTION)
+    return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()),
+                   router=router, router_description=router_description)
 
 
 @dataclass(frozen=True)

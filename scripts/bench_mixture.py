@@ -241,12 +241,12 @@ def bench_router_share(base: str, adapters: dict, tmp: Path, new_tokens: int, re
     The probe is random here (reading the prompt, as trained probes do): its accuracy does not change its cost."""
     from mint.mol.mixture import Mixture, Turn
     from mint.mol.router import PROMPT, Probe, Router
-    from mint.mol.router_training import default_layers
+    from mint.base import probe_layers
     from mint.project import DEFAULT_PROJECT, Project
     from mint.workspace import workspace
 
     project = Project(base=base, specialists=DEFAULT_PROJECT.specialists)
-    layer = default_layers(load_base(base).model)[-1]
+    layer = probe_layers(load_base(base).model)[-1]
     upper = make_adapters(base, tmp / "upper", rank=16, from_layer=layer)
     mixtures = {}
     for mode, loras in (("in prefill", upper), ("own pass", adapters)):

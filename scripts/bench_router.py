@@ -77,11 +77,11 @@ def main() -> int:
 
     from mint.base import load_base
     from mint.data.ingest import ingest
-    from mint.mol.router import (PROMPT, Router, Rules, fit_probe, probe_features, prompt_features_by_layer,
-                                 score_routes, starter_router, turn_features_by_layer)
+    from mint.contract.schema import load_contract
+    from mint.mol.router import (PLAIN_TURNS, PROMPT, Router, Rules, fit_probe, one_turn, probe_features,
+                                 prompt_features_by_layer, score_routes, starter_router, turn_features_by_layer)
     from mint.errors import BadInput
-    from mint.mol.router_training import (PLAIN_TURNS, _augment, load_router_contract, one_turn, read_heldout,
-                                          router_training_set)
+    from mint.train.router import _augment, heldout_turns, router_training_set
     from mint.project import DEFAULT_PROJECT as project
     from mint.workspace import workspace
 
@@ -92,7 +92,7 @@ def main() -> int:
     if "crossfit" in sets and "plain" not in augment:
         parser.error("--sets crossfit needs the plain turns in --augment")
     names = project.names
-    contract = load_router_contract(REPO / "contracts" / "router.yaml", names)
+    contract = load_contract(REPO / "contracts" / "router.yaml")
     with tempfile.TemporaryDirectory(prefix="bench-router-") as home:
         ws = workspace(Path(home))
         ingest(ws, [REPO / "examples" / "logs"], dataset="prod", project=project, workers=0)
@@ -107,7 +107,7 @@ def main() -> int:
     plain_start = len(texts) - training.augmented_plain
     set_of = {i: next(name for name, turns in plain_sets.items() if texts[i] in turns)
               for i in range(plain_start, len(texts))}
-    suites = {"heldout": read_heldout(contract) if "heldout" in sets else [],
+    suites = {"heldout": heldout_turns(contract, names) if "heldout" in sets else [],
               "validation": [(labels[i], texts[i], training.tools[i]) for i in sorted(fifth)],
               "crossfit": [(labels[i], texts[i], False) for i in sorted(set_of)],
               **{name: read_everyday(path) for name, path in EVERYDAY.items() if name in sets}}

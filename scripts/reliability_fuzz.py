@@ -11,7 +11,7 @@ Targets, each driven the way a user reaches it:
             counted (read = kept + duplicate + quarantined); only BadInput naming the file may escape.
   contract  `mint contract check FILE` (in-process) on structurally and textually mutated contracts
   recipe    `mint recipe check FILE`
-  router    the router contract parser (mint.mol.router_training.load_router_contract)
+  router    the router contract, an ordinary contract (mint.contract.schema.load_contract)
   project   mint.yaml, through `mint ingest --config mint.yaml`
   set       `mint train --dry-run --method M --set KEY=VALUE`
   serve     POST bodies of /v1/chat/completions and /v1/feedback (FastAPI TestClient, tiny base)
@@ -293,13 +293,13 @@ def check_recipe(text: bytes, project: Project) -> str | None:
 
 
 def check_router(text: bytes, project: Project) -> str | None:
+    from mint.contract.schema import load_contract
     from mint.errors import BadInput
-    from mint.mol.router_training import load_router_contract
 
     path = project.root / "contracts" / "router-fuzzed.yaml"
     path.write_bytes(text)
     try:
-        load_router_contract(path, ("chat", "agent", "coding", "genui"))
+        load_contract(path)
     except BadInput as exc:
         return None if "router-fuzzed.yaml" in str(exc) else f"BadInput without the file: {exc}"
     return None

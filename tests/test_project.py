@@ -42,3 +42,35 @@ def test_the_checkouts_contracts_folder_works_when_copied_and_its_catalog_is_the
     copied = tmp_path / "contracts"
     shutil.copytree(checkout, copied, symlinks=True)    # as `cp -a` or a git checkout elsewhere would
     assert (copied / "ui4a" / "catalog.v1.json").read_bytes() == DEFAULT_CATALOG.read_bytes()
+
+
+def test_init_declares_the_router_as_a_specialist_of_kind_router(tmp_path):
+    init_project(tmp_path)
+    text = (tmp_path / "mint.yaml").read_text()
+    assert "  router:\n    kind: router\n" in text
+    loaded = load_project(tmp_path / "mint.yaml")
+    assert (loaded.router, loaded.kind_of("router"), loaded.kind_of("coding")) == ("router", "router", "generator")
+    assert "router" not in loaded.names          # the router picks among the generators, not itself
+
+
+def test_a_project_without_kinds_keeps_its_router_named_router(tmp_path):
+    (tmp_path / "mint.yaml").write_text("base: x\nspecialists:\n  chat: {keywords: [hi]}\n  router: {}\n")
+    loaded = load_project(tmp_path / "mint.yaml")
+    assert (loaded.names, loaded.router) == (("chat",), "router")
+    (tmp_path / "mint.yaml").write_text("base: x\nspecialists:\n  chat: {keywords: [hi]}\n")
+    assert load_project(tmp_path / "mint.yaml").router == "router"
+
+
+@pytest.mark.parametrize("text, where", [
+    ("base: x\nspecialists:\n  chat: {kind: poet}\n", "mint.yaml:3: specialists.chat.kind: expected one of"),
+    ("base: x\nspecialists:\n  chat: {}\n  r: {kind: router, keywords: [a]}\n",
+     "mint.yaml:4: specialists.r.keywords: unknown key"),
+    ("base: x\nspecialists:\n  chat: {}\n  a: {kind: router}\n  b: {kind: router}\n",
+     "mint.yaml:5: specialists.b.kind: a project has one router"),
+    ("base: x\nspecialists:\n  r: {kind: router}\n", "mint.yaml:2: specialists: expected at least one"),
+])
+def test_bad_kinds_name_file_line_and_field(tmp_path, text, where):
+    (tmp_path / "mint.yaml").write_text(text)
+    with pytest.raises(BadInput) as info:
+        load_project(tmp_path / "mint.yaml")
+    assert str(info.value).startswith(str(tmp_path / where.split(":")[0]) + ":" + where.split(":", 1)[1])

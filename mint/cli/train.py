@@ -39,36 +39,32 @@ def train_command(
     Example:
       mint train --specialist coding --data prod --method sft --set max_steps=20
     """
-    from mint.train.run import train
+    from mint.project import load_project
+    from mint.train.kinds import preview_training, train_specialist
 
+    project = load_project()
     if dry_run:
-        if specialist == "router":
-            from mint.mol.router_training import planned_router_settings
-            return print_json(planned_router_settings(sets))
-        from dataclasses import asdict
+        from dataclasses import asdict, is_dataclass
 
-        from mint.train.config import planned_settings
-        from mint.train.run import planned_examples
-        settings = planned_settings(method, config, sets)
-        # with --data the dry run also counts what the data yields for the method
-        examples = planned_examples(ws(), specialist=specialist, data=data, method=method) if data else None
-        if json_out:
-            return print_json({**asdict(settings), **({"examples": asdict(examples)} if examples else {})})
+        preview = preview_training(ws(), project, specialist, data=data, method=method, config=config, sets=sets)
+        settings, examples = preview.settings, preview.examples
+        if json_out or examples is None:
+            plain = asdict(settings) if is_dataclass(settings) else settings
+            return print_json({**plain, **({"examples": asdict(examples)} if examples else {})})
         print_json(settings)
-        if examples is not None:
-            table = Table(title=f"{examples.method} examples from {escape(examples.dataset)} ({examples.specialist})")
-            table.add_column("")
-            table.add_column("episodes", justify="right")
-            table.add_row(f"[bold]examples[/] (at least {examples.needed} needed)", f"{examples.examples:,}")
-            for why, n in sorted(examples.left_out.items(), key=lambda kv: -kv[1]):
-                table.add_row(f"left out: {escape(why)}", f"{n:,}")
-            out.print(table)
+        table = Table(title=f"{examples.method} examples from {escape(examples.dataset)} ({examples.specialist})")
+        table.add_column("")
+        table.add_column("episodes", justify="right")
+        table.add_row(f"[bold]examples[/] (at least {examples.needed} needed)", f"{examples.examples:,}")
+        for why, n in sorted(examples.left_out.items(), key=lambda kv: -kv[1]):
+            table.add_row(f"left out: {escape(why)}", f"{n:,}")
+        out.print(table)
         return
     display = TrainDisplay(live=err.is_terminal and not json_out)
     with display.bar:
-        result = train(ws(), specialist=specialist, data=data, method=method, from_ref=from_ref, base=base,
-                       config=config, sets=sets, resume=resume, num_processes=num_processes,
-                       accelerate_config=accelerate_config, env=env, progress=display.update)
+        result = train_specialist(ws(), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
+                                  config=config, sets=sets, resume=resume, num_processes=num_processes,
+                                  accelerate_config=accelerate_config, env=env, progress=display.update)
     if json_out:
         return print_json(result)
     for warning in result.warnings:

@@ -154,6 +154,9 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         # what every generation compared under this contract on this host decodes at, and why
         "precision": precision.record(),
         "metrics": metrics, "gates": [asdict(g) for g in gates],
+        # what the harness says beside its metrics (the router's: its confusion matrix, the held-out distribution)
+        **contract.harness().report_fields([r for _suite, records in suites for r in records],
+                                           [o for suite, _records in suites for o in outputs[suite.name]]),
         "verdict": "pass" if all(g.passed for g in gates) else "fail",
         "examples": {suite.name: len(records) for suite, records in suites},
         "examples_sha256": examples_sha256,
@@ -428,13 +431,24 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
     if revision is not None and revision.base_fingerprint and revision.base_fingerprint != loaded.fingerprint:
         raise BadInput(f"{revision.ref} was trained on a base with fingerprint {revision.base_fingerprint[:19]}, "
                        f"but {base_name} is {loaded.fingerprint[:19]}", field="--base")
+    harness = contract.harness()
+    records = [r for _suite, records in suites for r in records]
+    started = time.perf_counter()
+    responses = harness.respond(loaded, adapter_dir, records, revision.ref if revision else None)
+    if responses is not None:      # scored without generating text (the router's choices)
+        outputs = {suite.name: [] for suite, _ in suites}
+        owners = [suite for suite, suite_records in suites for _ in suite_records]
+        for suite, response in zip(owners, responses):
+            outputs[suite.name].append([response])
+        latencies = {suite.name: [] for suite, _ in suites}
+        seconds = round(time.perf_counter() - started, 3)
+        return outputs, latencies, {suite.name: {"responded_s": seconds} for suite, _ in suites}
     model = loaded.model
     if adapter_dir is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter_dir))
         model.eval()
-    harness = contract.harness()
     # every suite in one stream: a batch stays full across suites (two suites of 12 decode as one batch of
     # 24, not two of 12), and each row's output does not depend on the rows beside it
     owners = [(suite, index) for suite, records in suites for index in range(len(records))]

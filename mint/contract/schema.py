@@ -172,7 +172,8 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         catalog=catalog)
     if settings.samples > 1 and settings.temperature == 0:
         raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
-    available = harness_for(harness_name, settings).metrics
+    scorer = harness_for(harness_name, settings)
+    available = scorer.metrics
 
     raw_suites = data["suites"]
     if not isinstance(raw_suites, list) or not raw_suites:
@@ -209,7 +210,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         if not isinstance(metrics, list) or not metrics:
             raise doc.error(f"{where}.metrics", "expected a non-empty list of metric names")
         for j, metric in enumerate(metrics):
-            if metric not in available:
+            if not isinstance(metric, str) or not scorer.knows_metric(metric):
                 raise doc.error(f"{where}.metrics[{j}]", f"the {harness_name} harness has no metric {metric!r}"
                                 + closest(str(metric), available, listing="expected one of"))
         limit = raw.get("limit")

@@ -12,11 +12,13 @@ def harness_for(name: str, settings: HarnessSettings) -> Harness:
     from mint.harness.chat import ChatHarness
     from mint.harness.coding import CodingHarness
     from mint.harness.genui import GenuiHarness
+    from mint.harness.router import RouterHarness
 
-    classes = {"coding": CodingHarness, "agent": AgentHarness, "genui": GenuiHarness, "chat": ChatHarness}
+    classes = {"coding": CodingHarness, "agent": AgentHarness, "genui": GenuiHarness, "chat": ChatHarness,
+               "router": RouterHarness}
     return classes[name](settings)
 
 
-HARNESS_NAMES = ("coding", "agent", "genui", "chat")
+HARNESS_NAMES = ("coding", "agent", "genui", "chat", "router")
 
 __all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for"]

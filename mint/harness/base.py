@@ -72,6 +72,20 @@ class Harness:
     metrics: tuple[str, ...] = field(default=())
     lower_is_better: tuple[str, ...] = field(default=())
 
+    def knows_metric(self, metric: str) -> bool:
+        """Whether a suite may name ``metric``."""
+        return metric in self.metrics
+
+    def respond(self, loaded, adapter_dir, records: list[dict], revision_ref: str | None) -> list[str] | None:
+        """The outputs of a harness that scores something other than generated text (one per record), from
+        the base ``loaded`` and the revision's artifact in ``adapter_dir`` (None: the bare base); None: the
+        model generates them."""
+        return None
+
+    def report_fields(self, records: list[dict], outputs: list[list[str]]) -> dict:
+        """What the report carries beside the metrics, over every suite's records and outputs."""
+        return {}
+
     def check_record(self, record: dict) -> None:
         """Raise RecordProblem when ``record`` lacks what this harness needs."""
         if not isinstance(record, dict):

@@ -155,7 +155,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     recipe_path = Path(recipe_path)
     project_file = _project_file(recipe_path)
     project = load_project(project_file)
-    recipe = load_recipe(recipe_path, specialists=project.names + ("router",))
+    recipe = load_recipe(recipe_path, specialists=project.all_names)
     if iterations is not None and iterations < 1:
         raise BadInput("must be at least 1", field="--iterations")
     total = iterations or recipe.iterations

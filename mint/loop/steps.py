@@ -446,17 +446,18 @@ class Route(StepKind):
         return content_key("route", step.options, self.routing_labels(context), context.base)
 
     def run(self, context, step):
-        from mint.mol.router_training import train_router
         from mint.registry.promotion import promote, reject
+        from mint.train.kinds import default_contract, train_specialist
 
+        router = context.project.router
         contract = step.options.get("contract")
         if contract is None:        # the project's router contract, beside its mint.yaml
             folder = context.project.path.parent if context.project.path else Path.cwd()
-            contract = folder / "contracts" / "router.yaml"
+            contract = default_contract(router, folder)
         contract = context.recipe.path.parent / contract
         sets = [f"contract={contract}"] if contract.is_file() else []
-        result = train_router(context.ws, data=context.recipe.dataset, base=context.base, sets=sets,
-                              project=context.project)
+        result = train_specialist(context.ws, context.project, router, data=context.recipe.dataset,
+                                  base=context.base, sets=sets)
         verdict = result.metrics.get("verdict")
         output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
                   "examples": result.examples,
@@ -468,9 +469,10 @@ class Route(StepKind):
             except Refused as exc:
                 output.update(action="refused", reason=str(exc))
         elif verdict == "fail":
-            reject(context.ws, result.ref, why="failed contracts/router.yaml")
-            output.update(action="rejected", reason="failed contracts/router.yaml")
-        output["champion"] = context.champion_ref("router")
+            why = f"failed contracts/{contract.name}"
+            reject(context.ws, result.ref, why=why)
+            output.update(action="rejected", reason=why)
+        output["champion"] = context.champion_ref(router)
         return output
 
     def routing_labels(self, context: LoopContext) -> str:

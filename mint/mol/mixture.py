@@ -22,7 +22,7 @@ from typing import Sequence
 from mint.data.scrub import scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.harness.agent import with_tool_listing
-from mint.mol.router import PROMPT, ROUTER, Probe, Route, Router, probe_features, starter_router
+from mint.mol.router import PROMPT, Probe, Route, Router, probe_features, starter_router
 from mint.mol.runtime import CANCELLED, Handoff, MixtureRuntime, PrefillRoute, RowsFailed, TextListener
 from mint.mol.runtime import Decoding
 from mint.mol.turnlog import TurnLog
@@ -113,7 +113,7 @@ class Mixture:
         if store.db_path(self.ws).exists():
             conn = store.open_store(self.ws, create=False)
             try:
-                target = store.alias_target(conn, ROUTER, "champion")
+                target = store.alias_target(conn, self.project.router, "champion")
             finally:
                 conn.close()
             if target and target != self.router_revision_id:
@@ -122,14 +122,14 @@ class Mixture:
                 old = self.router.revision
                 self.router = Router(self.project, Probe.load(directory), revision.ref)
                 self.router_revision_id = revision.id
-                moves.append(Handoff(ROUTER, old, revision.ref, time.perf_counter() - started))
+                moves.append(Handoff(self.project.router, old, revision.ref, time.perf_counter() - started))
         # without a router champion, the starter probe (mint's plain turns) takes the turns the rules leave
         self.router = starter_router(self.project, self.router, self.runtime.model, self.features)
         return moves
 
     def revisions(self) -> dict[str, str]:
         served = {name: self.runtime.served_by(name) for name in self.project.names}
-        return {**served, ROUTER: self.router.revision or "rules"}
+        return {**served, self.project.router: self.router.revision or "rules"}
 
     # --- turns ---------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mint.errors import BadInput
-from mint.mol.router import ROUTER
 from mint.mol.turnlog import scan_turns
 from mint.project import Project
 from mint.workspace import Workspace
@@ -81,7 +80,7 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
-def _heldout_share(ws: Workspace) -> dict[str, float] | None:
+def _heldout_share(ws: Workspace, router: str) -> dict[str, float] | None:
     """The true distribution of the router champion's held-out set, from its newest passing report."""
     from mint.registry import store
 
@@ -89,7 +88,7 @@ def _heldout_share(ws: Workspace) -> dict[str, float] | None:
         return None
     conn = store.open_store(ws, create=False)
     try:
-        champion = store.alias_target(conn, ROUTER, "champion")
+        champion = store.alias_target(conn, router, "champion")
         row = conn.execute("SELECT path FROM reports WHERE revision_id = ? ORDER BY created_at DESC LIMIT 1",
                            (champion,)).fetchone() if champion else None
     finally:
@@ -120,7 +119,7 @@ def monitor(ws: Workspace, project: Project, *, window: str = "1d", now: float |
         elif end - 2 * span < at <= end - span:
             previous.append(turn)
     thresholds = dict(project.monitor)
-    heldout = _heldout_share(ws)
+    heldout = _heldout_share(ws, project.router)
     names = list(project.names) + sorted({t["specialist"] for t in current} - set(project.names))
     stats, alerts = [], []
     for name in names:

@@ -622,7 +622,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
         specialists = {name: {"served": revisions[name], "rank": slot.rank, "error": errors.get(name)}
                        for name, slot in mixture.runtime.slots.items()}
         return JSONResponse({"status": status, "revisions": revisions, "specialists": specialists,
-                             "router": revisions.get("router"), "max_rank": mixture.runtime.max_rank,
+                             "router": revisions.get(mixture.project.router), "max_rank": mixture.runtime.max_rank,
                              "batches": len(batcher.batch_sizes), "cancelled": batcher.cancelled,
                              "queue": {"outstanding": batcher.outstanding, "limit": limits.max_queue},
                              "poller": {"alive": poller.alive, "last_poll": poller.last_poll},

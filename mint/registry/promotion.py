@@ -174,15 +174,9 @@ def _newest_registered_report(conn, revision_id: str) -> Report | None:
 
 
 def _contract_sha256(path: Path) -> str:
-    """The current hash of a contract file: a specialist's HCP contract, or the router's (held-out turns)."""
+    """The current hash of a contract file (the router's is an ordinary contract too)."""
     from mint.contract.schema import load_contract
-    from mint.yamlfile import load_yaml
 
-    data = load_yaml(path).data
-    if isinstance(data, dict) and "heldout" in data:
-        from mint.mol.router_training import router_contract_sha256
-
-        return router_contract_sha256(path)
     return load_contract(path, check_data=False).sha256
 
 

@@ -32,7 +32,7 @@ from mint.yamlfile import load_yaml
 BLOCKS = ("lora", "trl", "rewards")
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "from_layer")
 # from_layer: the first decoder layer the adapter changes (0: every layer). `router`, the default, is the
-# router probe's layer (router_training.default_layers): the layers the probe reads stay the base's, so the
+# router probe's layer (mint.base.probe_layers): the layers the probe reads stay the base's, so the
 # mixture routes a turn inside its own prefill instead of a pass of its own (mint.mol.mixture).
 ROUTER_LAYER = "router"
 DEFAULT_LORA = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear", "from_layer": ROUTER_LAYER}

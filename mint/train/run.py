@@ -25,7 +25,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
 from mint.data.datasets import is_heldout, iter_episodes, list_names, resolve_version
@@ -37,12 +36,10 @@ from mint.text import closest
 from mint.train.config import TrainSettings, UserSettings, check_settings, resolve_settings
 from mint.train.envs import load_environment
 from mint.train.examples import METHODS, build_examples, per_turn_rows
+from mint.train.rundir import (EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE,  # noqa: F401
+                               TrainProgress, phase)
 from mint.workspace import Workspace, atomic_dir, atomic_write_json
 
-# (step, max steps, latest logged values); step 0 with a "phase" while the run starts up
-TrainProgress = Callable[[int, int, dict], None]
-RUN_FILE, EXAMPLES_FILE, METRICS_FILE, RESULT_FILE = "run.json", "examples.jsonl", "metrics.jsonl", "result.json"
-TEMPLATE_FILE = "chat_template.jinja"
 MINT_TEMPLATE = "mint: SmolLM2 ChatML with generation markers, tools in the agent harness's words"
 
 
@@ -95,10 +92,8 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
           accelerate_config: Path | None = None, env: str | None = None,
           progress: TrainProgress | None = None) -> TrainResult:
-    """Check the request, prepare the run (or find the one to resume), train, register the adapter."""
-    if specialist == "router":   # the router is a probe on the base, not a LoRA: mint.mol trains it
-        from mint.mol.router_training import train_router
-        return train_router(ws, data=data, base=base, sets=sets)
+    """Check the request, prepare the run (or find the one to resume), train, register the adapter: a
+    generator's training (mint.train.kinds picks the trainer of each kind)."""
     request = TrainRequest(specialist, data, method, from_ref, base, config, tuple(sets or ()), env, resume,
                            num_processes, accelerate_config)
     if request.resume:
@@ -165,12 +160,6 @@ def planned_examples(ws: Workspace, *, specialist: str | None, data: str | None,
     reasons.update(left_out(method, mine))
     return ExampleYield(method, f"{name}@{manifest['version']}", specialist, len(method_rows(method, mine)),
                         MINIMUM[method], reasons)
-
-
-def phase(progress: TrainProgress | None, name: str) -> None:
-    """Tell the progress display what the run is doing before its first step."""
-    if progress is not None:
-        progress(0, 0, {"phase": name})
 
 
 # --- step 1: check the request (light: no torch, transformers or TRL) --------------------------------

@@ -26,7 +26,7 @@ from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
 from mint.train.config import TrainSettings, trl_config_class
 from mint.train.health import run_warnings
-from mint.train.run import EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE, TrainProgress, phase
+from mint.train.rundir import EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE, TrainProgress, phase
 from mint.workspace import atomic_write_json
 
 
@@ -88,12 +88,11 @@ def lora_targets(model, target_modules, from_layer) -> dict:
     layers from ``from_layer`` on (0: all of them; ``router``: the router probe's layer)."""
     from torch import nn
 
-    from mint.mol.router import _decoder_layers
-    from mint.mol.router_training import default_layers
+    from mint.base import decoder_layers, probe_layers
     from mint.train.config import ROUTER_LAYER
 
-    count = len(_decoder_layers(model))
-    first = default_layers(model)[-1] if from_layer == ROUTER_LAYER else from_layer
+    count = len(decoder_layers(model))
+    first = probe_layers(model)[-1] if from_layer == ROUTER_LAYER else from_layer
     if not first:
         return {"target_modules": target_modules}
     if first >= count:

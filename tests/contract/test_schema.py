@@ -152,3 +152,33 @@ def test_contract_check_says_which_isolation_runs_coding_programs(capsys, monkey
     assert json.loads(capsys.readouterr().out)["isolation"]["isolation"] == "rlimits+audit"
     assert main(["contract", "check", str(coding)]) == 0
     assert "programs run under rlimits+audit" in capsys.readouterr().out
+
+
+def test_the_router_contract_checks_in_the_checkout_and_after_init(tmp_path, capsys):
+    from pathlib import Path
+
+    from mint.project import init_project
+
+    shipped = Path(__file__).parents[2] / "contracts" / "router.yaml"
+    assert main(["contract", "check", str(shipped)]) == 0, capsys.readouterr().err
+    contract = load_contract(shipped)
+    assert (contract.harness_name, [s.name for s in contract.suites]) == ("router", ["heldout"])
+    assert {g.metric for g in contract.gates} >= {"heldout.accuracy", "heldout.recall.chat"}
+    init_project(tmp_path)
+    every = sorted(str(p) for p in (tmp_path / "contracts").glob("*.yaml"))
+    assert str(tmp_path / "contracts" / "router.yaml") in every
+    assert main(["contract", "check", *every]) == 0, capsys.readouterr().err
+
+
+def test_a_router_suite_line_without_its_label_names_the_line(tmp_path, capsys):
+    (tmp_path / "turns.jsonl").write_text('{"specialist": "chat", "prompt": "hi"}\n{"prompt": "a sonnet"}\n')
+    (tmp_path / "router.yaml").write_text("contract: router\nversion: 1\nspecialist: router\n"
+                                          "harness: {name: router}\nsuites:\n  - {name: heldout, data: turns.jsonl}\n"
+                                          "gates:\n  - {metric: heldout.recal.chat, min: 0.9}\n")
+    assert main(["contract", "check", str(tmp_path / "router.yaml")]) == 2
+    assert "router.yaml:8: gates[0].metric: no suite produces 'heldout.recal.chat'" in capsys.readouterr().err
+    (tmp_path / "router.yaml").write_text((tmp_path / "router.yaml").read_text().replace("recal.", "recall."))
+    (tmp_path / "router.yaml").write_text((tmp_path / "router.yaml").read_text().replace(
+        "data: turns.jsonl}", "data: turns.jsonl, metrics: [accuracy, recall.chat]}"))
+    assert main(["contract", "check", str(tmp_path / "router.yaml")]) == 2
+    assert "turns.jsonl:2: specialist: expected the name of the specialist" in capsys.readouterr().err

@@ -128,7 +128,7 @@ def test_chat_repl_shows_specialist_and_revision_and_survives_bad_commands(ws, c
 
 
 def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.registry.promotion import promote
     from tests.mol.test_router import TINY_SETS, _contract, _dataset
 

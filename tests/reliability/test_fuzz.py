@@ -94,13 +94,13 @@ def test_serve_answers_a_request_nested_too_deeply_with_400(ws):
 
 @pytest.mark.parametrize("reader", ["project", "router"])
 def test_a_config_with_number_and_text_keys_is_bad_input_at_its_file(tmp_path, reader):
+    from mint.contract.schema import load_contract
     from mint.errors import BadInput
-    from mint.mol.router_training import load_router_contract
     from mint.project import load_project
 
     path = tmp_path / "mixed.yaml"
     path.write_text("-817: x\nzeta: 1\n")
-    load = load_project if reader == "project" else lambda p: load_router_contract(p, ("chat",))
+    load = load_project if reader == "project" else load_contract
     with pytest.raises(BadInput, match=r"mixed.yaml:1: -817: unknown key"):
         load(path)
 
@@ -111,15 +111,14 @@ def test_a_config_naming_a_file_too_long_for_the_os_is_bad_input(tmp_path):
     from mint.contract.schema import load_contract
     from mint.errors import BadInput
     from mint.loop.recipe import load_recipe
-    from mint.mol.router_training import load_router_contract
     from mint.project import init_project
 
     init_project(tmp_path)
     too_long = "../" + "x" * 300   # one name over NAME_MAX: is_file() raises OSError, not False
     cases = [("contracts/coding.yaml", lambda d: d["suites"][0].update(data=too_long), load_contract,
               "suites[0].data"),
-             ("contracts/router.yaml", lambda d: d["heldout"][0].update(data=too_long),
-              lambda p: load_router_contract(p, ("chat", "agent", "coding", "genui")), "heldout[0].data"),
+             ("contracts/router.yaml", lambda d: d["suites"][0].update(data=too_long), load_contract,
+              "suites[0].data"),
              ("recipes/smoke.yaml", lambda d: d["steps"][0]["ingest"].update(sources=[too_long]), load_recipe,
               "steps[0].ingest.sources[0]")]
     for name, damage, load, field in cases:
@@ -143,15 +142,16 @@ def test_yaml_with_thousands_of_nested_brackets_is_refused_before_parsing(tmp_pa
 
 
 def test_a_router_gate_whose_metric_is_a_list_is_bad_input(tmp_path):
+    from mint.contract.schema import load_contract
     from mint.errors import BadInput
-    from mint.mol.router_training import load_router_contract
 
-    (tmp_path / "chat.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    (tmp_path / "chat.jsonl").write_text('{"specialist": "chat", "messages": [{"role": "user", "content": "hi"}]}\n')
     path = tmp_path / "router.yaml"
-    path.write_text("contract: router\nversion: 1\nheldout:\n- {specialist: chat, data: chat.jsonl}\n"
+    path.write_text("contract: router\nversion: 1\nspecialist: router\nharness: {name: router}\n"
+                    "suites:\n- {name: heldout, data: chat.jsonl}\n"
                     "gates:\n- {metric: [heldout.accuracy], min: 0.9}\n")
-    with pytest.raises(BadInput, match=r"router.yaml:6: gates\[0\].metric: unknown metric"):
-        load_router_contract(path, ("chat",))
+    with pytest.raises(BadInput, match=r"router.yaml:8: gates\[0\]: missing required field `metric`"):
+        load_contract(path)
 
 
 def test_a_json_line_python_will_not_read_is_quarantined_with_its_reason(tmp_path, project):
