@@ -387,12 +387,12 @@ class _Context:
         transfer = backward_transfer(self.ws, load_contract(contract_path), candidate["revision"],
                                      Path(result.report_path), base=self.base)
         return {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
-                "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
-                "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
-                "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
-                                                  if report.get("live_suites") else {})}
+                "report": result.report_path, "verdict": report.verdict, "metrics": report.metrics,
+                "baseline": report.baseline.to_dict(), "gates": report.gates,
+                "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites else {})}
 
     def _run_promote(self, step: Step) -> dict:
+        from mint.contract.identity import contract_identity
         from mint.registry.promotion import promote, reject
 
         evaluation = self.evaluations[step.specialist]
@@ -414,7 +414,7 @@ class _Context:
             return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": why,
                     "champion": self.champion_ref(step.specialist)}
         try:
-            promote(self.ws, ref, report_path=Path(evaluation["report"]))
+            promote(self.ws, ref, report_path=Path(evaluation["report"]), identify_contract=contract_identity)
         except Refused as exc:
             return {"action": "refused", "revision": ref, "verdict": "fail", "reason": str(exc),
                     "champion": self.champion_ref(step.specialist)}
@@ -452,6 +452,7 @@ class _Context:
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
     def _run_route(self, step: Step) -> dict:
+        from mint.contract.identity import contract_identity
         from mint.mol.router_training import train_router
         from mint.registry.promotion import promote, reject
 
@@ -468,7 +469,7 @@ class _Context:
                   "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}}
         if verdict == "pass":
             try:
-                promote(self.ws, result.ref)
+                promote(self.ws, result.ref, identify_contract=contract_identity)
                 output["action"] = "promoted"
             except Refused as exc:
                 output.update(action="refused", reason=str(exc))
