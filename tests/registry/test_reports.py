@@ -45,6 +45,21 @@ def test_the_registered_id_is_the_sha256_of_the_report_file(ws, candidate, ui_co
     assert [r["id"] for r in store.reports_for(store.open_store(ws), v1.id)] == [digest]
 
 
+def test_eval_registers_the_bytes_it_wrote_without_reading_them_back(ws, candidate, ui_contract, monkeypatch):
+    from mint.registry.report import Report
+
+    def no_read_back(*_args, **_kwargs):
+        raise AssertionError("eval read a report back instead of registering the one it built")
+
+    monkeypatch.setattr(Report, "from_json", no_read_back)   # a fresh workspace: no earlier report to read
+    v1 = candidate("genui")
+    result = evaluate(ws, v1.ref, ui_contract)
+    written = open(result.report_path, "rb").read()
+    assert result.report.id == hashlib.sha256(written).hexdigest() == store.reports_for(store.open_store(ws),
+                                                                                         v1.id)[0]["id"]
+    assert result.report.encode() == written
+
+
 def test_a_hand_written_passing_report_is_refused(ws, candidate, tmp_path):
     v1 = candidate("genui")
     forged = tmp_path / "forged.json"
