@@ -373,6 +373,7 @@ def _contract(tmp_path, heldout, minimum=0.5) -> Path:
 def test_train_router_registers_a_probe_with_a_registered_report(ws, tmp_path):
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
@@ -383,13 +384,15 @@ def test_train_router_registers_a_probe_with_a_registered_report(ws, tmp_path):
     report = json.loads(Path(result.metrics["report"]).read_text())
     assert set(report["confusion"]) == {"chat", "agent", "coding", "genui"}
     assert report["heldout_share"] == {"chat": 0.25, "agent": 0.25, "coding": 0.25, "genui": 0.25}
-    assert promote(ws, "router:v1").new_ref == "router:v1"     # through the registered report, no --force
+    # through the registered report, no --force
+    assert promote(ws, "router:v1", identify_contract=contract_identity).new_ref == "router:v1"
 
 
 def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
     from mint.errors import Refused
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path), minimum=1.01)
@@ -397,12 +400,13 @@ def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
                           project=DEFAULT_PROJECT)
     assert result.metrics["verdict"] == "fail"
     with pytest.raises(Refused):
-        promote(ws, "router:v1")
+        promote(ws, "router:v1", identify_contract=contract_identity)
 
 
 def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
@@ -411,7 +415,7 @@ def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
     before = run_mint("route", "dashboard widget layout please", "--json")
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["decided_by"] == "rules"          # no router champion yet
-    promote(ws, "router:v1")
+    promote(ws, "router:v1", identify_contract=contract_identity)
     result = run_mint("route", "dashboard widget layout please", "--json")
     assert result.returncode == 0, result.stderr
     routed = json.loads(result.stdout)
@@ -619,6 +623,7 @@ def smollm2_router(tmp_path_factory):
     from mint.data.ingest import ingest
     from mint.mol.router_training import train_router
     from mint.project import DEFAULT_PROJECT
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
     from mint.workspace import workspace
 
@@ -628,7 +633,7 @@ def smollm2_router(tmp_path_factory):
     result = train_router(ws, data="prod", base=SMOLLM2, sets=[f"contract={repo / 'contracts' / 'router.yaml'}"],
                           project=DEFAULT_PROJECT)
     if result.metrics["verdict"] == "pass":
-        promote(ws, result.ref)
+        promote(ws, result.ref, identify_contract=contract_identity)
     return ws, result
 
 
