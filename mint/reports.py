@@ -173,43 +173,38 @@ def _routing_share(ws: Workspace) -> dict:
 def lineage_report(ws: Workspace) -> dict:
     """Per specialist, every revision oldest first with its report's metrics, baseline, gates and verdict,
     its training loss curve; plus routing share over time and the alias moves."""
-    from mint.registry import store
+    from mint.registry import queries
 
     curves = _loss_curves(ws)
-    conn = store.open_store(ws, create=False)
-    try:
-        revisions = store.list_revisions(conn, limit=100_000).revisions[::-1]
-        by_id = {r.id: r for r in revisions}
-        specialists: dict[str, dict] = {}
-        for revision in revisions:
-            entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
-            report = None
-            for row in reversed(store.reports_for(conn, revision.id)):
-                if Path(row["path"]).is_file():
-                    try:
-                        report = read_report(Path(row["path"]))
-                    except BadInput:
-                        continue
-                    break
-            gates = [g for g in (report.gates if report else []) if isinstance(g, dict)]
-            entry["generations"].append({
-                "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
-                "dataset": revision.dataset, "created_at": revision.created_at,
-                "parent": by_id[revision.parent].ref if revision.parent in by_id else None,
-                "verdict": report.verdict if report else None,
-                "primary": _primary_metric(report) if report else None,
-                "metrics": report.metrics if report else {},
-                "baseline_metrics": report.baseline.metrics if report else {},
-                "baseline": report.baseline.revision_id if report else None, "gates": gates,
-                "contract": report.contract.to_dict() if report else None, "report": report.path if report else None,
-                "loss": curves.get(revision.id, [])})
-        for name, entry in specialists.items():
-            events = store.history(conn, name)
-            entry["events"] = [{"at": e.at, "action": e.action, "new": by_id[e.new].ref if e.new in by_id else e.new,
-                                "old": by_id[e.old].ref if e.old in by_id else e.old, "reason": e.reason}
-                               for e in events]
-            target = store.alias_target(conn, name, "champion")
-            entry["champion"] = by_id[target].ref if target in by_id else None
-    finally:
-        conn.close()
+    registry = queries.overview(ws)
+    by_id = {r.id: r for r in registry.revisions}
+    specialists: dict[str, dict] = {}
+    for revision in registry.revisions:
+        entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
+        report = None
+        for row in reversed(registry.reports[revision.id]):
+            if Path(row["path"]).is_file():
+                try:
+                    report = read_report(Path(row["path"]))
+                except BadInput:
+                    continue
+                break
+        gates = [g for g in (report.gates if report else []) if isinstance(g, dict)]
+        entry["generations"].append({
+            "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
+            "dataset": revision.dataset, "created_at": revision.created_at,
+            "parent": by_id[revision.parent].ref if revision.parent in by_id else None,
+            "verdict": report.verdict if report else None,
+            "primary": _primary_metric(report) if report else None,
+            "metrics": report.metrics if report else {},
+            "baseline_metrics": report.baseline.metrics if report else {},
+            "baseline": report.baseline.revision_id if report else None, "gates": gates,
+            "contract": report.contract.to_dict() if report else None, "report": report.path if report else None,
+            "loss": curves.get(revision.id, [])})
+    for name, entry in specialists.items():
+        entry["events"] = [{"at": e.at, "action": e.action, "new": by_id[e.new].ref if e.new in by_id else e.new,
+                            "old": by_id[e.old].ref if e.old in by_id else e.old, "reason": e.reason}
+                           for e in registry.events[name]]
+        target = registry.champions[name]
+        entry["champion"] = by_id[target].ref if target in by_id else None
     return {"home": str(ws.home), "specialists": specialists, "routing": _routing_share(ws)}

@@ -6,11 +6,9 @@ window's and with the held-out distribution in the router champion's contract re
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 from mint.errors import BadInput
 from mint.mol.router import ROUTER

@@ -164,3 +164,26 @@ def promoted_reports(ws: Workspace, specialist: str, exclude_revision: str | Non
         return found
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the lineage report shows of the registry, read in one connection."""
+
+    revisions: list[store.Revision]             # oldest first
+    reports: dict[str, list[dict]]              # revision id -> its registered reports, oldest first
+    events: dict[str, list[store.Event]]        # specialist -> its events, oldest first
+    champions: dict[str, str | None]            # specialist -> its champion's id
+
+
+def overview(ws: Workspace) -> Overview:
+    """Every revision with its reports, and each specialist's events and champion (``mint report``)."""
+    conn = store.open_store(ws, create=False)
+    try:
+        revisions = store.list_revisions(conn, limit=100_000).revisions[::-1]
+        specialists = sorted({r.specialist for r in revisions})
+        return Overview(revisions, {r.id: store.reports_for(conn, r.id) for r in revisions},
+                        {s: store.history(conn, s) for s in specialists},
+                        {s: store.alias_target(conn, s, "champion") for s in specialists})
+    finally:
+        conn.close()
