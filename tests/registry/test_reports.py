@@ -60,6 +60,14 @@ def test_eval_registers_the_bytes_it_wrote_without_reading_them_back(ws, candida
     assert result.report.encode() == written
 
 
+def test_mint_promote_hands_promotion_the_contract_identity(ws, candidate, ui_contract, capsys):
+    # the report names its contract file: promotion refuses it unless the command says what that file is now
+    v1 = candidate("genui")
+    evaluate(ws, v1.ref, ui_contract)
+    assert main(["promote", v1.ref]) == 0
+    assert store.alias_target(store.open_store(ws), "genui", "champion") == v1.id
+
+
 def test_a_hand_written_passing_report_is_refused(ws, candidate, tmp_path):
     v1 = candidate("genui")
     forged = tmp_path / "forged.json"
