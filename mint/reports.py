@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.registry.report import Report, read_report
 from mint.workspace import Workspace
 
 REPORT_FILE = "report.json"
@@ -35,38 +36,23 @@ class ReportDiff:
     metrics: list[MetricDiff]
 
 
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"not a readable JSON report: {exc}", file=str(path)) from None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-        raise BadInput("not a mint report (no `metrics` object)", file=str(path))
-    return {**data, "path": str(path)}
-
-
-def load_report(ws: Workspace, ref_or_file: str) -> dict:
+def load_report(ws: Workspace, ref_or_file: str) -> Report:
     """The report named by a file, a folder, or a revision reference (its newest registered report)."""
     path = Path(ref_or_file)
     if path.is_dir():
         path = path / REPORT_FILE
     if path.is_file():
-        return _read(path)
-    from mint.registry import store
+        return read_report(path)
+    from mint.registry import queries, store
 
     if not store.db_path(ws).exists():
         raise BadInput(f"{ref_or_file!r} is neither a report file nor a revision (no registry in {ws.home})",
                        field="REF")
-    conn = store.open_store(ws, create=False)
-    try:
-        revision = store.resolve(conn, ref_or_file)
-        rows = store.reports_for(conn, revision.id)
-    finally:
-        conn.close()
-    for row in reversed(rows):                      # newest first; skip reports whose file is gone
+    detail = queries.show(ws, ref_or_file)
+    for row in reversed(detail.reports):            # newest first; skip reports whose file is gone
         if Path(row["path"]).is_file():
-            return _read(Path(row["path"]))
-    raise BadInput(f"{revision.ref} has no report; run `mint eval {revision.ref} --contract FILE`", field="REF")
+            return read_report(Path(row["path"]))
+    raise BadInput(f"{detail.ref} has no report; run `mint eval {detail.ref} --contract FILE`", field="REF")
 
 
 def gate_delta(gate: dict) -> tuple[float | None, list[float] | None]:
@@ -79,8 +65,8 @@ def gate_delta(gate: dict) -> tuple[float | None, list[float] | None]:
     return (delta if isinstance(delta, (int, float)) else None), ([low, high] if numbers else None)
 
 
-def _gates_by_metric(report: dict) -> dict[str, dict]:
-    gates = report.get("gates") if isinstance(report.get("gates"), list) else []
+def _gates_by_metric(report: Report) -> dict[str, dict]:
+    gates = report.gates or []
     return {g["metric"]: g for g in gates if isinstance(g, dict) and isinstance(g.get("metric"), str)}
 
 
@@ -88,40 +74,37 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def diff_reports(a: dict, b: dict) -> ReportDiff:
+def diff_reports(a: Report, b: Report) -> ReportDiff:
     """Metric by metric: A's value, B's, B − A, and each side's gate outcome."""
     gates_a, gates_b = _gates_by_metric(a), _gates_by_metric(b)
-    names = sorted(set(a["metrics"]) | set(b["metrics"]) | set(gates_a) | set(gates_b))
+    names = sorted(set(a.metrics) | set(b.metrics) | set(gates_a) | set(gates_b))
     rows = []
     for name in names:
-        va, vb = _number(a["metrics"].get(name)), _number(b["metrics"].get(name))
+        va, vb = _number(a.metrics.get(name)), _number(b.metrics.get(name))
         ga, gb = gates_a.get(name), gates_b.get(name)
         rows.append(MetricDiff(name, va, vb, None if va is None or vb is None else vb - va,
                                ga.get("passed") if ga else None, gb.get("passed") if gb else None,
                                (gb or ga or {}).get("rule")))
-    ca, cb = a.get("contract") or {}, b.get("contract") or {}
-    same = isinstance(ca, dict) and isinstance(cb, dict) and ca.get("sha256") == cb.get("sha256") is not None
+    same = a.contract.sha256 == b.contract.sha256
     return ReportDiff(a=_header(a), b=_header(b), same_contract=same, metrics=rows)
 
 
-def _header(report: dict) -> dict:
-    contract = report.get("contract") if isinstance(report.get("contract"), dict) else {}
-    baseline = report.get("baseline") if isinstance(report.get("baseline"), dict) else {}
-    return {"revision": report.get("revision"), "revision_id": report.get("revision_id"),
-            "contract": f"{contract.get('name')} v{contract.get('version')}", "verdict": report.get("verdict"),
-            "baseline_revision_id": baseline.get("revision_id"), "source": report.get("source"),
-            "created_at": report.get("created_at"), "path": report.get("path")}
+def _header(report: Report) -> dict:
+    return {"revision": report.revision, "revision_id": report.revision_id,
+            "contract": f"{report.contract.name} v{report.contract.version}", "verdict": report.verdict,
+            "baseline_revision_id": report.baseline.revision_id, "source": report.source,
+            "created_at": report.created_at, "path": report.path}
 
 
 # --- the lineage report: `mint report [--html FILE]` ---------------------------------------------------
 
-def _primary_metric(report: dict) -> str | None:
+def _primary_metric(report: Report) -> str | None:
     """The contract's first gated metric that is not latency: what "better" means for the specialist."""
-    for gate in report.get("gates") or []:
+    for gate in report.gates:
         name = gate.get("metric") if isinstance(gate, dict) else None
-        if isinstance(name, str) and not name.startswith("latency.") and name in report.get("metrics", {}):
+        if isinstance(name, str) and not name.startswith("latency.") and name in report.metrics:
             return name
-    metrics = [m for m in report.get("metrics", {}) if not m.startswith("latency.")]
+    metrics = [m for m in report.metrics if not m.startswith("latency.")]
     return metrics[0] if metrics else None
 
 
@@ -190,42 +173,38 @@ def _routing_share(ws: Workspace) -> dict:
 def lineage_report(ws: Workspace) -> dict:
     """Per specialist, every revision oldest first with its report's metrics, baseline, gates and verdict,
     its training loss curve; plus routing share over time and the alias moves."""
-    from mint.registry import store
+    from mint.registry import queries
 
     curves = _loss_curves(ws)
-    conn = store.open_store(ws, create=False)
-    try:
-        revisions = store.list_revisions(conn, limit=100_000).revisions[::-1]
-        by_id = {r.id: r for r in revisions}
-        specialists: dict[str, dict] = {}
-        for revision in revisions:
-            entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
-            report = None
-            for row in reversed(store.reports_for(conn, revision.id)):
-                if Path(row["path"]).is_file():
-                    try:
-                        report = _read(Path(row["path"]))
-                    except BadInput:
-                        continue
-                    break
-            baseline = (report or {}).get("baseline") or {}
-            gates = [g for g in (report or {}).get("gates") or [] if isinstance(g, dict)]
-            entry["generations"].append({
-                "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
-                "dataset": revision.dataset, "created_at": revision.created_at,
-                "parent": by_id[revision.parent].ref if revision.parent in by_id else None,
-                "verdict": (report or {}).get("verdict"), "primary": _primary_metric(report) if report else None,
-                "metrics": (report or {}).get("metrics") or {}, "baseline_metrics": baseline.get("metrics") or {},
-                "baseline": baseline.get("revision_id"), "gates": gates,
-                "contract": (report or {}).get("contract"), "report": (report or {}).get("path"),
-                "loss": curves.get(revision.id, [])})
-        for name, entry in specialists.items():
-            events = store.history(conn, name)
-            entry["events"] = [{"at": e.at, "action": e.action, "new": by_id[e.new].ref if e.new in by_id else e.new,
-                                "old": by_id[e.old].ref if e.old in by_id else e.old, "reason": e.reason}
-                               for e in events]
-            target = store.alias_target(conn, name, "champion")
-            entry["champion"] = by_id[target].ref if target in by_id else None
-    finally:
-        conn.close()
+    registry = queries.overview(ws)
+    by_id = {r.id: r for r in registry.revisions}
+    specialists: dict[str, dict] = {}
+    for revision in registry.revisions:
+        entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
+        report = None
+        for row in reversed(registry.reports[revision.id]):
+            if Path(row["path"]).is_file():
+                try:
+                    report = read_report(Path(row["path"]))
+                except BadInput:
+                    continue
+                break
+        gates = [g for g in (report.gates if report else []) if isinstance(g, dict)]
+        entry["generations"].append({
+            "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
+            "dataset": revision.dataset, "created_at": revision.created_at,
+            "parent": by_id[revision.parent].ref if revision.parent in by_id else None,
+            "verdict": report.verdict if report else None,
+            "primary": _primary_metric(report) if report else None,
+            "metrics": report.metrics if report else {},
+            "baseline_metrics": report.baseline.metrics if report else {},
+            "baseline": report.baseline.revision_id if report else None, "gates": gates,
+            "contract": report.contract.to_dict() if report else None, "report": report.path if report else None,
+            "loss": curves.get(revision.id, [])})
+    for name, entry in specialists.items():
+        entry["events"] = [{"at": e.at, "action": e.action, "new": by_id[e.new].ref if e.new in by_id else e.new,
+                            "old": by_id[e.old].ref if e.old in by_id else e.old, "reason": e.reason}
+                           for e in registry.events[name]]
+        target = registry.champions[name]
+        entry["champion"] = by_id[target].ref if target in by_id else None
     return {"home": str(ws.home), "specialists": specialists, "routing": _routing_share(ws)}

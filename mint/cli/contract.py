@@ -95,7 +95,7 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
     with bars:
         result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
                           progress=progress, baseline_predictions=baseline_predictions)
-    report = result.report
+    report = result.report.to_dict()
     if json_out:
         print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
     else:

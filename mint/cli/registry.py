@@ -213,9 +213,11 @@ def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", he
 
     Example: mint promote genui:v2
     """
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote as run_promote
 
-    _render_move(run_promote(ws(), ref, report_path=report, force=force, why=why), json_out)
+    _render_move(run_promote(ws(), ref, report_path=report, force=force, why=why,
+                             identify_contract=contract_identity), json_out)
 
 
 @app.command()

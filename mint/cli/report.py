@@ -73,23 +73,21 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
 
     report = load_report(ws(), ref)
     if json_out:
-        return print_json(report)
-    contract = report.get("contract") or {}
-    baseline = report.get("baseline") or {}
-    base_metrics = baseline.get("metrics") or {}
-    gates = {g.get("metric"): g for g in report.get("gates") or [] if isinstance(g, dict)}
-    table = Table(title=escape(f"{report.get('revision')} under {contract.get('name')} v{contract.get('version')}"))
+        return print_json({**report.to_dict(), "path": report.path})
+    base_metrics = report.baseline.metrics
+    gates = {g.get("metric"): g for g in report.gates if isinstance(g, dict)}
+    table = Table(title=escape(f"{report.label} under {report.contract.name} v{report.contract.version}"))
     for column in ("metric", "value", "baseline", "rule", "result"):
         table.add_column(column, overflow="fold")
-    for metric in sorted(set(report["metrics"]) | set(gates)):
+    for metric in sorted(set(report.metrics) | set(gates), key=str):
         gate = gates.get(metric) or {}
-        value = report["metrics"].get(metric, gate.get("value"))
-        table.add_row(escape(metric), _num(value), _num(gate.get("baseline", base_metrics.get(metric))),
+        value = report.metrics.get(metric, gate.get("value"))
+        table.add_row(escape(str(metric)), _num(value), _num(gate.get("baseline", base_metrics.get(metric))),
                       escape(str(gate.get("rule", ""))), _gate(gate.get("passed")))
     out.print(table)
-    out.print(f"verdict: {escape(str(report.get('verdict')))}  baseline: "
-              f"{escape(str(baseline.get('revision_id') or 'none'))}  source: {escape(str(report.get('source')))}")
-    out.print(f"report: {escape(report['path'])}")
+    out.print(f"verdict: {escape(report.verdict)}  baseline: "
+              f"{escape(str(report.baseline.revision_id or 'none'))}  source: {escape(report.source)}")
+    out.print(f"report: {escape(str(report.path))}")
 
 
 @report_app.command("diff")

@@ -25,9 +25,10 @@ from mint.contract.paired import PairedDelta, compare
 from mint.contract.precision import DecodingPrecision, decoding_precision, report_precision
 from mint.contract.schema import Contract, load_contract
 from mint.errors import BadInput, Refused
-from mint.registry import store
+from mint.registry import queries
 from mint.registry.artifacts import load_revision
-from mint.registry.promotion import Report, base_report_owner, find_registered_report, read_report, record_report
+from mint.registry.report import ContractIdentity, Report, ReportBaseline, base_report_owner
+from mint.registry.store import now
 from mint.faults import checkpoint
 from mint.workspace import Workspace, atomic_dir
 
@@ -39,26 +40,19 @@ PREDICTIONS_FILE = "predictions.jsonl"
 
 @dataclass
 class EvalResult:
-    report: dict
+    report: Report          # as written to report_path (its id is the sha256 of that file)
     report_path: str
     predictions_path: str
     baseline_evaluated: bool
 
     @property
     def passed(self) -> bool:
-        return self.report["verdict"] == "pass"
+        return self.report.verdict == "pass"
 
 
 def check_not_stale(ws: Workspace, contract: Contract) -> None:
     """A contract edited without a new version, or older than one already used, is refused at its line."""
-    if not store.db_path(ws).exists():
-        return
-    conn = store.open_store(ws)
-    try:
-        rows = conn.execute("SELECT DISTINCT contract_version, contract_sha256 FROM reports WHERE contract_name = ?",
-                            (contract.name,)).fetchall()
-    finally:
-        conn.close()
+    rows = queries.contract_versions(ws, contract.name)
     line = contract.doc.line("version") if contract.doc else None
     newest = max((r[0] for r in rows), default=None)
     if newest is not None and newest > contract.version:
@@ -146,33 +140,32 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
                         {s.name: len(r) for s, r in suites}, paired)
     label = revision.ref if revision else ("base" if is_base else (ref or "predictions"))
-    report = {
-        "revision": label, "revision_id": revision.id if revision else None,
-        "base": base_name, "base_fingerprint": fingerprint, "contract": contract.ref,
-        "baseline": {"revision_id": baseline.revision_id, "label": baseline.label, "report": baseline.report_id,
-                     "metrics": baseline.metrics},
-        # what every generation compared under this contract on this host decodes at, and why
-        "precision": precision.record(),
-        "metrics": metrics, "gates": [asdict(g) for g in gates],
-        # what the harness says beside its metrics (the router's: its confusion matrix, the held-out distribution)
-        **contract.harness().report_fields([r for _suite, records in suites for r in records],
-                                           [o for suite, _records in suites for o in outputs[suite.name]]),
-        "verdict": "pass" if all(g.passed for g in gates) else "fail",
-        "examples": {suite.name: len(records) for suite, records in suites},
-        "examples_sha256": examples_sha256,
-        # what each suite was, so a later generation can be measured on this one's retention suites again
-        "suites": [{"name": suite.name, "source": suite.source, "metrics": list(suite.metrics),
-                    "sha256": None if suite.live else hashlib.sha256(suite.data.read_bytes()).hexdigest()}
-                   for suite, _records in suites],
-        # suites drawn from a dataset: its resolved version and the episodes used, to make the report again
-        **({"live_suites": live_suites} if live_suites else {}),
-        "statistics": STATISTICS,
-        "source": "predictions" if predictions is not None else "generated", "generation": generation,
-        "predictions": PREDICTIONS_FILE, "created_at": store.now(),
-        "duration_s": round(time.perf_counter() - started, 3),
-    }
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    report["predictions_sha256"] = hashlib.sha256(predictions_text.encode("utf-8")).hexdigest()
+    report = Report(
+        revision=label, revision_id=revision.id if revision else None,
+        base=base_name, base_fingerprint=fingerprint, contract=_identity(contract),
+        baseline=ReportBaseline(baseline.revision_id, baseline.metrics, label=baseline.label,
+                                report=baseline.report_id),
+        # what every generation compared under this contract on this host decodes at, and why
+        precision=precision.record(),
+        metrics=metrics, gates=[asdict(g) for g in gates],
+        verdict="pass" if all(g.passed for g in gates) else "fail",
+        examples={suite.name: len(records) for suite, records in suites},
+        examples_sha256=examples_sha256,
+        # what each suite was, so a later generation can be measured on this one's retention suites again
+        suites=[{"name": suite.name, "source": suite.source, "metrics": list(suite.metrics),
+                 "sha256": None if suite.live else hashlib.sha256(suite.data.read_bytes()).hexdigest()}
+                for suite, _records in suites],
+        # suites drawn from a dataset: its resolved version and the episodes used, to make the report again
+        live_suites=live_suites or None,
+        statistics=STATISTICS,
+        source="predictions" if predictions is not None else "generated", generation=generation,
+        predictions=PREDICTIONS_FILE, created_at=now(),
+        duration_s=round(time.perf_counter() - started, 3),
+        predictions_sha256=hashlib.sha256(predictions_text.encode("utf-8")).hexdigest(),
+        # what the harness says beside its metrics (the router's: its confusion matrix, the held-out distribution)
+        extra=contract.harness().report_fields([r for _suite, records in suites for r in records],
+                                               [o for suite, _records in suites for o in outputs[suite.name]]))
     if out_dir is not None:
         target = out_dir
     elif is_base and not _base_dir(ws, contract, fingerprint, examples_sha256, precision.used).exists():
@@ -182,18 +175,20 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
             f"{(revision.id[:12] if revision else label)}-{time.strftime('%Y%m%dT%H%M%S')}-{time.perf_counter_ns() % 10**6}"
     if target.exists():
         raise BadInput("already exists; choose another --out", file=str(target))
+    encoded = report.encode()
     with atomic_dir(target) as tmp:
         (tmp / PREDICTIONS_FILE).write_text(predictions_text, encoding="utf-8")
-        (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / REPORT_FILE).write_bytes(encoded)
+    report = report.stored(target / REPORT_FILE, encoded)   # registered as the bytes written, not re-read
     checkpoint("eval.report_published")   # on disk but not registered: promote must not trust it
     if revision is not None or is_base:
-        conn = store.open_store(ws)
-        try:
-            with store.write(conn):
-                record_report(conn, read_report(target / REPORT_FILE))
-        finally:
-            conn.close()
+        queries.register_report(ws, report)
     return EvalResult(report, str(target / REPORT_FILE), str(target / PREDICTIONS_FILE), baseline_evaluated)
+
+
+def _identity(contract: Contract) -> ContractIdentity:
+    """The loaded contract's identity as the registry files it (load_contract computed the hash)."""
+    return ContractIdentity(contract.name, contract.version, contract.sha256, str(contract.path))
 
 
 def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dict) -> tuple[dict, list[dict]]:
@@ -231,11 +226,7 @@ def _predictions_baseline(ws, contract, suites, keys, examples_sha256, champion_
         metrics, rows = _score(contract, suites, keys, outputs, latencies)
         return Baseline(None, f"predictions {baseline_predictions.name}", None, metrics, rows, examples_sha256)
     if champion_id is not None:
-        conn = store.open_store(ws)
-        try:
-            found = find_registered_report(conn, f"{champion_id}", contract.ref, examples_sha256)
-        finally:
-            conn.close()
+        found = queries.find_report(ws, champion_id, _identity(contract), examples_sha256)
         if found is not None:
             return _load_baseline(ws, found)
     return Baseline(None, NO_BASELINE, None, {}, [], examples_sha256)
@@ -311,26 +302,18 @@ def _is_number(value) -> bool:
 
 
 def _champion(ws: Workspace, contract: Contract) -> str | None:
-    if not store.db_path(ws).exists():
-        return None
-    conn = store.open_store(ws)
-    try:
-        return store.alias_target(conn, contract.specialist, "champion")
-    finally:
-        conn.close()
+    return queries.champion(ws, contract.specialist)
 
 
 def _load_baseline(ws: Workspace, report: Report) -> Baseline:
     """The rows of a registered report, checked against the predictions hash its report records."""
-    data = json.loads(Path(report.path).read_bytes())
     predictions = Path(report.path).parent / PREDICTIONS_FILE
     raw = predictions.read_bytes() if predictions.is_file() else b""
-    if hashlib.sha256(raw).hexdigest() != data.get("predictions_sha256"):
+    if hashlib.sha256(raw).hexdigest() != report.predictions_sha256:
         raise Refused(f"{predictions} changed since its report was registered; re-run `mint eval` for "
                       f"{report.label} or delete {Path(report.path).parent}")
     rows = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
-    return Baseline(report.revision_id, report.label, report.id, data.get("metrics") or {}, rows,
-                    report.examples_sha256)
+    return Baseline(report.revision_id, report.label, report.id, report.metrics, rows, report.examples_sha256)
 
 
 def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPrecision:
@@ -350,24 +333,19 @@ def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPre
 
 def _at(precision: DecodingPrecision):
     """Whether a registered report was generated at ``precision`` (a baseline at another one is not reused)."""
-    return lambda report: report_precision(json.loads(Path(report.path).read_bytes())) == precision.used
+    return lambda report: report_precision(report.to_dict()) == precision.used
 
 
 def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded, resolved,
                        precision):
     """The champion's newest registered, generated report on these examples at this precision; evaluated now
     when it has none."""
-    conn = store.open_store(ws)
-    try:
-        champion = store.get_revision(conn, champion_id)
-        found = find_registered_report(conn, f"{champion_id}", contract.ref, examples_sha256, where=_at(precision))
-    finally:
-        conn.close()
+    found = queries.find_report(ws, champion_id, _identity(contract), examples_sha256, where=_at(precision))
     if found is not None:
         return _load_baseline(ws, found), False
-    result = _evaluate(ws, champion.ref, contract, out_dir=None, limit=limit, predictions=None, base=base,
+    result = _evaluate(ws, queries.revision_ref(ws, champion_id), contract, out_dir=None, limit=limit, predictions=None, base=base,
                        progress=progress, loaded=loaded, resolved=resolved)
-    return _load_baseline(ws, read_report(Path(result.report_path))), True
+    return _load_baseline(ws, result.report), True
 
 
 def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str, precision: str) -> Path:
@@ -379,18 +357,13 @@ def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, lo
     """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint, examples
     and precision."""
     fingerprint = _base_fingerprint(base_name, loaded)
-    if store.db_path(ws).exists():
-        conn = store.open_store(ws)
-        try:
-            found = find_registered_report(conn, base_report_owner(fingerprint), contract.ref, examples_sha256,
-                                           where=_at(precision))
-        finally:
-            conn.close()
-        if found is not None:
-            return _load_baseline(ws, found), False
+    found = queries.find_report(ws, base_report_owner(fingerprint), _identity(contract), examples_sha256,
+                                where=_at(precision))
+    if found is not None:
+        return _load_baseline(ws, found), False
     result = _evaluate(ws, "base", contract, out_dir=None, limit=limit, predictions=None, base=base_name,
                        progress=progress, loaded=loaded, resolved=resolved)
-    return _load_baseline(ws, read_report(Path(result.report_path))), True
+    return _load_baseline(ws, result.report), True
 
 
 def _base_fingerprint(base_name: str, loaded: dict) -> str:

@@ -23,7 +23,8 @@ from mint.contract.paired import compare, significant_regression
 from mint.contract.precision import report_precision
 from mint.contract.schema import Contract, Suite, load_contract, read_suite
 from mint.errors import BadInput
-from mint.registry import store
+from mint.registry import queries
+from mint.registry.report import read_report
 from mint.workspace import Workspace
 
 RETENTION_PREFIX = "retention"
@@ -60,10 +61,10 @@ def _tolerances(report: dict, suite_name: str) -> dict[str, float]:
 def _rows(report_path: Path, suite_name: str) -> list[dict]:
     from mint.contract.evaluate import PREDICTIONS_FILE
 
-    data = json.loads(report_path.read_bytes())
+    recorded = read_report(report_path).predictions_sha256
     predictions = report_path.parent / PREDICTIONS_FILE
     raw = predictions.read_bytes() if predictions.is_file() else b""
-    if hashlib.sha256(raw).hexdigest() != data.get("predictions_sha256"):
+    if hashlib.sha256(raw).hexdigest() != recorded:
         return []       # edited since it was registered: not evidence
     return [row for row in (json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip())
             if row.get("suite") == suite_name]
@@ -72,36 +73,16 @@ def _rows(report_path: Path, suite_name: str) -> list[dict]:
 def earlier_retention_suites(ws: Workspace, specialist: str, exclude_revision: str | None = None) -> list[dict]:
     """Every distinct retention suite (by file content) of the reports the specialist's champions were promoted
     with, oldest first, each with the generation that introduced it, that report and its tolerances."""
-    from mint.registry.promotion import read_report
-
-    if not store.db_path(ws).exists():
-        return []
-    conn = store.open_store(ws)
-    try:
-        events = [e for e in store.history(conn, specialist) if e.alias == "champion"
-                  and e.action in ("promote", "force-promote") and e.new and e.report]
-        found: dict[str, dict] = {}
-        for event in events:
-            if event.new == exclude_revision:
+    found: dict[str, dict] = {}
+    for promoted in queries.promoted_reports(ws, specialist, exclude_revision=exclude_revision):
+        data = promoted.report.to_dict()
+        for suite in _suites_of(data):
+            digest = suite.get("sha256")
+            if not str(suite.get("name", "")).startswith(RETENTION_PREFIX) or not digest or digest in found:
                 continue
-            try:
-                report = read_report(Path(event.report))
-            except BadInput:
-                continue        # gone since: nothing to compare with
-            registered = conn.execute("SELECT 1 FROM reports WHERE id = ?", (report.id,)).fetchone()
-            revision = store.get_revision(conn, event.new)
-            if not registered or revision is None:
-                continue        # edited since `mint eval` registered it: not evidence
-            data = json.loads(Path(report.path).read_bytes())
-            for suite in _suites_of(data):
-                digest = suite.get("sha256")
-                if not str(suite.get("name", "")).startswith(RETENTION_PREFIX) or not digest or digest in found:
-                    continue
-                found[digest] = {"suite": suite["name"], "sha256": digest, "source": suite.get("source"),
-                                 "metrics": list(suite.get("metrics") or []), "introduced_by": revision.ref,
-                                 "report": report.path, "tolerances": _tolerances(data, suite["name"])}
-    finally:
-        conn.close()
+            found[digest] = {"suite": suite["name"], "sha256": digest, "source": suite.get("source"),
+                             "metrics": list(suite.get("metrics") or []), "introduced_by": promoted.revision.ref,
+                             "report": promoted.report.path, "tolerances": _tolerances(data, suite["name"])}
     return list(found.values())
 
 
@@ -111,7 +92,7 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
     ``contract`` is ``report_path``) against the generation that introduced the suite."""
     from mint.registry.artifacts import load_revision
 
-    report = json.loads(Path(report_path).read_bytes())
+    report = read_report(Path(report_path)).to_dict()
     revision, adapter_dir = load_revision(ws, revision_ref)
     own = {s.get("sha256"): s["name"] for s in _suites_of(report) if s.get("sha256")}
     to_generate, measured = [], {}

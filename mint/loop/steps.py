@@ -338,10 +338,10 @@ class Eval(StepKind):
         transfer = backward_transfer(context.ws, load_contract(contract_path), candidate["revision"],
                                      Path(result.report_path), base=context.base)
         output = {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
-                  "report": result.report_path, "verdict": report["verdict"], "metrics": report["metrics"],
-                  "baseline": report.get("baseline") or {}, "gates": report.get("gates") or [],
-                  "backward_transfer": transfer, **({"live_suites": report["live_suites"]}
-                                                    if report.get("live_suites") else {})}
+                  "report": result.report_path, "verdict": report.verdict, "metrics": report.metrics,
+                  "baseline": report.baseline.to_dict(), "gates": report.gates,
+                  "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites
+                                                    else {})}
         twin = (context.experiences.get(step.specialist) or {}).get("twin")
         if twin and candidate.get("plan"):   # the placebo twin: the same steps on unverified answers
             from mint.loop.placebo import train_placebo_twin
@@ -369,6 +369,7 @@ class Promote(StepKind):
         return content_key("promote", evaluation["revision_id"], evaluation["report"])
 
     def run(self, context, step):
+        from mint.contract.identity import contract_identity
         from mint.registry.promotion import promote, reject
 
         evaluation = context.evaluations[step.specialist]
@@ -390,7 +391,8 @@ class Promote(StepKind):
             return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": why,
                     "champion": context.champion_ref(step.specialist)}
         try:
-            promote(context.ws, ref, report_path=Path(evaluation["report"]))
+            promote(context.ws, ref, report_path=Path(evaluation["report"]),
+                    identify_contract=contract_identity)
         except Refused as exc:
             return {"action": "refused", "revision": ref, "verdict": "fail", "reason": str(exc),
                     "champion": context.champion_ref(step.specialist)}
@@ -446,6 +448,7 @@ class Route(StepKind):
         return content_key("route", step.options, self.routing_labels(context), context.base)
 
     def run(self, context, step):
+        from mint.contract.identity import contract_identity
         from mint.registry.promotion import promote, reject
         from mint.train.kinds import default_contract, train_specialist
 
@@ -464,7 +467,7 @@ class Route(StepKind):
                   "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}}
         if verdict == "pass":
             try:
-                promote(context.ws, result.ref)
+                promote(context.ws, result.ref, identify_contract=contract_identity)
                 output["action"] = "promoted"
             except Refused as exc:
                 output.update(action="refused", reason=str(exc))

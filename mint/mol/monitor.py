@@ -6,11 +6,9 @@ window's and with the held-out distribution in the router champion's contract re
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 from mint.errors import BadInput
 from mint.mol.turnlog import scan_turns
@@ -82,23 +80,11 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _heldout_share(ws: Workspace, router: str) -> dict[str, float] | None:
     """The true distribution of the router champion's held-out set, from its newest passing report."""
-    from mint.registry import store
+    from mint.registry import queries
 
-    if not store.db_path(ws).exists():
-        return None
-    conn = store.open_store(ws, create=False)
-    try:
-        champion = store.alias_target(conn, router, "champion")
-        row = conn.execute("SELECT path FROM reports WHERE revision_id = ? ORDER BY created_at DESC LIMIT 1",
-                           (champion,)).fetchone() if champion else None
-    finally:
-        conn.close()
-    if row is None:
-        return None
-    try:
-        share = json.loads(Path(row[0]).read_text()).get("heldout_share")
-    except (OSError, ValueError):
-        return None
+    champion = queries.champion(ws, router)
+    report = queries.newest_report(ws, champion) if champion else None
+    share = report.extra.get("heldout_share") if report else None
     return share if isinstance(share, dict) else None
 
 

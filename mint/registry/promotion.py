@@ -6,128 +6,53 @@ promotions racing on one specialist can never both win.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from mint.errors import BadInput, Refused
+from mint.errors import BadInput, MintError, Refused
 from mint.faults import checkpoint
 from mint.registry import store
 from mint.registry.artifacts import revision_dir, verify_revision
 from mint.registry.refs import check_name
+from mint.registry.report import ContractIdentity, Report, read_report
 from mint.registry.servers import adapter_rank, running_servers
 from mint.registry.store import StaleBaseline
 from mint.workspace import Workspace
 
-
-@dataclass(frozen=True)
-class Report:
-    """The part of an evaluation report (DESIGN.md) that promotion relies on.
-
-    ``id`` is the sha256 of the report file's bytes: ``mint eval`` registers it, and promotion trusts a report
-    only while the file still hashes to a registered id, so a hand-written or edited report is refused.
-    """
-
-    path: str
-    id: str
-    revision_id: str | None         # None for a report of the bare base
-    label: str
-    base_fingerprint: str | None
-    contract_name: str
-    contract_version: int
-    contract_sha256: str
-    contract_path: str | None
-    verdict: str
-    baseline_revision_id: str | None
-    baseline_report: str | None     # id of the report the gates compared with
-    examples_sha256: str | None     # which examples were measured (mint.contract.evaluate.examples_digest)
-    source: str                     # "generated" by mint eval, or "predictions" made elsewhere
-    created_at: str
-
-    @property
-    def contract(self) -> dict:
-        return {"name": self.contract_name, "version": self.contract_version, "sha256": self.contract_sha256}
-
-    @property
-    def owner(self) -> str:
-        """What the registry files the report under: the revision id, or the base's fingerprint."""
-        return self.revision_id or base_report_owner(self.base_fingerprint or "unknown")
+# what a contract file is now (mint.contract.identity.contract_identity): the caller's, so the registry never
+# loads a contract
+IdentifyContract = Callable[[Path], ContractIdentity]
 
 
-def base_report_owner(fingerprint: str) -> str:
-    return f"base:{fingerprint}"
-
-
-def read_report(path: Path) -> Report:
-    """Parse and check a report file; every problem names the file and the field."""
-    try:
-        raw = path.read_bytes()
-        data = json.loads(raw.decode("utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        raise BadInput("no such report", file=str(path)) from None
-    except IsADirectoryError:
-        raise BadInput("is a folder; give its report.json", file=str(path)) from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise BadInput(f"not a JSON report: {exc}", file=str(path)) from None
-
-    def need(value, kind, field):
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise BadInput(f"expected {kind.__name__ if isinstance(kind, type) else 'a value'}", file=str(path),
-                           field=field)
-        return value
-
-    def optional_str(value, field):
-        if value is not None and not isinstance(value, str):
-            raise BadInput("expected a string or null", file=str(path), field=field)
-        return value
-
-    if not isinstance(data, dict):
-        raise BadInput("expected a JSON object", file=str(path))
-    contract = need(data.get("contract"), dict, "contract")
-    baseline = data.get("baseline") or {}
-    if not isinstance(baseline, dict):
-        raise BadInput("expected an object", file=str(path), field="baseline")
-    verdict = need(data.get("verdict"), str, "verdict")
-    if verdict not in ("pass", "fail"):
-        raise BadInput(f"{verdict!r} is not pass or fail", file=str(path), field="verdict")
-    revision_id = data.get("revision_id")
-    fingerprint = optional_str(data.get("base_fingerprint"), "base_fingerprint")
-    if revision_id is None and data.get("revision") == "base" and fingerprint:
-        label = "base"
-    else:
-        need(revision_id, str, "revision_id")
-        label = data.get("revision") if isinstance(data.get("revision"), str) else revision_id[:12]
-    source = data.get("source", "generated")
-    if source not in ("generated", "predictions"):
-        raise BadInput(f"{source!r} is not generated or predictions", file=str(path), field="source")
-    return Report(
-        path=str(path.absolute()), id=hashlib.sha256(raw).hexdigest(), revision_id=revision_id, label=label,
-        base_fingerprint=fingerprint,
-        contract_name=need(contract.get("name"), str, "contract.name"),
-        contract_version=need(contract.get("version"), int, "contract.version"),
-        contract_sha256=need(contract.get("sha256"), str, "contract.sha256"),
-        contract_path=contract.get("path") if isinstance(contract.get("path"), str) else None,
-        verdict=verdict, baseline_revision_id=optional_str(baseline.get("revision_id"), "baseline.revision_id"),
-        baseline_report=optional_str(baseline.get("report"), "baseline.report"),
-        examples_sha256=optional_str(data.get("examples_sha256"), "examples_sha256"), source=source,
-        created_at=data.get("created_at") if isinstance(data.get("created_at"), str) else store.now())
+def _check_subject(report: Report) -> None:
+    """A report the registry files is of a revision, or of the bare base (generation 0's baseline)."""
+    if report.revision_id is None and not (report.revision == "base" and report.base_fingerprint):
+        raise BadInput("expected str", file=report.path, field="revision_id")
 
 
 def record_report(conn, report: Report) -> None:
     """Register a report under its content hash (idempotent); ``mint eval`` calls this for every report it
-    writes, and nothing else does, so promotion can tell its reports from any other JSON."""
+    writes, and nothing else does, so promotion can tell its reports from any other JSON. ``report`` is the
+    value as written: its ``id`` is the sha256 of the bytes on disk."""
+    _check_subject(report)
+    if report.id is None or report.path is None:
+        raise MintError("record_report needs a report as stored (Report.stored or read_report)")
     conn.execute("INSERT OR IGNORE INTO reports (id, revision_id, contract_name, contract_version, contract_sha256, "
                  "verdict, baseline_revision_id, path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 (report.id, report.owner, report.contract_name, report.contract_version,
-                  report.contract_sha256, report.verdict, report.baseline_revision_id, report.path,
-                  report.created_at))
+                 (report.id, report.owner, report.contract.name, report.contract.version,
+                  report.contract.sha256, report.verdict, report.baseline.revision_id, report.path,
+                  report.created_at or store.now()))
+
+
+def is_registered(conn, report: Report) -> bool:
+    """Whether ``mint eval`` registered exactly the bytes ``report`` was read from."""
+    return conn.execute("SELECT 1 FROM reports WHERE id = ?", (report.id,)).fetchone() is not None
 
 
 def registered(conn, report: Report) -> None:
     """Refuse ``report`` unless ``mint eval`` registered exactly these bytes."""
-    if conn.execute("SELECT 1 FROM reports WHERE id = ?", (report.id,)).fetchone():
+    if is_registered(conn, report):
         return
     if conn.execute("SELECT 1 FROM reports WHERE path = ?", (report.path,)).fetchone():
         raise Refused(f"{report.path} was edited after `mint eval` registered it; re-run `mint eval {report.label}`")
@@ -142,19 +67,19 @@ def _intact(conn, report_id: str) -> Report | None:
         return None
     try:
         report = read_report(Path(row[0]))
+        _check_subject(report)
     except BadInput:
         return None
     return report if report.id == report_id else None
 
 
-def find_registered_report(conn, owner: str, contract: dict, examples_sha256: str,
+def find_registered_report(conn, owner: str, contract: ContractIdentity, examples_sha256: str,
                            where: Callable[[Report], bool] | None = None) -> Report | None:
     """The newest intact report that mint generated for ``owner`` under ``contract`` on these examples (and
     for which ``where`` holds, when given)."""
     rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND contract_name = ? AND contract_version = ? "
-                        "AND contract_sha256 = ? ORDER BY created_at DESC", (owner, contract["name"],
-                                                                              contract["version"],
-                                                                              contract["sha256"])).fetchall()
+                        "AND contract_sha256 = ? ORDER BY created_at DESC",
+                        (owner, contract.name, contract.version, contract.sha256)).fetchall()
     for (report_id,) in rows:
         report = _intact(conn, report_id)
         if report and report.source == "generated" and report.examples_sha256 == examples_sha256 and \
@@ -173,55 +98,52 @@ def _newest_registered_report(conn, revision_id: str) -> Report | None:
     return None
 
 
-def _contract_sha256(path: Path) -> str:
-    """The current hash of a contract file (the router's is an ordinary contract too)."""
-    from mint.contract.schema import load_contract
-
-    return load_contract(path, check_data=False).sha256
-
-
-def _check_contract_is_current(conn, report: Report, ref: str) -> None:
+def _check_contract_is_current(conn, report: Report, ref: str, identify_contract: IdentifyContract | None) -> None:
+    contract = report.contract
     newer = conn.execute("SELECT MAX(contract_version) FROM reports WHERE contract_name = ?",
-                         (report.contract_name,)).fetchone()[0]
-    if newer is not None and newer > report.contract_version:
-        raise Refused(f"the report is under contract {report.contract_name} v{report.contract_version}, but "
+                         (contract.name,)).fetchone()[0]
+    if newer is not None and newer > contract.version:
+        raise Refused(f"the report is under contract {contract.name} v{contract.version}, but "
                       f"v{newer} is current; re-run `mint eval {ref}`")
-    if report.contract_path:
-        path = Path(report.contract_path)
+    if contract.path:
+        path = Path(contract.path)
         if not path.is_file():
             raise Refused(f"the report's contract {path} no longer exists; re-run `mint eval {ref}`")
+        if identify_contract is None:   # a caller that cannot say what the contract is now can't vouch for it
+            raise Refused(f"the report's contract {path} could not be checked against the report: promote "
+                          "through `mint promote` or pass identify_contract")
         try:
-            sha256 = _contract_sha256(path)
+            current = identify_contract(path)
         except BadInput as exc:
             raise Refused(f"contract {path} changed since this report and no longer loads ({exc}); "
                           f"re-run `mint eval {ref}`") from None
-        if sha256 != report.contract_sha256:
+        if not current.same_contract(contract):
             raise Refused(f"contract {path} (its YAML, suites or catalog) changed since this report; "
                           f"re-run `mint eval {ref}`")
 
 
 def _check_same_examples(conn, report: Report, current: str | None) -> None:
-    """The gates compared the candidate with ``report.baseline_report``: it must be an intact registered report
+    """The gates compared the candidate with ``report.baseline.report``: it must be an intact registered report
     of the current champion (or of the base, for generation 0) under the same contract, on the same examples."""
-    if report.baseline_report is None:
+    if report.baseline.report is None:
         if current is None:
             return
         found = report.examples_sha256 and find_registered_report(conn, current, report.contract,
                                                                    report.examples_sha256)
         if not found:
-            raise Refused(f"the champion has no report under contract {report.contract_name} "
-                          f"v{report.contract_version} on the examples of {report.path}; re-run `mint eval "
+            raise Refused(f"the champion has no report under contract {report.contract.name} "
+                          f"v{report.contract.version} on the examples of {report.path}; re-run `mint eval "
                           f"{report.label}`")
         return
-    baseline = _intact(conn, report.baseline_report)
+    baseline = _intact(conn, report.baseline.report)
     if baseline is None:
-        raise Refused(f"the baseline report {report.baseline_report[:12]} named by {report.path} is not registered "
+        raise Refused(f"the baseline report {report.baseline.report[:12]} named by {report.path} is not registered "
                       f"or was edited; re-run `mint eval {report.label}`")
     expected_owner = current or baseline.owner
     if (baseline.owner != expected_owner or (current is None and baseline.revision_id is not None)
-            or baseline.contract != report.contract or baseline.source != "generated"):
+            or not baseline.contract.same_contract(report.contract) or baseline.source != "generated"):
         raise Refused(f"{report.path} was compared with {baseline.label}'s report under "
-                      f"{baseline.contract_name} v{baseline.contract_version}, not with the current champion's "
+                      f"{baseline.contract.name} v{baseline.contract.version}, not with the current champion's "
                       f"under the same contract; re-run `mint eval {report.label}`")
     if baseline.examples_sha256 != report.examples_sha256:
         raise Refused(f"{report.path} and its baseline report ({baseline.label}) were measured on different "
@@ -257,13 +179,16 @@ def _move_champion(conn, specialist: str, current: str | None, target: store.Rev
 
 
 def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: bool = False,
-            why: str | None = None, check_files: bool = True) -> AliasMove:
+            why: str | None = None, check_files: bool = True,
+            identify_contract: IdentifyContract | None = None) -> AliasMove:
     """Make ``ref`` its specialist's champion if its files are intact and its registered, passing report was
     measured against the current one on the same examples. Every report check runs inside the one write
     transaction that moves the alias.
 
-    ``check_files=False`` only for registries of metadata-only revisions (benchmarks at scale); ``--force``
-    skips the report checks, never the files' hashes.
+    ``identify_contract`` (mint.contract.identity.contract_identity) says what the report's contract file is
+    now: a report whose contract changed since is refused, and without it a report that names its contract
+    file is refused. ``check_files=False`` only for registries of metadata-only revisions (benchmarks at
+    scale); ``--force`` skips the report checks, never the files' hashes.
     """
     if force and not (why and why.strip()):
         raise BadInput("--force needs --why TEXT, which the event log keeps", field="--why")
@@ -271,6 +196,8 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
     try:
         revision = store.resolve(conn, ref)
         given = read_report(Path(report_path)) if report_path else None
+        if given is not None:
+            _check_subject(given)
         if given is not None and given.revision_id is None:
             raise BadInput(f"this is a report of the bare base ({given.base_fingerprint}), the baseline of "
                            "generation 0; base reports can't be promoted: promote a revision with its own report",
@@ -293,13 +220,13 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
                 # outcome the caller asked for already holds, so nothing moves and it is not a refusal
                 return AliasMove("unchanged", revision.specialist, current, revision.id, revision.ref, None, None)
             if not force:
-                _check_promotable(conn, revision, report, current)
+                _check_promotable(conn, revision, report, current, identify_contract)
             checkpoint("promote.checked")
             _move_champion(conn, revision.specialist, current, revision)
             store.record_event(conn, action="force-promote" if force else "promote", specialist=revision.specialist,
                                alias="champion", old=current, new=revision.id,
                                report=report.path if report else None,
-                               contract=report.contract if report else None, reason=why)
+                               contract=report.contract.to_dict() if report else None, reason=why)
             checkpoint("promote.before_commit")
         checkpoint("promote.committed")
         return AliasMove("force-promote" if force else "promote", revision.specialist, current, revision.id,
@@ -322,7 +249,8 @@ def _check_servers_hold(ws: Workspace, revision: store.Revision) -> None:
                           f"champion; restart it with --max-rank {rank} first, or promote with --force --why TEXT")
 
 
-def _check_promotable(conn, revision: store.Revision, report: Report | None, current: str | None) -> None:
+def _check_promotable(conn, revision: store.Revision, report: Report | None, current: str | None,
+                      identify_contract: IdentifyContract | None) -> None:
     if report is None:
         raise Refused(f"no passing report for {revision.ref}; run `mint eval {revision.ref} --contract FILE` "
                       "or pass --report FILE")
@@ -330,17 +258,17 @@ def _check_promotable(conn, revision: store.Revision, report: Report | None, cur
         raise BadInput(f"the report is for revision {report.revision_id[:12]}, not {revision.ref} "
                        f"({revision.id[:12]})", file=report.path, field="revision_id")
     if report.verdict != "pass":
-        raise Refused(f"{revision.ref} failed its gates under {report.contract_name} "
-                      f"v{report.contract_version}; see {report.path}")
+        raise Refused(f"{revision.ref} failed its gates under {report.contract.name} "
+                      f"v{report.contract.version}; see {report.path}")
     if revision.status == "rejected":
         raise Refused(f"{revision.ref} was rejected; promote it with --force --why TEXT if you mean it")
-    _check_contract_is_current(conn, report, revision.ref)
+    _check_contract_is_current(conn, report, revision.ref, identify_contract)
     registered(conn, report)
     if report.source != "generated":
         raise Refused(f"{report.path} scores outputs made elsewhere (--predictions), not {revision.ref} itself; "
                       "promote it with --force --why TEXT if you trust them")
-    if report.baseline_revision_id != current:
-        raise StaleBaseline(f"champion moved from {_describe(conn, report.baseline_revision_id)} to "
+    if report.baseline.revision_id != current:
+        raise StaleBaseline(f"champion moved from {_describe(conn, report.baseline.revision_id)} to "
                             f"{_describe(conn, current)} since this report; re-run `mint eval {revision.ref}`")
     _check_same_examples(conn, report, current)
 

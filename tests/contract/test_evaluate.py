@@ -6,6 +6,7 @@ import pytest
 from mint.cli import main
 from mint.contract.evaluate import evaluate
 from mint.registry import store
+from mint.contract.identity import contract_identity
 from mint.registry.promotion import promote
 from tests.contract.test_schema import GOOD
 
@@ -50,27 +51,28 @@ def test_a_failing_gate_exits_1(ws, candidate, ui_contract, capsys):
 
 def test_base_is_evaluated_without_a_revision(ws, ui_contract):
     result = evaluate(ws, "base", ui_contract, base="tiny-random")
-    assert result.report["revision"] == "base" and result.report["revision_id"] is None
+    assert result.report.revision == "base" and result.report.revision_id is None
 
 
 def test_candidate_is_gated_against_the_champions_report_then_promoted(ws, candidate, ui_contract):
     v1, v2 = candidate("genui"), candidate("genui")
     first = evaluate(ws, v1.ref, ui_contract)
-    promote(ws, v1.ref)                                    # finds v1's registered passing report
+    promote(ws, v1.ref, identify_contract=contract_identity)     # finds v1's registered passing report
     second = evaluate(ws, v2.ref, ui_contract)
-    assert second.report["baseline"]["revision_id"] == v1.id
-    assert second.report["baseline"]["metrics"] == first.report["metrics"]
+    assert second.report.baseline.revision_id == v1.id
+    assert second.report.baseline.metrics == first.report.metrics
     assert not second.baseline_evaluated
-    gate = next(g for g in second.report["gates"] if g["metric"] == "core.parse_rate")
+    gate = next(g for g in second.report.gates if g["metric"] == "core.parse_rate")
     assert gate["rule"].startswith("min 0; no_regression 0; delta +0 [+0, +0] on 3 paired")
-    assert promote(ws, v2.ref).new == v2.id                # the report's baseline is the champion: CAS holds
+    # the report's baseline is the champion: CAS holds
+    assert promote(ws, v2.ref, identify_contract=contract_identity).new == v2.id
 
 
 def test_champion_without_a_report_under_this_version_is_evaluated_first(ws, candidate, ui_contract):
     v1, v2 = candidate("genui"), candidate("genui")
     promote(ws, v1.ref, force=True, why="bootstrap")
     result = evaluate(ws, v2.ref, ui_contract)
-    assert result.baseline_evaluated and result.report["baseline"]["revision_id"] == v1.id
+    assert result.baseline_evaluated and result.report.baseline.revision_id == v1.id
     assert [r["verdict"] for r in store.reports_for(store.open_store(ws), v1.id)] == ["pass"]
 
 
@@ -116,7 +118,7 @@ def test_predictions_generate_nothing_and_fail_only_the_gates_that_need_a_baseli
     rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}}),
              "latency_ms": 120.0} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report
+    report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report.to_dict()
     gates = {g["metric"]: g for g in report["gates"]}
     assert report["baseline"]["label"] == "none" and report["verdict"] == "fail"
     assert not gates["core.parse_rate"]["passed"] and "no baseline to compare with" in gates["core.parse_rate"]["rule"]
@@ -126,10 +128,10 @@ def test_predictions_generate_nothing_and_fail_only_the_gates_that_need_a_baseli
 def test_generation_0_is_gated_against_the_base_measured_once_per_contract(ws, candidate, ui_contract):
     v1, v2 = candidate("genui"), candidate("genui")
     first = evaluate(ws, v1.ref, ui_contract)
-    assert first.baseline_evaluated and first.report["baseline"]["label"] == "base"
+    assert first.baseline_evaluated and first.report.baseline.label == "base"
     second = evaluate(ws, v2.ref, ui_contract)
     assert not second.baseline_evaluated                                  # the base's report is cached
-    assert second.report["baseline"]["report"] == first.report["baseline"]["report"]
+    assert second.report.baseline.report == first.report.baseline.report
     ui_contract.write_text(GOOD.replace("version: 2", "version: 3"))
     assert evaluate(ws, v2.ref, ui_contract).baseline_evaluated           # a new contract: measured again
 
@@ -150,7 +152,7 @@ def test_improve_passes_only_on_a_significant_gain_over_the_base(ws, ui_contract
                 for i in reversed(range(8))]                               # any order: matched by id
         path = tmp_path / f"p{valid}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return evaluate(ws, None, ui_contract, predictions=path, baseline_predictions=baseline).report
+        return evaluate(ws, None, ui_contract, predictions=path, baseline_predictions=baseline).report.to_dict()
 
     baseline = tmp_path / "baseline.jsonl"   # a baseline that never writes a valid tree
     baseline.write_text("".join(json.dumps({"suite": "core", "id": f"card-{i}", "output": "no"}) + "\n"
@@ -199,11 +201,11 @@ def test_predictions_are_paired_with_the_champions_registered_report_without_gen
 
     v1 = candidate("genui")
     evaluate(ws, v1.ref, ui_contract)
-    promote(ws, v1.ref)
+    promote(ws, v1.ref, identify_contract=contract_identity)
     monkeypatch.setattr(evaluation, "generate_outputs", lambda *a, **k: pytest.fail("scoring predictions generated"))
     rows = [{"suite": "core", "index": i, "output": "{}"} for i in range(3)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report
+    report = evaluate(ws, None, ui_contract, predictions=tmp_path / "p.jsonl").report.to_dict()
     assert report["baseline"]["revision_id"] == v1.id and report["baseline"]["report"]
     gate = next(g for g in report["gates"] if g["metric"] == "core.parse_rate")
     assert "on 3 paired" in gate["rule"]

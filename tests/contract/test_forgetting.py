@@ -41,7 +41,7 @@ def test_a_candidate_that_forgets_an_earlier_retention_suite_is_rejected(ws, tmp
                                for i, r in enumerate(rows if name == "retention" else [{"reference": {}}] * 2)))
     first = candidate("genui")
     made = evaluate(ws, first.ref, old, predictions=perfect)
-    assert made.report["metrics"]["retention.parse_rate"] == 1.0
+    assert made.report.metrics["retention.parse_rate"] == 1.0
     promote(ws, first.ref, report_path=made.report_path, force=True, why="generation 1")
 
     # the contract moves on to another retention suite; generation 2 passes it (the champion is as bad there)

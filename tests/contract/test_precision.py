@@ -60,7 +60,7 @@ def baseline_report(ws, result) -> dict:
 
     conn = store.open_store(ws)
     try:
-        row = conn.execute("SELECT path FROM reports WHERE id = ?", (result.report["baseline"]["report"],)).fetchone()
+        row = conn.execute("SELECT path FROM reports WHERE id = ?", (result.report.baseline.report,)).fetchone()
     finally:
         conn.close()
     return json.loads(Path(row[0]).read_text())
@@ -73,9 +73,9 @@ def test_a_candidate_and_its_baseline_decode_at_the_precision_auto_resolved_to(w
     measured = host(bf16_speedup=speedup, agreement=agreement)
     result = evaluate(ws, candidate("genui").ref, contract)
     assert result.baseline_evaluated and len(measured) == 1
-    assert result.report["precision"]["used"] == expected
-    assert generated_at(result.report) == {expected} == generated_at(baseline_report(ws, result))
-    assert result.report["precision"]["resolution"]["figures"]["model"]["speedup"] == speedup
+    assert result.report.precision["used"] == expected
+    assert generated_at(result.report.to_dict()) == {expected} == generated_at(baseline_report(ws, result))
+    assert result.report.precision["resolution"]["figures"]["model"]["speedup"] == speedup
 
 
 def test_auto_is_fixed_after_its_first_resolution(ws, candidate, contract, host):
@@ -83,8 +83,8 @@ def test_auto_is_fixed_after_its_first_resolution(ws, candidate, contract, host)
     first = evaluate(ws, candidate("genui").ref, contract)
     host(bf16_speedup=0.5)   # the same host measuring otherwise later changes nothing: it is not measured again
     again = evaluate(ws, candidate("genui").ref, contract)
-    assert len(measured) == 1 and again.report["precision"] == first.report["precision"]
-    assert generated_at(again.report) == {"bf16"} and not again.baseline_evaluated
+    assert len(measured) == 1 and again.report.precision == first.report.precision
+    assert generated_at(again.report.to_dict()) == {"bf16"} and not again.baseline_evaluated
 
 
 def test_a_cached_baseline_at_another_precision_is_not_reused(ws, candidate, contract, host):
@@ -93,17 +93,17 @@ def test_a_cached_baseline_at_another_precision_is_not_reused(ws, candidate, con
     at_fp32 = evaluate(ws, revision.ref, contract)
     host(flags=("avx512_bf16", "amx_bf16"), bf16_speedup=2.0)   # another host: auto resolves again, to bf16
     at_bf16 = evaluate(ws, revision.ref, contract)
-    assert at_fp32.report["precision"]["used"] == "fp32" and at_bf16.report["precision"]["used"] == "bf16"
+    assert at_fp32.report.precision["used"] == "fp32" and at_bf16.report.precision["used"] == "bf16"
     assert at_bf16.baseline_evaluated and generated_at(baseline_report(ws, at_bf16)) == {"bf16"}
-    assert at_bf16.report["baseline"]["report"] != at_fp32.report["baseline"]["report"]
+    assert at_bf16.report.baseline.report != at_fp32.report.baseline.report
 
 
 def test_auto_stays_fp32_without_measuring_the_model_where_the_probe_finds_bf16_slower(ws, candidate, contract,
                                                                                        host):
     measured = host(probe_speedup=0.4, bf16_speedup=3.0)
     result = evaluate(ws, candidate("genui").ref, contract)
-    assert result.report["precision"]["used"] == "fp32" and measured == []
-    assert "0.40x" in result.report["precision"]["reason"]
+    assert result.report.precision["used"] == "fp32" and measured == []
+    assert "0.40x" in result.report.precision["reason"]
 
 
 def test_a_contract_that_asks_for_fp32_decodes_both_in_fp32_on_a_host_where_bf16_wins(ws, candidate, contract,
@@ -111,7 +111,7 @@ def test_a_contract_that_asks_for_fp32_decodes_both_in_fp32_on_a_host_where_bf16
     contract.write_text(GOOD)   # no precision: fp32
     measured = host(bf16_speedup=3.0)
     result = evaluate(ws, candidate("genui").ref, contract)
-    assert generated_at(result.report) == {"fp32"} == generated_at(baseline_report(ws, result)) and measured == []
+    assert generated_at(result.report.to_dict()) == {"fp32"} == generated_at(baseline_report(ws, result)) and measured == []
 
 
 def test_a_contracts_precision_is_in_its_hash(ws, candidate, contract, host):
@@ -155,5 +155,5 @@ def test_a_champions_report_at_another_precision_is_not_its_baseline(ws, candida
     promote(ws, champion.ref, force=True, why="the first champion")
     host(flags=("avx512_bf16", "amx_bf16"), bf16_speedup=2.0)   # another host, where auto resolves to bf16
     result = evaluate(ws, candidate("genui").ref, contract)
-    assert result.report["baseline"]["revision_id"] == champion.id and result.baseline_evaluated
-    assert generated_at(baseline_report(ws, result)) == {"bf16"} == generated_at(result.report)
+    assert result.report.baseline.revision_id == champion.id and result.baseline_evaluated
+    assert generated_at(baseline_report(ws, result)) == {"bf16"} == generated_at(result.report.to_dict())

@@ -128,6 +128,7 @@ def test_chat_repl_shows_specialist_and_revision_and_survives_bad_commands(ws, c
 
 
 def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
+    from mint.contract.identity import contract_identity
     from mint.train.router import train_router
     from mint.registry.promotion import promote
     from tests.mol.test_router import TINY_SETS, _contract, _dataset
@@ -135,7 +136,7 @@ def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
     assert mixture.revisions()["router"] == "starter"      # no champion yet: the probe fitted on plain turns
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
-    promote(ws, "router:v1")
+    promote(ws, "router:v1", identify_contract=contract_identity)
     moves = mixture.sync()
     assert [(m.specialist, m.old, m.new) for m in moves] == [("router", "starter", "router:v1")]
     assert mixture.revisions()["router"] == "router:v1"
@@ -146,7 +147,7 @@ def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
                                     decoding=Decoding(2))])
     assert (answer.route.decided_by, answer.route.revision, answer.specialist) == ("probe", "router:v1", "genui")
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=TINY_PROJECT)
-    promote(ws, "router:v2")
+    promote(ws, "router:v2", identify_contract=contract_identity)
     assert [(m.specialist, m.old, m.new) for m in mixture.sync()] == [("router", "router:v1", "router:v2")]
 
 

@@ -293,6 +293,7 @@ def _contract(tmp_path, heldout, minimum=0.5) -> Path:
 def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
     from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
@@ -301,7 +302,7 @@ def test_route_cli_uses_the_router_champion_probe(ws, tmp_path):
     before = run_mint("route", "dashboard widget layout please", "--json")
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["decided_by"] == "rules"          # no router champion yet
-    promote(ws, "router:v1")
+    promote(ws, "router:v1", identify_contract=contract_identity)
     result = run_mint("route", "dashboard widget layout please", "--json")
     assert result.returncode == 0, result.stderr
     routed = json.loads(result.stdout)
@@ -486,6 +487,7 @@ def smollm2_router(tmp_path_factory):
     from mint.data.ingest import ingest
     from mint.train.router import train_router
     from mint.project import DEFAULT_PROJECT
+    from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
     from mint.workspace import workspace
 
@@ -495,7 +497,7 @@ def smollm2_router(tmp_path_factory):
     result = train_router(ws, data="prod", base=SMOLLM2, sets=[f"contract={repo / 'contracts' / 'router.yaml'}"],
                           project=DEFAULT_PROJECT)
     if result.metrics["verdict"] == "pass":
-        promote(ws, result.ref)
+        promote(ws, result.ref, identify_contract=contract_identity)
     return ws, result
 
 

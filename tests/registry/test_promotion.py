@@ -4,6 +4,7 @@ import json
 import pytest
 
 from mint.cli import main
+from mint.contract.identity import contract_identity
 from mint.errors import BadInput, Refused
 from mint.registry import store
 from mint.registry.promotion import promote, reject, rollback
@@ -71,7 +72,16 @@ def test_changed_contract_file_is_refused(ws, candidate, report_for, tmp_path):
     report.write_text(json.dumps(data))
     contract.write_text("contract: coding\nversion: 3\n# edited\n")
     with pytest.raises(Refused, match="changed since this report"):
-        promote(ws, revision.ref, report_path=report)
+        promote(ws, revision.ref, report_path=report, identify_contract=contract_identity)
+
+
+def test_report_naming_its_contract_needs_the_contract_identity(ws, candidate, report_for, tmp_path):
+    # the registry never loads a contract: a caller that cannot say what the contract is now can't vouch for it
+    contract = tmp_path / "coding.yaml"
+    contract.write_text("contract: coding\nversion: 3\n")
+    revision = candidate()
+    with pytest.raises(Refused, match="could not be checked"):
+        promote(ws, revision.ref, report_path=report_for(revision, contract_path=contract))
 
 
 def test_report_under_an_older_contract_version_is_refused(ws, candidate, report_for):

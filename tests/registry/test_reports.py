@@ -8,6 +8,7 @@ import pytest
 
 from mint.cli import main
 from mint.contract.evaluate import evaluate
+from mint.contract.identity import contract_identity
 from mint.errors import BadInput, Refused
 from mint.registry import promotion, store
 from mint.registry.promotion import promote, read_report, record_report, reject
@@ -44,6 +45,29 @@ def test_the_registered_id_is_the_sha256_of_the_report_file(ws, candidate, ui_co
     assert [r["id"] for r in store.reports_for(store.open_store(ws), v1.id)] == [digest]
 
 
+def test_eval_registers_the_bytes_it_wrote_without_reading_them_back(ws, candidate, ui_contract, monkeypatch):
+    from mint.registry.report import Report
+
+    def no_read_back(*_args, **_kwargs):
+        raise AssertionError("eval read a report back instead of registering the one it built")
+
+    monkeypatch.setattr(Report, "from_json", no_read_back)   # a fresh workspace: no earlier report to read
+    v1 = candidate("genui")
+    result = evaluate(ws, v1.ref, ui_contract)
+    written = open(result.report_path, "rb").read()
+    assert result.report.id == hashlib.sha256(written).hexdigest() == store.reports_for(store.open_store(ws),
+                                                                                         v1.id)[0]["id"]
+    assert result.report.encode() == written
+
+
+def test_mint_promote_hands_promotion_the_contract_identity(ws, candidate, ui_contract, capsys):
+    # the report names its contract file: promotion refuses it unless the command says what that file is now
+    v1 = candidate("genui")
+    evaluate(ws, v1.ref, ui_contract)
+    assert main(["promote", v1.ref]) == 0
+    assert store.alias_target(store.open_store(ws), "genui", "champion") == v1.id
+
+
 def test_a_hand_written_passing_report_is_refused(ws, candidate, tmp_path):
     v1 = candidate("genui")
     forged = tmp_path / "forged.json"
@@ -61,13 +85,13 @@ def test_an_edited_registered_report_is_refused(ws, candidate, ui_contract, tmp_
                                         "{metric: core.schema_valid_rate, min: 0.9}"))
     v1 = candidate("genui")
     result = evaluate(ws, v1.ref, ui_contract)
-    assert result.report["verdict"] == "fail"
+    assert result.report.verdict == "fail"
     path = result.report_path
     data = json.loads(open(path).read())
     data["verdict"] = "pass"
     open(path, "w").write(json.dumps(data, indent=2))
     with pytest.raises(Refused, match="was edited after `mint eval` registered it"):
-        promote(ws, v1.ref, report_path=path)
+        promote(ws, v1.ref, report_path=path, identify_contract=contract_identity)
 
 
 def test_a_report_for_another_revision_is_refused(ws, candidate, ui_contract):
@@ -80,10 +104,10 @@ def test_a_report_for_another_revision_is_refused(ws, candidate, ui_contract):
 def test_a_limit_2_champion_report_is_never_the_baseline_of_a_full_run(ws, candidate, ui_contract, tmp_path):
     v1, v2, v3 = candidate("genui"), candidate("genui"), candidate("genui")
     short = evaluate(ws, v1.ref, ui_contract, limit=2)
-    promote(ws, v1.ref, report_path=short.report_path)
+    promote(ws, v1.ref, report_path=short.report_path, identify_contract=contract_identity)
     full = evaluate(ws, v2.ref, ui_contract)
     # eval measured the champion again on the full suite instead of pairing with its 2-example report
-    assert full.baseline_evaluated and full.report["baseline"]["report"] != read_report(
+    assert full.baseline_evaluated and full.report.baseline.report != read_report(
         Path(short.report_path)).id
     # a report that was compared with the 2-example champion report (as an older mint did) is refused
     mismatched = _rewrite(full.report_path, tmp_path, "mismatched.json",
@@ -91,14 +115,15 @@ def test_a_limit_2_champion_report_is_never_the_baseline_of_a_full_run(ws, candi
     conn = store.open_store(ws)
     record_report(conn, read_report(mismatched))
     with pytest.raises(Refused, match="measured on different examples"):
-        promote(ws, v2.ref, report_path=mismatched)
+        promote(ws, v2.ref, report_path=mismatched, identify_contract=contract_identity)
     # and the reverse: a 2-example candidate report against the champion's full report
     small = evaluate(ws, v3.ref, ui_contract, limit=2)
-    reverse = _rewrite(small.report_path, tmp_path, "reverse.json", baseline_report=full.report["baseline"]["report"])
+    reverse = _rewrite(small.report_path, tmp_path, "reverse.json", baseline_report=full.report.baseline.report)
     record_report(conn, read_report(reverse))
     with pytest.raises(Refused, match="measured on different examples"):
-        promote(ws, v3.ref, report_path=reverse)
-    assert promote(ws, v2.ref, report_path=full.report_path).new == v2.id     # the honest full report promotes
+        promote(ws, v3.ref, report_path=reverse, identify_contract=contract_identity)
+    # the honest full report promotes
+    assert promote(ws, v2.ref, report_path=full.report_path, identify_contract=contract_identity).new == v2.id
 
 
 def test_a_predictions_report_promotes_only_with_force_and_why(ws, candidate, ui_contract, tmp_path):
@@ -110,9 +135,9 @@ def test_a_predictions_report_promotes_only_with_force_and_why(ws, candidate, ui
     (tmp_path / "b.jsonl").write_text("".join(json.dumps({**r, "output": "no"}) + "\n" for r in rows))
     result = evaluate(ws, v1.ref, ui_contract, predictions=tmp_path / "p.jsonl",
                       baseline_predictions=tmp_path / "b.jsonl")
-    assert result.report["source"] == "predictions" and result.report["verdict"] == "pass"
+    assert result.report.source == "predictions" and result.report.verdict == "pass"
     with pytest.raises(Refused, match="--predictions.*--force --why"):
-        promote(ws, v1.ref, report_path=result.report_path)
+        promote(ws, v1.ref, report_path=result.report_path, identify_contract=contract_identity)
     assert main(["promote", v1.ref, "--report", result.report_path, "--force"]) == 2
     move = promote(ws, v1.ref, report_path=result.report_path, force=True, why="outputs from the vLLM canary")
     assert move.action == "force-promote"

@@ -111,7 +111,7 @@ def test_train_router_registers_a_probe_with_a_registered_report(ws, tmp_path):
     report = json.loads(Path(result.metrics["report"]).read_text())
     assert set(report["confusion"]) == {"chat", "agent", "coding", "genui"}
     assert report["heldout_share"] == {"chat": 0.25, "agent": 0.25, "coding": 0.25, "genui": 0.25}
-    assert promote(ws, "router:v1").new_ref == "router:v1"     # through the registered report, no --force
+    assert promote(ws, "router:v1", identify_contract=contract_identity).new_ref == "router:v1"     # through the registered report, no --force
 
 
 def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
@@ -125,7 +125,7 @@ def test_a_failing_router_report_blocks_promotion(ws, tmp_path):
                           project=DEFAULT_PROJECT)
     assert result.metrics["verdict"] == "fail"
     with pytest.raises(Refused):
-        promote(ws, "router:v1")
+        promote(ws, "router:v1", identify_contract=contract_identity)
 
 
 def test_train_router_without_data_or_with_one_specialist_is_bad_input(ws, tmp_path):
@@ -174,4 +174,4 @@ def test_mint_eval_scores_a_router_revision_like_training_did_and_promote_uses_t
     assert report["verdict"] == "pass" and report["heldout_share"]["genui"] == 0.25
     evaluated = run_mint("eval", "router:v2", "--contract", str(contract), "--json")
     assert evaluated.returncode == 0, evaluated.stderr
-    assert promote(ws, "router:v2").new_ref == "router:v2"      # the report `mint eval` registered
+    assert promote(ws, "router:v2", identify_contract=contract_identity).new_ref == "router:v2"      # the report `mint eval` registered
