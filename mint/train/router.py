@@ -250,6 +250,6 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
                             base_fingerprint=loaded.fingerprint, dataset=data, method="probe", metrics=metrics)
     if contract is not None:
         result = evaluate(ws, revision.ref, contract.path, base=base_name)
-        metrics.update(result.report["metrics"], verdict=result.report["verdict"], report=result.report_path)
+        metrics.update(result.report.metrics, verdict=result.report.verdict, report=result.report_path)
     return TrainResult(revision.ref, revision.id, "", str(ws.adapters / revision.id), "probe", 1, len(texts),
                        metrics, None)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mint.contract.identity import contract_identity
 from mint.errors import BadInput
 from tests.conftest import chat_row, run_mint, write_jsonl
 from tests.mol.test_router import TINY_SETS, _contract, _dataset
