@@ -13,7 +13,8 @@ HELDOUT = [json.loads(l) for l in open(Path(__file__).parents[2] / "examples/hel
 def test_reference_trees_are_valid_and_broken_ones_are_not():
     harness = GenuiHarness(HarnessSettings())
     good = harness.aggregate([harness.score(r, [json.dumps(r["reference"])]) for r in HELDOUT])
-    assert good == {"parse_rate": 1.0, "schema_valid_rate": 1.0, "required_props_rate": 1.0, "root_type_match": 1.0}
+    assert good == {"parse_rate": 1.0, "schema_valid_rate": 1.0, "required_props_rate": 1.0, "root_type_match": 1.0,
+                    "request_match": 1.0, "off_request_rate": 0.0}
     record = HELDOUT[0]
     missing = {"type": "Button", "props": {"label": "Go"}}                       # no action
     unknown = {"type": "Carousel", "props": {}}
