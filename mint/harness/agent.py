@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mint.harness.base import Harness, HarnessSettings, RecordProblem, joined_reasons, too_deep
+from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record, joined_reasons, too_deep
 from mint.harness.bfcl_checker import multiple_function_checker, parallel_function_checker_no_order
 
 Call = tuple[str, dict]
@@ -358,7 +358,7 @@ def call_problem(call: Call, tools: list[dict], request: str) -> str | None:
     return None
 
 
-def verify(request: dict, answer: str) -> tuple[bool, str]:
+def verify(request: dict | str, answer: str) -> tuple[bool, str]:
     """Whether ``answer`` makes acceptable calls for ``request`` (a suite record or canonical episode with
     ``messages`` and ``tools``). Where the record carries BFCL ``ground_truth`` it decides as the gated metric
     ``call_accuracy`` does (BFCL's checker); without one, by the request and the tools alone: at least one call,
@@ -367,7 +367,7 @@ def verify(request: dict, answer: str) -> tuple[bool, str]:
     What it cannot check without ground truth: whether the right function of several valid ones was chosen,
     numbers and enum values the request implies, calls the request needs but the answer leaves out; nor the
     end state of a stateful world (that is the orders/calendar environment's reward, mint.train.envs)."""
-    record = request if isinstance(request, dict) else {}
+    record = as_record(request)
     tools = [t for t in record.get("tools") or [] if isinstance(t, dict)]
     try:
         calls = read_tool_calls(answer)

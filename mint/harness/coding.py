@@ -8,7 +8,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from mint.harness.base import Harness, HarnessSettings, RecordProblem
+from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record
 from mint.harness.sandbox import Limits, run_tests
 
 _BLOCK = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.S)
@@ -139,7 +139,7 @@ def prompt_tests(prompt: str) -> tuple[str, str] | None:
     return entry, "def check(candidate):\n" + f"    {entry} = candidate\n" + "\n".join(asserts) + "\n"
 
 
-def verify(request: dict, answer: str, timeout_s: float = 10.0) -> tuple[bool, str]:
+def verify(request: dict | str, answer: str, timeout_s: float = 10.0) -> tuple[bool, str]:
     """Whether ``answer`` passes the tests the request carries, without a reference solution: a HumanEval
     record's own ``test`` where it has one, else the doctest examples of the function in its prompt (a
     record's ``prompt``, or the ```python block of its last user message), run in the sandbox like
@@ -147,7 +147,7 @@ def verify(request: dict, answer: str, timeout_s: float = 10.0) -> tuple[bool, s
 
     What it cannot check: a request whose prompt carries no examples (not verified: False); behaviour the
     examples do not exercise (a few doctests pass many wrong programs); a prompt whose examples are wrong."""
-    record = request if isinstance(request, dict) else {}
+    record = as_record(request)
     prompt = record.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         text = Harness(HarnessSettings()).request(record)     # the last user message

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mint.errors import BadInput
-from mint.harness.base import MAX_NESTING, Harness, RecordProblem, joined_reasons, too_deep
+from mint.harness.base import (MAX_NESTING, Harness, HarnessSettings, RecordProblem, as_record, joined_reasons,
+                               too_deep)
 
 DEFAULT_CATALOG = Path(__file__).with_name("ui4a") / "catalog.v1.json"
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.S)
@@ -279,7 +280,8 @@ def request_terms(request: str) -> RequestTerms:
 
 def tree_types(tree: Any) -> set[str]:
     """The component types a tree uses."""
-    return {node["type"] for _path, node in _nodes(tree) if isinstance(node, dict) and isinstance(node.get("type"), str)}
+    return {node["type"] for _path, node in _nodes(tree)
+            if isinstance(node, dict) and isinstance(node.get("type"), str)}
 
 
 def tree_text(tree: Any) -> str:
@@ -322,21 +324,23 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     return None
 
 
-def verify(request: str, answer: str, catalog: Path = DEFAULT_CATALOG) -> tuple[bool, str]:
-    """Whether ``answer`` is a GenUI answer to ``request``, judged without a reference by the catalog and the
+def verify(request: str | dict, answer: str, catalog: Path = DEFAULT_CATALOG) -> tuple[bool, str]:
+    """Whether ``answer`` is a GenUI answer to ``request`` (the user's text, or a record or episode whose last
+    user message it is), judged without a reference by the catalog and the
     request itself: one valid tree, the root the request names first, the parts it names after ``with``, the
     labels it names (see ``request_problem``, which the gated metric ``request_match`` uses too).
 
     What it cannot check: whether the data is right (a chart's values, a list's items, a table's rows are
     the model's own); the layout of a request that names no component (only validity and one of its words);
     requests that name components with words outside ``COMPONENT_WORDS``."""
+    text = Harness(HarnessSettings()).request(as_record(request))
     parsed = find_tree(answer)
     if parsed.tree is None:
         return False, f"unparseable: {parsed.reason}"
     valid = load_catalog(catalog)[1].is_valid(parsed.tree)
     if not valid:
         return False, (tree_problems(parsed.tree, catalog, limit=1) or ["not valid"])[0]
-    problem = request_problem(request, parsed.tree, valid)
+    problem = request_problem(text, parsed.tree, valid)
     return problem is None, problem or "valid, and the tree the request asks for"
 
 
@@ -345,6 +349,8 @@ class GenuiHarness(Harness):
     name: str = "genui"
     metrics: tuple[str, ...] = ("parse_rate", "schema_valid_rate", "required_props_rate", "root_type_match",
                                 "request_match", "off_request_rate")
+    # off_request_rate: answers that parse as a tree but are not the one asked for (a fixed or empty tree
+    # scores 1, text that holds no tree 0)
     lower_is_better: tuple[str, ...] = ("off_request_rate",)
 
     def check_record(self, record: dict) -> None:
@@ -381,8 +387,10 @@ class GenuiHarness(Harness):
             mismatch = request_problem(request, tree, valid, reference if isinstance(reference, dict) else None)
             sums["request_match"] += mismatch is None
             sums["off_request_rate"] += mismatch is not None   # a tree, but not the one asked for
-            reasons.append(None if mismatch is None else (tree_problems(tree, catalog, limit=1) or ["not valid"])[0]
-                           if not valid else mismatch)
+            if not valid:
+                reasons.append((tree_problems(tree, catalog, limit=1) or ["not valid"])[0])
+            else:
+                reasons.append(mismatch)       # None: the tree the request asks for
         out: dict = {k: v / max(1, len(outputs)) for k, v in sums.items()}
         if not isinstance(reference, dict):
             out["root_type_match"] = None

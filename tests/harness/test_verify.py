@@ -24,6 +24,10 @@ GENUI = records("examples/heldout/genui.jsonl") + records("contracts/suites/genu
 def test_genui_verifies_every_reference_tree_from_its_request_alone():
     results = [genui.verify(user_text(r), json.dumps(r["reference"])) for r in GENUI]
     assert all(passed for passed, _detail in results), [d for p, d in results if not p]
+    # given as an episode, the same: its last user message is the request
+    episode = {"messages": [{"role": "user", "content": user_text(GENUI[1])}]}
+    assert genui.verify(episode, json.dumps(GENUI[1]["reference"]))[0]
+    assert not genui.verify(episode, json.dumps(GENUI[0]["reference"]))[0]     # another request's tree
 
 
 @pytest.mark.parametrize("answer", ['{"type": "Text", "props": {"text": "Done."}}', "{}", ""])
@@ -65,7 +69,8 @@ CODING = [r for r in records("examples/heldout/coding.jsonl") if coding.prompt_t
 
 def coding_request(record: dict) -> dict:
     """A served coding turn: the prompt in a user message, no tests beside it."""
-    return {"messages": [{"role": "user", "content": f"Complete this Python function:\n\n```python\n{record['prompt']}```"}]}
+    text = f"Complete this Python function:\n\n```python\n{record['prompt']}```"
+    return {"messages": [{"role": "user", "content": text}]}
 
 
 def test_coding_verifies_by_the_examples_the_prompt_carries():
@@ -90,7 +95,8 @@ AGENT = records("examples/heldout/agent.jsonl")
 
 
 def expected_calls(record: dict) -> str:
-    return json.dumps([{"name": name, "arguments": {a: options[0] for a, options in arguments.items() if options[0] != ""}}
+    return json.dumps([{"name": name,
+                        "arguments": {a: options[0] for a, options in arguments.items() if options[0] != ""}}
                        for call in record["ground_truth"] for name, arguments in call.items()])
 
 
@@ -142,3 +148,9 @@ def test_chat_does_not_verify_a_degenerate_answer_on_most_requests(answer):
 def test_chat_without_checks_is_not_verified():
     assert chat.verify({"messages": [{"role": "user", "content": "hi"}], "reference": "hello"}, "hello") == (
         False, "the request carries no checks to verify against")
+
+
+def test_each_harness_names_its_verifier():
+    from mint.harness import HARNESS_NAMES, verifier_for
+
+    assert [verifier_for(name) for name in HARNESS_NAMES] == [coding.verify, agent.verify, genui.verify, chat.verify]
