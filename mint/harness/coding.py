@@ -104,8 +104,9 @@ class CodingHarness(Harness):
 # --- verifying an answer without a reference ------------------------------------------------------
 
 def prompt_tests(prompt: str) -> tuple[str, str] | None:
-    """(entry point, test source defining ``check``) from the doctest examples the prompt's last function
-    carries (``>>> f(1)`` with its expected output below, or ``>>> f(1) == 2``), or None when it carries none.
+    """(entry point, test source defining ``check``) from the examples the prompt's last function carries in its
+    docstring (``>>> f(1)`` with its expected output below, ``>>> f(1) == 2``, or a stated ``f(1) == 2``), or
+    None when it carries none.
     The expected values are the prompt's, never the answer's."""
     import doctest
 
@@ -134,6 +135,15 @@ def prompt_tests(prompt: str) -> tuple[str, str] | None:
                 asserts.append(f"    assert repr({source}) == {want!r}")
         elif isinstance(expression, ast.Compare):
             asserts.append(f"    assert {source}")
+    # HumanEval-style lines that state a call's value without a prompt: ``f(2, 3) == 5`` (or ``➞`` / ``=>``)
+    stated = re.compile(rf"^\s*({re.escape(entry)}\(.*\))\s*(?:==|➞|=>)\s*(.+?)\s*$", re.M)
+    for call, expected in stated.findall(docstring):
+        try:
+            ast.parse(call, mode="eval")
+            ast.parse(expected, mode="eval")
+        except SyntaxError:
+            continue
+        asserts.append(f"    assert ({call}) == ({expected})")
     if not asserts:
         return None
     return entry, "def check(candidate):\n" + f"    {entry} = candidate\n" + "\n".join(asserts) + "\n"

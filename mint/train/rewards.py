@@ -5,15 +5,10 @@ here ``reference`` and ``tools``) and returns one float per completion.
 """
 from __future__ import annotations
 
-import ast
-import re
 from typing import Callable
 
 from mint.errors import BadInput
 from mint.plugins import load_object
-
-_DOCTEST = re.compile(r"^\s*>>> (.+)\n\s*([^\n>][^\n]*)$", re.M)
-_DEF = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
 
 def _text(completion) -> str:
@@ -28,52 +23,15 @@ def _last_user(prompt) -> str:
     return str(prompt)
 
 
-def _stated_examples(source: str, name: str) -> list[tuple[str, str]]:
-    """``name(args) == expected`` (or ``➞`` / ``=>``) lines of a docstring, as (call, expected) pairs that parse."""
-    pattern = re.compile(rf"^\s*({re.escape(name)}\(.*\))\s*(?:==|➞|=>)\s*(.+?)\s*$", re.M)
-    pairs = []
-    for call, expected in pattern.findall(source):
-        try:
-            ast.parse(call, mode="eval")
-            ast.parse(expected, mode="eval")
-        except SyntaxError:
-            continue
-        pairs.append((call, expected))
-    return pairs
-
-
 def coding_reward(prompts, completions, **_) -> list[float]:
     """1 when the answer passes the examples the prompt gives for its function (``>>> f(x)`` doctests
     and HumanEval-style ``f(x) == y`` lines), judged through the sandbox; 0 otherwise. An answer
-    with nothing to check it against earns 0: rewarding code for merely parsing is a reward hack."""
-    from mint.harness.coding import extract_program
-    from mint.harness.sandbox import Limits, run_tests
+    with nothing to check it against earns 0: rewarding code for merely parsing is a reward hack.
+    The coding harness's verifier decides (mint.harness.coding.verify), as for the loop's experience."""
+    from mint.harness.coding import verify
 
-    rewards = []
-    for prompt, completion in zip(prompts, completions):
-        request = _last_user(prompt)
-        code_in_prompt = re.search(r"```(?:python)?\n(.*?)```", request, re.S)
-        source = code_in_prompt.group(1) if code_in_prompt else request
-        entry = _DEF.findall(source)
-        examples = _DOCTEST.findall(source) + (_stated_examples(source, entry[-1]) if entry else [])
-        text = _text(completion)
-        if not entry:
-            rewards.append(0.0)
-            continue
-        program = extract_program(text, {"prompt": source, "entry_point": entry[-1]})
-        try:
-            ast.parse(program)
-        except SyntaxError:
-            rewards.append(0.0)
-            continue
-        if not examples:
-            rewards.append(0.0)
-            continue
-        test = "def check(candidate):\n    " + f"{entry[-1]} = candidate\n" + "".join(
-            f"    assert ({call}) == ({expected})\n" for call, expected in examples)
-        result = run_tests(program, test, entry[-1], Limits(timeout_s=5, cpu_s=5), prompt=source)
-        rewards.append(1.0 if result.passed else 0.0)
-    return rewards
+    return [1.0 if verify(_last_user(prompt), _text(completion), timeout_s=5)[0] else 0.0
+            for prompt, completion in zip(prompts, completions)]
 
 
 def agent_reward(prompts, completions, reference=None, **_) -> list[float]:
