@@ -53,14 +53,22 @@ def agent_reward(prompts, completions, reference=None, **_) -> list[float]:
 
 
 def genui_reward(prompts, completions, **_) -> list[float]:
-    """1 for a component tree the UI4A catalog accepts, 0.3 for JSON that parses but does not validate."""
-    from mint.harness.genui import load_catalog, parse_tree
+    """1 for the tree the request asks for (mint.harness.genui.verify: valid under the UI4A catalog, with the
+    components and labels the request names), 0.6 for a valid tree that is not it (one fixed tree for every
+    request earns no more), 0.3 for JSON that parses but does not validate."""
+    from mint.harness.genui import find_tree, load_catalog, verify
 
     _schema, validator, _required = load_catalog()
     rewards = []
-    for completion in completions:
-        tree = parse_tree(_text(completion))
-        rewards.append(0.0 if tree is None else 1.0 if validator.is_valid(tree) else 0.3)
+    for prompt, completion in zip(prompts, completions):
+        text = _text(completion)
+        tree = find_tree(text).tree
+        if tree is None:
+            rewards.append(0.0)
+        elif not validator.is_valid(tree):
+            rewards.append(0.3)
+        else:
+            rewards.append(1.0 if verify(_last_user(prompt), text)[0] else 0.6)
     return rewards
 
 
