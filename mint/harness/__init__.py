@@ -19,6 +19,14 @@ def harness_for(name: str, settings: HarnessSettings) -> Harness:
     return classes[name](settings)
 
 
+def verifier_for(name: str):
+    """The harness's ``verify(request, answer) -> (passed, detail)``: an answer judged without a reference,
+    by the same metric its contract gates (each module's docstring says what it checks and cannot)."""
+    from mint.harness import agent, chat, coding, genui
+
+    return {"coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify}[name]
+
+
 HARNESS_NAMES = ("coding", "agent", "genui", "chat", "router")
 
-__all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for"]
+__all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for", "verifier_for"]

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mint.harness.base import Harness, RecordProblem, joined_reasons, too_deep
+from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record, joined_reasons, too_deep
 from mint.harness.bfcl_checker import multiple_function_checker, parallel_function_checker_no_order
 
 Call = tuple[str, dict]
@@ -308,3 +308,80 @@ class AgentHarness(Harness):
         if reason:
             scores["_reason"] = reason
         return scores
+
+
+# --- verifying an answer without a reference ------------------------------------------------------
+
+# BFCL's parameter types that JSON Schema spells differently
+_SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "str": "string",
+                 "int": "integer", "bool": "boolean"}
+
+
+def _json_schema(schema: Any) -> Any:
+    """A tool's parameter schema with BFCL's type names as JSON Schema's (``any`` accepts anything)."""
+    if isinstance(schema, list):
+        return [_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _json_schema(value) for key, value in schema.items() if key != "type"}
+    kind = schema.get("type")
+    if isinstance(kind, str) and kind != "any":
+        out["type"] = _SCHEMA_TYPES.get(kind, kind)
+    return out
+
+
+def call_problem(call: Call, tools: list[dict], request: str) -> str | None:
+    """Why one call is not an answer to ``request`` with ``tools`` (None when it is): the function must be
+    offered, its arguments valid under its parameter schema (required ones present, types, enums), and every
+    free-text argument must be said in the request (a value it did not name is the model's guess)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    name, arguments = call
+    described = {d["name"]: d.get("parameters") for d in tool_descriptions(tools)}
+    if name not in described:
+        return f"calls a function not offered: {name[:80]!r}"
+    schema = _json_schema(described[name]) if isinstance(described[name], dict) else {"type": "object"}
+    try:
+        errors = sorted(Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.path))
+    except SchemaError as exc:
+        return f"the tool {name}'s parameters are not a JSON Schema: {exc.message[:120]}"
+    if errors:
+        where = ".".join(map(str, errors[0].absolute_path))
+        return f"{name}: {where + ': ' if where else ''}{errors[0].message[:160]}"
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    said = " ".join(request.lower().split())
+    for argument, value in arguments.items():
+        spec = properties.get(argument) if isinstance(properties.get(argument), dict) else {}
+        if isinstance(value, str) and "enum" not in spec and " ".join(value.lower().split()) not in said:
+            return f"{name}: {argument}={value[:60]!r} is not in the request"
+    return None
+
+
+def verify(request: dict | str, answer: str) -> tuple[bool, str]:
+    """Whether ``answer`` makes acceptable calls for ``request`` (a suite record or canonical episode with
+    ``messages`` and ``tools``). Where the record carries BFCL ``ground_truth`` it decides as the gated metric
+    ``call_accuracy`` does (BFCL's checker); without one, by the request and the tools alone: at least one call,
+    each to an offered function with schema-valid arguments whose free-text values the request names.
+
+    What it cannot check without ground truth: whether the right function of several valid ones was chosen,
+    numbers and enum values the request implies, calls the request needs but the answer leaves out; nor the
+    end state of a stateful world (that is the orders/calendar environment's reward, mint.train.envs)."""
+    record = as_record(request)
+    tools = [t for t in record.get("tools") or [] if isinstance(t, dict)]
+    try:
+        calls = read_tool_calls(answer)
+    except NotACall as exc:
+        return False, f"unparseable: {exc}"
+    if not calls:
+        return False, "no call"
+    truth = record.get("ground_truth")
+    if isinstance(truth, list) and truth:
+        verdict = check_calls(calls, truth, tools)
+        return verdict.valid, verdict.reason or "matches the expected calls"
+    text = Harness(HarnessSettings()).request(record)
+    for call in calls:
+        problem = call_problem(call, tools, text)
+        if problem:
+            return False, problem
+    return True, "offered functions, valid arguments, values the request names"

@@ -46,6 +46,16 @@ def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
     return False
 
 
+def as_record(request: Any) -> dict:
+    """A request given to a verifier as a record: a suite record or canonical episode as it is, the user's text
+    as one user message, anything else as an empty record."""
+    if isinstance(request, dict):
+        return request
+    if isinstance(request, str):
+        return {"messages": [{"role": "user", "content": request}]}
+    return {}
+
+
 def joined_reasons(reasons: list[str | None]) -> str | None:
     """One reason string for the samples of one record (numbered when there are several), or None
     when every sample passed."""

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from mint.harness.base import Harness, RecordProblem, joined_reasons
+from mint.harness.base import Harness, RecordProblem, as_record, joined_reasons
 
 _TOKEN = re.compile(r"\w+")
 _REFUSAL = re.compile(r"\b(?:i\s*(?:'m| am)\s*(?:sorry|unable|not able)|i\s*can(?:'t|not)\s+(?:help|assist|do|provide)|"
@@ -141,3 +141,24 @@ class ChatHarness(Harness):
         if reason:
             scores["_reason"] = reason
         return scores
+
+
+def verify(request: dict | str, answer: str) -> tuple[bool, str]:
+    """Whether ``answer`` follows the verifiable instructions ``request`` carries (its ``checks``: words to
+    include or leave out, a length, a format) and is neither empty nor a refusal: what ``instruction_pass_rate``
+    gates.
+
+    What it cannot check: whether an answer is true, helpful or on topic. A request without ``checks`` is
+    not verified (False): closeness to a reference (ROUGE-L) needs the reference, and without one nothing
+    here tells a good reply from a constant one."""
+    record = as_record(request)
+    text = answer if isinstance(answer, str) else ""
+    if not text.strip():
+        return False, "empty answer"
+    if _REFUSAL.search(text):
+        return False, "a refusal"
+    checks = record.get("checks")
+    if not checks:
+        return False, "the request carries no checks to verify against"
+    unmet = unmet_checks(text, checks)
+    return not unmet, "; ".join(unmet) or "follows every check the request carries"

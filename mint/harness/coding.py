@@ -8,7 +8,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from mint.harness.base import Harness, RecordProblem
+from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record
 from mint.harness.sandbox import Limits, run_tests
 
 _BLOCK = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.S)
@@ -99,3 +99,80 @@ class CodingHarness(Harness):
             scores.append({"pass_at_1": pass_at_k(n, c, 1), "pass_at_k": pass_at_k(n, c, k) if n > 1 else None,
                            "_status": ",".join(statuses)})
         return scores
+
+
+# --- verifying an answer without a reference ------------------------------------------------------
+
+def prompt_tests(prompt: str) -> tuple[str, str] | None:
+    """(entry point, test source defining ``check``) from the examples the prompt's last function carries in its
+    docstring (``>>> f(1)`` with its expected output below, ``>>> f(1) == 2``, or a stated ``f(1) == 2``), or
+    None when it carries none.
+    The expected values are the prompt's, never the answer's."""
+    import doctest
+
+    try:
+        functions = [node for node in ast.parse(prompt).body if isinstance(node, ast.FunctionDef)]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not functions:
+        return None
+    entry, docstring = functions[-1].name, ast.get_docstring(functions[-1]) or ""
+    asserts = []
+    for example in doctest.DocTestParser().get_examples(docstring):
+        source, want = example.source.strip(), example.want.strip()
+        try:
+            expression = ast.parse(source, mode="eval").body
+        except SyntaxError:
+            continue
+        if not any(isinstance(n, ast.Name) and n.id == entry for n in ast.walk(expression)):
+            continue
+        source = ast.unparse(expression)        # without the example's trailing comment
+        if want:
+            try:
+                expected = repr(ast.literal_eval(want))
+                asserts.append(f"    assert ({source}) == {expected}")
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                asserts.append(f"    assert repr({source}) == {want!r}")
+        elif isinstance(expression, ast.Compare):
+            asserts.append(f"    assert {source}")
+    # HumanEval-style lines that state a call's value without a prompt: ``f(2, 3) == 5`` (or ``➞`` / ``=>``)
+    stated = re.compile(rf"^\s*({re.escape(entry)}\(.*\))\s*(?:==|➞|=>)\s*(.+?)\s*$", re.M)
+    for call, expected in stated.findall(docstring):
+        try:
+            ast.parse(call, mode="eval")
+            ast.parse(expected, mode="eval")
+        except SyntaxError:
+            continue
+        asserts.append(f"    assert ({call}) == ({expected})")
+    if not asserts:
+        return None
+    return entry, "def check(candidate):\n" + f"    {entry} = candidate\n" + "\n".join(asserts) + "\n"
+
+
+def verify(request: dict | str, answer: str, timeout_s: float = 10.0) -> tuple[bool, str]:
+    """Whether ``answer`` passes the tests the request carries, without a reference solution: a HumanEval
+    record's own ``test`` where it has one, else the doctest examples of the function in its prompt (a
+    record's ``prompt``, or the ```python block of its last user message), run in the sandbox like
+    ``pass_at_1``.
+
+    What it cannot check: a request whose prompt carries no examples (not verified: False); behaviour the
+    examples do not exercise (a few doctests pass many wrong programs); a prompt whose examples are wrong."""
+    record = as_record(request)
+    prompt = record.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        text = Harness(HarnessSettings()).request(record)     # the last user message
+        blocks = _BLOCK.findall(text)
+        prompt = blocks[0] if blocks else text
+    if isinstance(record.get("test"), str) and isinstance(record.get("entry_point"), str):
+        entry, test = record["entry_point"], record["test"]
+    else:
+        found = prompt_tests(prompt)
+        if found is None:
+            return False, "the request carries no tests to run"
+        entry, test = found
+    program = extract_program(answer if isinstance(answer, str) else "", {"prompt": prompt, "entry_point": entry})
+    result = run_tests(program, test, entry, Limits(timeout_s=timeout_s, cpu_s=max(1, int(math.ceil(timeout_s)))),
+                       prompt=prompt)
+    if not result.passed:
+        return False, f"{result.status}: {result.detail}" if result.detail else result.status
+    return True, "passes the tests the request carries"

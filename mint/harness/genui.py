@@ -15,7 +15,8 @@ from typing import Any
 
 from mint.errors import BadInput
 from mint.text import closest
-from mint.harness.base import MAX_NESTING, Harness, RecordProblem, joined_reasons, too_deep
+from mint.harness.base import (MAX_NESTING, Harness, HarnessSettings, RecordProblem, as_record, joined_reasons,
+                               too_deep)
 
 DEFAULT_CATALOG = Path(__file__).with_name("ui4a") / "catalog.v1.json"
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.S)
@@ -231,10 +232,124 @@ def _short_message(message: str, limit: int = 200) -> str:
     return message if len(message) <= limit else message[:limit] + "..."
 
 
+# --- agreement with the request -------------------------------------------------------------
+# A valid tree is not yet an answer: one fixed tree ({"type": "Text", "props": {"text": "Done."}}) is valid for
+# every request. ``request_match`` asks the tree to be the one the request (or its reference) describes.
+
+# the words a request names a component by
+COMPONENT_WORDS = {"button": "Button", "buttons": "Button", "card": "Card", "chart": "Chart", "plot": "Chart",
+                   "form": "Form", "image": "Image", "photo": "Image", "picture": "Image", "list": "List",
+                   "dropdown": "Select", "table": "Table", "field": "TextField", "fields": "TextField"}
+_WORD = re.compile(r"\$?\w[\w'-]*")
+_SENTENCE_END = re.compile(r"[.!?:;]\s+")
+# words too common to show that a tree is about its request (the fallback when a request names no label)
+_COMMON = frozenset("about after also build create display give have into make me page plot please render "
+                    "show that their them then these this those what when where which with would your".split())
+
+
+@dataclass(frozen=True)
+class RequestTerms:
+    """What a request asks of its tree: the root component (the first it names), the parts it names after
+    ``with``, the labels it names (capitalized words past a sentence's first, amounts, numbers), and its
+    content words (one of them must appear where it names no label)."""
+
+    root: str | None
+    parts: tuple[str, ...]
+    labels: tuple[str, ...]
+    words: tuple[str, ...]
+
+
+def request_terms(request: str) -> RequestTerms:
+    """The components and labels ``request`` names. The root is the first component named before ``with``
+    (\"a form to book a table with ... fields\" asks for a Form, whose parts are TextFields, not a Table)."""
+    head, _sep, tail = request.partition(" with ")
+    named = [COMPONENT_WORDS[w.lower()] for w in _WORD.findall(head) if w.lower() in COMPONENT_WORDS]
+    parts = tuple(dict.fromkeys(COMPONENT_WORDS[w.lower()] for w in _WORD.findall(tail)
+                                if w.lower() in COMPONENT_WORDS))
+    labels = []
+    for sentence in _SENTENCE_END.split(request):
+        for index, word in enumerate(_WORD.findall(sentence)):
+            if word[:1] == "$" or word.isdigit() or (index > 0 and len(word) > 1 and word[:1].isupper()):
+                labels.append(word)
+    words = tuple(dict.fromkeys(w.lower() for w in _WORD.findall(request)
+                                if len(w) >= 4 and w.lower() not in _COMMON and w.lower() not in COMPONENT_WORDS))
+    return RequestTerms(named[0] if named else None, parts, tuple(dict.fromkeys(labels)), words)
+
+
+def tree_types(tree: Any) -> set[str]:
+    """The component types a tree uses."""
+    return {node["type"] for _path, node in _nodes(tree)
+            if isinstance(node, dict) and isinstance(node.get("type"), str)}
+
+
+def tree_text(tree: Any) -> str:
+    """Every string a tree's props hold, lowercased and joined (what a person reading the page sees)."""
+    found, stack = [], [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(value for key, value in item.items() if key != "type")
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found.append(item.lower())
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            found.append(str(item))
+    return "\n".join(found)
+
+
+def request_problem(request: str, tree: Any, valid: bool, reference: dict | None = None) -> str | None:
+    """Why ``tree`` is not the answer to ``request`` (None when it is): it must be valid, have the root type
+    of ``reference`` (else the root the request names), hold every component type of ``reference`` (else the
+    parts the request names after ``with``), and show every label the request names (or, where it names
+    none, one of its content words). The metric ``request_match`` and ``verify`` both decide with this."""
+    if not valid:
+        return "not valid under the catalog"
+    terms = request_terms(request)
+    root = reference.get("type") if isinstance(reference, dict) else terms.root
+    if root is not None and tree.get("type") != root:
+        return f"root is {_short(tree.get('type'))}, the request asks for {root}"
+    wanted = tree_types(reference) if isinstance(reference, dict) else set(terms.parts)
+    missing = sorted(wanted - tree_types(tree))
+    if missing:
+        return f"no {', '.join(missing)} in the tree"
+    text = tree_text(tree)
+    absent = [label for label in terms.labels if label.lower() not in text]
+    if absent:
+        return f"the tree does not show {', '.join(map(repr, absent))}"
+    if not terms.labels and terms.words and not any(word in text for word in terms.words):
+        return "the tree shows none of the request's words"
+    return None
+
+
+def verify(request: str | dict, answer: str, catalog: Path = DEFAULT_CATALOG) -> tuple[bool, str]:
+    """Whether ``answer`` is a GenUI answer to ``request`` (the user's text, or a record or episode whose last
+    user message it is), judged without a reference by the catalog and the
+    request itself: one valid tree, the root the request names first, the parts it names after ``with``, the
+    labels it names (see ``request_problem``, which the gated metric ``request_match`` uses too).
+
+    What it cannot check: whether the data is right (a chart's values, a list's items, a table's rows are
+    the model's own); the layout of a request that names no component (only validity and one of its words);
+    requests that name components with words outside ``COMPONENT_WORDS``."""
+    text = Harness(HarnessSettings()).request(as_record(request))
+    parsed = find_tree(answer)
+    if parsed.tree is None:
+        return False, f"unparseable: {parsed.reason}"
+    valid = load_catalog(catalog)[1].is_valid(parsed.tree)
+    if not valid:
+        return False, (tree_problems(parsed.tree, catalog, limit=1) or ["not valid"])[0]
+    problem = request_problem(text, parsed.tree, valid)
+    return problem is None, problem or "valid, and the tree the request asks for"
+
+
 @dataclass
 class GenuiHarness(Harness):
     name: str = "genui"
-    metrics: tuple[str, ...] = ("parse_rate", "schema_valid_rate", "required_props_rate", "root_type_match")
+    metrics: tuple[str, ...] = ("parse_rate", "schema_valid_rate", "required_props_rate", "root_type_match",
+                                "request_match", "off_request_rate")
+    # off_request_rate: answers that parse as a tree but are not the one asked for (a fixed or empty tree
+    # scores 1, text that holds no tree 0)
+    lower_is_better: tuple[str, ...] = ("off_request_rate",)
 
     def check_record(self, record: dict) -> None:
         super().check_record(record)
@@ -247,7 +362,9 @@ class GenuiHarness(Harness):
         catalog = self.settings.catalog or DEFAULT_CATALOG
         _schema, validator, required = load_catalog(catalog)
         reference = record.get("reference")
-        sums = {"parse_rate": 0.0, "schema_valid_rate": 0.0, "required_props_rate": 0.0, "root_type_match": 0.0}
+        request = self.request(record)
+        sums = {"parse_rate": 0.0, "schema_valid_rate": 0.0, "required_props_rate": 0.0, "root_type_match": 0.0,
+                "request_match": 0.0, "off_request_rate": 0.0}
         reasons: list[str | None] = []
         for output in outputs:
             parsed = find_tree(output)
@@ -265,7 +382,13 @@ class GenuiHarness(Harness):
             sums["required_props_rate"] += complete / len(nodes)
             if isinstance(reference, dict):
                 sums["root_type_match"] += tree.get("type") == reference.get("type")
-            reasons.append(None if valid else (tree_problems(tree, catalog, limit=1) or ["not valid"])[0])
+            mismatch = request_problem(request, tree, valid, reference if isinstance(reference, dict) else None)
+            sums["request_match"] += mismatch is None
+            sums["off_request_rate"] += mismatch is not None   # a tree, but not the one asked for
+            if not valid:
+                reasons.append((tree_problems(tree, catalog, limit=1) or ["not valid"])[0])
+            else:
+                reasons.append(mismatch)       # None: the tree the request asks for
         out: dict = {k: v / max(1, len(outputs)) for k, v in sums.items()}
         if not isinstance(reference, dict):
             out["root_type_match"] = None

@@ -5,15 +5,10 @@ here ``reference`` and ``tools``) and returns one float per completion.
 """
 from __future__ import annotations
 
-import ast
-import re
 from typing import Callable
 
 from mint.errors import BadInput
 from mint.plugins import load_object
-
-_DOCTEST = re.compile(r"^\s*>>> (.+)\n\s*([^\n>][^\n]*)$", re.M)
-_DEF = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
 
 def _text(completion) -> str:
@@ -28,52 +23,15 @@ def _last_user(prompt) -> str:
     return str(prompt)
 
 
-def _stated_examples(source: str, name: str) -> list[tuple[str, str]]:
-    """``name(args) == expected`` (or ``➞`` / ``=>``) lines of a docstring, as (call, expected) pairs that parse."""
-    pattern = re.compile(rf"^\s*({re.escape(name)}\(.*\))\s*(?:==|➞|=>)\s*(.+?)\s*$", re.M)
-    pairs = []
-    for call, expected in pattern.findall(source):
-        try:
-            ast.parse(call, mode="eval")
-            ast.parse(expected, mode="eval")
-        except SyntaxError:
-            continue
-        pairs.append((call, expected))
-    return pairs
-
-
 def coding_reward(prompts, completions, **_) -> list[float]:
     """1 when the answer passes the examples the prompt gives for its function (``>>> f(x)`` doctests
     and HumanEval-style ``f(x) == y`` lines), judged through the sandbox; 0 otherwise. An answer
-    with nothing to check it against earns 0: rewarding code for merely parsing is a reward hack."""
-    from mint.harness.coding import extract_program
-    from mint.harness.sandbox import Limits, run_tests
+    with nothing to check it against earns 0: rewarding code for merely parsing is a reward hack.
+    The coding harness's verifier decides (mint.harness.coding.verify), as for the loop's experience."""
+    from mint.harness.coding import verify
 
-    rewards = []
-    for prompt, completion in zip(prompts, completions):
-        request = _last_user(prompt)
-        code_in_prompt = re.search(r"```(?:python)?\n(.*?)```", request, re.S)
-        source = code_in_prompt.group(1) if code_in_prompt else request
-        entry = _DEF.findall(source)
-        examples = _DOCTEST.findall(source) + (_stated_examples(source, entry[-1]) if entry else [])
-        text = _text(completion)
-        if not entry:
-            rewards.append(0.0)
-            continue
-        program = extract_program(text, {"prompt": source, "entry_point": entry[-1]})
-        try:
-            ast.parse(program)
-        except SyntaxError:
-            rewards.append(0.0)
-            continue
-        if not examples:
-            rewards.append(0.0)
-            continue
-        test = "def check(candidate):\n    " + f"{entry[-1]} = candidate\n" + "".join(
-            f"    assert ({call}) == ({expected})\n" for call, expected in examples)
-        result = run_tests(program, test, entry[-1], Limits(timeout_s=5, cpu_s=5), prompt=source)
-        rewards.append(1.0 if result.passed else 0.0)
-    return rewards
+    return [1.0 if verify(_last_user(prompt), _text(completion), timeout_s=5)[0] else 0.0
+            for prompt, completion in zip(prompts, completions)]
 
 
 def agent_reward(prompts, completions, reference=None, **_) -> list[float]:
@@ -95,14 +53,22 @@ def agent_reward(prompts, completions, reference=None, **_) -> list[float]:
 
 
 def genui_reward(prompts, completions, **_) -> list[float]:
-    """1 for a component tree the UI4A catalog accepts, 0.3 for JSON that parses but does not validate."""
-    from mint.harness.genui import load_catalog, parse_tree
+    """1 for the tree the request asks for (mint.harness.genui.verify: valid under the UI4A catalog, with the
+    components and labels the request names), 0.6 for a valid tree that is not it (one fixed tree for every
+    request earns no more), 0.3 for JSON that parses but does not validate."""
+    from mint.harness.genui import find_tree, load_catalog, verify
 
     _schema, validator, _required = load_catalog()
     rewards = []
-    for completion in completions:
-        tree = parse_tree(_text(completion))
-        rewards.append(0.0 if tree is None else 1.0 if validator.is_valid(tree) else 0.3)
+    for prompt, completion in zip(prompts, completions):
+        text = _text(completion)
+        tree = find_tree(text).tree
+        if tree is None:
+            rewards.append(0.0)
+        elif not validator.is_valid(tree):
+            rewards.append(0.3)
+        else:
+            rewards.append(1.0 if verify(_last_user(prompt), text)[0] else 0.6)
     return rewards
 
 

@@ -33,7 +33,8 @@ def test_eval_writes_a_report_in_the_design_shape(ws, candidate, ui_contract, ca
     assert report["baseline"]["revision_id"] is None and report["baseline"]["label"] == "base"
     assert set(report["baseline"]["metrics"]) == set(report["metrics"]) and len(report["baseline"]["report"]) == 64
     assert set(report["metrics"]) == {"core.parse_rate", "core.schema_valid_rate", "core.required_props_rate",
-                                      "core.root_type_match", "latency.p50_ms", "latency.p95_ms"}
+                                      "core.root_type_match", "core.request_match", "core.off_request_rate",
+                                      "latency.p50_ms", "latency.p95_ms"}
     assert report["verdict"] == "pass" and all(g["passed"] for g in report["gates"])
     predictions = [json.loads(l) for l in open(report["predictions_path"])]
     assert [p["index"] for p in predictions] == [0, 1, 2] and all(len(p["outputs"]) == 1 for p in predictions)

@@ -13,7 +13,8 @@ HELDOUT = [json.loads(l) for l in open(Path(__file__).parents[2] / "examples/hel
 def test_reference_trees_are_valid_and_broken_ones_are_not():
     harness = GenuiHarness(HarnessSettings())
     good = harness.aggregate([harness.score(r, [json.dumps(r["reference"])]) for r in HELDOUT])
-    assert good == {"parse_rate": 1.0, "schema_valid_rate": 1.0, "required_props_rate": 1.0, "root_type_match": 1.0}
+    assert good == {"parse_rate": 1.0, "schema_valid_rate": 1.0, "required_props_rate": 1.0, "root_type_match": 1.0,
+                    "request_match": 1.0, "off_request_rate": 0.0}
     record = HELDOUT[0]
     missing = {"type": "Button", "props": {"label": "Go"}}                       # no action
     unknown = {"type": "Carousel", "props": {}}
@@ -113,3 +114,12 @@ def test_a_wrong_leaf_under_many_nested_cards_is_found_without_exponential_valid
     scores = GenuiHarness(HarnessSettings()).score(RECORD, [json.dumps(tree)])
     assert scores["schema_valid_rate"] == 0.0
     assert scores["_reason"] == "children[0]" + ".children[0]" * 29 + " (Text): props.text: 5 is not of type 'string'"
+
+
+def test_the_genui_reward_pays_in_full_only_for_the_tree_the_request_asks_for():
+    from mint.train.rewards import genui_reward
+
+    prompt = [{"role": "user", "content": "Show my grocery list as a list."}]
+    asked = json.dumps({"type": "List", "props": {"title": "Grocery list", "items": ["milk", "eggs"]}})
+    done = json.dumps({"type": "Text", "props": {"text": "Done."}})
+    assert genui_reward([prompt] * 4, [asked, done, "{}", "a list"]) == [1.0, 0.6, 0.3, 0.0]
