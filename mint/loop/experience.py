@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
 
 
@@ -94,9 +95,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
 def _prompt_as_trained(row: dict) -> list[dict]:
     """The row's prompt with its tools listed in the system turn, in the agent harness's words, as mint's
     training template shows them: without the listing an agent cannot know which functions it may call."""
-    from mint.harness.agent import with_tool_listing
-
-    return with_tool_listing(row["prompt"], json.loads(row.get("tools") or "[]"))
+    return conversation(row["prompt"], json.loads(row.get("tools") or "[]"))
 
 
 def _distinct_prompts(rows: list[dict]) -> list[dict]:
