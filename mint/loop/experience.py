@@ -58,7 +58,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                                catalog=None, stop_at_answer_end=True)
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
-    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(r) for r in rows], settings,
+    answers, _latency = generate_batches(model, loaded.tokenizer, [prompt_as_trained(r) for r in rows], settings,
                                          answer_end=answer_ends(specialist, settings))
 
     rewards = reward_functions(specialist, ())
@@ -92,7 +92,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
             "file": str(path), "version": result.version, "episodes_added": result.episodes_added}
 
 
-def _prompt_as_trained(row: dict) -> list[dict]:
+def prompt_as_trained(row: dict) -> list[dict]:
     """The row's prompt with its tools listed in the system turn, in the agent harness's words, as mint's
     training template shows them: without the listing an agent cannot know which functions it may call."""
     return conversation(row["prompt"], json.loads(row.get("tools") or "[]"))
