@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Sequence
 
-from mint.base import training_chat_template
 
 
 # --- the conversation the model is shown ---------------------------------------------------
@@ -38,13 +38,16 @@ def tool_descriptions(tools: Any) -> list[dict]:
     return descriptions
 
 
+TOOLS_INTRO = "You can call these functions:\n"
+TOOLS_ANSWER = '\nAnswer with the call as JSON: {"name": "...", "arguments": {...}}, or a JSON list of such calls.'
+
+
 def tool_listing(tools: list[dict]) -> str:
     """The tools as the agent harness, mint's training template and the serving runtime show them, at the end
     of the system turn. Keys sorted: JSON key order carries no meaning, and ingested episodes (what training
     shows) store them sorted, so a suite's tools read the same as the logged ones whatever order its file has."""
     listed = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, sort_keys=True)
-    return ("You can call these functions:\n" + listed + "\nAnswer with the call as JSON: "
-            '{"name": "...", "arguments": {...}}, or a JSON list of such calls.')
+    return TOOLS_INTRO + listed + TOOLS_ANSWER
 
 
 def system_with_tools(system: str | None, tools: list[dict]) -> str:
@@ -108,6 +111,20 @@ def render_message(message: dict, tools: list | None = None) -> dict:
 
 
 # --- text and token ids -----------------------------------------------------------------------
+
+def _jinja_string(text: str) -> str:
+    """``text`` as the inside of a single-quoted Jinja string literal."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("'", "\\'")
+
+
+def training_chat_template() -> str:
+    """SmolLM2's ChatML with ``{% generation %}`` around assistant turns (for assistant-only loss), listing
+    tools in ``tool_listing``'s words."""
+    template = resources.files("mint").joinpath("templates/chatml_train.jinja").read_text(encoding="utf-8").strip()
+    return (template.replace("@TOOLS_INTRO@", _jinja_string(TOOLS_INTRO))
+            .replace("@TOOLS_ANSWER@", _jinja_string(TOOLS_ANSWER)))
+
+
 
 @dataclass(frozen=True)
 class Rendered:
