@@ -93,8 +93,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
 
 
 def prompt_as_trained(row: dict) -> list[dict]:
-    """The row's prompt with its tools listed in the system turn, in the agent harness's words, as mint's
-    training template shows them: without the listing an agent cannot know which functions it may call."""
+    """The row's prompt with its tools listed in the system turn (``mint.render``), as mint's training template
+    shows them: without the listing an agent cannot know which functions it may call."""
     return conversation(row["prompt"], json.loads(row.get("tools") or "[]"))
 
 

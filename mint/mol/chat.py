@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
@@ -77,7 +77,7 @@ def _check_prompt(prompt: str) -> None:
     check_unicode(prompt, "PROMPT")
 
 
-def chat_turn(text: str, *, system: str | None = None, history: list[dict] = (), tools: list[dict] | None = None,
+def chat_turn(text: str, *, system: str | None = None, history: Sequence[dict] = (), tools: list[dict] | None = None,
               specialist: str | None = None, max_new_tokens: int = 64, session: str | None = None) -> Turn:
     """The turn ``mint chat`` sends for the user's ``text``: ``system`` (``--system``) leading the conversation so
     far; the tools stay beside it, listed when the turn is rendered (``mint.mol.mixture.prompt_of``)."""
