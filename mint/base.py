@@ -17,11 +17,11 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from mint.errors import BadInput
+from mint.render import training_chat_template  # noqa: F401  (the built-in bases' training template)
 from mint.workspace import atomic_dir, atomic_write_json, cache_dir, file_lock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # offline first: never reach a hub at run time
@@ -60,11 +60,6 @@ class LoadedBase:
     fingerprint: str
     path: str | None
     seconds: float
-
-
-def training_chat_template() -> str:
-    """SmolLM2's ChatML with ``{% generation %}`` around assistant turns (for assistant-only loss)."""
-    return resources.files("mint").joinpath("templates/chatml_train.jinja").read_text(encoding="utf-8").strip()
 
 
 # --- where things are ---------------------------------------------------------

@@ -316,6 +316,12 @@ def _load_baseline(ws: Workspace, report: Report) -> Baseline:
     return Baseline(report.revision_id, report.label, report.id, report.metrics, rows, report.examples_sha256)
 
 
+def evaluation_conversations(harness, suites) -> list[list[dict]]:
+    """What the model is asked for each record of ``suites``, in order: the harness's system turn (with its
+    tools listed) and request, as ``mint.render`` shows a conversation."""
+    return [harness.messages(r) for _suite, records in suites for r in records]
+
+
 def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPrecision:
     """The contract's decoding precision on this host; ``auto`` is measured on the bare base the first time."""
     def fingerprint() -> str:
@@ -328,7 +334,7 @@ def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPre
 
     harness = contract.harness()
     return decoding_precision(ws, contract, fingerprint, bare_base,
-                              lambda: [harness.messages(r) for _suite, records in suites for r in records])
+                              lambda: evaluation_conversations(harness, suites))
 
 
 def _at(precision: DecodingPrecision):
@@ -434,7 +440,7 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
         if progress:
             progress(suite.name, done[suite.name], totals[suite.name])
 
-    conversations = [harness.messages(r) for _suite, records in suites for r in records]
+    conversations = evaluation_conversations(harness, suites)
     settings = dataclasses.replace(contract.settings, precision=precision.used)
     result = generate(model, loaded.tokenizer, conversations, settings, on_done=tick,
                       answer_end=answer_ends(contract.harness_name, contract.settings))

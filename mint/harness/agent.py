@@ -18,33 +18,12 @@ from typing import Any
 
 from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record, joined_reasons, too_deep
 from mint.harness.bfcl_checker import multiple_function_checker, parallel_function_checker_no_order
+from mint.render import system_with_tools, tool_descriptions
 
 Call = tuple[str, dict]
 _FENCE = re.compile(r"^```(?:json|python)?\s*\n?(.*?)\n?```$", re.S)
 # what parsing untrusted text may raise: bad syntax, unhashable dict keys, too-large or too-deep literals
 _PARSE_ERRORS = (ValueError, TypeError, SyntaxError, RecursionError, MemoryError)
-
-
-def tool_listing(tools: list[dict]) -> str:
-    """The tools as the agent harness, mint's training template and the serving runtime show them, at the end
-    of the system turn. Keys sorted: JSON key order carries no meaning, and ingested episodes (what training
-    shows) store them sorted, so a suite's tools read the same as the logged ones whatever order its file has."""
-    listed = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, sort_keys=True)
-    return ("You can call these functions:\n" + listed + "\nAnswer with the call as JSON: "
-            '{"name": "...", "arguments": {...}}, or a JSON list of such calls.')
-
-
-def with_tool_listing(messages: list[dict], tools: list[dict] | None) -> list[dict]:
-    """``messages`` with ``tools`` listed after the system turn's text (a system turn is added where there is
-    none), as mint's training template renders a row with tools; unchanged without tools."""
-    tools = [t for t in tools or [] if isinstance(t, dict)]
-    if not tools:
-        return list(messages)
-    listing = tool_listing(tools)
-    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content") or "", str):
-        text = messages[0].get("content") or ""
-        return [{**messages[0], "content": (text + "\n\n" if text else "") + listing}, *messages[1:]]
-    return [{"role": "system", "content": listing}, *messages]
 
 
 class NotACall(Exception):
@@ -202,19 +181,6 @@ def _python_call(node: ast.expr) -> Call:
 
 # --- matching --------------------------------------------------------------------------------
 
-def tool_descriptions(tools: Any) -> list[dict]:
-    """BFCL function descriptions ({name, parameters}) of a record's tools, OpenAI- or BFCL-shaped;
-    entries without a name are skipped."""
-    descriptions = []
-    for tool in tools if isinstance(tools, list) else []:
-        if not isinstance(tool, dict):
-            continue
-        function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-        if isinstance(function.get("name"), str):
-            descriptions.append({"name": function["name"], "parameters": function.get("parameters")})
-    return descriptions
-
-
 def _as_options(ground_truth: list[dict]) -> list[dict]:
     """Ground truth with every argument's acceptable values as a list (a bare value is the only one)."""
     normalized = []
@@ -276,8 +242,7 @@ class AgentHarness(Harness):
         return tools
 
     def system(self, record: dict) -> str | None:
-        base = super().system(record) or ""
-        return (base + "\n\n" if base else "") + tool_listing(self.tools(record))
+        return system_with_tools(super().system(record), self.tools(record))
 
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
         tools = self.tools(record)

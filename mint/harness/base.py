@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mint.render import conversation
+
 # Deeper model output is refused before any scorer walks it: recursive code (jsonschema, ==, repr) would
 # otherwise hit Python's recursion limit on a 1,000-deep answer.
 MAX_NESTING = 64
@@ -118,9 +120,8 @@ class Harness:
 
     def messages(self, record: dict) -> list[dict]:
         """The chat the model is given for ``record``."""
-        system = self.system(record)
         user = self.settings.template.replace("{prompt}", self.request(record))
-        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        return conversation([{"role": "user", "content": user}], system=self.system(record))
 
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
         """Per-example scores for the samples drawn for ``record``."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
 
 SOURCE_KINDS = ("served", "unaccepted", "jsonl", "generator")
@@ -444,17 +445,15 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
     torch.manual_seed(seed)   # the same pool from the same champion: a rerun is the same experience
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
-    answers, _latency = generate_batches(model, loaded.tokenizer, [_prompt_as_trained(p) for p in chosen], settings,
+    answers, _latency = generate_batches(model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen], settings,
                                          answer_end=answer_ends(specialist, settings))
     return answers
 
 
-def _prompt_as_trained(prompt: ExperiencePrompt) -> list[dict]:
-    """The prompt with its tools listed in the system turn, in the agent harness's words, as mint's
-    training template shows them: without the listing an agent cannot know which functions it may call."""
-    from mint.harness.agent import with_tool_listing
-
-    return with_tool_listing(prompt.prompt, prompt.tools)
+def prompt_as_trained(prompt: ExperiencePrompt) -> list[dict]:
+    """The prompt with its tools listed in the system turn (``mint.render``), as mint's training template
+    shows them: without the listing an agent cannot know which functions it may call."""
+    return conversation(prompt.prompt, prompt.tools)
 
 
 def _write(ws: Workspace, dataset: str, name: str, episodes: list[dict]) -> Path:

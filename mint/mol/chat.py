@@ -10,12 +10,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import Decoding
 from mint.project import Project
+from mint.render import conversation
 from mint.text import check_unicode
 from mint.workspace import Workspace, workspace
 
@@ -76,6 +77,15 @@ def _check_prompt(prompt: str) -> None:
     check_unicode(prompt, "PROMPT")
 
 
+def chat_turn(text: str, *, system: str | None = None, history: Sequence[dict] = (), tools: list[dict] | None = None,
+              specialist: str | None = None, max_new_tokens: int = 64, session: str | None = None) -> Turn:
+    """The turn ``mint chat`` sends for the user's ``text``: ``system`` (``--system``) leading the conversation so
+    far; the tools stay beside it, listed when the turn is rendered (``mint.mol.mixture.prompt_of``)."""
+    messages = conversation([*history, {"role": "user", "content": text}], system=system)
+    return Turn(messages, list(tools or []), specialist=specialist, decoding=Decoding(max_new_tokens),
+                session=session)
+
+
 def chat_once(prompt: str, *, base: str | None = None, system: str | None = None, max_new_tokens: int = 64,
               specialist: str | None = None, ws: Workspace | None = None, project: Project | None = None,
               tools: list[dict] | None = None) -> ChatReply:
@@ -89,10 +99,8 @@ def chat_once(prompt: str, *, base: str | None = None, system: str | None = None
         raise BadInput("must be at least 1", field="--max-new-tokens")
     project = project or load_project()
     mixture = Mixture.open(ws or workspace(), project, base=base)
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    answer = mixture.answer([Turn(messages, list(tools or []), specialist=specialist,
-                                  decoding=Decoding(max_new_tokens))],
-                            keep_for_feedback=False)[0]
+    answer = mixture.answer([chat_turn(prompt, system=system, tools=tools, specialist=specialist,
+                                       max_new_tokens=max_new_tokens)], keep_for_feedback=False)[0]
     return _reply(mixture, prompt, answer)
 
 
@@ -146,12 +154,10 @@ class ChatSession:
         except BadInput as exc:
             return SessionEvent("error", str(exc))
         self._log_last_turn()
-        turn_messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
-            self.messages + [{"role": "user", "content": text}]
         listener = None if on_text is None else _forward_text(on_text)
-        answer = self.mixture.answer([Turn(turn_messages, list(self.tools), specialist=self.specialist,
-                                           session=self.session_id,
-                                           decoding=Decoding(self.max_new_tokens))], listeners=[listener])[0]
+        turn = chat_turn(text, system=self.system, history=self.messages, tools=self.tools,
+                         specialist=self.specialist, max_new_tokens=self.max_new_tokens, session=self.session_id)
+        answer = self.mixture.answer([turn], listeners=[listener])[0]
         self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": answer.text}]
         self.last_answer = answer.id
         return SessionEvent("reply", reply=_reply(self.mixture, text, answer))

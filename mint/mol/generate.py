@@ -32,6 +32,7 @@ from typing import Callable
 
 from mint.harness.base import HarnessSettings
 from mint.harness.genui import json_bracket_end
+from mint.render import Renderer
 
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
 ENGINES = ("stream", "hf")
@@ -265,8 +266,7 @@ def compare_precisions(model, tokenizer, conversations, settings: HarnessSetting
 
 def prompt_ids(tokenizer, conversations) -> list[list[int]]:
     """Each conversation's prompt token ids: its chat template with the generation prompt."""
-    texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
-    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return [prompt.ids for prompt in Renderer(tokenizer).prompts(conversations)]
 
 
 @dataclass
@@ -539,8 +539,8 @@ def _run(model, tokenizer, conversations, settings: HarnessSettings, on_done, an
     if sampling:
         options.update(temperature=settings.temperature, top_p=settings.top_p)
         torch.manual_seed(0)
-    texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    prompts = Renderer(tokenizer).prompts(conversations)
+    texts, lengths = [p.text for p in prompts], [len(p.ids) for p in prompts]
     # longest first: similar lengths share a batch (less padding), and the largest batch comes first
     order = sorted(range(len(texts)), key=lambda i: -lengths[i])
     outputs: list[list[str] | None] = [None] * len(texts)

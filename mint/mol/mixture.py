@@ -21,12 +21,12 @@ from typing import Sequence
 
 from mint.data.scrub import scrub_text, scrub_value
 from mint.errors import BadInput
-from mint.harness.agent import with_tool_listing
 from mint.mol.router import PROMPT, Probe, Route, Router, probe_features, starter_router
 from mint.mol.runtime import CANCELLED, Handoff, MixtureRuntime, PrefillRoute, RowsFailed, TextListener
 from mint.mol.runtime import Decoding
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
+from mint.render import conversation
 from mint.registry.store import now
 from mint.text import check_unicode
 from mint.workspace import Workspace
@@ -53,7 +53,7 @@ class Turn:
 def prompt_of(turn: Turn) -> list[dict]:
     """The conversation the runtime answers: a turn's tools are listed in its system turn, as the agent was
     trained and evaluated seeing them."""
-    return with_tool_listing(turn.messages, turn.tools)
+    return conversation(turn.messages, turn.tools)
 
 
 @dataclass(frozen=True)

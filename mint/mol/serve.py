@@ -44,11 +44,11 @@ from fastapi import Request   # at module level: FastAPI resolves the handlers' 
 
 from mint.errors import BadInput, MintError
 from mint.mol.admission import Access, Limits
-from mint.harness.agent import parse_tool_calls, tool_descriptions
+from mint.harness.agent import parse_tool_calls
 from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import CANCELLED, Decoding, StopFlag, TextListener
+from mint.render import render_message, tool_descriptions
 from mint.text import check_unicode
-from mint.train.examples import render_message
 
 MODEL = "mint"
 MAX_TOKENS_LIMIT = 4096

@@ -13,8 +13,8 @@ An episode with a preference (a prompt, its chosen and its rejected answer) give
 desirable and an undesirable answer, sft the chosen answer only (the prompt's turns are context) and grpo
 its prompt with the chosen answer as the reference.
 
-Tool calls are written into the assistant text as ``<tool_call>{json}</tool_call>``, the same form the
-agent harness parses, so what the model learns is what the contract scores. Their arguments are written in
+Tool calls are written into the assistant text as ``<tool_call>{json}</tool_call>`` (``mint.render``), the form
+the agent harness parses, so what the model learns is what the contract scores. Their arguments are written in
 the order the tool's schema lists them as required (then its other parameters): the model sees the tools
 with their keys sorted, and a call learned in sorted order tends to stop before the last required argument.
 """
@@ -24,46 +24,11 @@ import json
 from collections import defaultdict
 
 from mint.errors import BadInput
-from mint.harness.agent import tool_descriptions
+from mint.render import render_message
 
 METHODS = ("sft", "dpo", "kto", "grpo")
 MINIMUM = {"sft": 1, "dpo": 1, "kto": 2, "grpo": 2}
 MAX_PAIRS_PER_PROMPT = 4
-
-
-def schema_order(arguments, tool_name: str, tools: list | None):
-    """``arguments`` with the tool's required parameters first, in its ``required`` order, then its other
-    parameters in schema order, then any the schema does not name; unchanged when it is not a dict or
-    the tool is not among ``tools``."""
-    schema = next((d["parameters"] for d in tool_descriptions(tools) if d["name"] == tool_name), None)
-    if not isinstance(arguments, dict) or schema is None:
-        return arguments
-    schema = schema if isinstance(schema, dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    order: dict[str, int] = {}
-    for key in [*required, *properties]:
-        if isinstance(key, str):
-            order.setdefault(key, len(order))
-    return dict(sorted(arguments.items(), key=lambda item: order.get(item[0], len(order))))
-
-
-def render_message(message: dict, tools: list | None = None) -> dict:
-    """A canonical message as plain role/content (tool calls as text, arguments in the order of the
-    tool's schema in ``tools``), for any ChatML template; a turn marked ``weight: 0`` (shown to the model,
-    not trained on) keeps that mark."""
-    content = message.get("content") or ""
-    calls = message.get("tool_calls")
-    if calls:
-        blocks = "".join("<tool_call>" + json.dumps(
-            {"name": c["function"]["name"],
-             "arguments": schema_order(c["function"]["arguments"], c["function"]["name"], tools)},
-            ensure_ascii=False) + "</tool_call>" for c in calls)
-        content = (content + "\n" if content else "") + blocks
-    rendered = {"role": message["role"], "content": content}
-    if message.get("weight") == 0:
-        rendered["weight"] = 0
-    return rendered
 
 
 def _split(episode: dict) -> tuple[list[dict], dict] | None:

@@ -304,7 +304,7 @@ def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, m
 
 def test_the_clients_tool_call_history_is_written_as_the_agent_was_trained():
     from mint.mol.serve import RequestError, parse_chat_request
-    from mint.train.examples import render_message
+    from mint.render import render_message
 
     calls = [{"id": "call_1", "type": "function",
               "function": {"name": "get_weather", "arguments": '{"date": "today", "city": "Paris"}'}}]
