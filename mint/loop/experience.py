@@ -235,10 +235,29 @@ def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], a
 
 # --- verifying ----------------------------------------------------------------------------------------
 
-def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str], threshold: float
-                   ) -> list[tuple[bool, dict]]:
-    """(passed, detail) for each answer to ``prompt``. The one place experience asks whether an answer is
-    right: the specialist's reward, the scorer its contract and GRPO use, at least ``threshold``."""
+def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str], threshold: float,
+                   harness: str | None = None) -> list[tuple[bool, dict]]:
+    """(passed, detail) for each answer to ``prompt``: the one place experience asks whether an answer is right.
+    Where the contract's harness has a reference-free verifier (``mint.harness.verifier_for``: the metric its
+    contract gates, which a constant, empty or echoed answer fails), that decides; otherwise the specialist's
+    reward, the scorer GRPO uses, at least ``threshold``."""
+    from mint.harness import HARNESS_NAMES, verifier_for
+
+    name = harness or specialist
+    verify = None
+    if name in HARNESS_NAMES:
+        try:
+            verify = verifier_for(name)
+        except KeyError:        # a harness without a verifier (the router's)
+            verify = None
+    if verify is not None:
+        record = {"messages": prompt.prompt, **({"tools": prompt.tools} if prompt.tools else {})}
+        out = []
+        for text in answers:
+            passed, why = verify(record, text)
+            passed = bool(passed) and bool(text.strip())
+            out.append((passed, {"score": 1.0 if passed else 0.0, **({"why": why} if why and not passed else {})}))
+        return out
     from mint.train.rewards import reward_functions
 
     rewards = reward_functions(specialist, ())
@@ -306,6 +325,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         candidates += found
         if why:
             skipped[_source_label(source)] = why
+    harness = _harness_name(contracts)
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts)
     result = {"prompts": len(chosen), "answers": 0, "passed": 0, "accepted": 0, "dpo_pairs": 0,
@@ -318,7 +338,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       max_new_tokens=max_new_tokens, seed=seed)
     kept, unverified, passes, total, pairs = [], [], [], 0.0, 0
     for prompt, outs in zip(chosen, answers):
-        verdicts = verify_answers(specialist, prompt, outs, threshold)
+        verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
         total += sum(detail["score"] for _ok, detail in verdicts)
         passes.append((len(outs), sum(ok for ok, _ in verdicts)))
         episodes_for_prompt, n_pairs = experience_episodes(specialist, prompt, outs, [ok for ok, _ in verdicts],
@@ -339,6 +359,19 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     if control:
         result["twin"] = _twin_dataset(ws, dataset, specialist, episodes, unverified, project)
     return result
+
+
+def _harness_name(contracts: list[Path] | None) -> str | None:
+    """The harness of the specialist's contract (the first eval contract the recipe names), whose verifier
+    judges experience by the metric the contract gates."""
+    from mint.contract.schema import load_contract
+
+    for path in contracts or []:
+        try:
+            return load_contract(Path(path), check_data=False).harness_name
+        except BadInput:
+            continue
+    return None
 
 
 GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",

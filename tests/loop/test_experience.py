@@ -28,7 +28,9 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
     def answer_with_the_call(model, tokenizer, conversations, settings, *args, **kwargs):
         shown.extend(conversations)
         stops.append(kwargs.get("answer_end"))
-        return [['{"name": "get_weather", "arguments": {"city": "Paris"}}'] for _ in conversations], [0.0]
+        # the call the request asks for: the verifier wants the city the user named
+        return [[json.dumps({"name": "get_weather", "arguments": {"city": "Rome" if "Rome" in c[-1]["content"]
+                                                                  else "Paris"}})] for c in conversations], [0.0]
 
     monkeypatch.setattr(generate, "generate_batches", answer_with_the_call)
     result = gather_experience(ws, dataset="logs", specialist="agent", base="tiny-random", project=project,
@@ -65,6 +67,14 @@ from mint.errors import BadInput  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
 TREE = '{"type": "Text", "props": {"text": "Done."}}'
+# answers the GenUI verifier passes (the tree each request asks for): "Done." for everything is what it refuses
+LOGIN_FORM = ('{"type": "Form", "props": {"title": "Login", "submitLabel": "Submit"}, "children": [{"type": "TextField", '
+              '"props": {"label": "Email", "name": "email", "inputType": "email", "required": true}}, '
+              '{"type": "Button", "props": {"label": "Submit", "action": "submit"}}]}')
+PRICE_LIST = '{"type": "List", "props": {"title": "Price list", "items": ["Tea $2", "Cake $4"]}}'
+PRICES = '{"type": "List", "props": {"title": "Prices", "items": ["Soup $5"]}}'
+CHART = ('{"type": "Chart", "props": {"title": "Sales chart", "kind": "bar", "labels": ["A", "B"], '
+         '"series": [{"name": "sales", "values": [1, 2]}]}}')
 
 
 def _ingest(ws, project, tmp_path, rows, dataset="d"):
@@ -106,14 +116,14 @@ def test_served_turns_in_the_logs_become_experience_episodes_of_the_dataset(ws, 
                                      {"role": "assistant", "content": "{"}],
                         "feedback": {"rating": None, "correction": None}, "served_by": "genui:v1",
                         "route": {}, "latency_ms": 5.0})
-    _answer_with(monkeypatch, [TREE, "not json"])
+    _answer_with(monkeypatch, [LOGIN_FORM, TREE])
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=2, sources=["served"])
     assert result["sources"]["served"]["kept"] == 1 and result["prompts"] == 1
     assert result["sources"]["served"]["accepted"] == 1      # where the next generation's examples came from
     learned = [e for e in iter_episodes(ws, "d", result["version"]) if e["feedback"]["rating"] == 1
                and e["messages"][0]["content"] == "Show a login form with a submit button."]
-    assert [e["messages"][-1]["content"] for e in learned] == [TREE]
+    assert [e["messages"][-1]["content"] for e in learned] == [LOGIN_FORM]   # not "Done.", which fails it
 
 
 def test_unaccepted_requests_are_drawn_and_accepted_ones_are_not(ws, project, tmp_path, monkeypatch):
@@ -224,15 +234,15 @@ def test_passing_and_failing_answers_to_one_prompt_become_dpo_pairs(ws, project,
 
     _ingest(ws, project, tmp_path, [_genui("Show a price list.", "{}", rating=-1),
                                     _genui("Show a chart.", "{}", rating=-1)])
-    other = '{"type": "Text", "props": {"text": "Hi."}}'
-    _answer_with(monkeypatch, lambda text: [TREE, "nope", other, "nope "] if "price" in text else [TREE, TREE])
+    other = PRICES
+    _answer_with(monkeypatch, lambda text: [PRICE_LIST, "nope", other, "nope "] if "price" in text else [CHART, CHART])
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=4, per_prompt=2, sources=["unaccepted"])
     assert result["pool"]["pass@1"] == pytest.approx((0.5 + 1.0) / 2) and result["pool"]["prompts_between"] == 1
     assert result["accepted"] == 3 and result["dpo_pairs"] == 1       # "nope" and "nope " are one failing answer
     rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result["version"])
                                if e["served_by"] == result["served_by"]])
-    assert {(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows} == {(TREE, "nope"),
+    assert {(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows} == {(PRICE_LIST, "nope"),
                                                                                         (other, "nope")}
 
 
