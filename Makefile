@@ -35,9 +35,10 @@ test: setup
 
 # The main job: the self-improvement loop on the embedded base (SmolLM2-135M, converted once to the
 # cache) in a fresh project: recipes/demo.yaml ingests the example logs, measures the bare base as
-# generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them, then a
-# second generation learns from the champions' own scored answers. Then the lineage report, and a
-# few turns answered through the mixture, each naming the specialist and revision that took it.
+# generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them; then 48
+# new user requests are served through `mint serve`, and generation 2 learns from the champion's
+# verified answers to them, beside a placebo twin. Then the lineage report, and a few turns answered
+# through the mixture (the GenUI one whole, rendered to genui-answer.html).
 DEMO_DIR ?= $(CURDIR)/.mint-demo
 DEMO_MINT := cd $(DEMO_DIR) && $(abspath $(MINT))
 demo: setup
@@ -45,7 +46,11 @@ demo: setup
 	$(MINT) init --dir $(DEMO_DIR)
 	$(DEMO_MINT) loop recipes/demo.yaml
 	$(DEMO_MINT) report --html report.html
-	$(DEMO_MINT) chat "Make a signup form with name, email and a submit button"
+	$(DEMO_MINT) chat "Make a signup form with name, email and a submit button" --max-new-tokens 320 --json \
+	  > $(DEMO_DIR)/genui-turn.json
+	$(PY) -c "import json,sys; t=json.load(open(sys.argv[1])); print(f'{t[\"specialist\"]} ({t[\"served_by\"]}): {t[\"reply\"]}')" \
+	  $(DEMO_DIR)/genui-turn.json | tee $(DEMO_DIR)/genui-answer.txt
+	-$(DEMO_MINT) genui render genui-answer.txt -o genui-answer.html   # an answer that is not a tree says why
 	$(DEMO_MINT) chat "What's the weather in Paris tomorrow?" --tools examples/tools/weather.json
 	$(DEMO_MINT) chat "Tell me a fun fact about octopuses."
 

@@ -493,5 +493,35 @@ class Route(StepKind):
         return content_key(sorted(pairs))
 
 
-STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Experience(), Train(), Eval(), Promote(),
-                                                           Route())}
+class Serve(StepKind):
+    """Users' requests answered by the champions through `mint serve` (over HTTP, each turn logged): the
+    traffic a deployment serves, which a later experience step reads back from the logs."""
+
+    name = "serve"
+    options = ("requests", "clients", "max_tokens")
+    needs_specialist = False
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        requests = recipe_path.parent / check_string(doc, options.get("requests"), f"{at}.requests")
+        if not is_file(requests):
+            raise doc.error(f"{at}.requests", f"no such file: {requests}")
+        for key in ("clients", "max_tokens"):
+            if key in options:
+                check_number(doc, options[key], f"{at}.{key}", minimum=1, integer=True)
+
+    def requests(self, context: LoopContext, step) -> Path:
+        return context.recipe.path.parent / step.options["requests"]
+
+    def key(self, context, step):
+        digest = hashlib.sha256(self.requests(context, step).read_bytes()).hexdigest()
+        return content_key("serve", step.options, digest, context.champions(), context.base)
+
+    def run(self, context, step):
+        from mint.mol.replay import serve_requests
+
+        return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
+                              clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256))
+
+
+STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Serve(), Experience(), Train(), Eval(),
+                                                           Promote(), Route())}

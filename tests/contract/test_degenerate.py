@@ -58,7 +58,7 @@ def verdict(ws, name: str, tmp_path: Path, answer) -> dict:
     contract_path = contract_file(name, tmp_path)
     baseline = write_predictions(tmp_path / "baseline.jsonl", contract_path, lambda *_: "no")
     candidate = write_predictions(tmp_path / "candidate.jsonl", contract_path, answer)
-    return evaluate(ws, None, contract_path, predictions=candidate, baseline_predictions=baseline).report
+    return evaluate(ws, None, contract_path, predictions=candidate, baseline_predictions=baseline).report.to_dict()
 
 
 DEGENERATE = {
