@@ -96,3 +96,16 @@ def test_recipe_check_takes_each_step_kinds_options_from_the_loops_table(tmp_pat
     path.write_text(f"recipe: r\nsteps:\n  - {kind}: {{{option}x: 1}}\n")
     with pytest.raises(BadInput, match=rf"steps\[0\]\.{kind}\.{option}x: unknown key \(did you mean {option}\?\)"):
         load_recipe(path, check_contracts=False)
+
+
+def test_a_serve_step_names_its_requests_file_and_a_missing_one_is_refused_at_its_line(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("recipe: r\nsteps:\n  - serve: {requests: nowhere.jsonl}\n")
+    with pytest.raises(BadInput, match=r"r\.yaml:3: steps\[0\]\.serve\.requests: no such file"):
+        load_recipe(path, check_contracts=False)
+    (tmp_path / "requests.jsonl").write_text('{"prompt": "Show my todo items as a list."}\n')
+    path.write_text("recipe: r\nsteps:\n  - serve: {requests: requests.jsonl, clients: 0}\n")
+    with pytest.raises(BadInput, match=r"steps\[0\]\.serve\.clients"):
+        load_recipe(path, check_contracts=False)
+    path.write_text("recipe: r\nsteps:\n  - serve: {requests: requests.jsonl, clients: 2}\n")
+    assert [s.kind for s in load_recipe(path, check_contracts=False).steps] == ["serve"]
