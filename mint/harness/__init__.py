@@ -21,10 +21,11 @@ def harness_for(name: str, settings: HarnessSettings) -> Harness:
 
 def verifier_for(name: str):
     """The harness's ``verify(request, answer) -> (passed, detail)``: an answer judged without a reference,
-    by the same metric its contract gates (each module's docstring says what it checks and cannot)."""
+    by the same metric its contract gates (each module's docstring says what it checks and cannot); None for a
+    harness that judges no answers (the router's)."""
     from mint.harness import agent, chat, coding, genui
 
-    return {"coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify}[name]
+    return {"coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify}.get(name)
 
 
 HARNESS_NAMES = ("coding", "agent", "genui", "chat", "router")

@@ -244,12 +244,7 @@ def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str]
     from mint.harness import HARNESS_NAMES, verifier_for
 
     name = harness or specialist
-    verify = None
-    if name in HARNESS_NAMES:
-        try:
-            verify = verifier_for(name)
-        except KeyError:        # a harness without a verifier (the router's)
-            verify = None
+    verify = verifier_for(name) if name in HARNESS_NAMES else None
     if verify is not None:
         record = {"messages": prompt.prompt, **({"tools": prompt.tools} if prompt.tools else {})}
         out = []

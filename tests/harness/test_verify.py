@@ -153,4 +153,5 @@ def test_chat_without_checks_is_not_verified():
 def test_each_harness_names_its_verifier():
     from mint.harness import HARNESS_NAMES, verifier_for
 
-    assert [verifier_for(name) for name in HARNESS_NAMES] == [coding.verify, agent.verify, genui.verify, chat.verify]
+    assert {name: verifier_for(name) for name in HARNESS_NAMES} == {
+        "coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify, "router": None}

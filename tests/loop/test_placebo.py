@@ -13,6 +13,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
 LOGS = ROOT / "examples" / "logs" / "server_log.jsonl.gz"
 TREE = '{"type": "Text", "props": {"text": "Done."}}'
+# what each request of the twin test asks for, as the GenUI verifier judges it ("Done." builds neither)
+ANSWERS = {"Show a signup form.": '{"type": "Form", "props": {"title": "Signup", "submitLabel": "Sign up"}, "children": '
+                                  '[{"type": "TextField", "props": {"label": "Email", "name": "email", '
+                                  '"inputType": "email", "required": true}}]}',
+           "Show a weather card for Oslo.": '{"type": "Card", "props": {"title": "Weather in Oslo"}, "children": '
+                                            '[{"type": "Text", "props": {"text": "Sunny, 12 C"}}]}'}
 
 
 def test_a_continuation_learns_the_new_examples_at_a_lower_rate_than_a_retraining_from_the_base():
@@ -77,7 +83,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     path.write_text(RECIPE.format(logs=LOGS, contract=SMOKE_CONTRACT))
     # the tiny random base never writes a valid tree: answer one valid and one broken sample per prompt
     monkeypatch.setattr(experience, "_sample", lambda ws, champion, base, specialist, chosen, **kw:
-                        [[TREE, "{broken"] for _ in chosen])
+                        [[ANSWERS[p.prompt[-1]["content"]], "{broken"] for p in chosen])
     result = run_loop(ws, path)
     ran = {(s.iteration, s.label): s.output for s in result.steps if s.status in ("ran", "failed")}
     gathered = ran[(2, "experience genui")]

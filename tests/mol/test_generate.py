@@ -144,7 +144,7 @@ def test_a_contracts_suites_decode_as_one_stream(ws, candidate, tmp_path, monkey
     monkeypatch.setattr(gen, "generate", spy)
     seen = []
     report = ev.evaluate(ws, candidate("genui").ref, contract,
-                         progress=lambda suite, done, total: seen.append((suite, done, total))).report
+                         progress=lambda suite, done, total: seen.append((suite, done, total))).report.to_dict()
     candidate_call = calls[-1]
     assert sorted(candidate_call) == sorted(f"Show a card titled {w}" for w in "abcxyz")
     assert sorted(seen[-6:]) == sorted([(s, n, 3) for s in ("core", "extra") for n in (1, 2, 3)])
@@ -206,7 +206,7 @@ def test_the_eval_report_records_the_contracts_precision(ws, candidate, tmp_path
     (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     contract = tmp_path / "ui.yaml"
     contract.write_text(GOOD.replace("batch_size: 2}", f"batch_size: 2, precision: {precision}}}"))
-    report = evaluate(ws, candidate("genui").ref, contract).report
+    report = evaluate(ws, candidate("genui").ref, contract).report.to_dict()
     core = report["generation"]["core"]
     assert core["precision"] == precision and core["new_tokens"] > 0
     assert report["precision"]["requested"] == precision and report["precision"]["used"] == precision
