@@ -14,10 +14,10 @@ generation is promoted. The twin is rejected as soon as it is measured: it is ne
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from mint.jsonl import read_jsonl
 from mint.workspace import Workspace
 
 INITS = ("champion", "base")
@@ -52,12 +52,12 @@ def _scores_by_example(predictions: Path, metric: str) -> dict[tuple, float]:
     """``suite.metric``'s score per (suite, example key) in an eval's predictions."""
     suite, _, name = metric.partition(".")
     scores = {}
-    with open(predictions, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            value = (row.get("scores") or {}).get(name)
-            if row.get("suite") == suite and isinstance(value, (int, float)):
-                scores[(row["suite"], row.get("key"))] = float(value)
+    for _number, row in read_jsonl(predictions, torn="skip"):
+        if not isinstance(row, dict) or row.get("suite") != suite:
+            continue
+        value = (row.get("scores") or {}).get(name)
+        if isinstance(value, (int, float)):
+            scores[(row["suite"], row.get("key"))] = float(value)
     return scores
 
 

@@ -24,6 +24,7 @@ from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
 from mint.base import load_base
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
+from mint.jsonl import read_jsonl
 from mint.train.config import TrainSettings, trl_config_class
 from mint.train.health import run_warnings
 from mint.train.rundir import EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE, TrainProgress, phase
@@ -33,7 +34,7 @@ from mint.workspace import atomic_write_json
 def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume: bool = False) -> dict:
     """Train the run in this process (one rank of several under torchrun); returns the result record."""
     run = json.loads((run_dir / RUN_FILE).read_text())
-    rows = [json.loads(line) for line in open(run_dir / EXAMPLES_FILE, encoding="utf-8")]
+    rows = [row for _number, row in read_jsonl(run_dir / EXAMPLES_FILE)]
     last = _last_checkpoint(run_dir) if resume else None
     if resume and last is None:
         raise BadInput(f"run {run_dir.name} has no checkpoint yet; start it again instead", field="--resume")
@@ -217,7 +218,8 @@ def save_result(run_dir: Path, trainer, output, fingerprint: str, last: Path | N
 
 def _read_metrics(run_dir: Path) -> list[dict]:
     path = run_dir / METRICS_FILE
-    return [json.loads(line) for line in open(path, encoding="utf-8")] if path.is_file() else []
+    # a killed run may have cut its last line
+    return [row for _number, row in read_jsonl(path, torn="skip")] if path.is_file() else []
 
 
 def adapter_digest(model) -> str:
