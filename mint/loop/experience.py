@@ -435,19 +435,13 @@ def _read_source(ws, source, specialist, episodes, recipe_dir: Path, limit: int,
 def _champion(ws: Workspace, specialist: str, base: str):
     """(the champion's revision and adapter folder, or None; who answers), every file's hash checked before
     its weights are loaded, as promote and serve do."""
-    from mint.registry import store
+    from mint.registry import queries
+    from mint.registry.artifacts import load_revision
 
-    if store.db_path(ws).exists():
-        from mint.registry.artifacts import load_revision
-
-        conn = store.open_store(ws)
-        try:
-            target = store.alias_target(conn, specialist, "champion")
-        finally:
-            conn.close()
-        if target:
-            revision, adapter_dir = load_revision(ws, target)
-            return (revision, adapter_dir), revision.ref
+    target = queries.champion(ws, specialist)
+    if target:
+        revision, adapter_dir = load_revision(ws, target)
+        return (revision, adapter_dir), revision.ref
     return None, f"base:{base}"
 
 

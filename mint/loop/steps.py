@@ -57,25 +57,15 @@ class LoopContext:
             return None
 
     def champions(self) -> dict[str, str | None]:
-        from mint.registry import store
+        from mint.registry import queries
 
-        if not store.db_path(self.ws).exists():
-            return {s: None for s in self.recipe.specialists}
-        conn = store.open_store(self.ws)
-        try:
-            return {s: store.alias_target(conn, s, "champion") for s in self.recipe.specialists}
-        finally:
-            conn.close()
+        return {s: queries.champion(self.ws, s) for s in self.recipe.specialists}
 
     def champion_ref(self, specialist: str) -> str | None:
-        from mint.registry import store
+        from mint.registry import queries
 
-        conn = store.open_store(self.ws)
-        try:
-            target = store.alias_target(conn, specialist, "champion")
-            return store.get_revision(conn, target).ref if target else None
-        finally:
-            conn.close()
+        target = queries.champion(self.ws, specialist)
+        return queries.revision_ref(self.ws, target) if target else None
 
 
 class StepKind(abc.ABC):
