@@ -2,9 +2,9 @@
 
 The next generation starts from the champion (a continuation) or from the base (ReST-EM's choice: each
 iteration retrains from the base on the logs plus all verified experience). Its steps follow the number of
-examples it has to learn (``epochs`` passes at ``batch_size``, clamped to ``min_steps``..``max_steps``): a
-continuation learns from the new examples only and at a lower learning rate, since in the demo 4 steps at
-the first generation's rate took the agent from 0.54 to 0.21.
+new examples (``epochs`` passes over them at ``batch_size``, clamped to ``min_steps``..``max_steps``), drawn
+from the dataset (the logs plus the verified experience); a continuation runs at a lower learning rate, since
+in the demo 4 steps at the first generation's rate on the same logs took the agent from 0.54 to 0.21.
 
 The placebo twin trains the same steps from the same parent on the same prompts, with every sampled
 answer kept unverified, and is evaluated under the same contract. Generation k+1 is compared with
