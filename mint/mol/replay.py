@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -58,11 +57,9 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
                    clients: int = 8, max_tokens: int = 256) -> dict:
     """Answer every request in ``requests_path`` through a real `mint serve` on loopback; returns how many were
     served, by which revision, the failures (each with its reason) and the seconds taken."""
-    import uvicorn
-
     from mint.mol.admission import Access
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app, listening_socket, server_config
+    from mint.mol.serve import create_app, start_background
     from mint.mol.turnlog import TurnLog
 
     rows = read_requests(Path(requests_path))
@@ -71,19 +68,10 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
     started = time.monotonic()
     key = secrets.token_urlsafe(18)
     mixture = Mixture.open(ws, project, base=base, log=TurnLog(ws))
-    app = create_app(mixture, poll_s=3600.0, access=Access((key,)))
-    sock = listening_socket("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    running = start_background(create_app(mixture, poll_s=3600.0, access=Access((key,))),
+                               start_limit_s=START_LIMIT_S)
     try:
-        deadline = time.monotonic() + START_LIMIT_S
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise BadInput("the server did not start", field="serve")
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        url = f"http://127.0.0.1:{running.port}/v1/chat/completions"
 
         def answer(row: dict) -> dict:
             try:
@@ -99,9 +87,7 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
         with ThreadPoolExecutor(max_workers=clients) as pool:
             results = list(pool.map(answer, rows))
     finally:
-        server.should_exit = True
-        thread.join(timeout=60)
-        sock.close()
+        running.stop()
     served: dict[str, int] = {}
     for result in results:
         if "error" not in result:

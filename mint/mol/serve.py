@@ -768,6 +768,40 @@ def server_config(app, limits: Limits = Limits(), **options):
                           h11_max_incomplete_event_size=64 << 10, **options)
 
 
+class BackgroundServer:
+    """``app`` served by uvicorn on a thread (``start_background``): for a step that drives the server as its
+    clients would, and for tests. ``stop`` waits for the thread."""
+
+    def __init__(self, server, thread: threading.Thread, sock: socket.socket) -> None:
+        self.server, self.thread, self.sock = server, thread, sock
+        self.port = sock.getsockname()[1]
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+        self.sock.close()
+
+
+def start_background(app, limits: Limits = Limits(), *, host: str = "127.0.0.1", port: int = 0,
+                     start_limit_s: float = 300.0) -> BackgroundServer:
+    """Serve ``app`` on ``host:port`` (0: a free port) from a thread, once uvicorn says it has started; a server
+    that does not start within ``start_limit_s`` is stopped and BadInput, never a hang."""
+    import uvicorn
+
+    sock = listening_socket(host, port)
+    server = uvicorn.Server(server_config(app, limits, log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    running = BackgroundServer(server, thread, sock)
+    deadline = time.monotonic() + start_limit_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            running.stop()
+            raise BadInput(f"the server did not start within {start_limit_s:.0f} s", field="serve")
+        time.sleep(0.05)
+    return running
+
+
 def serve(mixture: Mixture, sock: socket.socket, *, window_ms: float = 10.0, max_batch: int = 16,
           poll_s: float = 2.0, access: Access = Access(), limits: Limits = Limits()) -> None:
     """Serve on ``sock`` (``listening_socket``) until interrupted (blocking). While it runs, the workspace knows

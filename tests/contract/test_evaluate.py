@@ -8,17 +8,13 @@ from mint.contract.evaluate import evaluate
 from mint.registry import store
 from mint.contract.identity import contract_identity
 from mint.registry.promotion import promote
+from tests.contract.conftest import card_contract
 from tests.contract.test_schema import GOOD
 
 
 @pytest.fixture
 def ui_contract(tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"Show a card titled {i}"}],
-             "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(3)]
-    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path = tmp_path / "ui.yaml"
-    path.write_text(GOOD)
-    return path
+    return card_contract(tmp_path, GOOD)
 
 
 def test_eval_writes_a_report_in_the_design_shape(ws, candidate, ui_contract, capsys):

@@ -11,6 +11,7 @@ from mint.contract.evaluate import check_not_stale, evaluate
 from mint.contract.schema import load_contract
 from mint.errors import BadInput
 from mint.mol import generate as gen
+from tests.contract.conftest import card_contract
 from tests.contract.test_schema import GOOD
 
 AUTO = GOOD.replace("batch_size: 2}", "batch_size: 2, precision: auto}")
@@ -18,12 +19,7 @@ AUTO = GOOD.replace("batch_size: 2}", "batch_size: 2, precision: auto}")
 
 @pytest.fixture
 def contract(tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"Show a card titled {i}"}],
-             "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(3)]
-    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path = tmp_path / "ui.yaml"
-    path.write_text(AUTO)
-    return path
+    return card_contract(tmp_path, AUTO)
 
 
 @pytest.fixture

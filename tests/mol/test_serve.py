@@ -13,34 +13,18 @@ from mint.project import DEFAULT_PROJECT, Project
 TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(ws, crown, tiny_loras):
     """A running server on the tiny base with coding:v1 as champion; yields (base_url, app)."""
-    import uvicorn
-
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app
+    from mint.mol.serve import create_app, start_background
 
     crown("coding", tiny_loras["coding"])
     mixture = Mixture.open(ws, TINY_PROJECT)
     app = create_app(mixture, window_ms=20, poll_s=0.1)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", app
-    server.should_exit = True
-    thread.join(timeout=60)
+    running = start_background(app, start_limit_s=120)
+    yield f"http://127.0.0.1:{running.port}", app
+    running.stop()
 
 
 def client(url):
