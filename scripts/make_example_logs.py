@@ -246,6 +246,63 @@ def genui_cases(rng: random.Random) -> list[tuple[str, dict]]:
     return cases
 
 
+def genui_heldout_extra(rng: random.Random) -> list[tuple[str, dict]]:
+    """24 more held-out requests (so a generation's gain can be significant on 48 paired examples), in the
+    logs' shapes but with purposes, products and data that neither the logs, the first 24 held-out requests
+    nor examples/requests name. Drawn from their own generator, so the logs stay byte for byte as they were."""
+    fields_pool = [("Email", "email", "email"), ("Full name", "name", "text"), ("Phone", "phone", "tel"),
+                   ("Company", "company", "text"), ("City", "city", "text"), ("Message", "message", "text"),
+                   ("Date of birth", "birthday", "date")]
+    cases = []
+    for purpose in ["apply for a loan", "claim a warranty", "sign the petition", "request a quote",
+                    "enroll in the course"]:
+        fields = rng.sample(fields_pool, rng.randint(2, 4))
+        request = f"Make a form to {purpose} with " + ", ".join(f[0].lower() for f in fields) + " fields."
+        cases.append((request, {"type": "Form", "props": {"title": purpose.capitalize(), "submitLabel": "Submit"},
+                                "children": [{"type": "TextField", "props": {"label": l, "name": n, "inputType": t,
+                                                                             "required": True}}
+                                             for l, n, t in fields]}))
+    for product in ["Basalt grill", "Coral earbuds", "Fjord kayak", "Granite skillet", "Ivory teapot"]:
+        price = rng.choice([25, 45, 65, 89, 149, 299])
+        slug = product.split()[0].lower()
+        cases.append((f"Show a product card for the {product} priced at ${price} with a buy button.",
+                      {"type": "Card", "props": {"title": product}, "children": [
+                          {"type": "Image", "props": {"src": f"https://img.example.com/{slug}.png", "alt": product}},
+                          text(f"${price}", "heading"),
+                          {"type": "Button", "props": {"label": "Buy now", "action": f"buy:{slug}"}}]}))
+    for name, columns in [("contracts", ["Contract", "Client", "Renewal"]),
+                          ("warehouses", ["Site", "Capacity", "Manager"]),
+                          ("pipelines", ["Pipeline", "Stage", "Duration"]),
+                          ("subscriptions", ["Plan", "Seats", "Renews"])]:
+        rows = rng.randint(2, 3)
+        cases.append((f"Render a table of recent {name} with columns " + ", ".join(columns) + ".",
+                      {"type": "Table", "props": {"caption": f"Recent {name}", "columns": columns,
+                                                  "rows": [[f"{c} {i + 1}" for c in columns] for i in range(rows)]}}))
+    for title, kind, labels in [("conversion rate by week", "line", ["W1", "W2", "W3", "W4"]),
+                                ("headcount by office", "bar", ["Berlin", "Lagos", "Lima"]),
+                                ("device share", "pie", ["Desktop", "Mobile", "Tablet"]),
+                                ("latency per service", "bar", ["Auth", "Search", "Cart"])]:
+        cases.append((f"Plot {title} as a {kind} chart.",
+                      {"type": "Chart", "props": {"title": title.capitalize(), "kind": kind, "labels": labels,
+                                                  "series": [{"name": title,
+                                                              "values": [rng.randint(5, 99) for _ in labels]}]}}))
+    for title, items in [("weekend chores", ["Vacuum", "Laundry", "Water plants"]),
+                         ("conference talks to attend", ["Keynote", "Scaling Postgres"]),
+                         ("things to fix in the kitchen", ["Leaky tap", "Loose hinge", "Dim bulb"])]:
+        cases.append((f"Show my {title} as a list.",
+                      {"type": "List", "props": {"title": title.capitalize(), "items": items}}))
+    for name, options in [("date format", ["DD/MM/YYYY", "MM/DD/YYYY", "YYYY-MM-DD"]),
+                          ("autosave interval", ["1 minute", "5 minutes", "Off"]),
+                          ("keyboard layout", ["QWERTY", "AZERTY", "Dvorak"])]:
+        cases.append((f"Build a settings page section where I pick my {name} and save it.",
+                      {"type": "Stack", "props": {"direction": "vertical", "gap": 8}, "children": [
+                          text(f"{name.capitalize()} settings", "heading"),
+                          {"type": "Select", "props": {"label": name.capitalize(), "name": name, "options": options}},
+                          {"type": "Button", "props": {"label": "Save", "action": f"save:{name}"}}]}))
+    rng.shuffle(cases)
+    return cases
+
+
 GENUI_SYSTEM = "Answer with one UI4A JSON component tree and nothing else."
 
 # Team-written chat requests with checks a program can verify (length, format, words that must appear).
@@ -308,7 +365,7 @@ def main() -> None:
     coding_logs, coding_held = problems[:120], problems[120:]
     agent_logs, agent_held = questions[:150], questions[150:200]
     chat_logs, chat_held = conversations[:260], conversations[260:310]
-    genui_logs, genui_held = genui[:-24], genui[-24:]
+    genui_logs, genui_held = genui[:-24], genui[-24:] + genui_heldout_extra(random.Random(20261201))
 
     # 1. OpenAI chat JSONL from the app: coding and agent, some labeled, plus broken lines and duplicates
     openai_rows: list = []

@@ -272,3 +272,27 @@ def test_new_served_turns_or_a_changed_source_file_make_the_loop_gather_experien
     requests.write_text('{"prompt": "A"}\n{"prompt": "C"}\n')
     assert len({json.dumps(x) for x in (before, served, experience_inputs(ws, options, tmp_path))}) == 3
     assert experience_inputs(ws, {"sources": ["unaccepted"]}, tmp_path) == []
+
+
+def test_the_pool_decodes_as_many_rows_side_by_side_as_the_hardware_plan_says(ws, project, tmp_path, monkeypatch):
+    from mint import hardware
+    from mint.loop import experience
+    from mint.mol import generate
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    batch_sizes = []
+
+    def fake(model, tokenizer, conversations, settings, *args, **kwargs):
+        batch_sizes.append(settings.batch_size)
+        return [[LOGIN_FORM] for _ in conversations], [0.0]
+
+    monkeypatch.setattr(generate, "generate_batches", fake)
+    for measured, expected in ((24, 24), (None, experience.SAMPLING_ROWS)):
+        rows = tmp_path / f"requests-{measured}.jsonl"    # a new request each time: an answered one is not drawn
+        rows.write_text(json.dumps({"prompt": f"Show a login form with a submit button ({measured})."}) + "\n")
+        plan = {"rows": hardware.Choice(measured, "test"), "bf16": hardware.Choice(False, "test"),
+                "threads": hardware.Choice(2, "test")}
+        monkeypatch.setattr(hardware, "decoding_plan", lambda _hardware, plan=plan: plan)
+        experience.gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                                     samples=2, sources=[{"jsonl": str(rows)}])
+        assert len(batch_sizes) == 1 + (measured is None) and batch_sizes[-1] == expected
