@@ -207,10 +207,11 @@ def render_html(report: dict) -> str:
         if entry["progress"]:
             parts.append("<h3>per generation</h3>" + progress_table(entry["progress"]))
         parts.append("<h3>lineage</h3>" + _table(entry))
-        figures = [f for f in (progress_figure(name, entry["progress"]), loss_figure(name, entry),
-                               gates_figure(name, entry)) if f]
-        parts.append("<div class='figs'>" + "".join(f"<img alt='{html.escape(name)} figure' src='{f}'>"
-                                                    for f in figures) + "</div>")
+        figures = [(f"{name}: primary metric per generation", progress_figure(name, entry["progress"])),
+                   (f"{name}: training loss", loss_figure(name, entry)),
+                   (f"{name}: gate outcomes", gates_figure(name, entry))]
+        parts.append("<div class='figs'>" + "".join(f"<img alt='{html.escape(alt)}' src='{f}'>"
+                                                    for alt, f in figures if f) + "</div>")
         rejected = [e for e in entry["events"] if e["action"] in ("reject", "rollback")]
         if rejected:
             parts.append("<ul>" + "".join(f"<li>{html.escape(e['at'])}: {html.escape(e['action'])} "
