@@ -59,7 +59,7 @@ def progress_figure(name: str, progress: list) -> str | None:
     ax.errorbar(xs, values, yerr=list(zip(*[_on_value(r) for r in rows])), fmt="none", ecolor="#777", capsize=3,
                 zorder=2)
     ax.scatter(xs, values, c=[GREY if not r.generation else GREEN if r.decision == "promoted" else RED
-                              for r in rows], s=50, zorder=3, label="generation")
+                              for r in rows], s=50, zorder=3)
     twins = [(x + 0.12, r.twin.value) for x, r in zip(xs, rows) if r.twin and r.twin.value is not None]
     if twins:
         ax.scatter(*zip(*twins), marker="D", facecolors="none", edgecolors="#6a1b9a", s=45, zorder=3,
