@@ -186,8 +186,8 @@ def progress_table(progress: list) -> str:
                f"{html.escape(reading or '–')}</td>"
         verdict = "" if not r.generation else f"{r.verdict or 'not evaluated'}, {r.decision or '–'}"
         color = GREEN if r.decision == "promoted" else RED if r.decision == "rejected" else GREY
-        title = f' title="{html.escape(r.reason)}"' if r.reason else ""
-        rows.append(f"<tr>{row}<td style=\"color:{color}\"{title}>{html.escape(verdict)}</td></tr>")
+        why = f"<br><small>{html.escape(r.reason)}</small>" if r.reason else ""
+        rows.append(f"<tr>{row}<td style=\"color:{color}\">{html.escape(verdict)}{why}</td></tr>")
     return f"<table class='progress'>{head}{''.join(rows)}</table>"
 
 

@@ -151,7 +151,9 @@ def test_generations_without_a_loop_come_from_the_registry_alone(ws, candidate, 
 
 @pytest.mark.parametrize("text, where", [("[1, 2]", "expected a JSON object"), ("{not json", "unreadable"),
                                          ('{"generations": {"a": 1}}', "generations: expected a list"),
-                                         ('{"generations": [{"specialist": 3}]}', "generations[0].specialist")])
+                                         ('{"generations": [{"specialist": 3}]}', "generations[0].specialist"),
+                                         ('{"generations": [{"specialist": "coding", "twin": {"revision_id": [1]}}]}',
+                                          "generations[0].twin.revision_id: expected str or null, not list")])
 def test_a_malformed_loop_state_is_exit_2_naming_the_file(ws, candidate, report_for, tmp_path, capsys, text, where):
     v1 = candidate()
     gated_report(ws, report_for, v1, 0.30, 0.10, True)

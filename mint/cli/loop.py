@@ -160,7 +160,8 @@ def _render_progress(result) -> None:
             reading = ("[green]" if t.reading == EXPERIENCE_EFFECT else "[yellow]") + f"{t.reading}[/]" \
                 if t and t.reading else ""
             verdict = "" if not r.generation else \
-                ("[green]promoted[/]" if r.decision == "promoted" else f"[red]{r.decision or '-'}[/]") + \
+                ("[green]promoted[/]" if r.decision == "promoted" else "[red]rejected[/]" if r.decision == "rejected"
+                 else r.decision or "-") + \
                 f" ({r.verdict or 'not evaluated'})"
             table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
                           f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",

@@ -15,6 +15,12 @@ from mint.workspace import Workspace
 
 STATE_FILE = "state.json"
 LOOPS_DIR = "loops"
+_TEXT, _OBJECT = (str, type(None)), (dict, type(None))
+# what `mint report` reads of a recorded generation (mint.loop.runner.GenerationRow), each with its types
+GENERATION_FIELDS = {"candidate": _TEXT, "iteration": (int,), "verdict": _TEXT, "reason": _TEXT,
+                     "experience": _OBJECT, "twin": _OBJECT}
+EXPERIENCE_FIELDS = {"pool": _OBJECT, "accepted_per_source": _OBJECT, "kept_per_source": _OBJECT}
+TWIN_FIELDS = {"revision": _TEXT, "revision_id": _TEXT, "report": _TEXT, "verdict": _TEXT, "vs_twin": _OBJECT}
 
 
 def state_path(ws: Workspace, recipe_name: str) -> Path:
@@ -40,13 +46,21 @@ def read_state(path: Path) -> dict:
         where = f"generations[{i}]"
         if not isinstance(row, dict):
             raise BadInput("expected an object", file=str(path), field=where)
-        for key, kinds in (("specialist", (str,)), ("candidate", (str, type(None))),
-                           ("iteration", (int,)), ("experience", (dict, type(None))), ("twin", (dict, type(None)))):
-            if key in row and (not isinstance(row[key], kinds) or isinstance(row[key], bool)):
-                raise BadInput(f"unexpected {type(row[key]).__name__}", file=str(path), field=f"{where}.{key}")
         if not isinstance(row.get("specialist"), str):
-            raise BadInput("missing (expected the specialist's name)", file=str(path), field=f"{where}.specialist")
+            raise BadInput("expected the specialist's name", file=str(path), field=f"{where}.specialist")
+        _check_fields(path, where, row, GENERATION_FIELDS)
+        for part, fields in (("experience", EXPERIENCE_FIELDS), ("twin", TWIN_FIELDS)):
+            if isinstance(row.get(part), dict):
+                _check_fields(path, f"{where}.{part}", row[part], fields)
     return data
+
+
+def _check_fields(path: Path, where: str, row: dict, fields: dict) -> None:
+    for key, kinds in fields.items():
+        if key in row and (not isinstance(row[key], kinds) or isinstance(row[key], bool)):
+            expected = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise BadInput(f"expected {expected}, not {type(row[key]).__name__}", file=str(path),
+                           field=f"{where}.{key}")
 
 
 def generation_records(ws: Workspace) -> list[dict]:
