@@ -21,7 +21,7 @@ from typing import Callable
 
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
-from mint.loop.history import read_state, state_path
+from mint.loop.history import generation_records, read_state, state_path
 from mint.loop.recipe import Recipe, Step, load_recipe
 from mint.loop.steps import STEPS, LoopContext, content_key
 from mint.workspace import Workspace, atomic_write_json
@@ -189,6 +189,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
                                       "left them: nothing to do", alerts=routing_alerts(ws, project))
+        generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
         first = 1
         if resume:
             if state.last_run and not state.last_run.get("finished"):
