@@ -36,39 +36,37 @@ def _interval(gate: dict):
     return gate_delta(gate)[1]
 
 
-def metric_figure(name: str, entry: dict) -> str | None:
-    """The primary metric per generation: the bare base first, then each revision (x marks a rejected one)."""
-    generations = [g for g in entry["generations"] if g["primary"]]
-    if not generations:
+def _on_value(row):
+    """The delta's interval placed on the value (baseline + low .. baseline + high), as error bar lengths."""
+    if row.interval and row.value is not None and row.baseline_value is not None:
+        return (max(0.0, row.value - (row.baseline_value + row.interval[0])),
+                max(0.0, row.baseline_value + row.interval[1] - row.value))
+    return (0.0, 0.0)
+
+
+def progress_figure(name: str, progress: list) -> str | None:
+    """The primary metric per generation (green promoted, red not), its 95% interval against its baseline as
+    error bars, and each generation's placebo twin as a hollow diamond beside it."""
+    rows = [r for r in progress if r.metric and r.value is not None]
+    if not rows:
         return None
-    metric = generations[0]["primary"]
-    labels, values, colors, errors = [], [], [], []
-    first_base = generations[0]["baseline_metrics"].get(metric)
-    if first_base is not None and not generations[0]["baseline"]:
-        labels.append("base")
-        values.append(first_base)
-        colors.append(GREY)
-        errors.append((0, 0))
-    for g in generations:
-        value = g["metrics"].get(metric)
-        if value is None:
-            continue
-        labels.append(g["ref"].split(":")[1])
-        values.append(value)
-        colors.append(GREEN if g["verdict"] == "pass" else RED)
-        gate = next((x for x in g["gates"] if x.get("metric") == metric), {})
-        interval, before = _interval(gate), gate.get("baseline")
-        if interval and isinstance(before, (int, float)):   # the interval is on the delta: place it on the value
-            errors.append((max(0.0, value - (before + interval[0])), max(0.0, before + interval[1] - value)))
-        else:
-            errors.append((0, 0))
+    metric = rows[0].metric
+    rows = [r for r in rows if r.metric == metric]      # a later contract may gate another metric: not comparable
+    xs = range(len(rows))
+    values = [r.value for r in rows]
     fig, ax = _figure()
-    ax.plot(range(len(values)), values, color="#555", linewidth=1, zorder=1)
-    ax.errorbar(range(len(values)), values, yerr=list(zip(*errors)) if errors else None, fmt="none",
-                ecolor="#777", capsize=3, zorder=2)
-    ax.scatter(range(len(values)), values, c=colors, s=50, zorder=3)
-    ax.set_xticks(range(len(values)), labels)
-    ax.set_title(f"{name}: {metric} per generation")
+    ax.plot(xs, values, color="#555", linewidth=1, zorder=1)
+    ax.errorbar(xs, values, yerr=list(zip(*[_on_value(r) for r in rows])), fmt="none", ecolor="#777", capsize=3,
+                zorder=2)
+    ax.scatter(xs, values, c=[GREY if not r.generation else GREEN if r.decision == "promoted" else RED
+                              for r in rows], s=50, zorder=3)
+    twins = [(x + 0.12, r.twin.value) for x, r in zip(xs, rows) if r.twin and r.twin.value is not None]
+    if twins:
+        ax.scatter(*zip(*twins), marker="D", facecolors="none", edgecolors="#6a1b9a", s=45, zorder=3,
+                   label="placebo twin")
+        ax.legend(fontsize=8)
+    ax.set_xticks(list(xs), [r.revision.partition(":")[2] or r.revision for r in rows])
+    ax.set_title(f"{name}: {metric} per generation (95% CI vs baseline)")
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     return _png(fig)
@@ -157,6 +155,42 @@ def _table(entry: dict) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _ci(delta, interval) -> str:
+    return _fmt(delta) + (f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "")
+
+
+def _per_source(counts: dict) -> str:
+    return ", ".join(f"{n} {source}" for source, n in counts.items() if n) or "–"
+
+
+def progress_table(progress: list) -> str:
+    """Per generation: the held-out metric against its baseline, the experience pool and what was accepted from
+    which source, the placebo twin and the gain over it with its reading, and the verdict."""
+    from mint.loop.placebo import EXPERIENCE_EFFECT
+
+    head = "<tr><th>gen</th><th>revision</th><th>loop</th><th>metric</th><th>value</th><th>baseline</th>" \
+           "<th>Δ (95% CI)</th><th>pool pass@1</th><th>pool pass@k</th><th>accepted (per source)</th>" \
+           "<th>twin</th><th>Δ vs twin (95% CI)</th><th>reading</th><th>verdict</th></tr>"
+    rows = []
+    for r in progress:
+        e, t = r.experience, r.twin
+        cells = [str(r.generation), r.revision, f"{r.recipe} #{r.iteration}" if r.recipe else "–", r.metric or "–",
+                 _fmt(r.value), f"{r.baseline} {_fmt(r.baseline_value)}" if r.baseline else "–",
+                 _ci(r.delta, r.interval) if r.generation else "",
+                 _fmt(e.pass_at_1) if e else "–", f"{_fmt(e.pass_at_k)} (k={e.k})" if e and e.k else "–",
+                 f"{e.accepted} ({_per_source(e.accepted_per_source)})" if e else "–",
+                 f"{t.revision} {_fmt(t.value)}" if t else "–", _ci(t.delta, t.interval) if t else "–"]
+        row = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+        reading = t.reading if t else None
+        row += f'<td style="color:{GREEN if reading == EXPERIENCE_EFFECT else GREY}">' \
+               f"{html.escape(reading or '–')}</td>"
+        verdict = "" if not r.generation else f"{r.verdict or 'not evaluated'}, {r.decision or '–'}"
+        color = GREEN if r.decision == "promoted" else RED if r.decision == "rejected" else GREY
+        why = f"<br><small>{html.escape(r.reason)}</small>" if r.reason else ""
+        rows.append(f"<tr>{row}<td style=\"color:{color}\">{html.escape(verdict)}{why}</td></tr>")
+    return f"<table class='progress'>{head}{''.join(rows)}</table>"
+
+
 def render_html(report: dict) -> str:
     """The whole page for ``mint.reports.lineage_report``'s data."""
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>mint report</title><style>",
@@ -170,10 +204,14 @@ def render_html(report: dict) -> str:
     routing = routing_figure(report["routing"])
     for name, entry in sorted(report["specialists"].items()):
         parts.append(f"<h2>{html.escape(name)}</h2><p>champion: <b>{html.escape(entry['champion'] or 'none')}</b></p>")
-        parts.append(_table(entry))
-        figures = [f for f in (metric_figure(name, entry), loss_figure(name, entry), gates_figure(name, entry)) if f]
-        parts.append("<div class='figs'>" + "".join(f"<img alt='{html.escape(name)} figure' src='{f}'>"
-                                                    for f in figures) + "</div>")
+        if entry["progress"]:
+            parts.append("<h3>per generation</h3>" + progress_table(entry["progress"]))
+        parts.append("<h3>lineage</h3>" + _table(entry))
+        figures = [(f"{name}: primary metric per generation", progress_figure(name, entry["progress"])),
+                   (f"{name}: training loss", loss_figure(name, entry)),
+                   (f"{name}: gate outcomes", gates_figure(name, entry))]
+        parts.append("<div class='figs'>" + "".join(f"<img alt='{html.escape(alt)}' src='{f}'>"
+                                                    for alt, f in figures if f) + "</div>")
         rejected = [e for e in entry["events"] if e["action"] in ("reject", "rollback")]
         if rejected:
             parts.append("<ul>" + "".join(f"<li>{html.escape(e['at'])}: {html.escape(e['action'])} "

@@ -172,23 +172,18 @@ def _routing_share(ws: Workspace) -> dict:
 
 def lineage_report(ws: Workspace) -> dict:
     """Per specialist, every revision oldest first with its report's metrics, baseline, gates and verdict,
-    its training loss curve; plus routing share over time and the alias moves."""
+    its training loss curve, and each generation's experience and twin (``progress``); plus routing share over
+    time and the alias moves."""
     from mint.registry import queries
 
+    progress = generation_progress(ws)
     curves = _loss_curves(ws)
     registry = queries.overview(ws)
     by_id = {r.id: r for r in registry.revisions}
     specialists: dict[str, dict] = {}
     for revision in registry.revisions:
         entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
-        report = None
-        for row in reversed(registry.reports[revision.id]):
-            if Path(row["path"]).is_file():
-                try:
-                    report = read_report(Path(row["path"]))
-                except BadInput:
-                    continue
-                break
+        report = _newest_readable_report(registry.reports[revision.id])
         gates = [g for g in (report.gates if report else []) if isinstance(g, dict)]
         entry["generations"].append({
             "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
@@ -207,4 +202,146 @@ def lineage_report(ws: Workspace) -> dict:
                            for e in registry.events[name]]
         target = registry.champions[name]
         entry["champion"] = by_id[target].ref if target in by_id else None
+        entry["progress"] = progress.get(name, [])
     return {"home": str(ws.home), "specialists": specialists, "routing": _routing_share(ws)}
+
+
+# --- per generation: held-out metric, experience, placebo twin, verdict ------------------------------------
+
+DECISIONS = {"champion": "promoted", "retired": "promoted", "rejected": "rejected", "candidate": "not decided"}
+
+
+@dataclass(frozen=True)
+class ExperienceView:
+    """The experience a generation learned from: the pool its parent answered and what was accepted."""
+
+    prompts: int | None
+    pass_at_1: float | None
+    pass_at_k: float | None
+    k: int | None
+    prompts_between: int | None        # prompts the parent solved sometimes: the ones that teach something
+    accepted: int | None               # distinct verified answers
+    accepted_per_source: dict           # source -> distinct verified answers from its prompts
+    prompts_per_source: dict            # source -> prompts drawn from it
+
+
+@dataclass(frozen=True)
+class TwinView:
+    """The placebo twin (same steps on unverified answers) and the generation's gain over it."""
+
+    revision: str | None
+    value: float | None                 # the twin's primary metric under the same contract
+    delta: float | None                 # generation − twin, paired on the examples both answered
+    interval: list[float] | None
+    n: int | None
+    reading: str | None                 # "experience effect" | "no experience effect"
+
+
+@dataclass(frozen=True)
+class GenerationView:
+    """One generation of a specialist: its held-out primary metric against its baseline, what it learned from,
+    its twin and the verdict. Generation 0 is the bare base the first candidate was measured against."""
+
+    specialist: str
+    generation: int
+    revision: str                       # a ref, or "base"
+    revision_id: str | None
+    metric: str | None
+    value: float | None
+    baseline: str | None                # the baseline's ref, "base", or None for generation 0
+    baseline_value: float | None
+    delta: float | None
+    interval: list[float] | None        # the delta's 95% paired interval
+    verdict: str | None                 # the report's: pass | fail
+    decision: str | None                # promoted | rejected | not decided
+    reason: str | None = None
+    recipe: str | None = None           # the loop that made it, when one did
+    iteration: int | None = None
+    experience: ExperienceView | None = None
+    twin: TwinView | None = None
+
+
+def _newest_readable_report(rows: list[dict]) -> Report | None:
+    for row in reversed(rows):              # newest first; skip reports whose file is gone or unreadable
+        if Path(row["path"]).is_file():
+            try:
+                return read_report(Path(row["path"]))
+            except BadInput:
+                continue
+    return None
+
+
+def _experience_view(summary: dict | None) -> ExperienceView | None:
+    if not isinstance(summary, dict):
+        return None
+    pool = summary.get("pool") if isinstance(summary.get("pool"), dict) else {}
+    k = pool.get("k") if isinstance(pool.get("k"), int) else None
+    per_source = summary.get("accepted_per_source")
+    prompts = summary.get("kept_per_source")
+    return ExperienceView(summary.get("prompts"), _number(pool.get("pass@1")),
+                          _number(pool.get(f"pass@{k}")) if k else None, k, pool.get("prompts_between"),
+                          summary.get("accepted"), per_source if isinstance(per_source, dict) else {},
+                          prompts if isinstance(prompts, dict) else {})
+
+
+def _twin_view(twin: dict | None, metric: str | None, reports_of: dict[str, list[dict]]) -> TwinView | None:
+    if not isinstance(twin, dict):
+        return None
+    report = _newest_readable_report(reports_of.get(twin.get("revision_id"), []))
+    if report is None and isinstance(twin.get("report"), str) and Path(twin["report"]).is_file():
+        try:
+            report = read_report(Path(twin["report"]))
+        except BadInput:
+            report = None
+    vs_twin = twin.get("vs_twin") if isinstance(twin.get("vs_twin"), dict) else {}
+    interval = vs_twin.get("interval")
+    numbers = isinstance(interval, list) and len(interval) == 2 and all(_number(x) is not None for x in interval)
+    return TwinView(twin.get("revision"), _number(report.metrics.get(metric)) if report and metric else None,
+                    _number(vs_twin.get("delta")), [float(x) for x in interval] if numbers else None,
+                    vs_twin.get("n") if isinstance(vs_twin.get("n"), int) else None, twin.get("verdict"))
+
+
+def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> dict[str, list[GenerationView]]:
+    """Per specialist, generation 0 (the bare base) then every candidate oldest first, from the registered
+    reports and what the loop recorded of each generation (its experience and placebo twin). The twins are
+    shown beside the generation they control for, not as generations of their own."""
+    from mint.loop.history import generation_records
+    from mint.registry import queries, store
+
+    records = generation_records(ws)        # a malformed state file is exit 2 naming it, registry or not
+    if not store.db_path(ws).exists():
+        return {}
+    registry = queries.overview(ws)
+    by_id = {r.id: r for r in registry.revisions}
+    made = {(r["specialist"], r.get("candidate")): r for r in records}   # the newest record of each candidate
+    twins = {(r.get("twin") or {}).get("revision_id") for r in records} - {None}
+    progress: dict[str, list[GenerationView]] = {}
+    for revision in registry.revisions:
+        if revision.id in twins or (specialists is not None and revision.specialist not in specialists):
+            continue
+        rows = progress.setdefault(revision.specialist, [])
+        report = _newest_readable_report(registry.reports[revision.id])
+        record = made.get((revision.specialist, revision.ref), {})
+        metric = _primary_metric(report) if report else None
+        gate = next((g for g in report.gates if isinstance(g, dict) and g.get("metric") == metric), {}) \
+            if report and metric else {}
+        value = _number(report.metrics.get(metric)) if metric else None
+        before = _number(gate.get("baseline", report.baseline.metrics.get(metric))) if metric else None
+        delta, interval = gate_delta(gate)
+        if delta is None and value is not None and before is not None:
+            delta = value - before
+        baseline = None
+        if report:
+            baseline_id = report.baseline.revision_id
+            baseline = "base" if baseline_id is None else by_id[baseline_id].ref if baseline_id in by_id \
+                else baseline_id
+        if baseline == "base" and not rows and before is not None:
+            rows.append(GenerationView(revision.specialist, 0, "base", None, metric, before, None, None, None, None,
+                                       None, None))
+        generation = len([r for r in rows if r.generation]) + 1
+        rows.append(GenerationView(
+            revision.specialist, generation, revision.ref, revision.id, metric, value, baseline, before, delta,
+            interval, report.verdict if report else None,
+            DECISIONS.get(revision.status), record.get("reason"), record.get("recipe"), record.get("iteration"),
+            _experience_view(record.get("experience")), _twin_view(record.get("twin"), metric, registry.reports)))
+    return progress

@@ -60,3 +60,48 @@ def test_no_registry_yet_is_an_empty_report(ws, capsys):
     ws.home.mkdir(parents=True)
     assert main(["report"]) == 0
     assert "nothing to report yet" in capsys.readouterr().out
+
+
+def test_the_html_report_shows_each_generation_with_its_experience_and_twin(ws, candidate, report_for, tmp_path):
+    from tests.test_reports import two_generations_and_a_twin
+
+    two_generations_and_a_twin(ws, candidate, report_for)
+    out = tmp_path / "report.html"
+    assert main(["report", "--html", str(out)]) == 0
+    page = out.read_text()
+    (table,) = re.findall(r"<table class='progress'>.*?</table>", page, re.S)
+    second = next(row for row in table.split("<tr>") if "<td>coding:v2</td>" in row)
+    for shown in ("nightly #2", "0.5", "coding:v1 0.3", "0.2 [0.1, 0.3]", "<td>0.25</td>", "0.5 (k=4)",
+                  "5 (4 served, 1 jsonl:requests.jsonl)", "coding:v3 0.35", "0.15 [-0.05, 0.35]",
+                  "no experience effect", "pass, rejected", "forgetting: retention fell"):
+        assert shown in second, shown
+    assert "<td>coding:v3</td>" not in table                      # the twin sits beside its generation
+    assert re.search(r"<img alt='coding: primary metric per generation' "
+                     r"src='data:image/png;base64,[A-Za-z0-9+/=]{200,}'", page)
+
+
+def test_the_twin_is_drawn_as_its_own_marker(ws, candidate, report_for):
+    import dataclasses
+
+    from mint.report_html import progress_figure
+    from mint.reports import generation_progress
+    from tests.test_reports import two_generations_and_a_twin
+
+    two_generations_and_a_twin(ws, candidate, report_for)
+    rows = generation_progress(ws)["coding"]
+    without = [dataclasses.replace(r, twin=None) for r in rows]
+    assert progress_figure("coding", rows) != progress_figure("coding", without)
+
+
+def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tmp_path):
+    from tests.test_reports import gated_report
+
+    out = tmp_path / "report.html"
+    ws.home.mkdir(parents=True)
+    assert main(["report", "--html", str(out)]) == 0                # nothing registered yet
+    assert "<table class='progress'>" not in out.read_text()
+    gated_report(ws, report_for, candidate(), 0.3, 0.1, True)
+    assert main(["report", "--html", str(out)]) == 0                # registered, but no loop ran
+    page = out.read_text()
+    assert "<table class='progress'>" in page and "<td>coding:v1</td>" in page
+    assert "<img alt='coding: primary metric per generation'" in page

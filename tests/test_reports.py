@@ -1,6 +1,8 @@
 """mint report show/diff: reading reports by file or by revision, and comparing two."""
 import json
 
+import pytest
+
 from mint.cli import main
 from mint.registry import store
 from mint.registry.promotion import read_report, record_report
@@ -57,3 +59,109 @@ def test_a_revision_without_a_report_or_a_bad_file_is_exit_2(ws, candidate, tmp_
     (tmp_path / "x.json").write_text("[1, 2]")
     assert main(["report", "show", str(tmp_path / "x.json")]) == 2
     assert "not a mint report" in capsys.readouterr().err
+
+
+# --- per generation: the held-out metric, the experience, the placebo twin, the verdict ------------------
+
+def gated_report(ws, report_for, revision, value, baseline_value, passed, baseline_id=None):
+    """A registered report of ``revision`` whose gate pairs it with its baseline: Δ ± 0.1 as its 95% interval."""
+    path = report_for(revision, baseline=baseline_id)
+    data = json.loads(path.read_text())
+    data["metrics"] = {"core.pass_at_1": value, "latency.p95_ms": 800}
+    data["baseline"]["metrics"] = {"core.pass_at_1": baseline_value}
+    data["gates"] = [{"metric": "core.pass_at_1", "value": value, "baseline": baseline_value,
+                      "rule": "no_regression 0.0", "passed": passed,
+                      "delta": {"n": 20, "delta": value - baseline_value, "low": value - baseline_value - 0.1,
+                                "high": value - baseline_value + 0.1, "method": "bootstrap"}},
+                     {"metric": "latency.p95_ms", "value": 800, "baseline": None, "rule": "max 2000", "passed": True}]
+    data["verdict"] = "pass" if passed else "fail"
+    path.write_text(json.dumps(data))
+    _register(ws, path)
+    return path
+
+
+def two_generations_and_a_twin(ws, candidate, report_for):
+    """coding:v1 (from the base), coding:v2 learned from experience and rejected, coding:v3 its placebo twin;
+    the loop's state records both generations as the runner writes them."""
+    import dataclasses
+
+    from mint.loop.runner import GenerationRow
+    from mint.registry.promotion import reject
+
+    v1 = candidate()
+    v2, twin = candidate(parent=v1.id), candidate(parent=v1.id)
+    gated_report(ws, report_for, v1, 0.30, 0.10, True)
+    gated_report(ws, report_for, v2, 0.50, 0.30, True, baseline_id=v1.id)
+    twin_report = gated_report(ws, report_for, twin, 0.35, 0.30, True, baseline_id=v1.id)
+    reject(ws, twin.ref, why="placebo twin")
+    reject(ws, v2.ref, why="forgetting: retention fell")
+    experience = {"pool": {"pass@1": 0.25, "pass@4": 0.5, "k": 4, "prompts_between": 3}, "prompts": 8,
+                  "accepted": 5, "dpo_pairs": 2, "kept_per_source": {"served": 6, "jsonl:requests.jsonl": 2},
+                  "accepted_per_source": {"served": 4, "jsonl:requests.jsonl": 1}, "plan": None}
+    comparison = {"revision": twin.ref, "revision_id": twin.id, "report": str(twin_report), "metric": "core.pass_at_1",
+                  "vs_previous": {"delta": 0.2, "interval": [0.1, 0.3]},
+                  "vs_twin": {"delta": 0.15, "interval": [-0.05, 0.35], "n": 20, "method": "mcnemar"},
+                  "verdict": "no experience effect"}
+    rows = [GenerationRow(1, "coding", v1.ref, "pass", v1.ref, "base", {}),
+            GenerationRow(2, "coding", v2.ref, "pass", v1.ref, v1.id, {}, "forgetting: retention fell", experience,
+                          comparison)]
+    state = ws.home / "loops" / "nightly" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"steps": {}, "generations": [dataclasses.asdict(r) for r in rows]}))
+    return v1, v2, twin
+
+
+def test_each_generation_shows_its_metric_experience_twin_and_verdict(ws, candidate, report_for):
+    from mint.reports import generation_progress
+
+    two_generations_and_a_twin(ws, candidate, report_for)
+    base, first, second = generation_progress(ws)["coding"]          # the twin is no generation of its own
+    assert (base.generation, base.revision, base.value) == (0, "base", 0.10)
+    assert (first.generation, first.baseline, first.value, first.experience, first.twin) == (1, "base", 0.30,
+                                                                                             None, None)
+    assert (second.generation, second.baseline, second.baseline_value, second.value) == (2, "coding:v1", 0.30, 0.50)
+    assert second.delta == pytest.approx(0.2) and second.interval == pytest.approx([0.1, 0.3])
+    assert (second.verdict, second.decision, second.reason) == ("pass", "rejected", "forgetting: retention fell")
+    assert (second.recipe, second.iteration) == ("nightly", 2)
+    e = second.experience
+    assert (e.pass_at_1, e.pass_at_k, e.k, e.prompts_between, e.accepted) == (0.25, 0.5, 4, 3, 5)
+    assert e.accepted_per_source == {"served": 4, "jsonl:requests.jsonl": 1}
+    t = second.twin
+    assert (t.revision, t.value, t.delta, t.interval, t.reading) == ("coding:v3", 0.35, 0.15, [-0.05, 0.35],
+                                                                     "no experience effect")
+
+
+def test_report_json_carries_the_generations(ws, candidate, report_for, capsys):
+    two_generations_and_a_twin(ws, candidate, report_for)
+    assert main(["report", "--json"]) == 0
+    progress = json.loads(capsys.readouterr().out)["specialists"]["coding"]["progress"]
+    assert [g["revision"] for g in progress] == ["base", "coding:v1", "coding:v2"]
+    assert progress[2]["twin"]["value"] == 0.35 and progress[2]["experience"]["accepted"] == 5
+
+
+def test_generations_without_a_loop_come_from_the_registry_alone(ws, candidate, report_for):
+    from mint.reports import generation_progress
+
+    v1 = candidate()
+    gated_report(ws, report_for, v1, 0.30, 0.10, False)
+    (base, first) = generation_progress(ws)["coding"]
+    assert base.value == 0.10 and (first.value, first.verdict, first.decision) == (0.30, "fail", "not decided")
+    assert first.experience is None and first.twin is None and first.recipe is None
+
+
+@pytest.mark.parametrize("text, where", [("[1, 2]", "expected a JSON object"), ("{not json", "unreadable"),
+                                         ('{"generations": {"a": 1}}', "generations: expected a list"),
+                                         ('{"generations": [{"specialist": 3}]}', "generations[0].specialist"),
+                                         ('{"generations": [{"specialist": "coding", "twin": {"revision_id": [1]}}]}',
+                                          "generations[0].twin.revision_id: expected str or null, not list")])
+def test_a_malformed_loop_state_is_exit_2_naming_the_file(ws, candidate, report_for, tmp_path, capsys, text, where):
+    v1 = candidate()
+    gated_report(ws, report_for, v1, 0.30, 0.10, True)
+    state = ws.home / "loops" / "nightly" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(text)
+    page = tmp_path / "report.html"
+    assert main(["report", "--html", str(page)]) == 2
+    message = capsys.readouterr().err
+    assert str(state) in message and where in message and "Traceback" not in message
+    assert not page.exists()                                            # nothing half-written

@@ -134,29 +134,37 @@ def _render_generations(result) -> None:
                       f"[{_fmt(interval[0])}, {_fmt(interval[1])}]: {row.twin.get('verdict')}")
 
 
+def _ci(delta, interval) -> str:
+    return _fmt(delta) + (f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "")
+
+
 def _render_progress(result) -> None:
-    """Per specialist, its primary metric from the bare base through each generation this run made."""
-    by_specialist: dict[str, list] = {}
-    for row in result.generations:
-        by_specialist.setdefault(row.specialist, []).append(row)
-    for specialist, rows in by_specialist.items():
-        primary = next(iter(rows[0].metrics), None)
-        if primary is None:
+    """Per specialist, every generation from the bare base on (mint.reports.generation_progress): its held-out
+    metric against its baseline, the experience pool and what was accepted from which source, the placebo twin
+    and the gain over it, and the verdict."""
+    from mint.loop.placebo import EXPERIENCE_EFFECT
+
+    for specialist, rows in result.progress.items():
+        metric = next((r.metric for r in rows if r.metric), None)
+        if metric is None:
             continue
-        table = Table(title=f"{specialist}: {primary}")
-        table.add_column("generation")
-        table.add_column("revision")
-        table.add_column("value")
-        table.add_column("Δ vs its baseline (95% CI)")
-        table.add_column("verdict")
-        first = rows[0].metrics[primary]
-        if rows[0].baseline == "base":
-            table.add_row("0 (base)", "base", _fmt(first.get("baseline")), "", "")
-        for i, row in enumerate(rows, start=1):
-            m = row.metrics.get(primary, {})
-            interval = m.get("interval")
-            ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if isinstance(interval, (list, tuple)) \
-                and len(interval) == 2 else ""
-            table.add_row(str(i), row.candidate or "-", _fmt(m.get("value")), f"{_fmt(m.get('delta'))}{ci}",
-                          "[green]promoted[/]" if row.verdict == "pass" else "[red]rejected[/]")
+        table = Table(title=f"{specialist}: {metric} per generation")
+        for column in ("gen", "revision", "value", "Δ vs baseline (95% CI)", "pool pass@1 / pass@k",
+                       "accepted (per source)", "twin", "Δ vs twin (95% CI)", "verdict"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            e, t = r.experience, r.twin
+            pool = f"{_fmt(e.pass_at_1)} / {_fmt(e.pass_at_k)} (k={e.k})" if e and e.k else "-"
+            sources = ", ".join(f"{n} {s}" for s, n in e.accepted_per_source.items() if n) if e else ""
+            accepted = f"{e.accepted} ({sources or 'none'})" if e else "-"
+            reading = ("[green]" if t.reading == EXPERIENCE_EFFECT else "[yellow]") + f"{t.reading}[/]" \
+                if t and t.reading else ""
+            verdict = "" if not r.generation else \
+                ("[green]promoted[/]" if r.decision == "promoted" else "[red]rejected[/]" if r.decision == "rejected"
+                 else r.decision or "-") + \
+                f" ({r.verdict or 'not evaluated'})"
+            table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
+                          f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",
+                          pool, escape(accepted), f"{escape(t.revision or '-')} {_fmt(t.value)}" if t else "-",
+                          f"{_ci(t.delta, t.interval)} {reading}" if t else "-", verdict)
         out.print(table)

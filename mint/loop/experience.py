@@ -405,6 +405,8 @@ def experience_summary(result: dict) -> dict:
     return {"pool": result.get("pool"), "prompts": result.get("prompts"), "accepted": result.get("accepted"),
             "dpo_pairs": result.get("dpo_pairs"),
             "kept_per_source": {name: c.get("kept", 0) for name, c in (result.get("sources") or {}).items()},
+            "accepted_per_source": {name: c.get("accepted", 0)
+                                    for name, c in (result.get("sources") or {}).items()},
             "plan": result.get("plan")}
 
 

@@ -9,6 +9,7 @@ nothing and a killed loop continues where it stopped. One lock per workspace: a 
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -20,12 +21,12 @@ from typing import Callable
 
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
+from mint.loop.history import generation_records, read_state, state_path
 from mint.loop.recipe import Recipe, Step, load_recipe
 from mint.loop.steps import STEPS, LoopContext, content_key
 from mint.workspace import Workspace, atomic_write_json
 
 LoopEvents = Callable[[dict], None]
-STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ class LoopResult:
     # `mint monitor`'s alerts on the workspace's served logs (routing share shift, max share): a warning to
     # read with the verdicts, never a failure of the loop
     alerts: list[str] = field(default_factory=list)
+    # per specialist, every generation with its experience, twin and verdict (mint.reports.generation_progress),
+    # read back from what the registry and the loop's state keep
+    progress: dict[str, list] = field(default_factory=dict)
 
 
 # --- the workspace lock --------------------------------------------------------------------------
@@ -126,23 +130,27 @@ class LoopLock:
 # --- state -------------------------------------------------------------------------------------------
 
 class LoopState:
-    """``$MINT_HOME/loops/<recipe>/state.json``: finished steps by key, and the last run's start and end."""
+    """``$MINT_HOME/loops/<recipe>/state.json``: finished steps by key, the last run's start and end, and the
+    generations the loop made (mint.loop.history)."""
 
     def __init__(self, ws: Workspace, recipe: Recipe) -> None:
-        self.path = ws.home / "loops" / recipe.name / STATE_FILE
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            data = {}
-        except (OSError, ValueError) as exc:
-            raise BadInput(f"unreadable loop state ({exc}); move it away to start over", file=str(self.path)) \
-                from None
+        self.path = state_path(ws, recipe.name)
+        data = read_state(self.path)
         self.steps: dict[str, dict] = data.get("steps", {})
         self.last_run: dict = data.get("last_run", {})
         self.runs: list[dict] = data.get("runs", [])
+        self.generations: list[dict] = data.get("generations", [])
+
+    def record_generations(self, rows: list[GenerationRow]) -> None:
+        """Keep each row, replacing an earlier one of the same candidate (a resumed iteration makes it again)."""
+        fresh = [dataclasses.asdict(row) for row in rows]
+        made = {(row["specialist"], row["candidate"]) for row in fresh}
+        self.generations = [g for g in self.generations if (g.get("specialist"), g.get("candidate")) not in made] \
+            + fresh
 
     def save(self) -> None:
-        atomic_write_json(self.path, {"steps": self.steps, "last_run": self.last_run, "runs": self.runs[-50:]})
+        atomic_write_json(self.path, {"steps": self.steps, "last_run": self.last_run, "runs": self.runs[-50:],
+                                      "generations": self.generations[-500:]})
 
 
 # --- the loop ----------------------------------------------------------------------------------------
@@ -181,6 +189,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
                                       "left them: nothing to do", alerts=routing_alerts(ws, project))
+        generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
         first = 1
         if resume:
             if state.last_run and not state.last_run.get("finished"):
@@ -200,12 +209,18 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                 outcomes.append(outcome)
                 if outcome.status == "failed" and step.fatal:
                     exit_code = 1
-            generations += context.generation_rows(iteration)
+            rows = context.generation_rows(iteration)
+            state.record_generations(rows)
+            state.save()
+            generations += rows
         state.last_run.update(finished=True, end=context.state_key(), finished_at=_now())
         state.runs.append(dict(state.last_run))
         state.save()
+        from mint.reports import generation_progress
+
         return LoopResult(recipe.name, "ran", total - first + 1, exit_code, outcomes, generations,
-                          state_file=str(state.path), alerts=routing_alerts(ws, project))
+                          state_file=str(state.path), alerts=routing_alerts(ws, project),
+                          progress=generation_progress(ws, specialists=recipe.specialists))
 
 
 def routing_alerts(ws: Workspace, project) -> list[str]:

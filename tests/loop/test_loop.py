@@ -198,3 +198,13 @@ def test_the_route_step_trains_the_router_once_per_set_of_labels(ws, tmp_path, c
     output = routes[0]["output"]
     assert output["revision"] == "router:v1" and output["verdict"] in ("pass", "fail")
     assert output["action"] in ("promoted", "rejected", "refused")
+
+
+def test_another_recipes_malformed_state_stops_the_loop_before_it_trains(ws, tmp_path, capsys):
+    other = ws.home / "loops" / "nightly" / "state.json"       # the summary reads every recipe's generations
+    other.parent.mkdir(parents=True)
+    other.write_text('{"generations": [{"specialist": "genui", "iteration": "two"}]}')
+    assert main(["loop", str(recipe(tmp_path, iterations=1))]) == 2
+    message = capsys.readouterr().err
+    assert str(other) in message and "generations[0].iteration" in message
+    assert not (ws.home / "loops" / "t" / "state.json").exists() and not (ws.home / "adapters").exists()

@@ -113,3 +113,24 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     shown = " ".join(capsys.readouterr().out.split())
     assert f"vs its placebo twin {twin['revision']}" in shown and "no experience effect" in shown
     assert "pass@1 0.5, pass@2 1" in shown
+    # what the loop recorded of each generation, read back as `mint report` reads it, is the summary's table
+    from mint.reports import generation_progress
+
+    progress = generation_progress(ws)["genui"]
+    assert result.progress["genui"] == progress and [g.generation for g in progress][-2:] == [1, 2]
+    assert twin["revision"] not in [g.revision for g in progress]          # a twin is not a generation
+    last = progress[-1]
+    assert (last.revision, last.recipe, last.iteration) == (row.candidate, "twin", 2)
+    assert last.experience.accepted == 2 and last.experience.accepted_per_source == {"jsonl:requests.jsonl": 2}
+    assert (last.experience.pass_at_1, last.experience.pass_at_k) == (0.5, 1.0)
+    assert last.twin.revision == twin["revision"] and last.twin.reading == NO_EXPERIENCE_EFFECT
+    assert last.twin.value is not None and last.twin.interval == twin["vs_twin"]["interval"]
+    from rich.console import Console
+
+    from mint.cli import loop as loop_cli
+
+    monkeypatch.setattr(loop_cli, "out", Console(width=300))
+    loop_cli._render_progress(result)
+    table = capsys.readouterr().out
+    assert "genui: " in table and " per generation" in table and "0.5 / 1 (k=2)" in table
+    assert "2 (2 jsonl:requests.jsonl)" in table and f"{twin['revision']} {last.twin.value:.3g}" in table
