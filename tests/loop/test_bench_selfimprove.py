@@ -120,7 +120,7 @@ def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_
     steps = result["wall_s"]["steps"]
     assert {(s["iteration"], s["step"]) for s in steps} >= {(3, "serve"), (3, "experience genui"), (2, "eval agent")}
     assert result["wall_s"]["total"] > 0
-    assert [g["goal"][:20] for g in result["goals"]] == [text[:20] for text in GOALS]
+    assert len(result["goals"]) == len(GOALS) and all(text in g["goal"] for g, text in zip(result["goals"], GOALS))
     assert all(g["status"] in ("PASS", "MISS") for g in result["goals"])
     assert "goals (a smoke run: not the benchmark)" in done.stdout
     for g in result["goals"]:
