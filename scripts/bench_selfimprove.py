@@ -174,6 +174,8 @@ def run_mint(label: str, args: list[str], cwd: Path, timings: dict) -> str:
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "mint", *args], cwd=cwd, env=env, capture_output=True, text=True)
     timings[label] = round(time.perf_counter() - began, 2)
+    if done.returncode == 2:        # mint refused its input (a --keep that is a file, a bad recipe): say why
+        raise BadInput(f"{label}: {done.stderr.strip()[-2000:]}")
     if done.returncode not in (0, 1):
         raise MintError(f"{label}: exit {done.returncode}\n{done.stderr[-3000:]}")
     print(f"  {label}: {timings[label]:.0f}s", file=sys.stderr, flush=True)
@@ -386,6 +388,8 @@ def bench(args) -> dict:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="mint-selfimprove-bench-"))
     timings: dict[str, float] = {}
     run_mint("mint init", ["init", "--dir", str(folder)], ROOT, timings)
+    if args.json_path and not args.json_path.absolute().parent.is_dir():   # found out now, not after the run
+        raise BadInput("no such folder for the figures", file=str(args.json_path), field="--json")
     changed = apply_budget(folder, args)
     sizes = heldout_sizes(folder)
     if not changed:
@@ -413,12 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = bench(args)
+        if args.json_path:
+            args.json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     except MintError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     render(result)
-    if args.json_path:
-        args.json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     return 0
 
 
