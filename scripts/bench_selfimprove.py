@@ -235,7 +235,8 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
             figures["vs_previous_generation"] = {**paired, "against": previous["revision"]}
         twin = row.get("twin")
         if twin:
-            figures["twin"] = {"revision": twin.get("revision"), "verdict": twin.get("verdict"), **twin["vs_twin"]}
+            figures["twin"] = {"revision": twin.get("revision"), "verdict": twin.get("verdict"),
+                               **(twin.get("vs_twin") or {"why": twin.get("why")})}
         elif iteration > 1:
             plan = (row.get("experience") or {}).get("plan") or {}
             figures["twin"] = {"verdict": "not measured", "why": "the experience found no new verified answer, so "

@@ -125,3 +125,61 @@ def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_
     assert "goals (a smoke run: not the benchmark)" in done.stdout
     for g in result["goals"]:
         assert f"{g['status']:<5} {g['goal']}: {g['figure']}" in done.stdout
+
+
+def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(monkeypatch):
+    """The figures of generations the tiny base never reaches: promoted, with a twin and earlier retention suites."""
+    from types import SimpleNamespace
+
+    from mint.contract.paired import compare
+    from mint.loop import placebo
+    from mint.registry import queries
+
+    bench = load_bench()
+    scores = {"r1": [1, 0, 0, 0], "r2": [1, 1, 1, 0], "r3": [1, 1, 1, 1]}    # core.request_match per example
+
+    def gate(metric, delta, low, high):
+        return {"metric": metric, "delta": {"delta": delta, "low": low, "high": high}, "passed": True}
+
+    def report(revision_id):
+        return SimpleNamespace(metrics={"core.request_match": sum(scores[revision_id]) / 4},
+                               gates=[gate("core.request_match", 0.25, 0.1, 0.5),
+                                      gate("retention.request_match", -0.01, -0.1, 0.05)],
+                               examples={"core": 4, "retention": 4}, path=revision_id,
+                               contract=SimpleNamespace(name="genui", version=7))
+
+    def paired(ours, theirs, metric):
+        delta = compare(scores[ours], scores[theirs])
+        return {"delta": delta.delta, "interval": [delta.low, delta.high], "n": delta.n, "method": delta.method,
+                "significant_gain": False}
+
+    monkeypatch.setattr(queries, "newest_report", lambda ws, revision_id: report(revision_id))
+    monkeypatch.setattr(placebo, "paired_on_examples", paired)
+    evaluation = lambda n, transfer: {"revision_id": f"r{n}", "metrics": {"core.request_match": 0.5},  # noqa: E731
+                                      "gates": [{"metric": "core.request_match"}], "backward_transfer": transfer}
+    transfer = [{"metric": "retention.request_match", "introduced_by": "genui:v1",
+                 "delta": {"delta": -0.03, "low": -0.2, "high": 0.1}}, {"suite": "retention", "unavailable": "gone"}]
+    twin = {"revision": "genui:v3", "verdict": "no experience effect",
+            "vs_twin": {"delta": 0.25, "interval": [-0.1, 0.6], "n": 4}}
+    loop = {"generations": [
+        {"iteration": 1, "specialist": "genui", "candidate": "genui:v1", "baseline": "base", "experience": None,
+         "twin": None},
+        {"iteration": 2, "specialist": "genui", "candidate": "genui:v2", "baseline": "r1",
+         "experience": {"pool": {"pass@1": 0.5, "pass@4": 0.9, "k": 4, "prompts_between": 3}, "accepted": 7},
+         "twin": twin}],
+        "steps": [{"iteration": 1, "label": "eval genui", "status": "ran", "output": evaluation(1, [])},
+                  {"iteration": 1, "label": "promote genui", "status": "ran", "output": {"action": "promoted"}},
+                  {"iteration": 2, "label": "eval genui", "status": "ran", "output": evaluation(2, transfer)},
+                  {"iteration": 2, "label": "promote genui", "status": "ran", "output": {"action": "promoted"}}]}
+    first, second = bench.generation_figures(None, loop)["genui"]["generations"]
+    assert first["vs_previous_generation"] == {"delta": 0.25, "interval": [0.1, 0.5], "against": "base (generation 0)"}
+    assert second["vs_previous_generation"]["against"] == "genui:v1"
+    assert second["vs_previous_generation"]["delta"] == 0.5 and second["value"] == 0.75
+    assert second["twin"] == {"revision": "genui:v3", "verdict": "no experience effect", "delta": 0.25,
+                              "interval": [-0.1, 0.6], "n": 4}
+    assert second["retention"] == [{"metric": "retention.request_match", "delta": -0.01, "interval": [-0.1, 0.05],
+                                    "against": "r1"}]
+    assert second["backward_transfer"] == [{"metric": "retention.request_match", "against": "genui:v1",
+                                            "delta": -0.03, "interval": [-0.2, 0.1]}]
+    rows = bench.goals({"genui": {"generations": [first, second]}}, {"genui": {"examples": 48}}, {"total": 60})
+    assert goal(rows, "backward transfer") == "MISS"         # generation 2 lost 0.03 against generation 1
