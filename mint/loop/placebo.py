@@ -71,7 +71,6 @@ def primary_metric(evaluation: dict) -> str | None:
 def compare_with_twin(evaluation: dict, twin_report: str) -> dict:
     """Generation k+1 against generation k (its gate's paired delta) and against its twin (paired here on the
     examples both answered), each with its 95% interval, and the verdict."""
-    from mint.contract.paired import compare, significant_gain
     from mint.reports import gate_delta
 
     metric = primary_metric(evaluation)
@@ -79,16 +78,26 @@ def compare_with_twin(evaluation: dict, twin_report: str) -> dict:
         return {"metric": None, "verdict": NO_EXPERIENCE_EFFECT, "why": "the contract gates no quality metric"}
     gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
     delta, interval = gate_delta(gate)
-    ours = _scores_by_example(Path(evaluation["report"]).parent / "predictions.jsonl", metric)
-    theirs = _scores_by_example(Path(twin_report).parent / "predictions.jsonl", metric)
-    common = sorted(set(ours) & set(theirs), key=str)
-    paired = compare([ours[k] for k in common], [theirs[k] for k in common])
-    effect = bool(common) and significant_gain(paired, 0.0, lower_is_better=False)
+    vs_twin = paired_on_examples(evaluation["report"], twin_report, metric)
+    effect = vs_twin.pop("significant_gain")
     return {"metric": metric,
             "vs_previous": {"delta": delta, "interval": interval},
-            "vs_twin": {"delta": round(paired.delta, 4), "interval": [round(paired.low, 4), round(paired.high, 4)],
-                        "n": paired.n, "method": paired.method},
+            "vs_twin": vs_twin,
             "verdict": EXPERIENCE_EFFECT if effect else NO_EXPERIENCE_EFFECT}
+
+
+def paired_on_examples(report: str | Path, other_report: str | Path, metric: str) -> dict:
+    """``metric`` of one eval report minus another's (higher is better), paired on the examples both answered:
+    the delta with its 95% interval, how many pairs, the test, and whether the gain is significant."""
+    from mint.contract.paired import compare, significant_gain
+
+    ours = _scores_by_example(Path(report).parent / "predictions.jsonl", metric)
+    theirs = _scores_by_example(Path(other_report).parent / "predictions.jsonl", metric)
+    common = sorted(set(ours) & set(theirs), key=str)
+    paired = compare([ours[k] for k in common], [theirs[k] for k in common])
+    return {"delta": round(paired.delta, 4), "interval": [round(paired.low, 4), round(paired.high, 4)],
+            "n": paired.n, "method": paired.method,
+            "significant_gain": bool(common) and significant_gain(paired, 0.0, lower_is_better=False)}
 
 
 def train_placebo_twin(ws: Workspace, *, specialist: str, twin: dict, candidate: dict, contract_path: Path,

@@ -1,0 +1,185 @@
+"""scripts/bench_selfimprove.py: three generations of the loop measured against issue #23's goals."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench_selfimprove.py"
+GOALS = ("every evaluation on at least 48 held-out examples", "generation 3 >= generation 2 > generation 1",
+         "every generation's delta against the previous one", "against its placebo twin",
+         "backward transfer on the retention suites >= -0.02", "wall time at most 45 min")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_selfimprove", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_bench(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_the_benchmark_refuses_a_contract_whose_core_suite_holds_fewer_than_48_examples(tmp_path):
+    project = tmp_path / "project"
+    heldout = project / "examples" / "heldout" / "genui.jsonl"
+    heldout.parent.mkdir(parents=True)      # `mint init` keeps a file that exists: this project holds out 10
+    heldout.write_text("".join((ROOT / "examples" / "heldout" / "genui.jsonl").read_text().splitlines(True)[:10]))
+    done = run_bench("--keep", str(project))
+    assert done.returncode == 2, done.stderr
+    assert f"{project / 'contracts' / 'genui.yaml'}: suites.core: the genui evaluation would measure 10 held-out " \
+           "examples" in done.stderr and "at least 48" in done.stderr
+    assert "Traceback" not in done.stderr and not (project / ".mint").exists()     # nothing ran
+
+
+def test_the_benchmark_refuses_a_request_served_in_two_generations(tmp_path):
+    project = tmp_path / "project"
+    again = project / "examples" / "requests" / "genui-generation-3.jsonl"
+    again.parent.mkdir(parents=True)
+    shutil.copyfile(ROOT / "examples" / "requests" / "genui.jsonl", again)
+    done = run_bench("--keep", str(project), "--base", "tiny-random")
+    assert done.returncode == 2, done.stderr
+    assert "48 request(s) are also in" in done.stderr and str(again) in done.stderr
+    assert not (project / ".mint").exists()
+
+
+def test_the_shipped_request_batches_are_new_and_distinct():
+    bench = load_bench()
+    known = bench.known_requests(ROOT)
+    batches = [[json.loads(line)["messages"][-1]["content"] for line in path.read_text().splitlines()]
+               for path in (ROOT / "examples" / "requests").glob("genui*.jsonl")]
+    assert len(batches) == 2 and all(len(b) == 48 for b in batches)
+    assert not bench.clashes(batches[0] + batches[1], known) and not set(batches[0]) & set(batches[1])
+
+
+def figures(two_vs_one: list[float], three_vs_two: float, retention: float) -> dict:
+    def generation(n, paired, twin):
+        return {"generation": n, "vs_previous_generation": paired, "twin": twin,
+                "retention": [{"metric": "retention.request_match", "delta": retention, "interval": [-0.1, 0.1]}]
+                if n > 1 else [], "backward_transfer": []}
+
+    twin = {"delta": 0.1, "interval": [-0.05, 0.2], "verdict": "no experience effect"}
+    return {"genui": {"generations": [
+        generation(1, {"delta": 0.5, "interval": [0.3, 0.7]}, None),
+        generation(2, {"delta": sum(two_vs_one) / 2, "interval": two_vs_one}, twin),
+        generation(3, {"delta": three_vs_two, "interval": [three_vs_two - 0.1, three_vs_two + 0.1]}, twin)]}}
+
+
+def goal(rows: list[dict], text: str) -> str:
+    return next(r["status"] for r in rows if text in r["goal"])
+
+
+@pytest.mark.parametrize("two_vs_one, three_vs_two, met", [
+    ([0.05, 0.3], 0.0, "PASS"),       # 2 significantly above 1, 3 level with 2
+    ([-0.01, 0.3], 0.1, "MISS"),      # 2's gain over 1 is not significant
+    ([0.05, 0.3], -0.05, "MISS"),     # 3 fell below 2
+])
+def test_the_ordering_goal_asks_a_significant_second_generation_and_a_third_that_keeps_it(two_vs_one, three_vs_two,
+                                                                                         met):
+    bench = load_bench()
+    rows = bench.goals(figures(two_vs_one, three_vs_two, 0.0), {"genui": {"examples": 48}}, {"total": 600})
+    assert goal(rows, "generation 3 >= generation 2 > generation 1") == met
+
+
+def test_backward_transfer_below_minus_two_points_misses_its_goal():
+    bench = load_bench()
+    sizes, wall = {"genui": {"examples": 48}}, {"total": 600}
+    assert goal(bench.goals(figures([0.05, 0.3], 0.0, -0.01), sizes, wall), "backward transfer") == "PASS"
+    assert goal(bench.goals(figures([0.05, 0.3], 0.0, -0.03), sizes, wall), "backward transfer") == "MISS"
+
+
+@pytest.mark.slow
+def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_path):
+    out = tmp_path / "bench.json"
+    done = run_bench("--keep", str(tmp_path / "project"), "--base", "tiny-random", "--steps", "1", "--limit", "2",
+                     "--prompts", "2", "--max-new-tokens", "8", "--json", str(out), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["mode"].startswith("smoke") and {"cpu", "flags", "cores", "torch"} <= set(result["machine"])
+    assert result["experience_sources"] == {"genui": ["served"], "agent": ["unaccepted"]}
+    assert [b["requests"] for b in result["requests"]["batches"]] == [48, 48]
+    for specialist in ("genui", "agent"):
+        entry = result["specialists"][specialist]
+        assert entry["metric"] and [g["generation"] for g in entry["generations"]] == [1, 2, 3]
+        for generation in entry["generations"]:
+            assert generation["verdict"] in ("promoted", "rejected", "refused")
+            assert generation["vs_previous_generation"]["interval"] is not None
+            assert {"value", "experience", "twin", "retention", "backward_transfer"} <= set(generation)
+        assert all(g["experience"]["pool"]["k"] == 4 and g["twin"]["verdict"] for g in entry["generations"][1:])
+    steps = result["wall_s"]["steps"]
+    assert {(s["iteration"], s["step"]) for s in steps} >= {(3, "serve"), (3, "experience genui"), (2, "eval agent")}
+    assert result["wall_s"]["total"] > 0
+    assert len(result["goals"]) == len(GOALS) and all(text in g["goal"] for g, text in zip(result["goals"], GOALS))
+    assert all(g["status"] in ("PASS", "MISS") for g in result["goals"])
+    assert "goals (a smoke run: not the benchmark)" in done.stdout
+    for g in result["goals"]:
+        assert f"{g['status']:<5} {g['goal']}: {g['figure']}" in done.stdout
+
+
+def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(monkeypatch):
+    """The figures of generations the tiny base never reaches: promoted, with a twin and earlier retention suites."""
+    from types import SimpleNamespace
+
+    from mint.contract.paired import compare
+    from mint.loop import placebo
+    from mint.registry import queries
+
+    bench = load_bench()
+    scores = {"r1": [1, 0, 0, 0], "r2": [1, 1, 1, 0], "r3": [1, 1, 1, 1]}    # core.request_match per example
+
+    def gate(metric, delta, low, high):
+        return {"metric": metric, "delta": {"delta": delta, "low": low, "high": high}, "passed": True}
+
+    def report(revision_id):
+        return SimpleNamespace(metrics={"core.request_match": sum(scores[revision_id]) / 4},
+                               gates=[gate("core.request_match", 0.25, 0.1, 0.5),
+                                      gate("retention.request_match", -0.01, -0.1, 0.05)],
+                               examples={"core": 4, "retention": 4}, path=revision_id,
+                               contract=SimpleNamespace(name="genui", version=7))
+
+    def paired(ours, theirs, metric):
+        delta = compare(scores[ours], scores[theirs])
+        return {"delta": delta.delta, "interval": [delta.low, delta.high], "n": delta.n, "method": delta.method,
+                "significant_gain": False}
+
+    monkeypatch.setattr(queries, "newest_report", lambda ws, revision_id: report(revision_id))
+    monkeypatch.setattr(placebo, "paired_on_examples", paired)
+    evaluation = lambda n, transfer: {"revision_id": f"r{n}", "metrics": {"core.request_match": 0.5},  # noqa: E731
+                                      "gates": [{"metric": "core.request_match"}], "backward_transfer": transfer}
+    transfer = [{"metric": "retention.request_match", "introduced_by": "genui:v1",
+                 "delta": {"delta": -0.03, "low": -0.2, "high": 0.1}}, {"suite": "retention", "unavailable": "gone"}]
+    twin = {"revision": "genui:v3", "verdict": "no experience effect",
+            "vs_twin": {"delta": 0.25, "interval": [-0.1, 0.6], "n": 4}}
+    loop = {"generations": [
+        {"iteration": 1, "specialist": "genui", "candidate": "genui:v1", "baseline": "base", "experience": None,
+         "twin": None},
+        {"iteration": 2, "specialist": "genui", "candidate": "genui:v2", "baseline": "r1",
+         "experience": {"pool": {"pass@1": 0.5, "pass@4": 0.9, "k": 4, "prompts_between": 3}, "accepted": 7},
+         "twin": twin}],
+        "steps": [{"iteration": 1, "label": "eval genui", "status": "ran", "output": evaluation(1, [])},
+                  {"iteration": 1, "label": "promote genui", "status": "ran", "output": {"action": "promoted"}},
+                  {"iteration": 2, "label": "eval genui", "status": "ran", "output": evaluation(2, transfer)},
+                  {"iteration": 2, "label": "promote genui", "status": "ran", "output": {"action": "promoted"}}]}
+    first, second = bench.generation_figures(None, loop)["genui"]["generations"]
+    assert first["vs_previous_generation"] == {"delta": 0.25, "interval": [0.1, 0.5], "against": "base (generation 0)"}
+    assert second["vs_previous_generation"]["against"] == "genui:v1"
+    assert second["vs_previous_generation"]["delta"] == 0.5 and second["value"] == 0.75
+    assert second["twin"] == {"revision": "genui:v3", "verdict": "no experience effect", "delta": 0.25,
+                              "interval": [-0.1, 0.6], "n": 4}
+    assert second["retention"] == [{"metric": "retention.request_match", "delta": -0.01, "interval": [-0.1, 0.05],
+                                    "against": "r1"}]
+    assert second["backward_transfer"] == [{"metric": "retention.request_match", "against": "genui:v1",
+                                            "delta": -0.03, "interval": [-0.2, 0.1]}]
+    rows = bench.goals({"genui": {"generations": [first, second]}}, {"genui": {"examples": 48}}, {"total": 60})
+    assert goal(rows, "backward transfer") == "MISS"         # generation 2 lost 0.03 against generation 1
