@@ -20,6 +20,7 @@ from mint.errors import BadInput, Refused
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 WRITE_LOCK = "registry-write"
+BUSY_TIMEOUT_MS = 30_000   # how long a SQLite writer queues for the write lock
 
 
 class RegistryUnreachable(Refused):
@@ -97,6 +98,13 @@ class Connection:
                                           "was written; run the command again when the server answers") from None
             raise
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self.dialect == "sqlite":
+            self.raw.executemany(sql, rows)
+            return
+        with self.raw.cursor() as cursor:   # psycopg pipelines the rows: one round trip, not one per row
+            cursor.executemany(sql.replace("?", "%s"), rows)
+
     def close(self) -> None:
         self.raw.close()
 
@@ -142,8 +150,6 @@ class Connection:
 
 
 def connect_sqlite(path: Path | str) -> Connection:
-    from mint.registry.store import BUSY_TIMEOUT_MS
-
     raw = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
     raw.row_factory = sqlite3.Row
     return Connection(raw, "sqlite", str(path))

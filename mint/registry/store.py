@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from mint.errors import BadInput, Refused, unwritable
-from mint.registry.backend import Connection, connect_postgres, connect_sqlite
+from mint.registry.backend import BUSY_TIMEOUT_MS, Connection, connect_postgres, connect_sqlite
 from mint.registry.refs import Ref, check_name, parse_ref
 from mint.workspace import Workspace
 
 STATUSES = ("candidate", "champion", "rejected", "retired")
-BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS revisions (
@@ -204,10 +203,10 @@ CREATE TABLE IF NOT EXISTS registry_schema (version INTEGER NOT NULL);
 PG_EVENT_TRIGGERS = ("events_no_update", "events_no_delete", "events_no_truncate", "events_high_water")
 SCHEMA_VERSION = 1
 GENESIS_HASH = "0" * 64
-_EVENT_FIELDS = ("seq", "at", "user", "host", "pid", "action", "specialist", "alias", "old", "new", "report",
+EVENT_FIELDS = ("seq", "at", "user", "host", "pid", "action", "specialist", "alias", "old", "new", "report",
                  "contract_name", "contract_version", "contract_sha256", "reason")
 
-_COLUMNS = ("id", "specialist", "version", "parent", "status", "base", "base_fingerprint", "dataset", "method",
+REVISION_COLUMNS = ("id", "specialist", "version", "parent", "status", "base", "base_fingerprint", "dataset", "method",
             "recipe", "config_hash", "files_sha256", "metrics", "created_at")
 
 
@@ -259,7 +258,7 @@ class Event:
 
 def event_hash(previous_hash: str, fields: dict) -> str:
     """sha256 over the previous event's hash and this event's fields (canonical JSON)."""
-    body = json.dumps({k: fields[k] for k in _EVENT_FIELDS}, sort_keys=True, ensure_ascii=True)
+    body = json.dumps({k: fields[k] for k in EVENT_FIELDS}, sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(f"{previous_hash}\n{body}".encode()).hexdigest()
 
 
@@ -401,15 +400,15 @@ def write(conn: Connection) -> Iterator[Connection]:
 
 
 def _revision(row) -> Revision:
-    data = {k: row[k] for k in _COLUMNS}
+    data = {k: row[k] for k in REVISION_COLUMNS}
     data["metrics"] = json.loads(data["metrics"] or "{}")
     return Revision(**data)
 
 
 def insert_revision(conn: Connection, revision: Revision) -> None:
-    values = [getattr(revision, k) for k in _COLUMNS]
-    values[_COLUMNS.index("metrics")] = json.dumps(revision.metrics, sort_keys=True)
-    conn.execute(f"INSERT INTO revisions ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+    values = [getattr(revision, k) for k in REVISION_COLUMNS]
+    values[REVISION_COLUMNS.index("metrics")] = json.dumps(revision.metrics, sort_keys=True)
+    conn.execute(f"INSERT INTO revisions ({', '.join(REVISION_COLUMNS)}) VALUES ({', '.join('?' * len(REVISION_COLUMNS))})",
                  values)
 
 
@@ -419,7 +418,7 @@ def next_version(conn: Connection, specialist: str) -> int:
 
 
 def get_revision(conn: Connection, revision_id: str) -> Revision | None:
-    row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM revisions WHERE id = ?", (revision_id,)).fetchone()
+    row = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE id = ?", (revision_id,)).fetchone()
     return _revision(row) if row else None
 
 
@@ -445,7 +444,7 @@ def resolve(conn: Connection, ref: str | Ref) -> Revision:
             raise BadInput(f"{parsed.text}: {parsed.specialist} has no {parsed.alias} yet", field="REF")
         revision = get_revision(conn, target)
     elif parsed.version is not None:
-        row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM revisions WHERE specialist = ? AND version = ?",
+        row = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE specialist = ? AND version = ?",
                            (parsed.specialist, parsed.version)).fetchone()
         if row is None:
             latest = next_version(conn, parsed.specialist) - 1
@@ -454,7 +453,7 @@ def resolve(conn: Connection, ref: str | Ref) -> Revision:
         revision = _revision(row)
     else:
         prefix = parsed.id_prefix
-        rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM revisions WHERE id >= ? AND id < ? LIMIT 11",
+        rows = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE id >= ? AND id < ? LIMIT 11",
                             (prefix, prefix + "g")).fetchall()
         if not rows:
             raise BadInput(f"{prefix}: no revision id starts with it", field="REF")
@@ -507,7 +506,7 @@ def list_revisions(conn: Connection, *, specialist: str | None = None, status: s
     rows = []
     if boundary is not None:
         page_clause = " AND ".join([*where, f"seq {compare} ?"])
-        rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM revisions WHERE {page_clause} ORDER BY seq {order} "
+        rows = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE {page_clause} ORDER BY seq {order} "
                             "LIMIT ?", (*args, boundary[0], take)).fetchall()
     if backwards:
         rows = rows[::-1]
