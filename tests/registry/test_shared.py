@@ -1,7 +1,7 @@
 """What only a shared registry has: migration from SQLite, the loop's lock in the database, artifacts elsewhere,
 and what a user sees when the server is not there."""
-import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -147,3 +147,15 @@ def test_an_unreachable_registry_is_a_clear_refusal(tmp_path, monkeypatch, capsy
     assert "cannot reach the registry at postgresql://mint:***@127.0.0.1" in message and "secret" not in message
     assert main(["registry", "ls", "--registry", "mysql://x"]) == 2
     assert "not a registry URL" in capsys.readouterr().err
+
+
+def test_racing_loops_and_alias_moves_lose_no_update_on_a_shared_registry(tmp_path, pg_registry, monkeypatch):
+    """The reliability suite's fast form (tests/reliability/test_concurrency.py) on PostgreSQL: two loops and six
+    promote / reject / rollback processes released together; the loops take turns through the registry's lock."""
+    from tests.reliability.scripts import load_script
+
+    monkeypatch.setenv("MINT_REGISTRY_URL", pg_registry)
+    monkeypatch.chdir(tmp_path)
+    problems, counts = load_script("concurrency").run_once(tmp_path, random.Random(1), loops=2, ops=6, train=False)
+    assert problems == []
+    assert counts["loop"] >= 1 and sum(counts.values()) >= 3   # the race did move aliases
