@@ -1,7 +1,8 @@
 """The registry's tests run on both backends: every test that takes ``ws`` runs once on the workspace's SQLite
 file and once on a fresh schema of a throwaway PostgreSQL cluster (one per session). With no PostgreSQL
 installed, or no psycopg, the PostgreSQL half skips and says why; ``@pytest.mark.sqlite_only`` marks a test of
-SQLite's own file (its pragmas, a damaged file, a pre-v1 database)."""
+SQLite's own file (its pragmas, a damaged file, a pre-v1 database), or a slow one of files and models that the
+backend does not touch."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "sqlite_only: a test of the SQLite file itself; not run on PostgreSQL")
+    config.addinivalue_line("markers", "sqlite_only: runs on the SQLite backend only (SQLite's own file, or files the backend does not touch)")
 
 
 def pytest_generate_tests(metafunc):
