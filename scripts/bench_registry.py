@@ -141,9 +141,9 @@ def race(ws, made, rounds: int) -> tuple[list[float], int, int]:
 
 def database_size(conn, ws) -> int:
     if conn.shared:
-        return int(conn.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
-                            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-                                ).fetchone()[0])
+        return int(conn.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                "WHERE n.nspname = current_schema() AND c.relkind = 'r'").fetchone()[0])
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return os.path.getsize(store.db_path(ws))
 

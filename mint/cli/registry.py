@@ -203,7 +203,8 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
 
 
 @registry_app.command("migrate")
-def registry_migrate(to: str = typer.Option(..., "--to", help="The empty shared registry, postgresql://USER@HOST:PORT/DB."),
+def registry_migrate(to: str = typer.Option(..., "--to", help="The empty shared registry, "
+                                                             "postgresql://USER@HOST:PORT/DB."),
                      json_out: bool = JSON_OPT) -> None:
     """Copy this workspace's SQLite registry into PostgreSQL, its event history intact (verified before it commits).
 

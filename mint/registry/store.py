@@ -408,7 +408,8 @@ def _revision(row) -> Revision:
 def insert_revision(conn: Connection, revision: Revision) -> None:
     values = [getattr(revision, k) for k in REVISION_COLUMNS]
     values[REVISION_COLUMNS.index("metrics")] = json.dumps(revision.metrics, sort_keys=True)
-    conn.execute(f"INSERT INTO revisions ({', '.join(REVISION_COLUMNS)}) VALUES ({', '.join('?' * len(REVISION_COLUMNS))})",
+    conn.execute(f"INSERT INTO revisions ({', '.join(REVISION_COLUMNS)}) "
+                 f"VALUES ({', '.join('?' * len(REVISION_COLUMNS))})",
                  values)
 
 
@@ -506,7 +507,8 @@ def list_revisions(conn: Connection, *, specialist: str | None = None, status: s
     rows = []
     if boundary is not None:
         page_clause = " AND ".join([*where, f"seq {compare} ?"])
-        rows = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE {page_clause} ORDER BY seq {order} "
+        rows = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE {page_clause} "
+                            f"ORDER BY seq {order} "
                             "LIMIT ?", (*args, boundary[0], take)).fetchall()
     if backwards:
         rows = rows[::-1]

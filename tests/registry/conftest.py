@@ -13,7 +13,8 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "sqlite_only: runs on the SQLite backend only (SQLite's own file, or files the backend does not touch)")
+    config.addinivalue_line("markers", "sqlite_only: runs on the SQLite backend only (SQLite's own file, or files "
+                                       "the backend does not touch)")
 
 
 def pytest_generate_tests(metafunc):
