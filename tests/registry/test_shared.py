@@ -119,6 +119,31 @@ def test_one_host_at_a_time_holds_the_loop_lock_and_a_dead_holder_releases_it(tm
         pass
 
 
+def test_a_loop_refused_before_the_holder_wrote_its_name_still_names_it(tmp_path, pg_registry):
+    """The holder takes the advisory lock, then writes its row: a loop refused in between waits for the name."""
+    import threading
+
+    import psycopg
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    store.open_store(ws).close()   # the tables
+    holder = psycopg.connect(pg_registry, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(hashtextextended(current_schema() || ':lock:loop', 0))")
+
+    def write_name_late():
+        holder.execute("INSERT INTO loop_locks (name, host, pid, since) VALUES ('loop', 'h1', 4242, "
+                       "'2026-11-30T00:00:00Z')")
+
+    late = threading.Timer(0.3, write_name_late)
+    late.start()
+    try:
+        with pytest.raises(LockHeld, match="host h1, pid 4242, since 2026-11-30"):
+            LoopLock(ws).__enter__()
+    finally:
+        late.join()
+        holder.close()
+
+
 def test_the_loop_lock_on_sqlite_stays_a_file_lock(tmp_path):
     lock = LoopLock(workspace(tmp_path / "home"))
     with lock:
