@@ -47,6 +47,10 @@ def redact(url: str) -> str:
     return f"{scheme}://{credentials.split(':', 1)[0]}:***@{place}"
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())   # libpq's messages span lines
+
+
 class Row(tuple):
     """A PostgreSQL row that reads like ``sqlite3.Row``: by position, by column name, and as ``dict(row)``."""
 
@@ -94,7 +98,7 @@ class Connection:
             return self.raw.execute(sql.replace("?", "%s"), params or None)
         except psycopg.OperationalError as exc:
             if self.raw.closed or self.raw.broken:
-                raise RegistryUnreachable(f"lost the registry at {self.location} ({str(exc).strip()}); nothing "
+                raise RegistryUnreachable(f"lost the registry at {self.location} ({_one_line(exc)}); nothing "
                                           "was written; run the command again when the server answers") from None
             raise
 
@@ -164,5 +168,5 @@ def connect_postgres(url: str, *, field: str = "MINT_REGISTRY_URL") -> Connectio
     try:
         raw = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
     except psycopg.Error as exc:
-        raise RegistryUnreachable(f"cannot reach the registry at {redact(url)}: {str(exc).strip()}") from None
+        raise RegistryUnreachable(f"cannot reach the registry at {redact(url)}: {_one_line(exc)}") from None
     return Connection(raw, "postgresql", redact(url))
