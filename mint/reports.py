@@ -45,7 +45,7 @@ def load_report(ws: Workspace, ref_or_file: str) -> Report:
         return read_report(path)
     from mint.registry import queries, store
 
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         raise BadInput(f"{ref_or_file!r} is neither a report file nor a revision (no registry in {ws.home})",
                        field="REF")
     detail = queries.show(ws, ref_or_file)

@@ -23,6 +23,11 @@ os.umask(_UMASK)   # read once: temp files are made 0600/0700, published ones fo
 @dataclass(frozen=True)
 class Workspace:
     home: Path
+    # where the registry's tables live: None for $MINT_HOME/registry.sqlite, or a postgresql:// URL that
+    # several hosts share (mint.registry.backend)
+    registry_url: str | None = None
+    # where revisions' and reports' files live: $MINT_HOME by default, a shared directory beside a shared registry
+    artifacts: Path | None = None
 
     @property
     def datasets(self) -> Path:
@@ -30,11 +35,11 @@ class Workspace:
 
     @property
     def adapters(self) -> Path:
-        return self.home / "adapters"
+        return (self.artifacts or self.home) / "adapters"
 
     @property
     def reports(self) -> Path:
-        return self.home / "reports"
+        return (self.artifacts or self.home) / "reports"
 
     @property
     def runs(self) -> Path:
@@ -42,10 +47,14 @@ class Workspace:
         return self.home / "runs"
 
 
-def workspace(home: str | os.PathLike | None = None) -> Workspace:
-    """The workspace at ``home``, else ``$MINT_HOME``, else ``./.mint``."""
+def workspace(home: str | os.PathLike | None = None, registry_url: str | None = None) -> Workspace:
+    """The workspace at ``home``, else ``$MINT_HOME``, else ``./.mint``; its registry at ``registry_url``, else
+    ``$MINT_REGISTRY_URL``, else the workspace's SQLite file; its artifacts under ``$MINT_ARTIFACTS`` if set."""
     chosen = home or os.environ.get("MINT_HOME") or DEFAULT_HOME
-    return Workspace(Path(chosen).expanduser().absolute())
+    artifacts = os.environ.get("MINT_ARTIFACTS")
+    return Workspace(Path(chosen).expanduser().absolute(),
+                     registry_url=registry_url or os.environ.get("MINT_REGISTRY_URL") or None,
+                     artifacts=Path(artifacts).expanduser().absolute() if artifacts else None)
 
 
 def cache_dir() -> Path:

@@ -2,6 +2,11 @@
 processes on one workspace, released together by a start barrier.
 
 Run: python scripts/reliability_concurrency.py [--runs N] [--loops N] [--ops N] [--seed N] [--quick]
+                                               [--postgres URL|start]
+
+With --postgres the registry is shared on PostgreSQL (a fresh schema of that database per run, or of a
+throwaway cluster with ``start``), as MINT_REGISTRY_URL sets it for every process; the loops' lock is then the
+registry's advisory lock. Without it, the workspace's SQLite file (or whatever MINT_REGISTRY_URL names).
 
 Each run builds a fresh workspace: chat:v1 and chat:v2 promoted (v2 champion), candidates chat:v3.. each with
 a registered passing report measured against v2. Then LOOPS `mint loop` processes (one recipe on the tiny
@@ -243,14 +248,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="loops only ingest (a short loop)")
     parser.add_argument("--quick", action="store_true", help="one run, loops that only ingest")
+    parser.add_argument("--postgres", metavar="URL|start", help="share the registry on PostgreSQL: a database URL, "
+                                                                "or 'start' for a throwaway cluster")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.no_train = 1, True
     sys.path.insert(0, str(ROOT))
+    cluster = None
+    if args.postgres == "start":
+        from tests.registry.pgcluster import start_cluster
+        cluster = start_cluster()
+    try:
+        return _runs(args, cluster.url if cluster else args.postgres)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def fresh_registry(url: str) -> str:
+    """A fresh schema of the database at ``url``, as the URL of an empty registry in it."""
+    import uuid
+
+    import psycopg
+
+    schema = f"race_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
+def _runs(args, postgres: str | None) -> int:
     rng = random.Random(args.seed)
     lost, totals = 0, {}
     started = time.perf_counter()
     for run in range(args.runs):
+        if postgres:   # every process of this run, and the checks, read the registry from the environment
+            os.environ["MINT_REGISTRY_URL"] = fresh_registry(postgres)
         with tempfile.TemporaryDirectory(prefix="mint-race-") as tmp:
             problems, counts = run_once(Path(tmp), rng, args.loops, args.ops, train=not args.no_train)
         lost += len(problems)

@@ -47,9 +47,9 @@ app.info.help = "mint: keep a deployed Mixture-of-LoRA model learning.\n" + EXAM
 
 
 def hoist_global_options(argv: list[str]) -> tuple[list[str], bool]:
-    """Accept ``--home DIR`` and ``--json`` anywhere on the line, as users type them.
+    """Accept ``--home DIR``, ``--registry URL`` and ``--json`` anywhere on the line, as users type them.
 
-    ``--home`` is a root option, so it moves to the front; ``--json`` belongs to every
+    ``--home`` and ``--registry`` are root options, so they move to the front; ``--json`` belongs to every
     command, so it moves to the end. Arguments after ``--`` are left alone.
     """
     head, rest, json_out = [], [], False
@@ -62,10 +62,10 @@ def hoist_global_options(argv: list[str]) -> tuple[list[str], bool]:
             break
         if arg == "--json":
             json_out = True
-        elif arg == "--home" and i + 1 < len(args):
+        elif arg in ("--home", "--registry") and i + 1 < len(args):
             head += [arg, args[i + 1]]
             i += 1
-        elif arg.startswith("--home="):
+        elif arg.startswith(("--home=", "--registry=")):
             head.append(arg)
         else:
             rest.append(arg)

@@ -18,7 +18,7 @@ app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", 
 out = Console()
 err = Console(stderr=True)
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
-_state: dict[str, Any] = {"home": None}
+_state: dict[str, Any] = {"home": None, "registry": None}
 
 
 def sub_app(name: str, help: str) -> typer.Typer:
@@ -29,9 +29,14 @@ def sub_app(name: str, help: str) -> typer.Typer:
 
 
 def ws():
-    """The workspace named by --home / $MINT_HOME, else ./.mint."""
+    """The workspace named by --home / $MINT_HOME, else ./.mint; its registry named by --registry /
+    $MINT_REGISTRY_URL, else its SQLite file."""
+    from mint.registry.backend import check_url
     from mint.workspace import workspace
-    return workspace(_state["home"])
+
+    if _state["registry"]:
+        check_url(_state["registry"], field="--registry")
+    return workspace(_state["home"], registry_url=_state["registry"])
 
 
 def plain(value: Any) -> Any:
@@ -72,7 +77,11 @@ def _version_callback(value: bool) -> None:
 def _root(
     home: Optional[Path] = typer.Option(None, "--home", envvar="MINT_HOME",
                                         help="Workspace folder (default ./.mint)."),
+    registry: Optional[str] = typer.Option(None, "--registry", envvar="MINT_REGISTRY_URL",
+                                           help="A shared registry, postgresql://USER@HOST:PORT/DB (default: the "
+                                                "workspace's SQLite file)."),
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
     _state["home"] = home
+    _state["registry"] = registry

@@ -202,6 +202,24 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
         out.print("a train or import is writing a revision: staging folders were left alone; run gc again later")
 
 
+@registry_app.command("migrate")
+def registry_migrate(to: str = typer.Option(..., "--to", help="The empty shared registry, "
+                                                             "postgresql://USER@HOST:PORT/DB."),
+                     json_out: bool = JSON_OPT) -> None:
+    """Copy this workspace's SQLite registry into PostgreSQL, its event history intact (verified before it commits).
+
+    Example: mint registry migrate --to postgresql://mint@db:5432/mint
+    """
+    from mint.registry.migrate import migrate
+
+    result = migrate(ws(), to)
+    if json_out:
+        return print_json(result)
+    copied = ", ".join(f"{n} {table}" for table, n in result.rows.items())
+    out.print(f"copied {copied} from {result.source} to {result.target}; the event chain verifies. "
+              f"Use it with MINT_REGISTRY_URL={result.target}")
+
+
 @app.command()
 def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", help="The eval report (default: the "
                                                                                      "newest registered one)."),

@@ -24,6 +24,7 @@ from mint.faults import checkpoint as fault_point
 from mint.loop.history import generation_records, read_state, state_path
 from mint.loop.recipe import Recipe, Step, load_recipe
 from mint.loop.steps import STEPS, LoopContext, content_key
+from mint.registry.locks import RegistryLock
 from mint.workspace import Workspace, atomic_write_json
 
 LoopEvents = Callable[[dict], None]
@@ -81,13 +82,19 @@ HOLDER_WAIT_S = 2.0   # how long a refused loop waits for the holder to write it
 
 
 class LoopLock:
-    """An exclusive, non-blocking lock on the workspace; its file names the holder."""
+    """An exclusive, non-blocking lock on the workspace; its file names the holder. With a shared registry
+    (PostgreSQL) the lock is held in the registry instead, so one host at a time runs a loop on it, and a host
+    that dies releases it with its connection (mint.registry.locks)."""
 
     def __init__(self, ws: Workspace) -> None:
         self.path = ws.home / "loop.lock"
         self.handle = None
+        self.shared = RegistryLock(ws, "loop") if ws.registry_url else None
 
     def __enter__(self) -> "LoopLock":
+        if self.shared is not None:
+            self.shared.__enter__()
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+", encoding="utf-8")
         try:
@@ -120,6 +127,8 @@ class LoopLock:
             time.sleep(0.02)
 
     def __exit__(self, *exc) -> None:
+        if self.shared is not None:
+            self.shared.__exit__(*exc)
         if self.handle is not None:
             self.handle.seek(0)
             self.handle.truncate()

@@ -405,7 +405,7 @@ class Promote(StepKind):
         predictions = Path(evaluation["report"]).parent / "predictions.jsonl"
         baseline_predictions = None
         baseline_id = (evaluation.get("baseline") or {}).get("revision_id")
-        if baseline_id and store.db_path(context.ws).exists():
+        if baseline_id and store.exists(context.ws):
             conn = store.open_store(context.ws)
             try:
                 rows = store.reports_for(conn, baseline_id)

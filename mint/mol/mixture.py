@@ -110,7 +110,7 @@ class Mixture:
         from mint.registry import store
         from mint.registry.artifacts import load_revision
 
-        if store.db_path(self.ws).exists():
+        if store.exists(self.ws):
             conn = store.open_store(self.ws, create=False)
             try:
                 target = store.alias_target(conn, self.project.router, "champion")

@@ -487,7 +487,7 @@ def champion_router(ws, project: Project) -> tuple[Router, str | None]:
     from mint.registry import store
     from mint.registry.artifacts import load_revision
 
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return Router(project), None
     conn = store.open_store(ws, create=False)
     try:

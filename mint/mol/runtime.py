@@ -182,7 +182,7 @@ class MixtureRuntime:
         from mint.registry import store
         from mint.registry.artifacts import load_revision
 
-        if not store.db_path(ws).exists():
+        if not store.exists(ws):
             return []
         conn = store.open_store(ws, create=False)
         try:

@@ -38,8 +38,9 @@ def record_report(conn, report: Report) -> None:
     _check_subject(report)
     if report.id is None or report.path is None:
         raise MintError("record_report needs a report as stored (Report.stored or read_report)")
-    conn.execute("INSERT OR IGNORE INTO reports (id, revision_id, contract_name, contract_version, contract_sha256, "
-                 "verdict, baseline_revision_id, path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    conn.execute("INSERT INTO reports (id, revision_id, contract_name, contract_version, contract_sha256, "
+                 "verdict, baseline_revision_id, path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                 "ON CONFLICT DO NOTHING",
                  (report.id, report.owner, report.contract.name, report.contract.version,
                   report.contract.sha256, report.verdict, report.baseline.revision_id, report.path,
                   report.created_at or store.now()))
@@ -169,11 +170,9 @@ def _describe(conn, revision_id: str | None) -> str:
 
 
 def _move_champion(conn, specialist: str, current: str | None, target: store.Revision) -> None:
-    conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'champion', ?)",
-                 (specialist, target.id))
+    store.set_alias(conn, specialist, "champion", target.id)
     if current:
-        conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'previous', ?)",
-                     (specialist, current))
+        store.set_alias(conn, specialist, "previous", current)
         conn.execute("UPDATE revisions SET status = 'retired' WHERE id = ?", (current,))
     conn.execute("UPDATE revisions SET status = 'champion' WHERE id = ?", (target.id,))
 
@@ -331,8 +330,7 @@ def _point_previous_at_rollback_target(conn, specialist: str) -> None:
     """``SPECIALIST:previous`` names what ``mint rollback SPECIALIST`` would return to, or nothing."""
     targets = _rollback_targets(conn, specialist, store.alias_target(conn, specialist, "champion"))
     if targets:
-        conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'previous', ?)",
-                     (specialist, targets[0]))
+        store.set_alias(conn, specialist, "previous", targets[0])
     else:
         conn.execute("DELETE FROM aliases WHERE specialist = ? AND name = 'previous'", (specialist,))
 
@@ -380,8 +378,7 @@ def rollback(ws: Workspace, specialist: str, *, why: str | None, expect: str | N
             else:
                 raise Refused(f"{specialist} has no previous champion to roll back to (every earlier one was "
                               "rolled away from or rejected); promote a revision instead")
-            conn.execute("INSERT OR REPLACE INTO aliases (specialist, name, revision_id) VALUES (?, 'champion', ?)",
-                         (specialist, target.id))
+            store.set_alias(conn, specialist, "champion", target.id)
             conn.execute("UPDATE revisions SET status = 'retired' WHERE id = ?", (current,))
             conn.execute("UPDATE revisions SET status = 'champion' WHERE id = ?", (target.id,))
             store.record_event(conn, action="rollback", specialist=specialist, alias="champion", old=current,

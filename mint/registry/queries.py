@@ -65,7 +65,7 @@ def history(ws: Workspace, specialist: str) -> list[store.Event]:
 
 def champion(ws: Workspace, specialist: str) -> str | None:
     """The id of ``specialist``'s champion; None when it has none or there is no registry yet."""
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return None
     conn = store.open_store(ws, create=False)
     try:
@@ -85,7 +85,7 @@ def revision_ref(ws: Workspace, revision_id: str) -> str:
 
 def contract_versions(ws: Workspace, contract_name: str) -> list[tuple[int, str]]:
     """Every (version, sha256) that registered reports of ``contract_name`` were made under."""
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return []
     conn = store.open_store(ws, create=False)
     try:
@@ -110,7 +110,7 @@ def find_report(ws: Workspace, owner: str, contract: ContractIdentity, examples_
                 where: Callable[[Report], bool] | None = None) -> Report | None:
     """The newest intact registered report that mint generated for ``owner`` (a revision id or a base's owner)
     under ``contract`` on these examples, for which ``where`` holds when given."""
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return None
     conn = store.open_store(ws, create=False)
     try:
@@ -121,7 +121,7 @@ def find_report(ws: Workspace, owner: str, contract: ContractIdentity, examples_
 
 def newest_report(ws: Workspace, revision_id: str) -> Report | None:
     """The newest registered report of a revision whose file still reads as a report, whatever its verdict."""
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return None
     conn = store.open_store(ws, create=False)
     try:
@@ -145,7 +145,7 @@ class PromotedReport:
 def promoted_reports(ws: Workspace, specialist: str, exclude_revision: str | None = None) -> list[PromotedReport]:
     """The reports ``specialist``'s champions were promoted with, oldest first, each still registered (an edited
     or vanished file is left out: it is not evidence)."""
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return []
     conn = store.open_store(ws, create=False)
     try:

@@ -85,6 +85,7 @@ def test_import_checks_modules_and_shapes_against_the_base(ws, tmp_path):
         import_adapter(ws, wrong, specialist="coding", base="tiny-random")
 
 
+@pytest.mark.sqlite_only   # about the files PEFT loads, which the backend does not touch
 def test_import_then_export_loads_with_plain_peft(ws, adapter_dir, tmp_path, capsys):
     assert main(["registry", "import", str(adapter_dir), "--specialist", "agent", "--base", "tiny-random",
                  "--json"]) == 0

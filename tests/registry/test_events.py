@@ -19,12 +19,33 @@ def three_events(ws, candidate, report_for):
     return v1, v2, v3
 
 
+def _database_error(conn):
+    if conn.shared:
+        import psycopg
+        return psycopg.Error
+    return sqlite3.DatabaseError
+
+
 def test_insert_or_replace_cannot_rewrite_an_event(ws, three_events):
     conn = store.open_store(ws)
-    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
-        conn.execute("INSERT OR REPLACE INTO events (seq, at, user, host, pid, action, specialist) "
-                     "VALUES (1, 'then', 'mallory', 'h', 1, 'promote', 'coding')")
+    # each database's way to replace a row in one statement
+    replace = ("INSERT INTO events (seq, at, \"user\", host, pid, action, specialist) "
+               "VALUES (1, 'then', 'mallory', 'h', 1, 'promote', 'coding') "
+               "ON CONFLICT (seq) DO UPDATE SET \"user\" = excluded.\"user\"") if conn.shared else \
+        ("INSERT OR REPLACE INTO events (seq, at, user, host, pid, action, specialist) "
+         "VALUES (1, 'then', 'mallory', 'h', 1, 'promote', 'coding')")
+    with pytest.raises(_database_error(conn), match="append-only"):
+        conn.execute(replace)
     assert store.history(conn, "coding")[0].user != "mallory"
+
+
+def test_delete_and_truncate_cannot_remove_events(ws, three_events):
+    conn = store.open_store(ws)
+    statements = ["DELETE FROM events WHERE seq = 3"] + (["TRUNCATE events"] if conn.shared else [])
+    for statement in statements:
+        with pytest.raises(_database_error(conn), match="append-only"):
+            conn.execute(statement)
+    assert len(store.history(conn, "coding")) == 3
 
 
 def test_each_event_is_chained_to_the_one_before(ws, three_events):
@@ -37,7 +58,14 @@ def test_each_event_is_chained_to_the_one_before(ws, three_events):
 
 
 def _tamper(ws, sql: str) -> None:
-    """What someone with the sqlite3 shell can do: drop the guards, change a row."""
+    """What someone with the database's shell (sqlite3, psql) can do: drop the guards, change a row."""
+    if ws.registry_url:
+        import psycopg
+        with psycopg.connect(ws.registry_url, autocommit=True) as raw:
+            for name in store.PG_EVENT_TRIGGERS:
+                raw.execute(f"DROP TRIGGER {name} ON events")
+            raw.execute(sql)
+        return
     raw = sqlite3.connect(store.db_path(ws))
     for name in store.EVENT_TRIGGERS:
         raw.execute(f"DROP TRIGGER {name}")
@@ -72,7 +100,7 @@ def test_verify_notices_events_removed_from_the_end(ws, three_events, capsys):
 
 
 def test_verify_names_an_event_written_without_a_hash(ws, three_events, capsys):
-    _tamper(ws, "INSERT INTO events (at, user, host, pid, action, specialist) "
-                "VALUES ('now', 'old-mint', 'h', 1, 'promote', 'coding')")
+    _tamper(ws, "INSERT INTO events (seq, at, \"user\", host, pid, action, specialist) "
+                "VALUES (4, 'now', 'old-mint', 'h', 1, 'promote', 'coding')")
     assert main(["registry", "verify"]) == 1
     assert "event #4 (promote coding) has no hash" in capsys.readouterr().err

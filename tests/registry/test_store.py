@@ -87,6 +87,7 @@ def _v0_registry(ws):
     raw.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_v0_registry_is_migrated_in_place(ws):
     from mint.registry.maintenance import verify
     from mint.registry.promotion import rollback
@@ -107,6 +108,7 @@ def test_a_v0_registry_is_migrated_in_place(ws):
     assert store.resolve(conn, "coding:champion").version == 1
 
 
+@pytest.mark.sqlite_only
 def test_a_registry_from_a_newer_mint_is_refused(ws, candidate):
     import sqlite3
 
@@ -118,6 +120,7 @@ def test_a_registry_from_a_newer_mint_is_refused(ws, candidate):
         store.open_store(ws)
 
 
+@pytest.mark.sqlite_only
 def test_a_file_that_is_not_a_database_is_bad_input(ws):
     ws.home.mkdir(parents=True)
     store.db_path(ws).write_bytes(b"not sqlite at all" * 100)
@@ -125,6 +128,7 @@ def test_a_file_that_is_not_a_database_is_bad_input(ws):
         store.open_store(ws, create=False)
 
 
+@pytest.mark.sqlite_only
 def test_commits_are_fully_synced(ws, candidate):
     candidate()
     assert store.open_store(ws).execute("PRAGMA synchronous").fetchone()[0] == 2   # FULL
