@@ -43,21 +43,21 @@ DEMO_SUBJECTS = {
 }
 GENERATION_3_SUBJECTS = {
     "fields": ["username", "address", "zip code", "country", "job title", "website", "notes", "age"],
-    "purposes": ["join the book club", "request a quote", "report a lost item", "apply for the internship",
-                 "reserve a campsite", "sign up for swimming lessons", "request a refund", "update my address",
+    "purposes": ["join the book club", "request a catalog", "report a lost item", "apply for the internship",
+                 "reserve a campsite", "sign up for swimming lessons", "request a callback", "update my address",
                  "enroll in the workshop", "submit a bug report", "rate our support", "borrow a library book"],
-    "products": ["Aurora lamp", "Basalt kettle", "Cobalt backpack", "Dune hammock", "Ember heater",
-                 "Fjord canoe", "Harbor blender", "Lagoon goggles", "Maple desk", "Nimbus pillow"],
+    "products": ["Aurora lamp", "Obsidian kettle", "Cobalt backpack", "Dune hammock", "Hazel heater",
+                 "Pine canoe", "Harbor blender", "Lagoon goggles", "Maple desk", "Velvet pillow"],
     "prices": [12, 25, 45, 79, 149, 299],
-    "tables": [("invoices", ["Invoice", "Client", "Due"]), ("shipments", ["Tracking", "Carrier", "Status"]),
-               ("employees", ["Employee", "Team", "Start"]), ("tickets", ["Ticket", "Priority", "Agent"]),
+    "tables": [("invoices", ["Invoice", "Client", "Due"]), ("parcels", ["Parcel", "Courier", "Status"]),
+               ("employees", ["Employee", "Team", "Start"]), ("escalations", ["Case", "Priority", "Agent"]),
                ("donations", ["Donor", "Amount", "Campaign"]), ("sensors", ["Sensor", "Reading", "Updated"]),
                ("patients", ["Patient", "Doctor", "Visit"]), ("deploys", ["Service", "Commit", "Time"])],
     "charts": [("signups per week", "line"), ("revenue by region", "bar"), ("energy use by building", "pie"),
                ("response time per hour", "line"), ("tickets by agent", "bar"), ("browsers used", "pie")],
-    "lists": ["books to read", "chores this weekend", "conference talks", "camping checklist", "podcast episodes to catch up on",
+    "lists": ["books to read", "bills to pay", "museums to visit", "camping checklist", "podcast episodes to catch up on",
               "recipes to try"],
-    "settings": ["theme color", "notification email", "date format", "autoplay videos", "keyboard layout", "backup frequency"],
+    "settings": ["theme color", "notification email", "start page", "autoplay videos", "reading mode", "backup frequency"],
 }
 
 
