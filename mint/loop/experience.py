@@ -99,11 +99,13 @@ def _conversation_before_answer(messages: list[dict]) -> list[dict] | None:
 
 
 def served_prompts(ws: Workspace, specialist: str) -> list[ExperiencePrompt]:
-    """The champion's own traffic: every served turn routed to ``specialist`` (``$MINT_HOME/logs``)."""
+    """The champion's own traffic: every served turn routed to ``specialist`` (``$MINT_HOME/logs``), newest
+    first, so that under the step's ``prompts`` cap what users ask now comes before the older turns an
+    earlier champion was already sampled on and never answered."""
     from mint.mol.turnlog import read_turns
 
     prompts = []
-    for turn in read_turns(ws):
+    for turn in reversed(list(read_turns(ws))):
         if turn.get("specialist") != specialist or not isinstance(turn.get("messages"), list):
             continue
         prompt = _conversation_before_answer(turn["messages"])

@@ -296,3 +296,20 @@ def test_the_pool_decodes_as_many_rows_side_by_side_as_the_hardware_plan_says(ws
         experience.gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                      samples=2, sources=[{"jsonl": str(rows)}])
         assert len(batch_sizes) == 1 + (measured is None) and batch_sizes[-1] == expected
+
+
+def test_the_newest_served_turns_come_first_under_the_prompts_cap(ws, project, tmp_path, monkeypatch):
+    from mint.loop.experience import gather_experience
+    from mint.mol.turnlog import TurnLog
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    for n, request in enumerate(("Show a login form with a submit button.", "Show a signup form with a submit button.")):
+        TurnLog(ws).append({"id": f"t{n}", "ts": f"2026-12-01T00:0{n}:00Z", "specialist": "genui", "session": None,
+                            "messages": [{"role": "user", "content": request}, {"role": "assistant", "content": "{"}],
+                            "feedback": {"rating": None, "correction": None}, "served_by": "genui:v1",
+                            "route": {}, "latency_ms": 5.0})
+    seen = []
+    _answer_with(monkeypatch, [TREE], seen)
+    gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project, samples=1,
+                      prompts=1, sources=["served"])
+    assert seen == ["Show a signup form with a submit button."]   # what users ask now, not the older turn
