@@ -230,6 +230,13 @@ def test_the_gateways_logged_turn_is_the_local_runtimes_and_ingests(ws, crown, t
     assert [m.get("weight") for m in episode["messages"] if m["role"] == "assistant"][0] == 0   # history: context
 
 
+def test_serve_refuses_an_upstream_that_is_not_an_http_url_before_loading_anything(ws):
+    from tests.conftest import run_mint
+
+    result = run_mint("serve", "--port", "0", "--upstream", "gpu-host:8001")
+    assert result.returncode == 2 and "--upstream" in result.stderr and "http(s) URL" in result.stderr
+
+
 # --- vLLM's runtime LoRA API on the local server ----------------------------------------------------
 
 def test_load_and_unload_lora_adapter_answer_in_vllms_shapes_behind_the_key(upstream, tiny_loras):
