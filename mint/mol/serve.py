@@ -25,6 +25,12 @@ before it is parsed; too many messages or too much text get 400 before anything 
 key with too many requests in flight gets 429 with ``Retry-After``. A non-streamed request whose client leaves
 stops its row like a streamed one. Slow clients are cut off: headers that take longer than
 ``header_timeout_s`` and bodies slower than ``body_timeout_s`` (408).
+
+Named adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` and ``/v1/unload_lora_adapter {lora_name}``
+answer as vLLM's runtime LoRA API does (plain-text 200, errors typed InvalidUserInput / NotFoundError /
+BadRequestError), loading the adapter into one of the runtime's named slots; a request that names it in
+``model`` is answered by it. So a second `mint serve` can stand in for vLLM behind the gateway
+(``mint.mol.gateway``), which reuses this module's checks, errors and streaming.
 """
 from __future__ import annotations
 
