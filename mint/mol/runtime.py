@@ -167,14 +167,18 @@ class MixtureRuntime:
             elif module.ranks[index]:
                 module.clear_slot(index)
 
+    def _specialist_slot(self, specialist: str) -> Slot:
+        """A specialist's own slot (a named adapter's is loaded and freed by load_named and unload_named only)."""
+        if specialist not in self.slots:
+            raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
+                           field="specialist")
+        return self.slots[specialist]
+
     def load_adapter(self, specialist: str, directory: Path, *, revision_id: str | None = None,
                      ref: str | None = None) -> Handoff:
         """Copy the PEFT LoRA at ``directory`` into ``specialist``'s slot; all checks happen before any copy."""
         started = time.perf_counter()
-        if specialist not in self.slots:        # a named slot is loaded by load_named only
-            raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
-                           field="specialist")
-        slot = self.slots[specialist]
+        slot = self._specialist_slot(specialist)
         name = ref or str(directory)
         weights = self._checked_weights(directory, name)
         with self.lock:
@@ -229,7 +233,7 @@ class MixtureRuntime:
             self._free_named.append(slot.index)
 
     def clear(self, specialist: str) -> None:
-        slot = self._slot(specialist)
+        slot = self._specialist_slot(specialist)
         with self.lock:
             for module in self.modules.values():
                 module.clear_slot(slot.index)
