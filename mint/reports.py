@@ -309,7 +309,7 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
     from mint.registry import queries, store
 
     records = generation_records(ws)        # a malformed state file is exit 2 naming it, registry or not
-    if not store.db_path(ws).exists():
+    if not store.exists(ws):
         return {}
     registry = queries.overview(ws)
     by_id = {r.id: r for r in registry.revisions}

@@ -39,16 +39,29 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
                       None, "--log-retention-days", help="Delete served logs last written longer ago than this."),
                   scrub_logs: bool = typer.Option(False, "--scrub-logs",
                                                   help="Replace PII in served turns before they are logged."),
+                  max_loras: int = typer.Option(4, "--max-loras",
+                                                help="Adapters /v1/load_lora_adapter may load by name (a slot each)."),
+                  upstream: Optional[str] = typer.Option(
+                      None, "--upstream", help="Route each turn here and forward it to this OpenAI-compatible "
+                                               "multi-LoRA server (vLLM), instead of generating locally."),
+                  upstream_key: Optional[str] = typer.Option(None, "--upstream-key", envvar="MINT_UPSTREAM_KEY",
+                                                             help="The upstream's API key."),
+                  upstream_timeout: float = typer.Option(60.0, "--upstream-timeout",
+                                                         help="Seconds to wait for the upstream (504 beyond)."),
                   config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml).")
                   ) -> None:
     """OpenAI-compatible server: POST /v1/chat/completions (model `mint` routes, `mint/NAME` forces), /v1/models,
-    /v1/feedback, /health. New champions are picked up without a restart.
+    /v1/feedback, /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's shapes), /health. New champions are
+    picked up without a restart. With --upstream it is a gateway: it routes each turn on the base's early layers
+    and forwards it to the upstream, naming the champion's adapter (published there on promotion).
 
     Example: MINT_API_KEY=$(openssl rand -hex 16) mint serve --port 8000
+    Example: mint serve --upstream http://127.0.0.1:8001 --port 8000
     """
     from mint.errors import BadInput
     from mint.mol.mixture import Mixture
     from mint.mol.admission import Access, is_loopback
+    from mint.mol.gateway import Upstream
     from mint.mol.serve import listening_socket, serve
     from mint.mol.turnlog import TurnLog
     from mint.project import load_project
@@ -71,8 +84,15 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
         workspace = ws()
         log = TurnLog(workspace, retention_days=retention_days)
         log.forget_expired()
+        if upstream is not None:
+            return _serve_gateway(workspace, load_project(config), sock, Upstream(upstream, upstream_key,
+                                                                                   upstream_timeout),
+                                  base=base, log=log, scrub_logs=scrub_logs, poll_s=poll_s, access=access,
+                                  limits=limits, keyless=not keys)
+        if max_loras < 0:
+            raise BadInput("must be 0 or more", field="--max-loras")
         mixture = Mixture.open(workspace, load_project(config), base=base, max_rank=max_rank, log=log,
-                               scrub_logs=scrub_logs)
+                               scrub_logs=scrub_logs, named_slots=max_loras)
         revisions = ", ".join(f"{k} {v}" for k, v in mixture.revisions().items())
         url_host = f"[{host}]" if ":" in host else host
         err.print(f"serving on http://{escape(url_host)}:{sock.getsockname()[1]}/v1  ({escape(revisions)})"
@@ -83,3 +103,21 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
               limits=limits)
     finally:
         sock.close()
+
+
+def _serve_gateway(workspace, project, sock, upstream, *, base, log, scrub_logs, poll_s, access, limits,
+                   keyless: bool) -> None:
+    from mint.mol.gateway import Gateway, serve_gateway
+
+    gateway = Gateway.open(workspace, project, upstream, base=base, log=log, scrub_logs=scrub_logs)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    revisions = ", ".join(f"{k} {v}" for k, v in gateway.revisions().items())
+    err.print(f"gateway on http://{escape(url_host)}:{port}/v1 to {escape(upstream.api)}  ({escape(revisions)}; "
+              f"{len(gateway.model.get_decoder().layers)} of the base's {gateway.depth} layers held)"
+              + ("" if not keyless else "  [no API key: anyone who reaches the port may call]"))
+    if gateway.upstream_error:
+        err.print(f"warning: {escape(gateway.upstream_error)} (retried every {poll_s:g} s)")
+    for name, problem in gateway.sync_errors.items():
+        err.print(f"warning: {escape(name)}'s champion is not published: {escape(problem)}")
+    serve_gateway(gateway, sock, poll_s=poll_s, access=access, limits=limits)

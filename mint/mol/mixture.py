@@ -42,6 +42,7 @@ class Turn:
     decoding: Decoding = Decoding()
     session: str | None = None
     id: str | None = None                  # the answer's id, when the caller must know it first (a stream)
+    adapter: str | None = None             # an adapter loaded by name (``runtime.load_named``) answers it
 
     def __post_init__(self) -> None:
         # a lone surrogate fails the tokenizer mid-batch and the log's UTF-8 write: refused before either
@@ -77,184 +78,26 @@ class _PrefillRouting:
     ms: float = 0.0
 
 
-class Mixture:
-    def __init__(self, ws: Workspace, project: Project, runtime: MixtureRuntime, *,
-                 feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S, log: TurnLog | None = None,
-                 scrub_logs: bool = False) -> None:
-        self.ws, self.project, self.runtime = ws, project, runtime
-        self.router = Router(project)
-        self.router_revision_id: str | None = None
+class TurnBook:
+    """The served turns' log and their feedback window: what the mixture and the gateway (``mint.mol.gateway``)
+    share, so a turn answered either way is logged as the same episode."""
+
+    def __init__(self, ws: Workspace, project: Project, *, feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S,
+                 log: TurnLog | None = None, scrub_logs: bool = False) -> None:
+        self.ws, self.project = ws, project
         self.feedback_window_s = feedback_window_s
         self.log = log or TurnLog(ws)
         self.scrub_logs = scrub_logs
         self._pending: OrderedDict[str, tuple[float, str | None]] = OrderedDict()   # id -> (answered, owner)
         self._pending_lock = threading.Lock()
 
-    @classmethod
-    def open(cls, ws: Workspace, project: Project, *, base: str | None = None, max_rank: int | None = None,
-             **options) -> "Mixture":
-        from mint.base import load_base
-        from mint.mol.runtime import DEFAULT_MAX_RANK
-
-        runtime = MixtureRuntime(load_base(base or project.base), project.names,
-                                 max_rank=max_rank or DEFAULT_MAX_RANK)
-        mixture = cls(ws, project, runtime, **options)
-        mixture.sync()
-        return mixture
-
-    # --- champions ---------------------------------------------------------------------
-
-    def sync(self) -> list[Handoff]:
-        """Load champions (and the router champion) whose alias moved since the last call."""
-        moves = self.runtime.sync_champions(self.ws)
-        from mint.registry import store
-        from mint.registry.artifacts import load_revision
-
-        if store.exists(self.ws):
-            conn = store.open_store(self.ws, create=False)
-            try:
-                target = store.alias_target(conn, self.project.router, "champion")
-            finally:
-                conn.close()
-            if target and target != self.router_revision_id:
-                started = time.perf_counter()
-                revision, directory = load_revision(self.ws, target)
-                old = self.router.revision
-                self.router = Router(self.project, Probe.load(directory), revision.ref)
-                self.router_revision_id = revision.id
-                moves.append(Handoff(self.project.router, old, revision.ref, time.perf_counter() - started))
-        # without a router champion, the starter probe (mint's plain turns) takes the turns the rules leave
-        self.router = starter_router(self.project, self.router, self.runtime.model, self.features)
-        return moves
-
-    def revisions(self) -> dict[str, str]:
-        served = {name: self.runtime.served_by(name) for name in self.project.names}
-        return {**served, self.project.router: self.router.revision or "rules"}
-
-    # --- turns ---------------------------------------------------------------------------
-
-    def features(self, conversations: list[list[dict]], layer, reads: str):
-        """The probe's features in a pass of their own on the runtime's base, every slot off; it stops at the
-        probe's layer and runs no LM head. ``answer`` needs it only when an adapter changes a layer the probe
-        reads (``lora.from_layer`` below the probe's layer) or for a probe that reads the last user message
-        alone: otherwise the turn is routed inside its own prefill (``routes_in_prefill``)."""
-        with self.runtime.lock:
-            self.runtime.table.set_rows([0])
-            return probe_features(self.runtime.model, self.runtime.tokenizer, conversations, layer, reads)
-
-    def routes_in_prefill(self, router: Router | None = None) -> bool:
-        """Whether the probe reads what the generation's prefill computes: the prompt's states after the
-        probe's layer, which no loaded adapter changes."""
-        probe = (router or self.router).probe
-        return probe is not None and probe.reads == PROMPT and self.runtime.shared_layers() >= probe.layer
-
-    def _forced(self, turns: list[Turn]) -> list[Route | None]:
-        """The route of each turn that forces its specialist; None for the turns to route."""
-        routes: list[Route | None] = []
-        for turn in turns:
-            if turn.specialist is not None and turn.specialist not in self.project.names:
-                raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
-                               f"{', '.join(self.project.names)})", field="model")
-            routes.append(None if turn.specialist is None else Route(
-                turn.specialist, {n: float(n == turn.specialist) for n in self.project.names}, "forced", None))
-        return routes
-
-    def route(self, turns: list[Turn]) -> tuple[list[Route], float]:
-        """Each turn's route, from a pass of the probe's own where it needs one (see ``features``)."""
-        started = time.perf_counter()
-        routes = self._forced(turns)
-        free = [i for i, t in enumerate(turns) if t.specialist is None]
-        if free:
-            decided = self.router.route([prompt_of(turns[i]) for i in free], [bool(turns[i].tools) for i in free],
-                                        self.features)
-            for i, route in zip(free, decided):
-                routes[i] = route
-        return routes, (time.perf_counter() - started) * 1000
-
-    def answer(self, turns: list[Turn], *, keep_for_feedback: bool = True,
-               listeners: Sequence[TextListener | None] | None = None) -> list[Answer]:
-        """Route and answer ``turns`` together; ``listeners[i]``, where given, streams turn i's text. The first
-        turn that cannot be answered raises its error (``answer_each`` answers the others)."""
-        results = self.answer_each(turns, keep_for_feedback=keep_for_feedback, listeners=listeners)
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        return results  # type: ignore[return-value]
-
-    def answer_each(self, turns: list[Turn], *, keep_for_feedback: bool = True,
-                    listeners: Sequence[TextListener | None] | None = None,
-                    owners: Sequence[str | None] | None = None) -> list[Answer | Exception]:
-        """Each turn's answer, or the error of a turn that cannot be answered (longer than the base takes):
-        one turn's error is its own, the others are answered in one mixed batch all the same. Each answered
-        turn is logged at once; with ``keep_for_feedback`` it takes feedback from ``owners[i]`` (the API key
-        that asked, None for none) for ``feedback_window_s``."""
-        self.expire_pending()
-        if not turns:
-            return []
-        listeners = list(listeners) if listeners is not None else [None] * len(turns)
-        owners = list(owners) if owners is not None else [None] * len(turns)
-        if len(listeners) != len(turns) or len(owners) != len(turns):
-            raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners and {len(owners)} owners")
-        results: list[Answer | Exception | None] = [None] * len(turns)
-        rows = list(range(len(turns)))
-        # held from the check to the generation: a champion loaded in between could change a layer the probe reads
-        with self.runtime.lock:
-            router = self.router
-            in_prefill = self.routes_in_prefill(router)
-            routes, route_ms = (self._forced(turns), 0.0) if in_prefill else self.route(turns)
-            while rows:
-                conversations = [prompt_of(turns[i]) for i in rows]
-                free = [k for k, i in enumerate(rows) if routes[i] is None]
-                prefill = self._prefill_route(router, [turns[i] for i in rows], conversations, free) if free else None
-                started = time.perf_counter()
-                try:
-                    generated = self.runtime.generate(
-                        conversations, [routes[i] and routes[i].specialist for i in rows],
-                        listeners=[listeners[i] for i in rows], route=prefill and prefill.route,
-                        rows=[turns[i].decoding for i in rows])
-                except RowsFailed as failed:    # those rows get their errors; the rest are generated without them
-                    for k, exc in failed.errors.items():
-                        results[rows[k]] = exc
-                    rows = [i for k, i in enumerate(rows) if k not in failed.errors]
-                    continue
-                # routed inside the prefill, the generation's time holds the routing's; else route_ms is 0
-                elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
-                if prefill:
-                    for k, route in prefill.routes.items():
-                        routes[rows[k]] = route
-                group_route_ms = prefill.ms if prefill else route_ms
-                for i, out in zip(rows, generated):
-                    results[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
-                                        out.served_by, out.text, routes[i], elapsed_ms, group_route_ms,
-                                        out.prompt_tokens, len(out.token_ids), out.finish_reason)
-                break
-        for turn, answer, owner in zip(turns, results, owners):
-            if not isinstance(answer, Answer) or answer.finish_reason == CANCELLED:
-                continue
-            self.log.append(self._episode(turn, answer))   # on disk before the client hears the answer
-            if keep_for_feedback:
-                with self._pending_lock:
-                    self._pending[answer.id] = (time.monotonic(), owner)
-        return results  # type: ignore[return-value]
-
-    def _prefill_route(self, router: Router, turns: list[Turn], conversations: list[list[dict]],
-                       rows: list[int]) -> "_PrefillRouting":
-        """What routes ``rows`` of a generation inside its prefill with ``router``, on the states the prefill
-        pooled; it keeps each row's route and the time the routing took."""
-        routing = _PrefillRouting()
-
-        def decide(batch_rows: list[int], features) -> list[str]:
-            started = time.perf_counter()
-            asked = [conversations[k] for k in batch_rows]
-            where = {id(conversation): n for n, conversation in enumerate(asked)}
-            found = router.route(asked, [bool(turns[k].tools) for k in batch_rows],
-                                 lambda subset, _layers, _reads: features[[where[id(c)] for c in subset]])
-            routing.routes.update(zip(batch_rows, found))
-            routing.ms += (time.perf_counter() - started) * 1000
-            return [route.specialist for route in found]
-
-        routing.route = PrefillRoute((*router.probe.shallower, router.probe.layer), tuple(rows), decide)
-        return routing
+    def record(self, turn: Turn, answer: Answer, owner: str | None, *, keep_for_feedback: bool = True) -> None:
+        """Log an answered turn (on disk before the client hears the answer); with ``keep_for_feedback`` it takes
+        feedback from ``owner`` for ``feedback_window_s``."""
+        self.log.append(self._episode(turn, answer))
+        if keep_for_feedback:
+            with self._pending_lock:
+                self._pending[answer.id] = (time.monotonic(), owner)
 
     def _episode(self, turn: Turn, answer: Answer) -> dict:
         # the training target is the answer generated here; the client's history, its assistant turns
@@ -332,3 +175,182 @@ class Mixture:
 
     def close(self) -> None:
         self.expire_pending(all_of_them=True)
+
+
+class Mixture(TurnBook):
+    def __init__(self, ws: Workspace, project: Project, runtime: MixtureRuntime, **options) -> None:
+        super().__init__(ws, project, **options)
+        self.runtime = runtime
+        self.router = Router(project)
+        self.router_revision_id: str | None = None
+
+    @classmethod
+    def open(cls, ws: Workspace, project: Project, *, base: str | None = None, max_rank: int | None = None,
+             named_slots: int = 0, **options) -> "Mixture":
+        from mint.base import load_base
+        from mint.mol.runtime import DEFAULT_MAX_RANK
+
+        runtime = MixtureRuntime(load_base(base or project.base), project.names,
+                                 max_rank=max_rank or DEFAULT_MAX_RANK, named_slots=named_slots)
+        mixture = cls(ws, project, runtime, **options)
+        mixture.sync()
+        return mixture
+
+    # --- champions ---------------------------------------------------------------------
+
+    def sync(self) -> list[Handoff]:
+        """Load champions (and the router champion) whose alias moved since the last call."""
+        moves = self.runtime.sync_champions(self.ws)
+        from mint.registry import store
+        from mint.registry.artifacts import load_revision
+
+        if store.exists(self.ws):
+            conn = store.open_store(self.ws, create=False)
+            try:
+                target = store.alias_target(conn, self.project.router, "champion")
+            finally:
+                conn.close()
+            if target and target != self.router_revision_id:
+                started = time.perf_counter()
+                revision, directory = load_revision(self.ws, target)
+                old = self.router.revision
+                self.router = Router(self.project, Probe.load(directory), revision.ref)
+                self.router_revision_id = revision.id
+                moves.append(Handoff(self.project.router, old, revision.ref, time.perf_counter() - started))
+        # without a router champion, the starter probe (mint's plain turns) takes the turns the rules leave
+        self.router = starter_router(self.project, self.router, self.runtime.model, self.features)
+        return moves
+
+    def revisions(self) -> dict[str, str]:
+        served = {name: self.runtime.served_by(name) for name in self.project.names}
+        return {**served, self.project.router: self.router.revision or "rules"}
+
+    # --- turns ---------------------------------------------------------------------------
+
+    def features(self, conversations: list[list[dict]], layer, reads: str):
+        """The probe's features in a pass of their own on the runtime's base, every slot off; it stops at the
+        probe's layer and runs no LM head. ``answer`` needs it only when an adapter changes a layer the probe
+        reads (``lora.from_layer`` below the probe's layer) or for a probe that reads the last user message
+        alone: otherwise the turn is routed inside its own prefill (``routes_in_prefill``)."""
+        with self.runtime.lock:
+            self.runtime.table.set_rows([0])
+            return probe_features(self.runtime.model, self.runtime.tokenizer, conversations, layer, reads)
+
+    def routes_in_prefill(self, router: Router | None = None) -> bool:
+        """Whether the probe reads what the generation's prefill computes: the prompt's states after the
+        probe's layer, which no loaded adapter changes."""
+        probe = (router or self.router).probe
+        return probe is not None and probe.reads == PROMPT and self.runtime.shared_layers() >= probe.layer
+
+    def _forced(self, turns: list[Turn]) -> list[Route | None]:
+        """The route of each turn that forces its specialist; None for the turns to route."""
+        routes: list[Route | None] = []
+        for turn in turns:
+            if turn.adapter is not None:
+                slot = self.runtime.named.get(turn.adapter)
+                if slot is None:
+                    raise BadInput(f"no adapter {turn.adapter!r} is loaded", field="model")
+                routes.append(Route(slot.specialist, {n: float(n == slot.specialist) for n in self.project.names},
+                                    "forced", None))
+                continue
+            if turn.specialist is not None and turn.specialist not in self.project.names:
+                raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
+                               f"{', '.join(self.project.names)})", field="model")
+            routes.append(None if turn.specialist is None else Route(
+                turn.specialist, {n: float(n == turn.specialist) for n in self.project.names}, "forced", None))
+        return routes
+
+    def route(self, turns: list[Turn]) -> tuple[list[Route], float]:
+        """Each turn's route, from a pass of the probe's own where it needs one (see ``features``)."""
+        started = time.perf_counter()
+        routes = self._forced(turns)
+        free = [i for i, t in enumerate(turns) if t.specialist is None and t.adapter is None]
+        if free:
+            decided = self.router.route([prompt_of(turns[i]) for i in free], [bool(turns[i].tools) for i in free],
+                                        self.features)
+            for i, route in zip(free, decided):
+                routes[i] = route
+        return routes, (time.perf_counter() - started) * 1000
+
+    def answer(self, turns: list[Turn], *, keep_for_feedback: bool = True,
+               listeners: Sequence[TextListener | None] | None = None) -> list[Answer]:
+        """Route and answer ``turns`` together; ``listeners[i]``, where given, streams turn i's text. The first
+        turn that cannot be answered raises its error (``answer_each`` answers the others)."""
+        results = self.answer_each(turns, keep_for_feedback=keep_for_feedback, listeners=listeners)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results  # type: ignore[return-value]
+
+    def answer_each(self, turns: list[Turn], *, keep_for_feedback: bool = True,
+                    listeners: Sequence[TextListener | None] | None = None,
+                    owners: Sequence[str | None] | None = None) -> list[Answer | Exception]:
+        """Each turn's answer, or the error of a turn that cannot be answered (longer than the base takes):
+        one turn's error is its own, the others are answered in one mixed batch all the same. Each answered
+        turn is logged at once; with ``keep_for_feedback`` it takes feedback from ``owners[i]`` (the API key
+        that asked, None for none) for ``feedback_window_s``."""
+        self.expire_pending()
+        if not turns:
+            return []
+        listeners = list(listeners) if listeners is not None else [None] * len(turns)
+        owners = list(owners) if owners is not None else [None] * len(turns)
+        if len(listeners) != len(turns) or len(owners) != len(turns):
+            raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners and {len(owners)} owners")
+        results: list[Answer | Exception | None] = [None] * len(turns)
+        rows = list(range(len(turns)))
+        # held from the check to the generation: a champion loaded in between could change a layer the probe reads
+        with self.runtime.lock:
+            router = self.router
+            in_prefill = self.routes_in_prefill(router)
+            routes, route_ms = (self._forced(turns), 0.0) if in_prefill else self.route(turns)
+            while rows:
+                conversations = [prompt_of(turns[i]) for i in rows]
+                free = [k for k, i in enumerate(rows) if routes[i] is None]
+                prefill = self._prefill_route(router, [turns[i] for i in rows], conversations, free) if free else None
+                started = time.perf_counter()
+                try:
+                    generated = self.runtime.generate(
+                        conversations, [turns[i].adapter or (routes[i] and routes[i].specialist) for i in rows],
+                        listeners=[listeners[i] for i in rows], route=prefill and prefill.route,
+                        rows=[turns[i].decoding for i in rows])
+                except RowsFailed as failed:    # those rows get their errors; the rest are generated without them
+                    for k, exc in failed.errors.items():
+                        results[rows[k]] = exc
+                    rows = [i for k, i in enumerate(rows) if k not in failed.errors]
+                    continue
+                # routed inside the prefill, the generation's time holds the routing's; else route_ms is 0
+                elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
+                if prefill:
+                    for k, route in prefill.routes.items():
+                        routes[rows[k]] = route
+                group_route_ms = prefill.ms if prefill else route_ms
+                for i, out in zip(rows, generated):
+                    results[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
+                                        out.served_by, out.text, routes[i], elapsed_ms, group_route_ms,
+                                        out.prompt_tokens, len(out.token_ids), out.finish_reason)
+                break
+        for turn, answer, owner in zip(turns, results, owners):
+            if not isinstance(answer, Answer) or answer.finish_reason == CANCELLED:
+                continue
+            self.record(turn, answer, owner, keep_for_feedback=keep_for_feedback)
+        return results  # type: ignore[return-value]
+
+    def _prefill_route(self, router: Router, turns: list[Turn], conversations: list[list[dict]],
+                       rows: list[int]) -> "_PrefillRouting":
+        """What routes ``rows`` of a generation inside its prefill with ``router``, on the states the prefill
+        pooled; it keeps each row's route and the time the routing took."""
+        routing = _PrefillRouting()
+
+        def decide(batch_rows: list[int], features) -> list[str]:
+            started = time.perf_counter()
+            asked = [conversations[k] for k in batch_rows]
+            where = {id(conversation): n for n, conversation in enumerate(asked)}
+            found = router.route(asked, [bool(turns[k].tools) for k in batch_rows],
+                                 lambda subset, _layers, _reads: features[[where[id(c)] for c in subset]])
+            routing.routes.update(zip(batch_rows, found))
+            routing.ms += (time.perf_counter() - started) * 1000
+            return [route.specialist for route in found]
+
+        routing.route = PrefillRoute((*router.probe.shallower, router.probe.layer), tuple(rows), decide)
+        return routing
+

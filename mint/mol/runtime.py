@@ -102,11 +102,14 @@ class Handoff:
 class MixtureRuntime:
     """One base, one LoRA slot per specialist; thread-safe (one batch at a time)."""
 
-    def __init__(self, loaded: LoadedBase, specialists: Sequence[str], *, max_rank: int = DEFAULT_MAX_RANK) -> None:
+    def __init__(self, loaded: LoadedBase, specialists: Sequence[str], *, max_rank: int = DEFAULT_MAX_RANK,
+                 named_slots: int = 0) -> None:
         from mint.mol.lora import SlotTable, install_slots
 
         if max_rank < 1:
             raise BadInput("must be at least 1", field="--max-rank")
+        if named_slots < 0:
+            raise BadInput("must be 0 or more", field="--max-loras")
         if len(set(specialists)) != len(specialists) or not specialists:
             raise BadInput(f"expected distinct specialist names, got {list(specialists)}", field="specialists")
         self.loaded = loaded
@@ -114,8 +117,10 @@ class MixtureRuntime:
         self.model.eval()
         self.max_rank = max_rank
         self.table = SlotTable()
-        self.modules = install_slots(self.model, len(specialists) + 1, max_rank, self.table)
+        self.modules = install_slots(self.model, len(specialists) + 1 + named_slots, max_rank, self.table)
         self.slots = {name: Slot(name, i + 1) for i, name in enumerate(specialists)}
+        self.named: dict[str, Slot] = {}    # adapter name -> its slot (``specialist``: what its mint.json says)
+        self._free_named = list(range(len(specialists) + 1, len(specialists) + 1 + named_slots))
         self.layer_of = {name: _layer_index(name) for name in self.modules}
         self.lock = threading.RLock()
         self.sync_errors: dict[str, str] = {}          # specialist -> why its champion is not loaded
@@ -127,21 +132,19 @@ class MixtureRuntime:
     # --- slots ------------------------------------------------------------------------
 
     def _slot(self, specialist: str) -> Slot:
+        if specialist in self.named:
+            return self.named[specialist]
         if specialist not in self.slots:
             raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
                            field="specialist")
         return self.slots[specialist]
 
-    def load_adapter(self, specialist: str, directory: Path, *, revision_id: str | None = None,
-                     ref: str | None = None) -> Handoff:
-        """Copy the PEFT LoRA at ``directory`` into ``specialist``'s slot; all checks happen before any copy."""
+    def _checked_weights(self, directory: Path, name: str):
+        """The LoRA weights at ``directory``, checked against the slots' rank and the base's layers."""
         from mint.mol.lora import read_adapter
         from mint.registry.artifacts import check_adapter_dir
 
-        started = time.perf_counter()
-        slot = self._slot(specialist)
         weights = read_adapter(directory, check_adapter_dir(directory))
-        name = ref or str(directory)
         if weights.rank > self.max_rank:
             raise Refused(f"{name} has LoRA rank {weights.rank}, above the runtime's slot rank {self.max_rank}; "
                           f"start the runtime with --max-rank {weights.rank} or more")
@@ -154,18 +157,83 @@ class MixtureRuntime:
                 raise BadInput(f"{name}: {module} is {target.base.in_features}->{target.base.out_features} in base "
                                f"{self.loaded.name}, but the adapter's LoRA is {a.shape[1]}->{b.shape[0]}",
                                file=str(directory))
+        return weights
+
+    def _copy_into(self, index: int, weights) -> None:
+        for module_name, module in self.modules.items():
+            if module_name in weights.modules:
+                a, b, scale = weights.modules[module_name]
+                module.load_slot(index, a, b, scale)
+            elif module.ranks[index]:
+                module.clear_slot(index)
+
+    def _specialist_slot(self, specialist: str) -> Slot:
+        """A specialist's own slot (a named adapter's is loaded and freed by load_named and unload_named only)."""
+        if specialist not in self.slots:
+            raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
+                           field="specialist")
+        return self.slots[specialist]
+
+    def load_adapter(self, specialist: str, directory: Path, *, revision_id: str | None = None,
+                     ref: str | None = None) -> Handoff:
+        """Copy the PEFT LoRA at ``directory`` into ``specialist``'s slot; all checks happen before any copy."""
+        started = time.perf_counter()
+        slot = self._specialist_slot(specialist)
+        name = ref or str(directory)
+        weights = self._checked_weights(directory, name)
         with self.lock:
-            for module_name, module in self.modules.items():
-                if module_name in weights.modules:
-                    a, b, scale = weights.modules[module_name]
-                    module.load_slot(slot.index, a, b, scale)
-                elif module.ranks[slot.index]:
-                    module.clear_slot(slot.index)
-            self.slots[specialist] = Slot(specialist, slot.index, revision_id, ref or name, weights.rank)
-        return Handoff(specialist, slot.ref, ref or name, time.perf_counter() - started)
+            self._copy_into(slot.index, weights)
+            self.slots[specialist] = Slot(specialist, slot.index, revision_id, name, weights.rank)
+        return Handoff(specialist, slot.ref, name, time.perf_counter() - started)
+
+    def load_named(self, name: str, directory: Path) -> Slot:
+        """Load the adapter at ``directory`` into a free named slot as ``name`` (vLLM's runtime LoRA loading).
+        A revision directory (with ``mint.json``) is verified file by file and must be of this base; its slot
+        then says its specialist and revision, so a turn it answers is logged as that revision's."""
+        from mint.registry.artifacts import MINT_JSON, hash_files
+
+        if name in self.slots or name in self.named:
+            raise BadInput(f"the lora adapter {name!r} has already been loaded", field="lora_name")
+        specialist, ref, revision_id = name, name, None
+        manifest_path = Path(directory) / MINT_JSON
+        if manifest_path.is_file():
+            import json
+
+            try:
+                manifest = json.loads(manifest_path.read_text())
+                specialist, version = manifest["specialist"], int(manifest["version"])
+                files, fingerprint = manifest["files"], manifest.get("base_fingerprint")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BadInput(f"not a revision's manifest: {exc}", file=str(manifest_path)) from None
+            if hash_files(Path(directory)) != files:
+                raise Refused(f"{directory}: its files differ from those its {MINT_JSON} lists")
+            if fingerprint and fingerprint != self.loaded.fingerprint:
+                raise Refused(f"{directory} was trained on another base, not the loaded {self.loaded.name}")
+            specialist, ref, revision_id = specialist, f"{specialist}:v{version}", manifest.get("id")
+        weights = self._checked_weights(Path(directory), name)
+        with self.lock:
+            if name in self.named:
+                raise BadInput(f"the lora adapter {name!r} has already been loaded", field="lora_name")
+            if not self._free_named:
+                raise Refused(f"all {len(self.named)} named adapter slots are taken; unload one first or start the "
+                              "server with a larger --max-loras")
+            index = self._free_named.pop(0)
+            self._copy_into(index, weights)
+            self.named[name] = Slot(specialist, index, revision_id, ref, weights.rank)
+        return self.named[name]
+
+    def unload_named(self, name: str) -> None:
+        """Free the named slot of ``name``; BadInput (field lora_name) when no adapter of that name is loaded."""
+        with self.lock:
+            slot = self.named.pop(name, None)
+            if slot is None:
+                raise BadInput(f"the lora adapter {name!r} cannot be found", field="lora_name")
+            for module in self.modules.values():
+                module.clear_slot(slot.index)
+            self._free_named.append(slot.index)
 
     def clear(self, specialist: str) -> None:
-        slot = self._slot(specialist)
+        slot = self._specialist_slot(specialist)
         with self.lock:
             for module in self.modules.values():
                 module.clear_slot(slot.index)
@@ -214,13 +282,15 @@ class MixtureRuntime:
     def shared_layers(self) -> int:
         """How many decoder layers, from the first, no loaded adapter changes: there every slot computes the
         bare base's states (all of them when no adapter is loaded)."""
+        slots = [*self.slots.values(), *self.named.values()]
         changed = [self.layer_of[name] for name, module in self.modules.items()
-                   if any(module.ranks[slot.index] for slot in self.slots.values())]
+                   if any(module.ranks[slot.index] for slot in slots)]
         changed = [layer for layer in changed if layer is not None]
         return min(changed, default=len(self.model.get_decoder().layers))
 
     def served_by(self, specialist: str | None) -> str:
-        return (self.slots[specialist].ref if specialist and self.slots[specialist].ref else None) or "base"
+        slot = self._slot(specialist) if specialist else None
+        return (slot.ref if slot and slot.ref else None) or "base"
 
     # --- generation -------------------------------------------------------------------
 

@@ -25,6 +25,12 @@ before it is parsed; too many messages or too much text get 400 before anything 
 key with too many requests in flight gets 429 with ``Retry-After``. A non-streamed request whose client leaves
 stops its row like a streamed one. Slow clients are cut off: headers that take longer than
 ``header_timeout_s`` and bodies slower than ``body_timeout_s`` (408).
+
+Named adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` and ``/v1/unload_lora_adapter {lora_name}``
+answer as vLLM's runtime LoRA API does (plain-text 200, errors typed InvalidUserInput / NotFoundError /
+BadRequestError), loading the adapter into one of the runtime's named slots; a request that names it in
+``model`` is answered by it. So a second `mint serve` can stand in for vLLM behind the gateway
+(``mint.mol.gateway``), which reuses this module's checks, errors and streaming.
 """
 from __future__ import annotations
 
@@ -39,6 +45,8 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection
 
 from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
 
@@ -135,10 +143,10 @@ def answer_tool_calls(text: str, tools: list[dict]) -> tuple[str | None, list[di
 
 
 def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limits(),
-                       max_prompt_chars: int | None = None) -> tuple[Turn, bool, str]:
+                       max_prompt_chars: int | None = None, adapters: Collection[str] = ()) -> tuple[Turn, bool, str]:
     """(turn, stream, model) from a /v1/chat/completions body; RequestError (4xx) for anything malformed, for a
     field this server does not implement, and for more messages or text than ``limits`` allow (checked before
-    anything is tokenized)."""
+    anything is tokenized). A ``model`` among ``adapters`` (loaded by name) is answered by that adapter."""
     if not isinstance(body, dict):
         raise RequestError(400, "the body must be a JSON object")
     for key in body:
@@ -150,12 +158,15 @@ def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limi
     model = body.get("model", MODEL)
     if not isinstance(model, str):
         raise RequestError(400, "model must be a string", "model")
-    forced = None
-    if model != MODEL:
+    forced = adapter = None
+    if model in adapters:
+        adapter = model
+    elif model != MODEL:
         prefix, _, name = model.partition("/")
         if prefix != MODEL or name not in specialists:
-            raise RequestError(404, f"model {model!r} does not exist; use {MODEL} (routed) or "
-                                    f"{', '.join(f'{MODEL}/{s}' for s in specialists)}", "model", "model_not_found")
+            raise RequestError(404, f"model {model!r} does not exist; use {MODEL} (routed), "
+                                    f"{', '.join(f'{MODEL}/{s}' for s in specialists)} or a loaded adapter's name",
+                               "model", "model_not_found")
         forced = name
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
@@ -209,7 +220,7 @@ def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limi
                         seed=int(_number(body, "seed", -(2 ** 63), 2 ** 63 - 1, 0, integer=True)))
     session = body.get("user") if isinstance(body.get("user"), str) else None
     check_unicode(session, "user")     # Turn checks messages and tools; its name for this one is `session`
-    return Turn(messages, tools, forced, decoding, session), stream, model
+    return Turn(messages, tools, forced, decoding, session, adapter=adapter), stream, model
 
 
 # --- batching -----------------------------------------------------------------------------
@@ -527,60 +538,48 @@ async def _client_left(request: Request) -> None:
             return
 
 
-def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0,
-               access: Access = Access(), limits: Limits = Limits()):
-    from contextlib import asynccontextmanager
+def error_response(status: int, message: str, param: str | None = None, code=None, headers: dict | None = None,
+                   kind: str | None = None):
+    """A JSON error in OpenAI's shape (``{"error": {message, type, param, code}}``)."""
+    from fastapi.responses import JSONResponse
 
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")   # it may quote a lone surrogate
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status,
+                        headers=headers)
+
+
+def openai_app(lifespan, access: Access, limits: Limits):
+    """(app, body_of): a FastAPI app behind the guard (``_Guard``) whose errors all answer in OpenAI's shape, and
+    the coroutine that reads a request's JSON body within ``limits``. The local server and the gateway
+    (``mint.mol.gateway``) add their routes to it."""
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
-    from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect
 
-    batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch, max_queue=limits.max_queue)
-    poller = ChampionPoller(mixture, poll_s)
-    in_flight = _InFlight(limits.max_per_key)
-    context = mixture.runtime.context_limit()
-    max_prompt_chars = limits.max_prompt_chars or (8 * context if context else None)
-
-    @asynccontextmanager
-    async def lifespan(_app):
-        batcher.start()
-        poller.start()
-        try:
-            yield
-        finally:
-            poller.stop()
-            batcher.stop()
-            mixture.close()
-
     app = FastAPI(title="mint", lifespan=lifespan)
-    app.state.batcher, app.state.poller, app.state.mixture = batcher, poller, mixture
     app.add_middleware(_Guard, access=access, limits=limits)
-
-    def error(status: int, message: str, param: str | None = None, code: str | None = None,
-              headers: dict | None = None) -> JSONResponse:
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        message = message.encode("utf-8", "backslashreplace").decode("utf-8")   # it may quote a lone surrogate
-        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status,
-                            headers=headers)
 
     @app.exception_handler(RequestError)
     async def _request_error(_request, exc: RequestError):
-        return error(exc.status, exc.message, exc.param, exc.code, exc.headers)
+        return error_response(exc.status, exc.message, exc.param, exc.code, exc.headers)
+
+    @app.exception_handler(AdapterError)
+    async def _adapter_error(_request, exc: AdapterError):
+        return error_response(exc.status, exc.message, exc.param, exc.status, kind=exc.kind)
 
     @app.exception_handler(BadInput)
     async def _bad_input(_request, exc: BadInput):
-        return error(400, str(exc), exc.field)
+        return error_response(400, str(exc), exc.field)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request, exc: RequestValidationError):
-        return error(400, f"invalid request: {exc.errors()[:1]}")
+        return error_response(400, f"invalid request: {exc.errors()[:1]}")
 
     @app.exception_handler(HTTPException)
     async def _http(_request, exc: HTTPException):
-        return error(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, str(exc.detail))
 
     async def read_body(request: Request) -> bytes:
         chunks, size = [], 0
@@ -607,6 +606,88 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
         except RecursionError:   # json.loads recurses once per level of nesting
             raise RequestError(400, "the body is nested too deeply to read") from None
 
+    return app, body_of
+
+
+# --- vLLM's runtime LoRA API: /v1/load_lora_adapter, /v1/unload_lora_adapter ----------------------------------
+
+class AdapterError(Exception):
+    """An adapter request refused in vLLM's shape: ``{"error": {message, type, param, code: status}}`` with
+    vLLM's types (InvalidUserInput, NotFoundError, BadRequestError)."""
+
+    def __init__(self, status: int, kind: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message, self.param = status, kind, message, param
+
+
+def parse_adapter_request(body, *, load: bool) -> tuple[str, str | None]:
+    """(lora_name, lora_path) of a load (``load``) or unload request body, as vLLM takes them."""
+    fields = {"lora_name", "lora_path"} if load else {"lora_name", "lora_int_id"}
+    if not isinstance(body, dict):
+        raise AdapterError(400, "InvalidUserInput", "the body must be a JSON object")
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise AdapterError(400, "InvalidUserInput", f"{unknown[0]!r} is not a field of this request (it takes "
+                                                    f"{', '.join(sorted(fields))})", unknown[0])
+    name, path = body.get("lora_name"), body.get("lora_path")
+    if load and not (isinstance(name, str) and name and isinstance(path, str) and path):
+        raise AdapterError(400, "InvalidUserInput", "Both 'lora_name' and 'lora_path' must be provided.")
+    if not load and not (isinstance(name, str) and name):
+        raise AdapterError(400, "InvalidUserInput", "'lora_name' must be provided.", "lora_name")
+    if name == MODEL or name.startswith(f"{MODEL}/"):
+        raise AdapterError(400, "InvalidUserInput", f"{name!r} is a name this server gives its own models",
+                           "lora_name")
+    check_unicode(name, "lora_name")
+    return name, path
+
+
+def add_feedback_route(app, book, body_of) -> None:
+    """POST /v1/feedback: a rating or correction of a turn ``book`` (a ``TurnBook``) answered for this key."""
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request):
+        body = await body_of(request)
+        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+            raise RequestError(400, "the body must be {id: COMPLETION_ID, rating: -1|0|1, correction: TEXT}", "id")
+        unknown = sorted(set(body) - {"id", "rating", "correction"})
+        if unknown:
+            raise RequestError(400, f"{unknown[0]!r} is not a feedback field (id, rating, correction)", unknown[0])
+        try:
+            book.feedback(body["id"], rating=body.get("rating"), correction=body.get("correction"),
+                          owner=request.scope["state"]["owner"])
+        except BadInput as exc:
+            status = 404 if exc.field == "id" else 400
+            raise RequestError(status, str(exc), exc.field) from None
+        return {"id": body["id"], "logged": True}
+
+
+def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0,
+               access: Access = Access(), limits: Limits = Limits()):
+    from contextlib import asynccontextmanager
+
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.background import BackgroundTask
+
+    batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch, max_queue=limits.max_queue)
+    poller = ChampionPoller(mixture, poll_s)
+    in_flight = _InFlight(limits.max_per_key)
+    context = mixture.runtime.context_limit()
+    max_prompt_chars = limits.max_prompt_chars or (8 * context if context else None)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        batcher.start()
+        poller.start()
+        try:
+            yield
+        finally:
+            poller.stop()
+            batcher.stop()
+            mixture.close()
+
+    app, body_of = openai_app(lifespan, access, limits)
+    app.state.batcher, app.state.poller, app.state.mixture = batcher, poller, mixture
+
     def healthy() -> tuple[bool, dict]:
         errors = dict(mixture.runtime.sync_errors)
         ok = poller.alive and poller.last_error is None and not errors and batcher.alive
@@ -623,6 +704,8 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
                        for name, slot in mixture.runtime.slots.items()}
         return JSONResponse({"status": status, "revisions": revisions, "specialists": specialists,
                              "router": revisions.get(mixture.project.router), "max_rank": mixture.runtime.max_rank,
+                             "adapters": {name: {"served": slot.ref, "specialist": slot.specialist, "rank": slot.rank}
+                                          for name, slot in mixture.runtime.named.items()},
                              "batches": len(batcher.batch_sizes), "cancelled": batcher.cancelled,
                              "queue": {"outstanding": batcher.outstanding, "limit": limits.max_queue},
                              "poller": {"alive": poller.alive, "last_poll": poller.last_poll},
@@ -631,8 +714,33 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
     @app.get("/v1/models")
     async def models():
         ids = [MODEL, *(f"{MODEL}/{name}" for name in mixture.project.names)]
-        return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "mint"}
-                                           for i in ids]}
+        # a loaded adapter is listed as vLLM lists one: with the model it adapts as its parent
+        return {"object": "list", "data": [
+            *({"id": i, "object": "model", "created": 0, "owned_by": "mint", "parent": None} for i in ids),
+            *({"id": name, "object": "model", "created": 0, "owned_by": "mint", "parent": MODEL,
+               "root": slot.ref} for name, slot in list(mixture.runtime.named.items()))]}
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request):
+        name, path = parse_adapter_request(await body_of(request), load=True)
+        try:
+            await asyncio.to_thread(mixture.runtime.load_named, name, Path(path))
+        except BadInput as exc:
+            missing = exc.field != "lora_name" and not Path(path).is_dir()
+            raise AdapterError(404 if missing else 400, "NotFoundError" if missing else "InvalidUserInput",
+                               str(exc), "lora_path" if exc.field != "lora_name" else "lora_name") from None
+        except MintError as exc:
+            raise AdapterError(400, "BadRequestError", str(exc), "lora_path") from None
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request):
+        name, _path = parse_adapter_request(await body_of(request), load=False)
+        try:
+            await asyncio.to_thread(mixture.runtime.unload_named, name)
+        except BadInput as exc:
+            raise AdapterError(404, "NotFoundError", str(exc), "lora_name") from None
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
     def submit(request: Request, turn: Turn, listener: TextListener) -> Future:
         owner = request.scope["state"]["owner"]
@@ -649,7 +757,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         turn, stream, model = parse_chat_request(await body_of(request), mixture.project.names, limits,
-                                                 max_prompt_chars)
+                                                 max_prompt_chars, adapters=tuple(mixture.runtime.named))
         if not stream:
             flag = StopFlag()
             waiting = asyncio.wrap_future(submit(request, turn, flag))
@@ -679,22 +787,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
                                  media_type="text/event-stream",
                                  background=BackgroundTask(relay.leave))
 
-    @app.post("/v1/feedback")
-    async def feedback(request: Request):
-        body = await body_of(request)
-        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-            raise RequestError(400, "the body must be {id: COMPLETION_ID, rating: -1|0|1, correction: TEXT}", "id")
-        unknown = sorted(set(body) - {"id", "rating", "correction"})
-        if unknown:
-            raise RequestError(400, f"{unknown[0]!r} is not a feedback field (id, rating, correction)", unknown[0])
-        try:
-            mixture.feedback(body["id"], rating=body.get("rating"), correction=body.get("correction"),
-                             owner=request.scope["state"]["owner"])
-        except BadInput as exc:
-            status = 404 if exc.field == "id" else 400
-            raise RequestError(status, str(exc), exc.field) from None
-        return {"id": body["id"], "logged": True}
-
+    add_feedback_route(app, mixture, body_of)
     return app
 
 

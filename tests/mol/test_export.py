@@ -24,7 +24,7 @@ def test_export_vllm_writes_adapters_and_a_documented_launch_command(ws, crown, 
     assert command[command.index("--max-lora-rank") + 1] == "16"
     assert command[command.index("--max-loras") + 1] == "2"
     modules = command[command.index("--lora-modules") + 1:]
-    assert [m.split("=", 1)[0] for m in modules] == ["coding", "genui"]
+    assert [m.split("=", 1)[0] for m in modules] == ["coding-v1", "genui-v1"]
     for module in modules:
         name, path = module.split("=", 1)
         assert sorted(p.name for p in (out / "adapters" / name).iterdir()) == ["adapter_config.json",
@@ -32,6 +32,7 @@ def test_export_vllm_writes_adapters_and_a_documented_launch_command(ws, crown, 
         assert path == str(out / "adapters" / name)
     assert exported["missing"] == ["chat", "agent"]
     assert "vllm serve tiny-random --enable-lora" in (out / "launch.sh").read_text()
+    assert "export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in (out / "launch.sh").read_text()
     assert "mint route" in (out / "ROUTER.md").read_text()
 
 

@@ -1,0 +1,277 @@
+"""mint serve --upstream: the router as a gateway in front of a second `mint serve` (the upstream, as vLLM would
+be), both on 127.0.0.1 threads; and the local server's vLLM-shaped /v1/load_lora_adapter and /v1/unload_lora_adapter."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from mint.project import DEFAULT_PROJECT, Project
+
+TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
+UPSTREAM_KEY = "upstream-key-0001"
+CODING_TURN = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+
+
+def wait_for(condition, what: str, limit_s: float = 120.0):
+    """Polls a condition (the poller runs on its own clock); the limit only catches a hang."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def auth(key: str = UPSTREAM_KEY) -> dict:
+    return {"authorization": f"Bearer {key}"}
+
+
+class Upstream:
+    """A second `mint serve` with a workspace of its own (no registry: it serves what it is told to load)."""
+
+    def __init__(self, home) -> None:
+        from mint.workspace import workspace
+
+        self.ws = workspace(home)
+        self.running = None
+
+    def start(self, port: int = 0) -> "Upstream":
+        from mint.mol.admission import Access
+        from mint.mol.mixture import Mixture
+        from mint.mol.serve import create_app, start_background
+
+        app = create_app(Mixture.open(self.ws, TINY_PROJECT, named_slots=4), window_ms=5, poll_s=0.1,
+                         access=Access((UPSTREAM_KEY,)))
+        self.running = start_background(app, start_limit_s=120, port=port)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.running.port}"
+
+    def models(self) -> list[str]:
+        import httpx
+
+        return [m["id"] for m in httpx.get(f"{self.url}/v1/models", headers=auth()).json()["data"]]
+
+    def stop(self) -> None:
+        self.running.stop()
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    running = Upstream(tmp_path / "upstream-home").start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def start_gateway(ws):
+    """start_gateway(url, timeout_s=30) -> the gateway's base URL (stopped after the test)."""
+    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec, create_gateway_app
+    from mint.mol.serve import start_background
+
+    started = []
+
+    def start(url: str, timeout_s: float = 30.0) -> str:
+        gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec(url, UPSTREAM_KEY, timeout_s))
+        running = start_background(create_gateway_app(gateway, poll_s=0.1), start_limit_s=120)
+        started.append(running)
+        return f"http://127.0.0.1:{running.port}"
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+def client(url):
+    from openai import OpenAI
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def local_answer(ws, messages, max_tokens: int):
+    """The same turn answered by the local runtime, with the workspace's champions."""
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.runtime import Decoding
+
+    mixture = Mixture.open(ws, TINY_PROJECT)
+    [answer] = mixture.answer([Turn(messages, decoding=Decoding(max_tokens))])
+    return answer
+
+
+# --- the gateway ----------------------------------------------------------------------------------
+
+def test_a_turn_through_the_gateway_equals_the_local_answer_of_the_same_revision(ws, crown, tiny_loras, upstream,
+                                                                                  start_gateway):
+    crown("coding", tiny_loras["coding"])
+    gateway = start_gateway(upstream.url)
+    assert "coding-v1" in upstream.models()              # published under the revision's name at start
+    reply = client(gateway).chat.completions.create(model="mint", messages=CODING_TURN, max_tokens=12)
+    local = local_answer(ws, CODING_TURN, 12)
+    assert local.served_by == "coding:v1"
+    assert reply.model_extra["mint"]["specialist"] == local.specialist == "coding"
+    assert reply.model_extra["mint"]["served_by"] == "coding:v1"
+    assert reply.choices[0].message.content == local.text and local.text
+
+
+def test_a_streamed_turn_through_the_gateway_equals_the_local_answer(ws, crown, tiny_loras, upstream, start_gateway):
+    crown("coding", tiny_loras["coding"])
+    gateway = start_gateway(upstream.url)
+    chunks = list(client(gateway).chat.completions.create(model="mint", messages=CODING_TURN, max_tokens=12,
+                                                          stream=True))
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1     # streamed, not whole
+    assert chunks[-1].model_extra["mint"]["served_by"] == "coding:v1"
+    assert text == local_answer(ws, CODING_TURN, 12).text
+
+
+def test_a_promotion_is_published_to_the_running_upstream_and_the_next_turn_names_it(ws, crown, tiny_loras,
+                                                                                      upstream, start_gateway):
+    import httpx
+
+    from mint.mol.turnlog import read_turns
+
+    crown("coding", tiny_loras["coding"])
+    gateway = start_gateway(upstream.url)
+    crown("coding", tiny_loras["agent"])                 # coding:v2, while the gateway runs
+    wait_for(lambda: httpx.get(f"{gateway}/health").json()["specialists"]["coding"]["adapter"] == "coding-v2",
+             "the gateway never switched to coding-v2")
+    served = upstream.models()
+    assert "coding-v2" in served and "coding-v1" not in served     # loaded, and the old one unloaded
+    reply = client(gateway).chat.completions.create(model="mint/coding", messages=CODING_TURN, max_tokens=4)
+    assert reply.model_extra["mint"]["served_by"] == "coding:v2"
+    assert read_turns(upstream.ws)[-1]["served_by"] == "coding:v2"   # the upstream answered with the new adapter
+
+
+def test_an_upstream_that_dies_gives_502s_and_the_gateway_recovers_when_it_returns(ws, crown, tiny_loras, upstream,
+                                                                                   start_gateway):
+    import httpx
+
+    crown("coding", tiny_loras["coding"])
+    gateway = start_gateway(upstream.url)
+    port = upstream.running.port
+    upstream.stop()
+    body = {"model": "mint/coding", "messages": CODING_TURN, "max_tokens": 4}
+    for stream in (False, True):
+        refused = httpx.post(f"{gateway}/v1/chat/completions", json={**body, "stream": stream}, timeout=60)
+        assert refused.status_code == 502
+        assert refused.json()["error"]["code"] == "upstream_error"
+    wait_for(lambda: httpx.get(f"{gateway}/health").status_code == 503, "health did not say the upstream is gone")
+    upstream.start(port)                                 # back, without the adapters it had loaded
+    wait_for(lambda: "coding-v1" in upstream.models(), "the gateway did not publish coding-v1 again")
+    answered = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=60)
+    assert answered.status_code == 200 and answered.json()["mint"]["served_by"] == "coding:v1"
+
+
+def stalling_upstream(release: threading.Event):
+    """An upstream that lists a base model and never answers a chat completion (until ``release``)."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "stub-base", "object": "model", "parent": None}]}
+
+    @app.post("/v1/chat/completions")
+    async def stall():
+        while not release.is_set():
+            await asyncio.sleep(0.05)
+        return {}
+
+    return app
+
+
+def test_an_upstream_that_stalls_gives_504_within_the_timeout(ws, start_gateway):
+    import httpx
+
+    from mint.mol.serve import start_background
+
+    release = threading.Event()
+    stalled = start_background(stalling_upstream(release), start_limit_s=60)
+    try:
+        gateway = start_gateway(f"http://127.0.0.1:{stalled.port}", timeout_s=1.0)
+        for stream in (False, True):
+            started = time.monotonic()
+            reply = httpx.post(f"{gateway}/v1/chat/completions", timeout=30,
+                               json={"messages": [{"role": "user", "content": "hi"}], "stream": stream})
+            assert reply.status_code == 504 and reply.json()["error"]["code"] == "upstream_timeout"
+            assert time.monotonic() - started < 1.0 + 5.0      # the timeout, and a margin for a busy machine
+    finally:
+        release.set()
+        stalled.stop()
+
+
+def test_the_gateways_logged_turn_is_the_local_runtimes_and_ingests(ws, crown, tiny_loras, upstream, start_gateway):
+    from mint.data.datasets import iter_episodes
+    from mint.data.ingest import ingest
+    from mint.mol.turnlog import logs_dir, read_turns
+
+    crown("coding", tiny_loras["coding"])
+    gateway = start_gateway(upstream.url)
+    history = [*CODING_TURN, {"role": "assistant", "content": "def add(a, b): ..."},
+               {"role": "user", "content": "Now write it with type hints."}]
+    reply = client(gateway).chat.completions.create(model="mint", messages=history, max_tokens=8, user="s-1")
+    [through_gateway] = read_turns(ws)
+    assert through_gateway["id"] == reply.id
+    local_answer(ws, history, 8)
+    [_, answered_locally] = read_turns(ws)
+
+    def comparable(episode: dict) -> dict:
+        return {k: v for k, v in episode.items() if k not in ("id", "ts", "latency_ms", "route_ms", "session")}
+
+    assert set(through_gateway) == set(answered_locally)
+    assert comparable(through_gateway) == comparable(answered_locally)
+    assert through_gateway["session"] == "s-1"
+    ingest(ws, [logs_dir(ws)], dataset="served", project=DEFAULT_PROJECT, workers=0)
+    [episode, *_] = [e for e in iter_episodes(ws, "served") if e["messages"][-1]["content"] == reply.choices[0].message.content]
+    assert episode["specialist"] == "coding" and episode["served_by"] == "coding:v1"
+    assert [m.get("weight") for m in episode["messages"] if m["role"] == "assistant"][0] == 0   # history: context
+
+
+def test_serve_refuses_an_upstream_that_is_not_an_http_url_before_loading_anything(ws):
+    from tests.conftest import run_mint
+
+    result = run_mint("serve", "--port", "0", "--upstream", "gpu-host:8001")
+    assert result.returncode == 2 and "--upstream" in result.stderr and "http(s) URL" in result.stderr
+
+
+# --- vLLM's runtime LoRA API on the local server ----------------------------------------------------
+
+def test_load_and_unload_lora_adapter_answer_in_vllms_shapes_behind_the_key(upstream, tiny_loras):
+    import httpx
+
+    url = upstream.url
+    load = {"lora_name": "coder", "lora_path": str(tiny_loras["coding"])}
+    assert httpx.post(f"{url}/v1/load_lora_adapter", json=load).status_code == 401
+    loaded = httpx.post(f"{url}/v1/load_lora_adapter", json=load, headers=auth())
+    assert loaded.status_code == 200 and loaded.text == "Success: LoRA adapter 'coder' added successfully."
+    again = httpx.post(f"{url}/v1/load_lora_adapter", json=load, headers=auth())
+    assert again.status_code == 400 and again.json()["error"]["type"] == "InvalidUserInput"
+    assert again.json()["error"]["code"] == 400
+    missing = httpx.post(f"{url}/v1/load_lora_adapter", headers=auth(),
+                         json={"lora_name": "ghost", "lora_path": str(tiny_loras["coding"]) + "-missing"})
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "NotFoundError"
+    [card] = [m for m in httpx.get(f"{url}/v1/models", headers=auth()).json()["data"] if m["id"] == "coder"]
+    assert card["parent"] == "mint"
+    ask = {"model": "coder", "messages": CODING_TURN, "max_tokens": 4}
+    answered = httpx.post(f"{url}/v1/chat/completions", json=ask, headers=auth())
+    assert answered.status_code == 200 and answered.json()["mint"]["served_by"] == "coder"
+    unloaded = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "coder"}, headers=auth())
+    assert unloaded.status_code == 200 and unloaded.text == "Success: LoRA adapter 'coder' removed successfully."
+    gone = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "coder"}, headers=auth())
+    assert gone.status_code == 404 and gone.json()["error"]["type"] == "NotFoundError"
+    assert httpx.post(f"{url}/v1/chat/completions", json=ask, headers=auth()).status_code == 404
+
+
+def test_a_named_adapter_answers_as_the_same_adapter_in_a_specialists_slot(tiny_loras):
+    from mint.base import TINY, load_base
+    from mint.mol.runtime import MixtureRuntime
+    from tests.mol.conftest import CONVERSATIONS
+
+    runtime = MixtureRuntime(load_base(TINY), TINY_PROJECT.names, max_rank=16, named_slots=1)
+    runtime.load_named("coder", tiny_loras["coding"])
+    runtime.load_adapter("coding", tiny_loras["coding"])
+    named, slotted, bare = runtime.generate([CONVERSATIONS[0]] * 3, ["coder", "coding", None])
+    assert named.token_ids == slotted.token_ids != bare.token_ids
