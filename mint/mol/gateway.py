@@ -315,11 +315,11 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.background import BackgroundTask
 
-    from mint.mol.serve import (MODEL, ChampionPoller, RequestError, _completion, _events, _InFlight, _Relay,
+    from mint.mol.serve import (MODEL, ChampionPoller, RequestError, completion_body, stream_events, InFlight, Relay,
                                 add_feedback_route, error_response, openai_app, parse_chat_request)
 
     poller = ChampionPoller(gateway, poll_s)
-    in_flight = _InFlight(limits.max_per_key)
+    in_flight = InFlight(limits.max_per_key)
     state = {"outstanding": 0}
     timeout = httpx.Timeout(gateway.upstream.timeout_s)
     clients: list = []
@@ -420,7 +420,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
         gateway.record(turn, answer, request.scope["state"]["owner"])    # on disk before the client hears it
         return answer
 
-    async def pump(reply, relay: _Relay, future: Future, turn: Turn, answer_id: str, route: Route, served_by: str,
+    async def pump(reply, relay: Relay, future: Future, turn: Turn, answer_id: str, route: Route, served_by: str,
                    started: float, route_ms: float, owner: str | None) -> None:
         """Reads the upstream's events into ``relay``; the turn is logged, then ``future`` says how it ended."""
         pieces, finish, usage = [], None, {}
@@ -478,7 +478,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
                 await reply.aclose()
             raise UpstreamError(_upstream_message(reply.status_code, text))
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
-        relay, future = _Relay(asyncio.get_running_loop()), Future()
+        relay, future = Relay(asyncio.get_running_loop()), Future()
         future.add_done_callback(relay.end)
         relay("")        # the stream starts now: the role delta goes out before the first word
         first = await relay.queue.get()
@@ -491,7 +491,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
                 task.cancel()
             on_end()
 
-        return StreamingResponse(_events(relay, future, first, answer_id, model, turn.tools),
+        return StreamingResponse(stream_events(relay, future, first, answer_id, model, turn.tools),
                                  media_type="text/event-stream", background=BackgroundTask(leave))
 
     @app.post("/v1/chat/completions")
@@ -501,7 +501,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
         who = admit(request)
         if not streamed:
             try:
-                return _completion(await forward(request, turn), model, turn.tools)
+                return completion_body(await forward(request, turn), model, turn.tools)
             finally:
                 done(who)
         try:

@@ -8,7 +8,7 @@ request body is checked here, so a malformed request gets a 4xx in OpenAI's erro
 Streaming (``stream: true``) sends server-sent events in OpenAI's chunk format while the batch decodes: a
 role delta once the turn's batch starts, a content delta as each piece of text is decoded, a last chunk
 with the finish reason, then ``data: [DONE]``. The streaming row is still one row of a mixed batch: the
-runtime's decode loop hands each step's text to the row's listener (a ``_Relay``), which passes it to the
+runtime's decode loop hands each step's text to the row's listener (a ``Relay``), which passes it to the
 request's event loop. A client that disconnects marks its relay gone; the runtime then stops that row
 (``cancelled``, not logged) and the rest of the batch goes on.
 
@@ -376,7 +376,7 @@ class ChampionPoller:
             self.poll()
 
 
-class _InFlight:
+class InFlight:
     """Requests in flight per key (per client address without keys), at most ``limit`` each."""
 
     def __init__(self, limit: int) -> None:
@@ -405,7 +405,7 @@ def _reply(answer: Answer, tools: list[dict]) -> tuple[str | None, list[dict] | 
     return (answer.text, None, answer.finish_reason) if called is None else (*called, "tool_calls")
 
 
-def _completion(answer: Answer, model: str, tools: list[dict]) -> dict:
+def completion_body(answer: Answer, model: str, tools: list[dict]) -> dict:
     content, calls, finish = _reply(answer, tools)
     message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
     return {
@@ -422,7 +422,7 @@ def _completion(answer: Answer, model: str, tools: list[dict]) -> dict:
 _END = object()   # the relay's last item: the turn's future is done
 
 
-class _Relay:
+class Relay:
     """One streaming turn's text, from the batcher thread (``__call__``, a runtime listener) to the request's
     event loop (``queue``). The first call, when the row's batch begins, queues "" so the stream can start."""
 
@@ -449,7 +449,7 @@ class _Relay:
             pass
 
 
-async def _events(relay: _Relay, future: Future, first, answer_id: str, model: str, tools: list[dict]):
+async def stream_events(relay: Relay, future: Future, first, answer_id: str, model: str, tools: list[dict]):
     """The server-sent events of one streaming turn; ``first`` is the relay's first item. A turn that offers
     tools is sent whole when it ends: as ``tool_calls`` if it calls them, else as one content delta."""
     created = int(time.time())
@@ -670,7 +670,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
 
     batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch, max_queue=limits.max_queue)
     poller = ChampionPoller(mixture, poll_s)
-    in_flight = _InFlight(limits.max_per_key)
+    in_flight = InFlight(limits.max_per_key)
     context = mixture.runtime.context_limit()
     max_prompt_chars = limits.max_prompt_chars or (8 * context if context else None)
 
@@ -769,9 +769,9 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
             if not waiting.done():      # the client went away: its row stops at the next step, unlogged
                 flag.stop()
                 return Response(status_code=499)
-            return _completion(waiting.result(), model, turn.tools)
+            return completion_body(waiting.result(), model, turn.tools)
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
-        relay = _Relay(asyncio.get_running_loop())
+        relay = Relay(asyncio.get_running_loop())
         future = submit(request, dataclasses.replace(turn, id=answer_id), relay)
         future.add_done_callback(relay.end)
         try:
@@ -783,7 +783,7 @@ def create_app(mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16
             relay.gone = True
             raise future.exception()
         # the background task runs however the response ends, even if the generator never started
-        return StreamingResponse(_events(relay, future, first, answer_id, model, turn.tools),
+        return StreamingResponse(stream_events(relay, future, first, answer_id, model, turn.tools),
                                  media_type="text/event-stream",
                                  background=BackgroundTask(relay.leave))
 

@@ -374,13 +374,13 @@ def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(se
 
     url, app = server
     relays = []
-    original_init = serve_module._Relay.__init__
+    original_init = serve_module.Relay.__init__
 
     def spying_init(self, loop):
         original_init(self, loop)
         relays.append(self)
 
-    monkeypatch.setattr(serve_module._Relay, "__init__", spying_init)
+    monkeypatch.setattr(serve_module.Relay, "__init__", spying_init)
     left, waited = threading.Event(), []
     # the stream starts after the 1st forward; the 2nd waits until the server has noticed the client left
     restore = _gate_forward(app.state.mixture.runtime.model, 2,
