@@ -105,6 +105,7 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
     if request.num_processes > 1 or request.accelerate_config:
         phase(progress, f"training in {request.num_processes} processes")
         _launch(run_dir, request.num_processes, request.accelerate_config, resume=bool(request.resume))
+        check_world_size(run_dir, request.num_processes)
         result = json.loads((run_dir / RESULT_FILE).read_text())
     else:
         from mint.train.trainer import run_training
@@ -171,6 +172,8 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     did-you-mean where there is a near name. Imports nothing heavy and writes nothing."""
     if request.num_processes < 1:
         raise BadInput("must be at least 1", field="--num-processes")
+    if request.accelerate_config:
+        check_accelerate_config(request.accelerate_config, request.num_processes)
     if request.method is None:
         raise BadInput(f"which method? ({', '.join(METHODS)}) (or --resume RUN)", field="--method")
     if request.method not in METHODS:
@@ -250,6 +253,8 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
                        "cannot change them (start a new run to train with other settings)", field=given[0])
     if request.num_processes < 1:
         raise BadInput("must be at least 1", field="--num-processes")
+    if request.accelerate_config:
+        check_accelerate_config(request.accelerate_config, request.num_processes)
     return _find_run(ws, request.resume)
 
 
@@ -373,6 +378,48 @@ def effective_lora(plan: TrainPlan, settings: TrainSettings) -> dict:
     return {"source": f"parent {plan.parent_ref}", "r": config.get("r"), "alpha": config.get("lora_alpha"),
             "dropout": config.get("lora_dropout"), "target_modules": config.get("target_modules"),
             "layers_to_transform": config.get("layers_to_transform")}
+
+
+# accelerate's distributed types that launch one process per device through torch.distributed.run; on a CPU
+# (MULTI_CPU, or use_cpu) accelerate starts several processes only through mpirun (mpirun_hostfile, with
+# Intel MPI or oneCCL), and without one its simple launcher starts ONE process whatever num_processes says
+ACCELERATE_LAUNCHED = ("MULTI_GPU", "MULTI_NPU", "MULTI_XPU", "MULTI_MLU", "MULTI_HPU", "FSDP", "DEEPSPEED",
+                       "MEGATRON_LM")
+
+
+def check_accelerate_config(path: Path, num_processes: int) -> None:
+    """Refuse an accelerate config file that would not start ``num_processes`` processes, before anything runs:
+    accelerate launches a CPU config with more than one process only through mpirun."""
+    from mint.yamlfile import load_yaml
+
+    doc = load_yaml(Path(path))
+    if not isinstance(doc.data, dict):
+        raise doc.error("", "expected an accelerate config (a mapping, as `accelerate config` writes)")
+    kind = doc.data.get("distributed_type", "NO")
+    if not isinstance(kind, str):
+        raise doc.error("distributed_type", "expected a string such as MULTI_GPU, FSDP or DEEPSPEED")
+    on_cpu = doc.data.get("use_cpu") is True or kind.upper() in ("MULTI_CPU", "NO")
+    if num_processes > 1 and on_cpu and not doc.data.get("mpirun_hostfile"):
+        raise doc.error("distributed_type" if "distributed_type" in doc.data else "",
+                        f"accelerate launch starts {num_processes} CPU processes only through mpirun "
+                        "(`mpirun_hostfile`, with Intel MPI or oneCCL installed); with this file it would start one "
+                        f"process. On a CPU use --num-processes {num_processes} without --accelerate-config "
+                        "(torchrun, gloo backend), or give the file an mpirun_hostfile")
+    if kind.upper() not in ACCELERATE_LAUNCHED + ("MULTI_CPU", "NO"):
+        raise doc.error("distributed_type", f"unknown distributed_type {kind!r}{closest(kind, ACCELERATE_LAUNCHED)}")
+
+
+def check_world_size(run_dir: Path, num_processes: int) -> None:
+    """A multi-process run whose ranks did not form one process group of ``num_processes`` is an error: its
+    adapter is not what was asked for (ranks that trained alone, or fewer of them), so it is not registered."""
+    worlds = []
+    for rank in range(num_processes):
+        path = run_dir / f"rank{rank}.json"
+        worlds.append(json.loads(path.read_text()).get("world_size") if path.is_file() else None)
+    if any(world != num_processes for world in worlds):
+        found = ", ".join(f"rank {r}: {'no record' if w is None else f'world size {w}'}" for r, w in enumerate(worlds))
+        raise MintError(f"asked for {num_processes} processes in one process group, but the launch gave {found}; "
+                        f"nothing was registered (see {run_dir})")
 
 
 def _launch(run_dir: Path, num_processes: int, accelerate_config: Path | None, resume: bool) -> None:

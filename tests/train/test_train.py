@@ -162,6 +162,37 @@ def test_two_processes_end_with_identical_adapters_and_one_revision(ws, dataset)
     assert [r.ref for r in store.list_revisions(store.open_store(ws)).revisions] == ["coding:v1"]
 
 
+def test_an_accelerate_config_that_would_start_one_cpu_process_is_refused_before_anything_runs(ws, dataset, tmp_path):
+    # accelerate launches several CPU processes only through mpirun; without one it silently starts one
+    config = tmp_path / "cpu.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\nnum_machines: 1\ndistributed_type: MULTI_CPU\n"
+                      "use_cpu: true\n")
+    with pytest.raises(BadInput, match="only through mpirun") as refused:
+        train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST, num_processes=2,
+              accelerate_config=config)
+    assert (refused.value.file, refused.value.line, refused.value.field) == (str(config), 3, "distributed_type")
+    assert not ws.runs.exists() or not any(ws.runs.iterdir())          # nothing prepared, nothing trained
+    config.write_text("distributed_type: [MULTI_GPU\n")
+    with pytest.raises(BadInput, match="invalid YAML"):
+        train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST, num_processes=2,
+              accelerate_config=config)
+
+
+def test_a_launch_whose_ranks_were_not_one_process_group_registers_nothing(ws, dataset, monkeypatch):
+    from mint.errors import MintError
+    from mint.train import run as run_module
+    from mint.workspace import atomic_write_json
+
+    def alone(run_dir, num_processes, accelerate_config, resume):     # what accelerate's simple launcher does
+        atomic_write_json(run_dir / "rank0.json", {"adapter_sha256": "x", "steps": 2, "world_size": 1})
+        atomic_write_json(run_dir / RESULT_FILE, {"steps": 2, "train_loss": 1.0, "registered": False})
+
+    monkeypatch.setattr(run_module, "_launch", alone)
+    with pytest.raises(MintError, match="rank 0: world size 1, rank 1: no record"):
+        train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=FAST, num_processes=2)
+    assert not store.list_revisions(store.open_store(ws)).revisions
+
+
 @pytest.mark.slow
 def test_sft_on_the_embedded_base_lowers_the_training_loss(ws, project):
     from pathlib import Path
