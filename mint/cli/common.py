@@ -35,7 +35,7 @@ def ws():
     from mint.workspace import workspace
 
     if _state["registry"]:
-        check_url(_state["registry"], field="--registry")
+        check_url(_state["registry"], field="--registry (or MINT_REGISTRY_URL)")
     return workspace(_state["home"], registry_url=_state["registry"])
 
 

@@ -171,7 +171,7 @@ def test_an_unreachable_registry_is_a_clear_refusal(tmp_path, monkeypatch, capsy
     message = capsys.readouterr().err
     assert "cannot reach the registry at postgresql://mint:***@127.0.0.1" in message and "secret" not in message
     assert main(["registry", "ls", "--registry", "mysql://x"]) == 2
-    assert "not a registry URL" in capsys.readouterr().err
+    assert "--registry (or MINT_REGISTRY_URL): 'mysql://x' is not a registry URL" in capsys.readouterr().err
 
 
 def test_racing_loops_and_alias_moves_lose_no_update_on_a_shared_registry(tmp_path, pg_registry, monkeypatch):
