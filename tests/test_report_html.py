@@ -3,33 +3,14 @@ import json
 import re
 
 from mint.cli import main
-from mint.registry import store
-from mint.registry.promotion import read_report, record_report
-
-
-def _with_report(ws, report_for, revision, value, baseline_value, passed, baseline_id=None):
-    path = report_for(revision, baseline=baseline_id)
-    data = json.loads(path.read_text())
-    data["metrics"] = {"core.pass_at_1": value, "latency.p95_ms": 800}
-    data["baseline"]["metrics"] = {"core.pass_at_1": baseline_value}
-    data["gates"] = [{"metric": "core.pass_at_1", "value": value, "baseline": baseline_value,
-                      "rule": "no_regression 0.0", "passed": passed,
-                      "delta": {"n": 20, "delta": value - baseline_value, "low": value - baseline_value - 0.1,
-                                "high": value - baseline_value + 0.1, "method": "bootstrap"}},
-                     {"metric": "latency.p95_ms", "value": 800, "baseline": None, "rule": "max 2000", "passed": True}]
-    data["verdict"] = "pass" if passed else "fail"
-    path.write_text(json.dumps(data))
-    conn = store.open_store(ws)
-    with store.write(conn):
-        record_report(conn, read_report(path))
-    conn.close()
+from tests.test_reports import gated_report
 
 
 def test_the_html_report_embeds_every_figure_and_the_lineage(ws, candidate, report_for, tmp_path, capsys):
     v1 = candidate()
     v2 = candidate(parent=v1.id)
-    _with_report(ws, report_for, v1, 0.30, 0.10, True)
-    _with_report(ws, report_for, v2, 0.20, 0.30, False, baseline_id=v1.id)
+    gated_report(ws, report_for, v1, 0.30, 0.10, True)
+    gated_report(ws, report_for, v2, 0.20, 0.30, False, baseline_id=v1.id)
     run = ws.home / "runs" / "coding-sft-1"
     run.mkdir(parents=True)
     (run / "run.json").write_text("{}")
