@@ -8,15 +8,22 @@ of a page read, and where the event log's guards and high-water mark are kept.
 
 On PostgreSQL the tables live in the connection's current schema, so one database can hold several registries
 (``?options=-csearch_path%3Dname`` in the URL); advisory lock keys include the schema for the same reason.
+
+A new PostgreSQL connection costs 5-15 ms (TCP, startup, authentication), more than all of a promotion's
+statements, so ``close()`` gives it back to this process's few idle ones and the next ``connect_postgres`` of the
+same URL takes it again; one the server has closed, or that a failure broke, is never taken again.
 """
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from mint.errors import BadInput, Refused
+from mint.errors import BadInput, MintError, Refused
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 WRITE_LOCK = "registry-write"
@@ -76,13 +83,71 @@ def _row_factory(cursor):
     return row_type
 
 
+class _IdleConnections:
+    """PostgreSQL connections this process gave back, newest last, for its next ``connect_postgres``."""
+
+    KEEP = 4   # enough for a few threads; few enough that a process which names many registries holds few sockets
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self.idle: list[tuple[str, Any, bool]] = []   # (url, raw connection, its schema was checked)
+
+    def _own(self) -> None:
+        if self.pid != os.getpid():   # a forked child must neither use nor close its parent's sockets
+            self.idle, self.pid = [], os.getpid()
+
+    def take(self, url: str) -> tuple[Any, bool] | None:
+        while True:
+            with self.lock:
+                self._own()
+                found = next((i for i in range(len(self.idle) - 1, -1, -1) if self.idle[i][0] == url), None)
+                if found is None:
+                    return None
+                _, raw, schema_checked = self.idle.pop(found)
+            if _still_open(raw):
+                return raw, schema_checked
+            raw.close()
+
+    def give(self, url: str, raw: Any, schema_checked: bool) -> None:
+        import psycopg
+
+        if raw.closed or raw.broken or raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            raw.close()
+            return
+        with self.lock:
+            self._own()
+            self.idle.append((url, raw, schema_checked))
+            evicted, self.idle = self.idle[:-self.KEEP], self.idle[-self.KEEP:]
+        for _, old, _ in evicted:
+            old.close()
+
+
+def _still_open(raw: Any) -> bool:
+    """An idle connection has nothing to read unless the server has closed it (or sent its reason first):
+    checked without a round trip."""
+    if raw.closed or raw.broken:
+        return False
+    try:
+        readable, _, _ = select.select([raw.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+_IDLE = _IdleConnections()
+
+
 class Connection:
     """One connection to the registry's database, in autocommit mode; ``write()`` is one write transaction."""
 
-    def __init__(self, raw: Any, dialect: str, location: str) -> None:
+    def __init__(self, raw: Any, dialect: str, location: str, *, reuse_as: str | None = None,
+                 schema_checked: bool = False) -> None:
         self.raw = raw
         self.dialect = dialect          # "sqlite" | "postgresql"
         self.location = location        # the file, or the URL without its password, for messages
+        self.reuse_as = reuse_as        # the URL under which close() gives it back; None: close() closes it
+        self.schema_checked = schema_checked   # the registry's schema version was read on this connection
 
     @property
     def shared(self) -> bool:
@@ -110,7 +175,12 @@ class Connection:
             cursor.executemany(sql.replace("?", "%s"), rows)
 
     def close(self) -> None:
-        self.raw.close()
+        """Close it, or give a PostgreSQL connection back for this process's next one; use it no more."""
+        if self.reuse_as is None or self.raw.closed:
+            self.raw.close()
+            return
+        raw, self.raw = self.raw, _GivenBack(self.location)
+        _IDLE.give(self.reuse_as, raw, self.schema_checked)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
@@ -159,14 +229,34 @@ def connect_sqlite(path: Path | str) -> Connection:
     return Connection(raw, "sqlite", str(path))
 
 
-def connect_postgres(url: str, *, field: str = "MINT_REGISTRY_URL") -> Connection:
+class _GivenBack:
+    """What a closed Connection holds instead of the connection it gave back (another may be using it now)."""
+
+    closed = broken = True
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        raise MintError(f"the connection to the registry at {self.location} was used after close()")
+
+
+def connect_postgres(url: str, *, field: str = "MINT_REGISTRY_URL", reuse: bool = True) -> Connection:
+    """A connection to ``url``: one this process gave back, if it is still open, else a new one. ``reuse=False``
+    for a connection that holds session state (a session advisory lock) and must end with ``close()``."""
     check_url(url, field=field)
     try:
         import psycopg
     except ImportError:
         raise BadInput("a PostgreSQL registry needs psycopg: pip install 'mint[postgres]'", field=field) from None
+    if reuse and (idle := _IDLE.take(url)) is not None:
+        raw, schema_checked = idle
+        return Connection(raw, "postgresql", redact(url), reuse_as=url, schema_checked=schema_checked)
     try:
         raw = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
     except psycopg.Error as exc:
         raise RegistryUnreachable(f"cannot reach the registry at {redact(url)}: {_one_line(exc)}") from None
-    return Connection(raw, "postgresql", redact(url))
+    return Connection(raw, "postgresql", redact(url), reuse_as=url if reuse else None)

@@ -284,19 +284,24 @@ class NoWorkspace(BadInput):
     """A command that only reads the registry ran where there is none."""
 
 
-def open_store(ws: Workspace, *, create: bool = True) -> Connection:
+def open_store(ws: Workspace, *, create: bool = True, reuse: bool = True) -> Connection:
     """A connection in autocommit mode; writers use ``write(conn)`` for one transaction under the write lock.
 
     ``create=False`` (every command that only reads) creates nothing: no folder, no database, no table.
+    ``reuse=False``: on PostgreSQL a connection of its own, closed by ``close()`` (a session lock's holder).
     """
     if ws.registry_url is not None:
-        return open_shared_store(ws.registry_url, create=create)
+        return open_shared_store(ws.registry_url, create=create, reuse=reuse)
     return open_sqlite_store(ws, create=create)
 
 
-def open_shared_store(url: str, *, create: bool = True, field: str = "MINT_REGISTRY_URL") -> Connection:
-    """The registry in the PostgreSQL database at ``url`` (its tables made on the first write)."""
-    conn = connect_postgres(url, field=field)
+def open_shared_store(url: str, *, create: bool = True, field: str = "MINT_REGISTRY_URL",
+                      reuse: bool = True) -> Connection:
+    """The registry in the PostgreSQL database at ``url`` (its tables made on the first write); its schema
+    version is read once per connection, not on each reuse of it."""
+    conn = connect_postgres(url, field=field, reuse=reuse)
+    if conn.schema_checked:
+        return conn
     try:
         if conn.execute("SELECT to_regclass('registry_schema')").fetchone()[0] is None:
             if not create:
@@ -310,6 +315,7 @@ def open_shared_store(url: str, *, create: bool = True, field: str = "MINT_REGIS
     except BaseException:
         conn.close()
         raise
+    conn.schema_checked = True
     return conn
 
 

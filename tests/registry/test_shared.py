@@ -184,3 +184,64 @@ def test_racing_loops_and_alias_moves_lose_no_update_on_a_shared_registry(tmp_pa
     problems, counts = load_script("concurrency").run_once(tmp_path, random.Random(1), loops=2, ops=6, train=False)
     assert problems == []
     assert counts["loop"] >= 1 and sum(counts.values()) >= 3   # the race did move aliases
+
+
+def _backend_pid(conn) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
+def test_a_process_reuses_its_closed_connection_and_never_one_the_server_closed(tmp_path, pg_registry):
+    """A new connection costs more than a promotion's statements: a closed one is taken again by the next open
+    of the same registry; one whose server end is gone is dropped, and the open that follows still works."""
+    import psycopg
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    first = _backend_pid(conn)
+    conn.close()
+    conn = store.open_store(ws, create=False)
+    assert _backend_pid(conn) == first
+    conn.close()
+    with psycopg.connect(pg_registry, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+    deadline = time.monotonic() + 10
+    while True:   # the server ends its side of the idle connection
+        conn = store.open_store(ws, create=False)
+        try:
+            assert store.list_revisions(conn).total == 0
+            if _backend_pid(conn) != first:
+                break
+        finally:
+            conn.close()
+        assert time.monotonic() < deadline, "the terminated connection was still taken"
+        time.sleep(0.05)
+
+
+def test_a_closed_connection_is_not_used_again_through_its_old_handle(tmp_path, pg_registry):
+    from mint.errors import MintError
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    conn.close()
+    with pytest.raises(MintError, match="used after close"):
+        conn.execute("SELECT 1")
+    conn.close()   # a second close is harmless
+
+
+def test_the_loop_locks_connection_ends_with_the_lock(tmp_path, pg_registry):
+    """The lock is held by its own connection, closed on release, never left idle for another open to take."""
+    import psycopg
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    with LoopLock(ws) as lock:
+        holder = _backend_pid(lock.shared.conn)
+    with psycopg.connect(pg_registry, autocommit=True) as admin:
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (holder,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the lock's connection outlived the lock"
+            time.sleep(0.05)
+    conn = store.open_store(ws, create=False)
+    try:
+        assert _backend_pid(conn) != holder
+    finally:
+        conn.close()
