@@ -148,6 +148,7 @@ class Connection:
         self.location = location        # the file, or the URL without its password, for messages
         self.reuse_as = reuse_as        # the URL under which close() gives it back; None: close() closes it
         self.schema_checked = schema_checked   # the registry's schema version was read on this connection
+        self.untried = reuse_as is not None and schema_checked   # taken from the idle ones, no statement run yet
 
     @property
     def shared(self) -> bool:
@@ -156,16 +157,50 @@ class Connection:
     def execute(self, sql: str, params: Sequence[Any] = ()):
         if self.dialect == "sqlite":
             return self.raw.execute(sql, params)
+        # the registry's SQL holds no literal '?' or '%', so this is the whole translation
+        with self._reachable():
+            return self._once_more_if_stale(lambda: self.raw.execute(sql.replace("?", "%s"), params or None))
+
+    def _once_more_if_stale(self, run):
+        """A reused connection can still be closed by the server after it was taken (a restart, an idle
+        timeout): its first statement, which had written nothing, runs again on a new connection."""
+        if not self.untried:
+            return run()
+        self.untried = False
         import psycopg
 
-        # the registry's SQL holds no literal '?' or '%', so this is the whole translation
         try:
-            return self.raw.execute(sql.replace("?", "%s"), params or None)
+            return run()
+        except psycopg.OperationalError:
+            if not (self.raw.closed or self.raw.broken):
+                raise
+        self.raw.close()
+        self.raw = _new_raw(self.reuse_as)
+        return run()
+
+    @contextlib.contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """A lost server is the user's clear refusal, not a traceback."""
+        import psycopg
+
+        try:
+            yield
         except psycopg.OperationalError as exc:
             if self.raw.closed or self.raw.broken:
                 raise RegistryUnreachable(f"lost the registry at {self.location} ({_one_line(exc)}); nothing "
                                           "was written; run the command again when the server answers") from None
             raise
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[Connection]:
+        """Statements whose results are not read are sent together: on PostgreSQL one round trip at the first
+        result read or at the end (libpq's pipeline; an error surfaces there, and fails the whole transaction
+        as it would have). SQLite, in process, has no round trips to save."""
+        if self.dialect == "sqlite":
+            yield self
+            return
+        with self._reachable(), self.raw.pipeline():
+            yield self
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self.dialect == "sqlite":
@@ -194,10 +229,22 @@ class Connection:
                 raise
             self.raw.execute("COMMIT")
             return
-        with self.raw.transaction():
-            self.execute("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ?, 0))",
-                         (":" + WRITE_LOCK,))
+        import psycopg
+
+        try:
+            with self._reachable():   # BEGIN and the lock in one round trip (a simple query: no parameters)
+                self._once_more_if_stale(lambda: self.raw.execute(
+                    f"BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':{WRITE_LOCK}', 0))",
+                    prepare=False))
             yield self
+        except BaseException:
+            if not (self.raw.closed or self.raw.broken):
+                try:
+                    self.raw.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass   # the connection is broken now, and never reused; the first error is the one to see
+            raise
+        self.raw.execute("COMMIT")
 
     def index_hint(self, index: str) -> str:
         """SQLite's ``INDEXED BY`` (its planner picks the wide index for a page's OFFSET walk otherwise);
@@ -255,8 +302,13 @@ def connect_postgres(url: str, *, field: str = "MINT_REGISTRY_URL", reuse: bool 
     if reuse and (idle := _IDLE.take(url)) is not None:
         raw, schema_checked = idle
         return Connection(raw, "postgresql", redact(url), reuse_as=url, schema_checked=schema_checked)
+    return Connection(_new_raw(url), "postgresql", redact(url), reuse_as=url if reuse else None)
+
+
+def _new_raw(url: str):
+    import psycopg
+
     try:
-        raw = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+        return psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
     except psycopg.Error as exc:
         raise RegistryUnreachable(f"cannot reach the registry at {redact(url)}: {_one_line(exc)}") from None
-    return Connection(raw, "postgresql", redact(url), reuse_as=url if reuse else None)

@@ -445,11 +445,13 @@ def set_alias(conn: Connection, specialist: str, alias: str, revision_id: str) -
 def resolve(conn: Connection, ref: str | Ref) -> Revision:
     """The revision ``ref`` names; BadInput naming what exists when it names none (or several)."""
     parsed = parse_ref(ref) if isinstance(ref, str) else ref
-    if parsed.alias:
-        target = alias_target(conn, parsed.specialist, parsed.alias)
-        if target is None:
+    if parsed.alias:   # one query, not the alias and then its revision: a round trip each on PostgreSQL
+        row = conn.execute(f"SELECT {', '.join('r.' + c for c in REVISION_COLUMNS)} FROM aliases a "
+                           "JOIN revisions r ON r.id = a.revision_id WHERE a.specialist = ? AND a.name = ?",
+                           (parsed.specialist, parsed.alias)).fetchone()
+        if row is None:
             raise BadInput(f"{parsed.text}: {parsed.specialist} has no {parsed.alias} yet", field="REF")
-        revision = get_revision(conn, target)
+        revision = _revision(row)
     elif parsed.version is not None:
         row = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE specialist = ? AND version = ?",
                            (parsed.specialist, parsed.version)).fetchone()

@@ -190,11 +190,21 @@ def _backend_pid(conn) -> int:
     return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
 
 
-def test_a_process_reuses_its_closed_connection_and_never_one_the_server_closed(tmp_path, pg_registry):
-    """A new connection costs more than a promotion's statements: a closed one is taken again by the next open
-    of the same registry; one whose server end is gone is dropped, and the open that follows still works."""
+def _end_backend(url: str, pid: int) -> None:
+    """The server closes that connection (as a restart or an idle timeout does); returns once it is gone."""
     import psycopg
 
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 20
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the server did not end the connection"
+            time.sleep(0.05)
+
+
+def test_a_process_reuses_its_closed_connection_and_never_one_the_server_closed(tmp_path, pg_registry):
+    """A new connection costs more than a promotion's statements: a closed one is taken again by the next open
+    of the same registry; one the server has closed since is not, and the open that follows works."""
     ws = workspace(tmp_path / "home", registry_url=pg_registry)
     conn = store.open_store(ws)
     first = _backend_pid(conn)
@@ -202,19 +212,37 @@ def test_a_process_reuses_its_closed_connection_and_never_one_the_server_closed(
     conn = store.open_store(ws, create=False)
     assert _backend_pid(conn) == first
     conn.close()
-    with psycopg.connect(pg_registry, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
-    deadline = time.monotonic() + 10
-    while True:   # the server ends its side of the idle connection
-        conn = store.open_store(ws, create=False)
-        try:
+    _end_backend(pg_registry, first)
+    conn = store.open_store(ws, create=False)
+    try:
+        assert conn.raw.info.backend_pid != first   # dropped when taken, before any statement failed on it
+        assert store.list_revisions(conn).total == 0
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("action", ["read", "write"])
+def test_a_connection_the_server_closes_after_it_was_taken_is_replaced_on_its_first_statement(
+        tmp_path, pg_registry, monkeypatch, action):
+    from mint.registry import backend
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    first = _backend_pid(conn)
+    conn.close()
+    monkeypatch.setattr(backend, "_still_open", lambda raw: True)   # taken before the server's close arrives
+    _end_backend(pg_registry, first)
+    conn = store.open_store(ws, create=False)
+    try:
+        if action == "read":
             assert store.list_revisions(conn).total == 0
-            if _backend_pid(conn) != first:
-                break
-        finally:
-            conn.close()
-        assert time.monotonic() < deadline, "the terminated connection was still taken"
-        time.sleep(0.05)
+        else:
+            with store.write(conn):
+                store.set_alias(conn, "coding", "champion", "0" * 32)
+            assert store.alias_target(conn, "coding", "champion") == "0" * 32
+        assert _backend_pid(conn) != first
+    finally:
+        conn.close()
 
 
 def test_a_closed_connection_is_not_used_again_through_its_old_handle(tmp_path, pg_registry):
