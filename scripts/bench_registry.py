@@ -6,6 +6,8 @@ Run: make bench   (or: python scripts/bench_registry.py [--revisions N] [--round
 
 --postgres URL measures in a fresh schema of that database (dropped afterwards); --postgres start starts a
 throwaway cluster (tests/registry/pgcluster.py, fsync on, as SQLite's synchronous=FULL) and stops it after.
+The revisions are written in bulk (COPY on PostgreSQL, about 10 s for 10^5 here), then a sample is resolved
+through the registry's API and compared with the rows written.
 Goals on PostgreSQL (issue #27, at 10^5 revisions: --revisions 100000): resolve p99 under 2 ms, promote p99
 under 50 ms, 0 lost updates with eight racing promoters.
 

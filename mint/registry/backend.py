@@ -129,10 +129,11 @@ def _still_open(raw: Any) -> bool:
     if raw.closed or raw.broken:
         return False
     try:
-        readable, _, _ = select.select([raw.fileno()], [], [], 0)
+        poller = select.poll()   # not select(): it refuses a descriptor above 1023
+        poller.register(raw.fileno(), select.POLLIN)
+        return not poller.poll(0)
     except (OSError, ValueError):
         return False
-    return not readable
 
 
 _IDLE = _IdleConnections()
@@ -149,6 +150,7 @@ class Connection:
         self.reuse_as = reuse_as        # the URL under which close() gives it back; None: close() closes it
         self.schema_checked = schema_checked   # the registry's schema version was read on this connection
         self.untried = reuse_as is not None and schema_checked   # taken from the idle ones, no statement run yet
+        self.pid = os.getpid()          # a forked child that closes it never gives its parent's socket back
 
     @property
     def shared(self) -> bool:
@@ -211,7 +213,7 @@ class Connection:
 
     def close(self) -> None:
         """Close it, or give a PostgreSQL connection back for this process's next one; use it no more."""
-        if self.reuse_as is None or self.raw.closed:
+        if self.reuse_as is None or self.raw.closed or self.pid != os.getpid():
             self.raw.close()
             return
         raw, self.raw = self.raw, _GivenBack(self.location)

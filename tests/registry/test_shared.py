@@ -273,3 +273,26 @@ def test_the_loop_locks_connection_ends_with_the_lock(tmp_path, pg_registry):
         assert _backend_pid(conn) != holder
     finally:
         conn.close()
+
+
+def test_a_forked_child_never_takes_its_parents_idle_connection(tmp_path, pg_registry):
+    """Two processes on one socket would interleave their statements: a child opens its own connection and
+    leaves the parent's idle one working."""
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    parents = _backend_pid(conn)
+    conn.close()
+    child = os.fork()
+    if child == 0:   # the child: exit 0 only if its connection is its own
+        try:
+            mine = store.open_store(ws, create=False)
+            os._exit(0 if _backend_pid(mine) != parents else 1)
+        except BaseException:  # noqa: BLE001 - any failure is the child's exit status
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    conn = store.open_store(ws, create=False)
+    try:
+        assert _backend_pid(conn) == parents
+    finally:
+        conn.close()
