@@ -6,6 +6,8 @@ Run: make bench   (or: python scripts/bench_registry.py [--revisions N] [--round
 
 --postgres URL measures in a fresh schema of that database (dropped afterwards); --postgres start starts a
 throwaway cluster (tests/registry/pgcluster.py, fsync on, as SQLite's synchronous=FULL) and stops it after.
+The revisions are written in bulk (COPY on PostgreSQL, about 10 s for 10^5 here), then a sample is resolved
+through the registry's API and compared with the rows written.
 Goals on PostgreSQL (issue #27, at 10^5 revisions: --revisions 100000): resolve p99 under 2 ms, promote p99
 under 50 ms, 0 lost updates with eight racing promoters.
 
@@ -38,24 +40,37 @@ SPECIALISTS = ("chat", "agent", "coding", "genui")
 
 
 def fill(ws, n: int) -> list[tuple[str, int, str]]:
-    """n revisions spread over the four specialists, inserted in batches of 50,000."""
+    """n revisions spread over the four specialists, the rows `mint train` registers (metadata only), written in
+    one transaction: executemany on SQLite, COPY on PostgreSQL. A sample is then resolved through the registry's
+    own API, so a bulk row that differs from what the API writes fails the run."""
     conn = store.open_store(ws)
     rng = random.Random(0)
-    made, versions = [], {s: 0 for s in SPECIALISTS}
-    batch = []
+    made, versions, rows = [], {s: 0 for s in SPECIALISTS}, []
     for i in range(n):
         specialist = SPECIALISTS[i % 4]
         versions[specialist] += 1
         revision_id = "%032x" % rng.getrandbits(128)
         made.append((specialist, versions[specialist], revision_id))
-        batch.append((revision_id, specialist, versions[specialist], None, "candidate", "smollm2-135m",
-                      "sha256:" + "5" * 64, "prod@" + "%012x" % (i // 1000), "sft", None, "%064x" % i,
-                      "%064x" % (i * 7), '{"train_loss": 0.1}', store.now()))
-        if len(batch) == 50_000 or i == n - 1:
-            with store.write(conn):
-                conn.executemany(f"INSERT INTO revisions ({', '.join(store.REVISION_COLUMNS)}) VALUES "
-                                 f"({', '.join('?' * len(store.REVISION_COLUMNS))})", batch)
-            batch = []
+        rows.append((revision_id, specialist, versions[specialist], None, "candidate", "smollm2-135m",
+                     "sha256:" + "5" * 64, "prod@" + "%012x" % (i // 1000), "sft", None, "%064x" % i,
+                     "%064x" % (i * 7), '{"train_loss": 0.1}', store.now()))
+    columns = ", ".join(store.REVISION_COLUMNS)
+    with store.write(conn):
+        if conn.shared:
+            with conn.raw.cursor().copy(f"COPY revisions ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            conn.executemany(f"INSERT INTO revisions ({columns}) VALUES "
+                             f"({', '.join('?' * len(store.REVISION_COLUMNS))})", rows)
+    if conn.shared:   # what autovacuum does to a registry at rest, done now rather than during the measurements
+        conn.execute("VACUUM (ANALYZE) revisions")
+    for index in random.Random(2).sample(range(n), min(n, 200)):
+        specialist, version, revision_id = made[index]
+        by_version, by_id = store.resolve(conn, f"{specialist}:v{version}"), store.resolve(conn, revision_id)
+        expected = store.Revision(*rows[index][:12], metrics={"train_loss": 0.1}, created_at=rows[index][13])
+        if by_version != expected or by_id != expected:
+            raise SystemExit(f"the bulk fill wrote {specialist}:v{version} unlike the registry does: {by_version}")
     conn.close()
     return made
 

@@ -45,7 +45,8 @@ class RegistryLock:
         self.conn = None
 
     def __enter__(self) -> RegistryLock:
-        conn = store.open_store(self.ws)   # this connection holds the lock for as long as it lives
+        # a connection of its own: it holds the lock for as long as it lives, and closing it releases the lock
+        conn = store.open_store(self.ws, reuse=False)
         try:
             taken = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(current_schema() || ?, 0))",
                                  (":lock:" + self.name,)).fetchone()[0]

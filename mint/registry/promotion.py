@@ -1,8 +1,9 @@
 """Alias moves: promote (compare-and-set against the report's baseline), reject and rollback.
 
-Each move is one ``BEGIN IMMEDIATE`` transaction that re-reads the champion,
-checks it, moves the aliases, updates statuses and appends the event, so two
-promotions racing on one specialist can never both win.
+Each move is one write transaction (``BEGIN IMMEDIATE`` on SQLite, an advisory
+write lock on PostgreSQL) that re-reads the champion, checks it, moves the
+aliases, updates statuses and appends the event, so two promotions racing on one
+specialist can never both win.
 """
 from __future__ import annotations
 
@@ -221,11 +222,12 @@ def promote(ws: Workspace, ref: str, *, report_path: Path | None = None, force: 
             if not force:
                 _check_promotable(conn, revision, report, current, identify_contract)
             checkpoint("promote.checked")
-            _move_champion(conn, revision.specialist, current, revision)
-            store.record_event(conn, action="force-promote" if force else "promote", specialist=revision.specialist,
-                               alias="champion", old=current, new=revision.id,
-                               report=report.path if report else None,
-                               contract=report.contract.to_dict() if report else None, reason=why)
+            with conn.batch():   # the moves and the event log's head in one round trip on PostgreSQL
+                _move_champion(conn, revision.specialist, current, revision)
+                store.record_event(conn, action="force-promote" if force else "promote",
+                                   specialist=revision.specialist, alias="champion", old=current, new=revision.id,
+                                   report=report.path if report else None,
+                                   contract=report.contract.to_dict() if report else None, reason=why)
             checkpoint("promote.before_commit")
         checkpoint("promote.committed")
         return AliasMove("force-promote" if force else "promote", revision.specialist, current, revision.id,
@@ -378,11 +380,12 @@ def rollback(ws: Workspace, specialist: str, *, why: str | None, expect: str | N
             else:
                 raise Refused(f"{specialist} has no previous champion to roll back to (every earlier one was "
                               "rolled away from or rejected); promote a revision instead")
-            store.set_alias(conn, specialist, "champion", target.id)
-            conn.execute("UPDATE revisions SET status = 'retired' WHERE id = ?", (current,))
-            conn.execute("UPDATE revisions SET status = 'champion' WHERE id = ?", (target.id,))
-            store.record_event(conn, action="rollback", specialist=specialist, alias="champion", old=current,
-                               new=target.id, reason=why)
+            with conn.batch():
+                store.set_alias(conn, specialist, "champion", target.id)
+                conn.execute("UPDATE revisions SET status = 'retired' WHERE id = ?", (current,))
+                conn.execute("UPDATE revisions SET status = 'champion' WHERE id = ?", (target.id,))
+                store.record_event(conn, action="rollback", specialist=specialist, alias="champion", old=current,
+                                   new=target.id, reason=why)
             _point_previous_at_rollback_target(conn, specialist)
         return AliasMove("rollback", specialist, current, target.id, target.ref, None, why)
     finally:

@@ -184,3 +184,115 @@ def test_racing_loops_and_alias_moves_lose_no_update_on_a_shared_registry(tmp_pa
     problems, counts = load_script("concurrency").run_once(tmp_path, random.Random(1), loops=2, ops=6, train=False)
     assert problems == []
     assert counts["loop"] >= 1 and sum(counts.values()) >= 3   # the race did move aliases
+
+
+def _backend_pid(conn) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
+def _end_backend(url: str, pid: int) -> None:
+    """The server closes that connection (as a restart or an idle timeout does); returns once it is gone."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 20
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the server did not end the connection"
+            time.sleep(0.05)
+
+
+def test_a_process_reuses_its_closed_connection_and_never_one_the_server_closed(tmp_path, pg_registry):
+    """A new connection costs more than a promotion's statements: a closed one is taken again by the next open
+    of the same registry; one the server has closed since is not, and the open that follows works."""
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    first = _backend_pid(conn)
+    conn.close()
+    conn = store.open_store(ws, create=False)
+    assert _backend_pid(conn) == first
+    conn.close()
+    _end_backend(pg_registry, first)
+    conn = store.open_store(ws, create=False)
+    try:
+        assert conn.raw.info.backend_pid != first   # dropped when taken, before any statement failed on it
+        assert store.list_revisions(conn).total == 0
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("action", ["read", "write"])
+def test_a_connection_the_server_closes_after_it_was_taken_is_replaced_on_its_first_statement(
+        tmp_path, pg_registry, monkeypatch, action):
+    from mint.registry import backend
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    first = _backend_pid(conn)
+    conn.close()
+    monkeypatch.setattr(backend, "_still_open", lambda raw: True)   # taken before the server's close arrives
+    _end_backend(pg_registry, first)
+    conn = store.open_store(ws, create=False)
+    try:
+        if action == "read":
+            assert store.list_revisions(conn).total == 0
+        else:
+            with store.write(conn):
+                store.set_alias(conn, "coding", "champion", "0" * 32)
+            assert store.alias_target(conn, "coding", "champion") == "0" * 32
+        assert _backend_pid(conn) != first
+    finally:
+        conn.close()
+
+
+def test_a_closed_connection_is_not_used_again_through_its_old_handle(tmp_path, pg_registry):
+    from mint.errors import MintError
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    conn.close()
+    with pytest.raises(MintError, match="used after close"):
+        conn.execute("SELECT 1")
+    conn.close()   # a second close is harmless
+
+
+def test_the_loop_locks_connection_ends_with_the_lock(tmp_path, pg_registry):
+    """The lock is held by its own connection, closed on release, never left idle for another open to take."""
+    import psycopg
+
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    with LoopLock(ws) as lock:
+        holder = _backend_pid(lock.shared.conn)
+    with psycopg.connect(pg_registry, autocommit=True) as admin:
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (holder,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the lock's connection outlived the lock"
+            time.sleep(0.05)
+    conn = store.open_store(ws, create=False)
+    try:
+        assert _backend_pid(conn) != holder
+    finally:
+        conn.close()
+
+
+def test_a_forked_child_never_takes_its_parents_idle_connection(tmp_path, pg_registry):
+    """Two processes on one socket would interleave their statements: a child opens its own connection and
+    leaves the parent's idle one working."""
+    ws = workspace(tmp_path / "home", registry_url=pg_registry)
+    conn = store.open_store(ws)
+    parents = _backend_pid(conn)
+    conn.close()
+    child = os.fork()
+    if child == 0:   # the child: exit 0 only if its connection is its own
+        try:
+            mine = store.open_store(ws, create=False)
+            os._exit(0 if _backend_pid(mine) != parents else 1)
+        except BaseException:  # noqa: BLE001 - any failure is the child's exit status
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    conn = store.open_store(ws, create=False)
+    try:
+        assert _backend_pid(conn) == parents
+    finally:
+        conn.close()

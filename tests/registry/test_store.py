@@ -188,3 +188,26 @@ def test_every_read_only_command_answers_on_a_fresh_project(tmp_path, monkeypatc
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(command) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == before   # reading made no workspace
+
+
+def _named_indexes(conn) -> set[str]:
+    """The registry's own indexes (not those a PRIMARY KEY or UNIQUE constraint makes)."""
+    if conn.shared:
+        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                            "AND indexname NOT LIKE '%_pkey' AND indexname NOT LIKE '%_key'")
+    else:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+    return {row[0] for row in rows}
+
+
+def test_both_backends_make_the_indexes_the_queries_read(ws, candidate):
+    """One description of the tables makes both databases' schema; the contract lookup of every promotion
+    reads reports_by_contract, and SQLite's page walk its narrow revisions_by_seq."""
+    candidate()
+    conn = store.open_store(ws)
+    try:
+        expected = {"revisions_by_status", "revisions_by_specialist_status", "revisions_by_specialist",
+                    "reports_by_revision", "reports_by_contract", "events_by_specialist"}
+        assert _named_indexes(conn) == (expected if conn.shared else expected | {"revisions_by_seq"})
+    finally:
+        conn.close()
