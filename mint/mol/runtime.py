@@ -112,8 +112,11 @@ class MixtureRuntime:
             raise BadInput("must be 0 or more", field="--max-loras")
         if len(set(specialists)) != len(specialists) or not specialists:
             raise BadInput(f"expected distinct specialist names, got {list(specialists)}", field="specialists")
+        from mint.hardware import apply_decoding_threads
+
         self.loaded = loaded
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.threads = apply_decoding_threads()      # the hardware plan's decoding threads, with its figures
         self.model.eval()
         self.max_rank = max_rank
         self.table = SlotTable()
