@@ -207,10 +207,13 @@ def threads_figures(rounds: dict[str, list[float]]) -> dict:
 
     best = {count: min(times) for count, times in rounds.items()}
     spread = {count: round(statistics.median(times) / max(best[count], 1e-9), 2) for count, times in rounds.items()}
-    disturbed = [f"{count} threads' median round {spread[count]:.2f}x its best" for count in sorted(rounds, key=int)
+    def named(count: str) -> str:
+        return f"{count} thread" if count == "1" else f"{count} threads"
+
+    disturbed = [f"{named(count)}: median round {spread[count]:.2f}x the best" for count in sorted(rounds, key=int)
                  if spread[count] > THREADS_SPREAD]
     one = best.get("1")
-    disturbed += [f"{count} threads {best[count] / one:.1f}x slower than 1" for count in sorted(rounds, key=int)
+    disturbed += [f"{named(count)}: {best[count] / one:.1f}x slower than 1" for count in sorted(rounds, key=int)
                   if one and best[count] > THREADS_SLOWDOWN * one]
     return {"threads_ms": {count: round(value, 4) for count, value in best.items()},
             "threads_rounds_ms": {count: [round(t, 4) for t in times] for count, times in rounds.items()},

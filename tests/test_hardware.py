@@ -119,8 +119,8 @@ def test_the_plans_threads_are_each_counts_best_round(probed, monkeypatch, tmp_p
 
 
 @pytest.mark.parametrize("disturbed, why", [
-    ({"1": [0.27, 0.266, 0.27], "2": [7.99, 8.1, 8.0]}, "2 threads 30.0x slower than 1"),    # a shared CPU
-    ({"1": [0.3, 0.3, 0.31], "2": [0.15, 0.6, 0.7]}, "2 threads' median round 4.00x its best"),
+    ({"1": [0.27, 0.266, 0.27], "2": [7.99, 8.1, 8.0]}, "2 threads: 30.0x slower than 1"),    # a shared CPU
+    ({"1": [0.3, 0.3, 0.31], "2": [0.15, 0.6, 0.7]}, "2 threads: median round 4.00x the best"),
 ])
 def test_disturbed_thread_timings_decide_nothing_and_the_next_process_measures_them_again(
         probed, monkeypatch, tmp_path, disturbed, why):
