@@ -3,11 +3,13 @@
 ``detect()`` reads the hardware once: CUDA and its compute capability; on a CPU, its flags (``amx_bf16`` /
 ``avx512_bf16`` on x86, ``bf16`` on Arm, from ``/proc/cpuinfo``, recorded) and a short timed probe, cached
 per machine under ``$MINT_CACHE/hardware/``, that times fp32 against bf16 matmuls at a training shape and
-at a decoding step's shape, the decoding step at each thread count, and its cost per row at several batch
-sizes. The choices follow the figures, not the flags: on one AMX host the flags said bf16 while the base
-decoded at 88 tokens/s in bf16 and 130 in fp32. ``training_plan()`` and ``decoding_plan()`` turn the
-figures into settings plus a reason for each, which ``mint train`` records in ``run.json`` (and prints
-with ``--dry-run``) and a contract's ``precision: auto`` starts from (mint.contract.precision).
+at a decoding step's shape, a decoding step's cost per row at several batch sizes, and the decoding step at
+each thread count in interleaved rounds (timings a shared CPU disturbed are not cached, see
+``threads_figures``). The choices follow the figures, not the flags: on one AMX host the flags said bf16
+while the base decoded at 88 tokens/s in bf16 and 130 in fp32. ``training_plan()`` and ``decoding_plan()``
+turn the figures into settings plus a reason for each, which ``mint train`` records in ``run.json`` (and
+prints with ``--dry-run``), a contract's ``precision: auto`` starts from (mint.contract.precision), and
+contract evaluation and the mixture runtime decode with (the plan's threads, ``apply_decoding_threads``).
 """
 from __future__ import annotations
 
@@ -26,13 +28,22 @@ REPORTED_CPU_FLAGS = BF16_CPU_FLAGS + ("amx_tile", "avx512f", "avx2", "fma", "as
 # below this much memory per device, activations are worth recomputing (gradient checkpointing)
 CHECKPOINTING_BELOW_GIB = 8.0
 PROBE_SPEEDUP = 1.2   # the probe calls bf16 worth using when its matmul is this much faster than fp32
-PROBE_VERSION = 3     # bumped when the probe measures something else: older cached figures are measured again
+PROBE_VERSION = 4     # bumped when the probe measures something else: older cached figures are measured again
 # (rows, inner, outer) of the timed matmuls: a training step multiplies many tokens at once; a decoding step
 # multiplies one token per row by a weight matrix (SmolLM2's hidden 576 to its MLP width 1536)
 TRAINING_SHAPE = (512, 512, 512)
 DECODING_SHAPE = (16, 576, 1536)
 DECODING_ROWS = (1, 8, 16, 32)   # a decode step's cost per row at these batch sizes (the batch-shape figures)
 ROWS_GAIN = 1.1       # a larger decoding batch is worth it while it makes each row this much cheaper
+# the decoding step at each thread count is timed in this many interleaved rounds (every count once a round), so
+# a burst of other work lands on every count alike; each count's figure is its best round
+THREAD_ROUNDS = 7
+# a quiet machine times the same matmul within ~10-20% round to round: a count whose median round is this much
+# slower than its best was disturbed, and so was a probe where more threads are this much slower than one (on an
+# idle core a second thread never doubles a step; waiting for a descheduled one does). A disturbed probe's
+# threads decide nothing and are not cached: the next process measures them again
+THREADS_SPREAD = 1.5
+THREADS_SLOWDOWN = 2.0
 
 
 @dataclass(frozen=True)
@@ -157,20 +168,30 @@ def machine_key(name: str, flags: set[str], cores: int) -> str:
     return hashlib.sha256(machine.encode()).hexdigest()[:16]
 
 
+# cache files whose disturbed thread timings this process measured again already (once per process is enough)
+_threads_measured_here: set[str] = set()
+
+
 def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> dict:
     """The timed probe's figures for this machine, measured once and cached (a corrupt or older cache is
-    measured again; an unwritable one costs a probe next time, nothing else)."""
+    measured again; an unwritable one costs a probe next time, nothing else). Thread timings that were
+    disturbed (see ``threads_figures``) are measured again by the next process until they settle."""
     from mint.workspace import atomic_write_json, cache_dir
 
     key = machine_key(name, flags, cores)
     path = (cache or cache_dir() / "hardware") / f"probe-{key}.json"
+    found = None
     try:
         found = json.loads(path.read_text())
-        if found.get("machine") == key and found["training"]["bf16_speedup"] > 0 and found["decoding"]:
-            return found
+        if not (found.get("machine") == key and found["training"]["bf16_speedup"] > 0 and found["decoding"]):
+            found = None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    figures = {"machine": key, **_measure_probe(cores)}
+        found = None
+    if found is not None and (found.get("threads_settled") is True or str(path) in _threads_measured_here):
+        return found
+    figures = found or {"machine": key, **_measure_probe(cores)}
+    figures = {**figures, **threads_figures(_measure_threads(cores))}
+    _threads_measured_here.add(str(path))
     try:
         atomic_write_json(path, figures)
     except OSError:
@@ -178,29 +199,54 @@ def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> 
     return figures
 
 
-def _measure_probe(cores: int, samples: int = 20, budget_s: float = 0.15) -> dict:
-    """fp32 against bf16 at a training and a decoding shape and a decoding step's cost per row at several
-    batch sizes (on one thread), and the decoding step at each thread count, in ms: each the best of up to
-    ``samples`` timings within ``budget_s`` (the least disturbed by other work on the machine; the first
-    calls, which set kernels up, are not timed)."""
+def threads_figures(rounds: dict[str, list[float]]) -> dict:
+    """The decoding step's figure at each thread count (its best round, in ms) from interleaved rounds of
+    timings, and whether they settled: None in ``threads_disturbed`` when every count's median round is
+    within THREADS_SPREAD of its best and no count is THREADS_SLOWDOWN slower than one thread, else why not."""
+    import statistics
+
+    best = {count: min(times) for count, times in rounds.items()}
+    spread = {count: round(statistics.median(times) / max(best[count], 1e-9), 2) for count, times in rounds.items()}
+    def named(count: str) -> str:
+        return f"{count} thread" if count == "1" else f"{count} threads"
+
+    disturbed = [f"{named(count)}: median round {spread[count]:.2f}x the best" for count in sorted(rounds, key=int)
+                 if spread[count] > THREADS_SPREAD]
+    one = best.get("1")
+    disturbed += [f"{named(count)}: {best[count] / one:.1f}x slower than 1" for count in sorted(rounds, key=int)
+                  if one and best[count] > THREADS_SLOWDOWN * one]
+    return {"threads_ms": {count: round(value, 4) for count, value in best.items()},
+            "threads_rounds_ms": {count: [round(t, 4) for t in times] for count, times in rounds.items()},
+            "threads_spread": spread, "threads_disturbed": "; ".join(disturbed) or None,
+            "threads_settled": not disturbed}
+
+
+def _best_ms(rows: int, inner: int, outer: int, dtype, samples: int = 20, budget_s: float = 0.15) -> float:
+    """One matmul of this shape, in ms: the best of up to ``samples`` timings within ``budget_s`` (the least
+    disturbed by other work on the machine; the first calls, which set kernels up, are not timed)."""
     import time
 
     import torch
 
-    def best(rows: int, inner: int, outer: int, dtype) -> float:
-        a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
-        for _ in range(3):
+    a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
+    for _ in range(3):
+        torch.mm(a, b)
+    times, started = [], time.perf_counter()
+    while len(times) < samples and (len(times) < 3 or time.perf_counter() - started < budget_s):
+        began = time.perf_counter()
+        for _ in range(4):
             torch.mm(a, b)
-        times, started = [], time.perf_counter()
-        while len(times) < samples and (len(times) < 3 or time.perf_counter() - started < budget_s):
-            began = time.perf_counter()
-            for _ in range(4):
-                torch.mm(a, b)
-            times.append((time.perf_counter() - began) / 4)
-        return min(times) * 1000
+        times.append((time.perf_counter() - began) / 4)
+    return min(times) * 1000
+
+
+def _measure_probe(cores: int) -> dict:
+    """fp32 against bf16 at a training and a decoding shape, and a decoding step's cost per row at several
+    batch sizes, in ms, on one thread (see ``_best_ms``)."""
+    import torch
 
     def versus(shape) -> dict:
-        fp32, bf16 = best(*shape, torch.float32), best(*shape, torch.bfloat16)
+        fp32, bf16 = _best_ms(*shape, torch.float32), _best_ms(*shape, torch.bfloat16)
         return {"shape": list(shape), "fp32_ms": round(fp32, 4), "bf16_ms": round(bf16, 4),
                 "bf16_speedup": round(fp32 / max(bf16, 1e-9), 3)}
 
@@ -212,16 +258,29 @@ def _measure_probe(cores: int, samples: int = 20, budget_s: float = 0.15) -> dic
         torch.set_num_threads(1)
         figures = {"training": versus(TRAINING_SHAPE), "decoding": versus(DECODING_SHAPE)}
         _rows, inner, outer = DECODING_SHAPE
-        figures["decoding_rows_ms_per_row"] = {str(rows): round(best(rows, inner, outer, torch.float32) / rows, 5)
+        figures["decoding_rows_ms_per_row"] = {str(rows): round(_best_ms(rows, inner, outer, torch.float32) / rows, 5)
                                                for rows in DECODING_ROWS}
-        threads = {}
-        for count in sorted({1, max(1, cores // 2), cores}):
-            torch.set_num_threads(count)
-            threads[str(count)] = round(best(*DECODING_SHAPE, torch.float32), 4)
-        figures["threads_ms"] = threads
     finally:
         torch.set_num_threads(threads_before)
     return figures
+
+
+def _measure_threads(cores: int, rounds: int = THREAD_ROUNDS) -> dict[str, list[float]]:
+    """The fp32 decoding step at 1, half and all of ``cores`` threads, in ms: ``rounds`` rounds, each timing
+    every count once (the best of a few samples), so the counts share whatever else the machine was doing."""
+    import torch
+
+    counts = sorted({1, max(1, cores // 2), cores})
+    timings: dict[str, list[float]] = {str(count): [] for count in counts}
+    threads_before = torch.get_num_threads()
+    try:
+        for _ in range(rounds):
+            for count in counts:
+                torch.set_num_threads(count)
+                timings[str(count)].append(_best_ms(*DECODING_SHAPE, torch.float32, samples=5, budget_s=0.02))
+    finally:
+        torch.set_num_threads(threads_before)
+    return timings
 
 
 def decoding_plan(hardware: Hardware) -> dict[str, Choice]:
@@ -238,10 +297,18 @@ def decoding_plan(hardware: Hardware) -> dict[str, Choice]:
                               f"the timed probe found bf16 at a decoding step's shape {speedup:.2f}x the speed of "
                               f"fp32 (worth measuring on the model when >= {PROBE_SPEEDUP}x)")}
     threads = {int(k): v for k, v in (figures.get("threads_ms") or {}).items()}
-    if threads:
+    shown = ", ".join(f"{k}: {v:.3f} ms" for k, v in sorted(threads.items()))
+    rounds = len(next(iter((figures.get("threads_rounds_ms") or {"": []}).values())))
+    if threads and figures.get("threads_settled") is True:
         fastest = min(threads, key=lambda k: (threads[k], -k))
-        shown = ", ".join(f"{k}: {v:.3f} ms" for k, v in sorted(threads.items()))
-        choices["threads"] = Choice(fastest, f"fastest decoding step of the probe ({shown})")
+        choices["threads"] = Choice(fastest, f"fastest decoding step of the probe, each count's best of {rounds} "
+                                             f"interleaved rounds ({shown}; settled: every median round within "
+                                             f"{THREADS_SPREAD}x its best)")
+    elif threads:
+        default = torch_threads(hardware)
+        choices["threads"] = Choice(default.value, f"{default.reason}: the probe's thread timings ({shown}) were "
+                                                   f"disturbed ({figures.get('threads_disturbed')}), so they decide "
+                                                   "nothing; measured again by the next run")
     else:
         choices["threads"] = torch_threads(hardware)
     per_row = {int(k): v for k, v in (figures.get("decoding_rows_ms_per_row") or {}).items()}
@@ -317,3 +384,11 @@ def apply_threads(choice: Choice) -> None:
 
     if torch.get_num_threads() != choice.value:
         torch.set_num_threads(int(choice.value))
+
+
+def apply_decoding_threads(hardware: Hardware | None = None) -> Choice:
+    """Set torch's intra-op threads to the decoding plan's (``decoding_plan``, of this machine unless
+    ``hardware`` is given); returns the choice applied, with the figures behind it in its reason."""
+    choice = decoding_plan(hardware or detect())["threads"]
+    apply_threads(choice)
+    return choice

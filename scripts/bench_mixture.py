@@ -181,12 +181,14 @@ def main() -> None:
     if args.quick:
         args.new_tokens, args.repeats, args.requests = 8, 1, 2
     torch.manual_seed(0)
-    from mint.hardware import detect
+    from mint.hardware import apply_decoding_threads, detect
 
     hardware = detect()
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, flags "
           f"{', '.join(hardware.cpu_flags) or '-'}")
-    print(f"base {base}, batch {args.batch}, {args.new_tokens} new tokens, torch threads {torch.get_num_threads()}")
+    threads = apply_decoding_threads(hardware)    # what every runtime below decodes at (and PEFT beside it)
+    print(f"base {base}, batch {args.batch}, {args.new_tokens} new tokens, torch threads {torch.get_num_threads()} "
+          f"({threads.reason})")
     sections = args.only or list(SECTIONS)
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(base, Path(tmp), rank=16)

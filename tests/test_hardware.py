@@ -19,7 +19,10 @@ def figures(training: float, decoding: float = 1.0) -> dict:
     """What the timed probe would measure on a machine whose bf16 matmuls are this many times fp32's speed."""
     return {"training": {"fp32_ms": 1.0, "bf16_ms": 1.0 / training, "bf16_speedup": training},
             "decoding": {"fp32_ms": 0.2, "bf16_ms": 0.2 / decoding, "bf16_speedup": decoding},
-            "threads_ms": {"1": 0.3, "2": 0.2}, "decoding_rows_ms_per_row": {"1": 0.05, "8": 0.016, "16": 0.015}}
+            "decoding_rows_ms_per_row": {"1": 0.05, "8": 0.016, "16": 0.015}}
+
+
+QUIET_THREADS = {"1": [0.3, 0.31, 0.3], "2": [0.2, 0.21, 0.2]}          # interleaved rounds, ms per step
 
 
 @pytest.fixture
@@ -29,6 +32,7 @@ def probed(monkeypatch, tmp_path):
 
     def measured(speedup: float):
         monkeypatch.setattr(hardware, "_measure_probe", lambda cores: calls.append(cores) or figures(speedup))
+        monkeypatch.setattr(hardware, "_measure_threads", lambda cores: QUIET_THREADS)
         return calls
 
     return measured
@@ -88,6 +92,92 @@ def test_the_decoding_plan_follows_the_probes_figures(probed, tmp_path):
     assert plan["threads"].value == 2 and plan["rows"].value == 8   # 16 rows cost 0.015 vs 0.016 per row at 8
 
 
+def test_the_thread_probe_times_the_counts_in_interleaved_rounds(monkeypatch):
+    import torch
+
+    seen = []
+    monkeypatch.setattr(hardware, "_best_ms", lambda *shape, **budget: seen.append(torch.get_num_threads()) or 0.1)
+    before = torch.get_num_threads()
+    rounds = hardware._measure_threads(4, rounds=3)
+    assert seen == [1, 2, 4] * 3 and rounds == {"1": [0.1] * 3, "2": [0.1] * 3, "4": [0.1] * 3}
+    assert torch.get_num_threads() == before
+
+
+def test_the_plans_threads_are_each_counts_best_round(probed, monkeypatch, tmp_path):
+    probed(1.0)
+    # a burst of other work slowed one round of each count: the best rounds decide, 2 threads at 0.160 ms
+    monkeypatch.setattr(hardware, "_measure_threads",
+                        lambda cores: {"1": [0.30, 0.29, 0.31, 0.9], "2": [0.2, 0.16, 0.17, 0.18]})
+    found = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    threads = hardware.decoding_plan(found)["threads"]
+    assert found.probe["threads_ms"] == {"1": 0.29, "2": 0.16} and found.probe["threads_settled"] is True
+    assert threads.value == 2 and "1: 0.290 ms, 2: 0.160 ms" in threads.reason and "4 interleaved" in threads.reason
+    monkeypatch.setattr(hardware, "_measure_threads",
+                        lambda cores: {"1": [0.15, 0.16, 0.15, 0.15], "2": [0.2, 0.21, 0.2, 0.2]})
+    faster_alone = hardware.decoding_plan(hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path / "other"))
+    assert faster_alone["threads"].value == 1
+
+
+@pytest.mark.parametrize("disturbed, why", [
+    ({"1": [0.27, 0.266, 0.27], "2": [7.99, 8.1, 8.0]}, "2 threads: 30.0x slower than 1"),    # a shared CPU
+    ({"1": [0.3, 0.3, 0.31], "2": [0.15, 0.6, 0.7]}, "2 threads: median round 4.00x the best"),
+])
+def test_disturbed_thread_timings_decide_nothing_and_the_next_process_measures_them_again(
+        probed, monkeypatch, tmp_path, disturbed, why):
+    kernels = probed(1.0)
+    threads_measured = []
+
+    def measure(timings):
+        monkeypatch.setattr(hardware, "_measure_threads", lambda cores: threads_measured.append(cores) or timings)
+
+    measure(disturbed)
+    found = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    threads = hardware.decoding_plan(found)["threads"]
+    assert found.probe["threads_settled"] is False and why in found.probe["threads_disturbed"]
+    assert threads.value == found.cores and "disturbed" in threads.reason and why in threads.reason
+    hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    assert len(threads_measured) == 1                      # once a process is enough
+    monkeypatch.setattr(hardware, "_threads_measured_here", set())       # the next process
+    measure({"1": [0.3, 0.3, 0.3], "2": [0.6, 0.6, 0.61]})
+    again = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    assert len(threads_measured) == 2 and len(kernels) == 1            # only the threads were measured again
+    assert again.probe["threads_settled"] is True and hardware.decoding_plan(again)["threads"].value == 1
+    monkeypatch.setattr(hardware, "_threads_measured_here", set())
+    assert hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path).probe["threads_ms"] == {"1": 0.3, "2": 0.6}
+    assert len(threads_measured) == 2                      # settled: cached for good
+
+
+def test_settled_thread_timings_are_cached_for_the_next_process(probed, monkeypatch, tmp_path):
+    probed(1.0)
+    hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    monkeypatch.setattr(hardware, "_threads_measured_here", set())
+    monkeypatch.setattr(hardware, "_measure_threads", lambda cores: pytest.fail("measured again"))
+    assert hardware.decoding_plan(hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path))["threads"].value == 2
+
+
+def test_the_mixture_runtime_decodes_with_the_plans_threads(probed, monkeypatch, tmp_path):
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    probed(1.0)
+    monkeypatch.setattr(hardware, "_measure_threads", lambda cores: {"1": [0.1] * 3, "2": [0.15] * 3})
+    found = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path)
+    monkeypatch.setattr(hardware, "detect", lambda *args, **kwargs: found)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        runtime = MixtureRuntime(load_base(TINY), ["chat"])
+        decoding = []
+        runtime.model.register_forward_pre_hook(lambda *_: decoding.append(torch.get_num_threads()))
+        runtime.generate([[{"role": "user", "content": "hi"}]], [None], Decoding(max_new_tokens=2))
+    finally:
+        torch.set_num_threads(before)
+    assert decoding and set(decoding) == {1}
+    assert runtime.threads.value == 1 and "1: 0.100 ms, 2: 0.150 ms" in runtime.threads.reason
+
+
 def test_small_memory_turns_gradient_checkpointing_on():
     small = hardware.Hardware("cpu", "x", None, (), 2, 4.0, False, "no bf16")
     large = hardware.Hardware("cpu", "x", None, (), 2, 64.0, False, "no bf16")
@@ -102,6 +192,7 @@ def amx_machine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(hardware, "read_cpuinfo", lambda path=None: AMX_CPU)
     monkeypatch.setattr(hardware, "_measure_probe", lambda cores: figures(3.0))
+    monkeypatch.setattr(hardware, "_measure_threads", lambda cores: QUIET_THREADS)
 
 
 @pytest.fixture

@@ -400,6 +400,7 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
     import dataclasses
 
     from mint.base import load_base
+    from mint.hardware import apply_decoding_threads
     from mint.mol.generate import answer_ends, generate
 
     # a base loaded earlier in this eval is reused once; attaching an adapter changes it, so it is not kept
@@ -442,6 +443,7 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
 
     conversations = evaluation_conversations(harness, suites)
     settings = dataclasses.replace(contract.settings, precision=precision.used)
+    threads = apply_decoding_threads()     # the hardware plan's (mint.hardware), recorded with its figures
     result = generate(model, loaded.tokenizer, conversations, settings, on_done=tick,
                       answer_end=answer_ends(contract.harness_name, contract.settings))
     outputs = {suite.name: [] for suite, _ in suites}
@@ -456,7 +458,8 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
     # adapter's parity check (one for the stream), tokens/s of the whole stream
     generation = {suite.name: {"precision": result.precision, "reason": result.precision_reason,
                                "parity": result.parity, "new_tokens": tokens[suite.name],
-                               "tokens_per_s": round(result.tokens_per_s, 2)} for suite, _ in suites}
+                               "tokens_per_s": round(result.tokens_per_s, 2),
+                               "threads": {"value": threads.value, "reason": threads.reason}} for suite, _ in suites}
     return outputs, latencies, generation
 
 

@@ -8,6 +8,9 @@ place (zero-padded to the slot's rank), so a new champion never reallocates or r
 """
 from __future__ import annotations
 
+import json
+import mmap
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +52,7 @@ class AdapterWeights:
 
     modules: dict = field(default_factory=dict)
     rank: int = 0
+    layout: object = None     # the AdapterLayout the tensors were placed by (the runtime's checks are cached by it)
 
 
 class SlottedLoRALinear(nn.Module):
@@ -66,6 +70,7 @@ class SlottedLoRALinear(nn.Module):
         self.register_buffer("scale", torch.zeros(n_slots, dtype=dtype, device=device), persistent=False)
         self.ranks = [0] * n_slots     # the real rank in each slot (0: nothing loaded here)
         self._rows: tuple | None = None   # (table version, A per row, B^T per row, scale per row)
+        self._views: dict = {}            # (slot, rank) -> the buffers then and their views (see slot_views)
 
     def _gathered(self, rank: int) -> tuple:
         """Each row's A^T and scaled B^T, gathered once per batch (the rows keep their slots for the whole
@@ -96,18 +101,16 @@ class SlottedLoRALinear(nn.Module):
         # batch's LoRA cost ~20% less than bmm, bmm, scale, add (a decode step at batch 8, one thread)
         return out.baddbmm_(torch.bmm(x, a_t), b_t)
 
-    def load_slot(self, slot: int, a, b, scale: float) -> None:
-        rank = a.shape[0]
-        self._rows = None
-        with torch.no_grad():
-            slot_a, slot_b = self.lora_a[slot], self.lora_b[slot]
-            slot_a[:rank].copy_(a)
-            slot_b[:, :rank].copy_(b)
-            if rank < slot_a.shape[0]:   # only what the copy left of an earlier, larger rank is cleared
-                slot_a[rank:].zero_()
-                slot_b[:, rank:].zero_()
-            self.scale[slot].fill_(scale)
-        self.ranks[slot] = rank
+    def slot_views(self, slot: int, rank: int) -> tuple:
+        """Views of ``slot`` for an adapter of ``rank``: (A's first rank rows, B's first rank columns, A's and
+        B's rest, the scale), made once per (slot, rank) and made anew if a buffer was replaced (``.to()``)."""
+        buffers = (self.lora_a, self.lora_b, self.scale)
+        views = self._views.get((slot, rank))
+        if views is None or any(kept is not now for kept, now in zip(views[0], buffers)):
+            a, b, scale = buffers
+            views = self._views[(slot, rank)] = (buffers, a[slot, :rank], b[slot, :, :rank], a[slot, rank:],
+                                                 b[slot, :, rank:], scale[slot:slot + 1])
+        return views[1:]
 
     def clear_slot(self, slot: int) -> None:
         self._rows = None
@@ -116,6 +119,33 @@ class SlottedLoRALinear(nn.Module):
             self.lora_b[slot].zero_()
             self.scale[slot] = 0
         self.ranks[slot] = 0
+
+
+def load_slots(slot: int, loads) -> None:
+    """Copy each (module, A, B, scale) of ``loads`` into ``slot``, zero-padded to the slot's rank: a few batched
+    kernels for all the modules (one tensor op per module and part cost more than the copies themselves:
+    ~2/3 of a 120-module handoff). Each copy converts its dtype where the slot's differs."""
+    targets, sources, rests, scale_views, scales, tables = [], [], [], [], [], {}
+    for module, a, b, scale in loads:
+        rank = a.shape[0]
+        a_view, b_view, a_rest, b_rest, scale_view = module.slot_views(slot, rank)
+        targets += (a_view, b_view)
+        sources += (a, b)
+        if a_rest.shape[0]:    # only what the copy leaves of an earlier, larger rank is cleared
+            rests += (a_rest, b_rest)
+        scale_views.append(scale_view)
+        scales.append(scale)
+        module.ranks[slot] = rank
+        tables[id(module.table)] = module.table
+    if not targets:
+        return
+    with torch.no_grad():
+        torch._foreach_copy_(targets, sources)
+        if rests:
+            torch._foreach_zero_(rests)
+        torch._foreach_copy_(scale_views, list(torch.tensor(scales, dtype=torch.float64).split(1)))
+    for table in tables.values():
+        table.version += 1      # every module's rows gathered for a batch (see _gathered) are stale now
 
 
 def install_slots(model, n_slots: int, max_rank: int, table: SlotTable) -> dict:
@@ -134,10 +164,43 @@ def install_slots(model, n_slots: int, max_rank: int, table: SlotTable) -> dict:
     return installed
 
 
-def read_adapter(directory: Path, config: dict) -> AdapterWeights:
-    """The LoRA tensors of a PEFT directory (safetensors only), checked for settings this runtime cannot apply."""
-    from safetensors.torch import load_file
+# safetensors' element types that a LoRA adapter is saved in, and torch's name for each
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
+
+@dataclass(frozen=True)
+class TensorSpan:
+    """Where one tensor lies in a safetensors file's data (byte offsets past the header)."""
+
+    dtype: object
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True, eq=False)   # hashed by identity: the runtime keys its checks by the layout
+class AdapterLayout:
+    """An adapter's tensors as its safetensors header and its config place them, checked once: module name ->
+    (A's span, B's span, scale). Adapters with the same header and LoRA settings share one layout, so a
+    handoff of a retrained champion (same modules, same shapes) skips every per-module check but the file's."""
+
+    modules: dict
+    rank: int
+    data_bytes: int          # how many bytes of data the spans need past the header
+
+
+def _config_key(config: dict) -> tuple:
+    """What of an adapter config the scales depend on."""
+    return (config.get("lora_alpha"), bool(config.get("use_rslora")),
+            json.dumps(config.get("alpha_pattern") or {}, sort_keys=True))
+
+
+def read_adapter(directory: Path, config: dict, layouts: dict | None = None) -> AdapterWeights:
+    """The LoRA tensors of a PEFT directory (safetensors only), checked for settings this runtime cannot apply.
+
+    The file is mapped once and each tensor is a view of it (no tensor is converted or copied here: the
+    slot's copy does both in one step, see ``load_slots``). ``layouts``, where given, caches each header's checked
+    layout (see ``AdapterLayout``) from one call to the next."""
     where = str(directory / "adapter_config.json")
     if config.get("peft_type") != "LORA":
         raise BadInput(f"peft_type {config.get('peft_type')!r} is not LORA; the mixture runtime serves LoRA only",
@@ -151,31 +214,98 @@ def read_adapter(directory: Path, config: dict) -> AdapterWeights:
     alpha = config.get("lora_alpha")
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
         raise BadInput("expected a number", file=where, field="lora_alpha")
-    alpha_pattern = config.get("alpha_pattern") or {}
-    rslora = bool(config.get("use_rslora"))
-    tensors = load_file(str(directory / "adapter_model.safetensors"))
-    parts: dict[str, dict[str, object]] = {}
-    for key, tensor in tensors.items():
+    path = directory / "adapter_model.safetensors"
+    data, header = _read_safetensors(path)
+    key = (header, _config_key(config))
+    layout = layouts.get(key) if layouts is not None else None
+    if layout is None:
+        layout = _layout(path, header, config)
+        if layouts is not None:
+            if len(layouts) >= 32:      # a long-running server sees few distinct layouts; never an unbounded cache
+                layouts.clear()
+            layouts[key] = layout
+    if len(data) - 8 - len(header) < layout.data_bytes:
+        raise BadInput(f"the file ends before its tensors do ({len(data)} bytes)", file=str(path))
+    start = 8 + len(header)
+
+    def tensor(span: TensorSpan):
+        count = (span.end - span.begin) // span.dtype.itemsize
+        return torch.frombuffer(data, dtype=span.dtype, count=count, offset=start + span.begin).view(span.shape)
+
+    weights = AdapterWeights(rank=layout.rank, layout=layout)
+    for module, (a, b, scale) in layout.modules.items():
+        weights.modules[module] = (tensor(a), tensor(b), scale)
+    return weights
+
+
+def _read_safetensors(path: Path) -> tuple[mmap.mmap, bytes]:
+    """The file mapped into memory (copy-on-write, so tensors may view it in place; a handoff's copy into the
+    slots is then the only pass over the data, as in safetensors' own loading) and its JSON header's bytes."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY) if size >= 8 else b""
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read: {exc}", file=str(path)) from None
+    length = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    if not 0 < length <= len(data) - 8:
+        raise BadInput("not a safetensors file (its header length does not fit the file)", file=str(path))
+    return data, bytes(data[8:8 + length])
+
+
+def _layout(path: Path, header: bytes, config: dict) -> AdapterLayout:
+    """Check a safetensors header as a PEFT LoRA adapter's and place each module's A and B and scale."""
+    where = str(path)
+    try:
+        entries = json.loads(header)
+    except ValueError as exc:
+        raise BadInput(f"not a safetensors file (its header is not JSON: {exc})", file=where) from None
+    if not isinstance(entries, dict):
+        raise BadInput("not a safetensors file (its header is not a JSON object)", file=where)
+    parts: dict[str, dict[str, TensorSpan]] = {}
+    data_bytes = 0
+    for key, entry in entries.items():
+        if key == "__metadata__":
+            continue
+        span = _span(key, entry, where)
+        data_bytes = max(data_bytes, span.end)
         match = _PEFT_KEY.match(key)
         if not match:
             raise BadInput(f"unexpected tensor {key!r} (a LoRA adapter holds lora_A/lora_B weights only)",
-                           file=str(directory / "adapter_model.safetensors"))
-        parts.setdefault(match["module"], {})[match["part"]] = tensor
-    weights = AdapterWeights()
+                           file=where)
+        parts.setdefault(match["module"], {})[match["part"]] = span
+    alpha, rslora = config["lora_alpha"], bool(config.get("use_rslora"))
+    alpha_pattern = config.get("alpha_pattern") or {}
+    modules, rank_max = {}, 0
     for module, pair in sorted(parts.items()):
         if set(pair) != {"A", "B"}:
-            raise BadInput(f"{module} has lora_{'A' if 'A' not in pair else 'B'} missing",
-                           file=str(directory / "adapter_model.safetensors"))
+            raise BadInput(f"{module} has lora_{'A' if 'A' not in pair else 'B'} missing", file=where)
         a, b = pair["A"], pair["B"]
+        if len(a.shape) != 2 or len(b.shape) != 2 or b.shape[1] != a.shape[0] or a.shape[0] < 1:
+            raise BadInput(f"{module}: lora_A {a.shape} and lora_B {b.shape} do not fit together", file=where)
         rank = a.shape[0]
-        if a.dim() != 2 or b.dim() != 2 or b.shape[1] != rank:
-            raise BadInput(f"{module}: lora_A {tuple(a.shape)} and lora_B {tuple(b.shape)} do not fit together",
-                           file=str(directory / "adapter_model.safetensors"))
         module_alpha = next((v for pattern, v in alpha_pattern.items()
                              if re.search(rf"(^|\.){pattern}$", module)), alpha)
-        scale = module_alpha / (rank ** 0.5 if rslora else rank)
-        weights.modules[module] = (a, b, float(scale))
-        weights.rank = max(weights.rank, rank)
-    if not weights.modules:
-        raise BadInput("the adapter holds no LoRA weights", file=str(directory / "adapter_model.safetensors"))
-    return weights
+        modules[module] = (a, b, float(module_alpha / (rank ** 0.5 if rslora else rank)))
+        rank_max = max(rank_max, rank)
+    if not modules:
+        raise BadInput("the adapter holds no LoRA weights", file=where)
+    return AdapterLayout(modules, rank_max, data_bytes)
+
+
+def _span(key: str, entry, where: str) -> TensorSpan:
+    """One header entry ({"dtype", "shape", "data_offsets"}) as a span, its size checked against its shape."""
+    try:
+        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+        shape = tuple(int(n) for n in entry["shape"])
+        begin, end = (int(n) for n in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"tensor {key!r}: expected dtype (one of {', '.join(_SAFETENSORS_DTYPES)}), shape and "
+                       f"data_offsets in the header", file=where) from None
+    count = 1
+    for n in shape:
+        count *= n
+    if min(shape, default=0) < 0 or not 0 <= begin <= end or end - begin != count * dtype.itemsize:
+        raise BadInput(f"tensor {key!r}: its data_offsets {[begin, end]} do not hold a {entry['dtype']} "
+                       f"tensor of shape {list(shape)}", file=where)
+    return TensorSpan(dtype, shape, begin, end)

@@ -112,8 +112,11 @@ class MixtureRuntime:
             raise BadInput("must be 0 or more", field="--max-loras")
         if len(set(specialists)) != len(specialists) or not specialists:
             raise BadInput(f"expected distinct specialist names, got {list(specialists)}", field="specialists")
+        from mint.hardware import apply_decoding_threads
+
         self.loaded = loaded
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.threads = apply_decoding_threads()      # the hardware plan's decoding threads, with its figures
         self.model.eval()
         self.max_rank = max_rank
         self.table = SlotTable()
@@ -123,6 +126,8 @@ class MixtureRuntime:
         self._free_named = list(range(len(specialists) + 1, len(specialists) + 1 + named_slots))
         self.layer_of = {name: _layer_index(name) for name in self.modules}
         self.lock = threading.RLock()
+        self._layouts: dict = {}        # (safetensors header, LoRA settings) -> its checked AdapterLayout
+        self._targets: dict = {}        # AdapterLayout -> (the slotted modules it fills, those it leaves empty)
         self.sync_errors: dict[str, str] = {}          # specialist -> why its champion is not loaded
         self._failed_target: dict[str, str] = {}       # specialist -> the champion that failed to load
         if self.tokenizer.pad_token is None:
@@ -140,15 +145,27 @@ class MixtureRuntime:
         return self.slots[specialist]
 
     def _checked_weights(self, directory: Path, name: str):
-        """The LoRA weights at ``directory``, checked against the slots' rank and the base's layers."""
+        """The LoRA weights at ``directory``, checked against the slots' rank and the base's layers, and where
+        they go (see ``_targets_of``; checked once per layout: see ``mint.mol.lora.AdapterLayout``)."""
         from mint.mol.lora import read_adapter
         from mint.registry.artifacts import check_adapter_dir
 
-        weights = read_adapter(directory, check_adapter_dir(directory))
+        weights = read_adapter(directory, check_adapter_dir(directory), self._layouts)
         if weights.rank > self.max_rank:
             raise Refused(f"{name} has LoRA rank {weights.rank}, above the runtime's slot rank {self.max_rank}; "
                           f"start the runtime with --max-rank {weights.rank} or more")
-        for module, (a, b, _scale) in weights.modules.items():
+        placement = self._targets.get(weights.layout)
+        if placement is None:
+            if len(self._targets) >= 32:
+                self._targets.clear()
+            placement = self._targets[weights.layout] = self._targets_of(weights.layout, name, directory)
+        return weights, placement
+
+    def _targets_of(self, layout, name: str, directory: Path) -> tuple[list, list]:
+        """The slotted modules a layout's modules go into (in its order), and those it leaves empty; BadInput
+        when a module is not a linear layer of the base or its shape is not the base's."""
+        targets = []
+        for module, (a, b, _scale) in layout.modules.items():
             target = self.modules.get(module)
             if target is None:
                 raise BadInput(f"{name} adapts {module}, which is not a linear layer of base "
@@ -157,14 +174,17 @@ class MixtureRuntime:
                 raise BadInput(f"{name}: {module} is {target.base.in_features}->{target.base.out_features} in base "
                                f"{self.loaded.name}, but the adapter's LoRA is {a.shape[1]}->{b.shape[0]}",
                                file=str(directory))
-        return weights
+            targets.append(target)
+        untouched = [module for module_name, module in self.modules.items() if module_name not in layout.modules]
+        return targets, untouched
 
-    def _copy_into(self, index: int, weights) -> None:
-        for module_name, module in self.modules.items():
-            if module_name in weights.modules:
-                a, b, scale = weights.modules[module_name]
-                module.load_slot(index, a, b, scale)
-            elif module.ranks[index]:
+    def _copy_into(self, index: int, weights, placement: tuple[list, list]) -> None:
+        from mint.mol.lora import load_slots
+
+        targets, untouched = placement
+        load_slots(index, [(target, a, b, scale) for target, (a, b, scale) in zip(targets, weights.modules.values())])
+        for module in untouched:
+            if module.ranks[index]:
                 module.clear_slot(index)
 
     def _specialist_slot(self, specialist: str) -> Slot:
@@ -180,9 +200,9 @@ class MixtureRuntime:
         started = time.perf_counter()
         slot = self._specialist_slot(specialist)
         name = ref or str(directory)
-        weights = self._checked_weights(directory, name)
+        weights, placement = self._checked_weights(directory, name)
         with self.lock:
-            self._copy_into(slot.index, weights)
+            self._copy_into(slot.index, weights, placement)
             self.slots[specialist] = Slot(specialist, slot.index, revision_id, name, weights.rank)
         return Handoff(specialist, slot.ref, name, time.perf_counter() - started)
 
@@ -210,7 +230,7 @@ class MixtureRuntime:
             if fingerprint and fingerprint != self.loaded.fingerprint:
                 raise Refused(f"{directory} was trained on another base, not the loaded {self.loaded.name}")
             specialist, ref, revision_id = specialist, f"{specialist}:v{version}", manifest.get("id")
-        weights = self._checked_weights(Path(directory), name)
+        weights, placement = self._checked_weights(Path(directory), name)
         with self.lock:
             if name in self.named:
                 raise BadInput(f"the lora adapter {name!r} has already been loaded", field="lora_name")
@@ -218,7 +238,7 @@ class MixtureRuntime:
                 raise Refused(f"all {len(self.named)} named adapter slots are taken; unload one first or start the "
                               "server with a larger --max-loras")
             index = self._free_named.pop(0)
-            self._copy_into(index, weights)
+            self._copy_into(index, weights, placement)
             self.named[name] = Slot(specialist, index, revision_id, ref, weights.rank)
         return self.named[name]
 

@@ -212,6 +212,36 @@ def test_the_eval_report_records_the_contracts_precision(ws, candidate, tmp_path
     assert report["precision"]["requested"] == precision and report["precision"]["used"] == precision
 
 
+def test_an_eval_decodes_with_the_hardware_plans_threads_and_records_them(ws, candidate, tmp_path, monkeypatch):
+    from mint import hardware
+    from mint.contract.evaluate import evaluate
+    from tests.contract.test_schema import GOOD
+    from tests.test_hardware import AVX2_CPU, figures
+
+    monkeypatch.setattr(hardware, "_measure_probe", lambda cores: figures(1.0))
+    monkeypatch.setattr(hardware, "_measure_threads", lambda cores: {"1": [0.1] * 3, "2": [0.15] * 3})
+    found = hardware.detect(AVX2_CPU, cuda=False, cache=tmp_path / "probe")
+    monkeypatch.setattr(hardware, "detect", lambda *args, **kwargs: found)
+    rows = [{"messages": [{"role": "user", "content": f"Show a card titled {i}"}],
+             "reference": {"type": "Card", "props": {"title": str(i)}}} for i in range(2)]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    contract = tmp_path / "ui.yaml"
+    contract.write_text(GOOD)
+    decoding_threads = []
+    real = gen.generate
+    monkeypatch.setattr(gen, "generate", lambda *args, **kwargs: decoding_threads.append(torch.get_num_threads())
+                        or real(*args, **kwargs))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        report = evaluate(ws, candidate("genui").ref, contract).report.to_dict()
+    finally:
+        torch.set_num_threads(before)
+    assert decoding_threads and set(decoding_threads) == {1}
+    threads = report["generation"]["core"]["threads"]
+    assert threads["value"] == 1 and "1: 0.100 ms, 2: 0.150 ms" in threads["reason"]
+
+
 def test_answers_end_early_only_where_the_contract_asks(tmp_path):
     from mint.contract.schema import load_contract
     from tests.contract.test_schema import GOOD

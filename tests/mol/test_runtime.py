@@ -100,6 +100,88 @@ def test_adapter_for_another_architecture_is_bad_input(tiny_runtime, tiny_loras,
         tiny_runtime.load_adapter("chat", broken)
 
 
+def test_an_adapter_of_wrong_shapes_is_refused_after_one_with_the_same_modules_and_the_slot_kept(
+        tiny_runtime, tiny_loras, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tiny_runtime.load_adapter("chat", tiny_loras["chat"])
+    kept = {name: module.lora_b[1].clone() for name, module in tiny_runtime.modules.items()}
+    wrong = tmp_path / "wrong"
+    shutil.copytree(tiny_loras["chat"], wrong)
+    tensors = load_file(str(wrong / "adapter_model.safetensors"))     # the same modules, each B one row too many
+    save_file({k: torch.cat([v, v[:1]]) if ".lora_B." in k else v for k, v in tensors.items()},
+              str(wrong / "adapter_model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(BadInput, match=r"is \d+->\d+ in base .* but the adapter's LoRA is \d+->\d+") as refused:
+        tiny_runtime.load_adapter("chat", wrong)
+    assert refused.value.file == str(wrong)
+    assert all(torch.equal(module.lora_b[1], kept[name]) for name, module in tiny_runtime.modules.items())
+    assert tiny_runtime.slots["chat"].rank == 2
+
+
+def test_a_retrained_adapter_of_the_same_layout_is_checked_once_and_its_own_weights_loaded(
+        tiny_runtime, tiny_loras, tmp_path, monkeypatch):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from mint.mol import lora
+
+    layouts = []
+    original = lora._layout
+    monkeypatch.setattr(lora, "_layout", lambda *args: layouts.append(args[0]) or original(*args))
+    checks = []
+    targets_of = tiny_runtime._targets_of
+    monkeypatch.setattr(tiny_runtime, "_targets_of", lambda *args: checks.append(args[1]) or targets_of(*args))
+    retrained = tmp_path / "retrained"
+    shutil.copytree(tiny_loras["chat"], retrained)
+    tensors = load_file(str(retrained / "adapter_model.safetensors"))
+    tensors = {k: v * 3 + 1 for k, v in tensors.items()}
+    save_file(tensors, str(retrained / "adapter_model.safetensors"), metadata={"format": "pt"})
+    tiny_runtime.load_adapter("chat", tiny_loras["chat"])
+    tiny_runtime.load_adapter("chat", retrained)
+    assert len(layouts) == 1 and len(checks) == 1
+    slot = tiny_runtime.slots["chat"].index
+    for key, tensor in tensors.items():
+        module = tiny_runtime.modules[key.removeprefix("base_model.model.").split(".lora_")[0]]
+        loaded = module.lora_a[slot, :2] if ".lora_A." in key else module.lora_b[slot, :, :2]
+        assert torch.equal(loaded, tensor), key
+
+
+def _with_header(data: bytes, change) -> bytes:
+    """A safetensors file's bytes with ``change`` applied to its first tensor's header entry."""
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    change(header[next(key for key in header if key != "__metadata__")])
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data[8 + length:]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda data: data[:-64], "ends before its tensors do"),
+    (lambda data: (10**9).to_bytes(8, "little") + data[8:], "header length does not fit"),
+    (lambda data: data[:8] + b"[" + data[9:], "header is not JSON"),
+    (lambda data: _with_header(data, lambda entry: entry.update(dtype="I9")), "expected dtype"),
+    (lambda data: _with_header(data, lambda entry: entry["shape"].insert(0, 3)), "do not hold a F32 tensor"),
+])
+def test_a_damaged_safetensors_file_is_bad_input_naming_it_and_the_slot_kept(tiny_runtime, tiny_loras, tmp_path,
+                                                                           damage, message):
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_loras["chat"], damaged)
+    weights = damaged / "adapter_model.safetensors"
+    weights.write_bytes(damage(weights.read_bytes()))
+    tiny_runtime.load_adapter("chat", tiny_loras["chat"])
+    with pytest.raises(BadInput, match=message) as refused:
+        tiny_runtime.load_adapter("chat", damaged)
+    assert refused.value.file == str(weights)
+    assert tiny_runtime.slots["chat"].rank == 2 and tiny_runtime.slots["chat"].ref == str(tiny_loras["chat"])
+
+
 @pytest.mark.parametrize("setting", [{"use_dora": True}, {"bias": "all"}, {"peft_type": "IA3"},
                                      {"lora_alpha": "eight"}, {"modules_to_save": ["lm_head"]}])
 def test_peft_settings_the_runtime_cannot_apply_are_bad_input(tiny_runtime, tiny_loras, tmp_path, setting):
