@@ -22,7 +22,6 @@ event), never a hang.
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
 import time
 import uuid
@@ -182,22 +181,14 @@ class FeatureBatcher:
 
 
 def routing_base(name: str, layers: int | None = None):
-    """The base as the gateway holds it: loaded, then cut to its first ``layers`` decoder layers (default: those
-    the starter probe reads) with no LM head. (LoadedBase, how many layers the full base has)."""
-    from torch import nn
+    """The base as the gateway holds it: its first ``layers`` decoder layers (at least those the starter probe
+    reads), no LM head, only their weights read (``load_base(layers=K, head=False)``). (LoadedBase, how many
+    layers the full base has)."""
+    from mint.base import base_depth, default_probe_layers, load_base
 
-    from mint.base import decoder_layers, load_base, probe_layers
-
-    loaded = load_base(name)
-    decoder = loaded.model.get_decoder()
-    depth = len(decoder_layers(loaded.model))
-    keep = min(depth, max(layers or 0, *probe_layers(loaded.model)))
-    decoder.layers = decoder.layers[:keep]
-    if loaded.model.get_output_embeddings() is not None and \
-            loaded.model.get_output_embeddings().weight is not loaded.model.get_input_embeddings().weight:
-        loaded.model.lm_head = nn.Identity()       # an untied head is as large as the embeddings: let it go
-    gc.collect()
-    return loaded, depth
+    depth = base_depth(name)
+    keep = min(depth, max(layers or 0, *default_probe_layers(depth)))
+    return load_base(name, layers=keep, head=False), depth
 
 
 class Gateway(TurnBook):

@@ -277,6 +277,18 @@ def test_turns_routed_together_in_one_probe_pass_get_the_routes_each_gets_alone(
     gateway.close()
 
 
+def test_the_gateway_holds_the_bases_first_layers_and_no_head():
+    from mint.base import TINY, decoder_layers, load_base, probe_layers
+    from mint.mol.gateway import routing_base
+
+    whole = load_base(TINY)
+    held, depth = routing_base(TINY)
+    assert depth == len(decoder_layers(whole.model)) == 2
+    assert len(decoder_layers(held.model)) == max(probe_layers(whole.model)) == 1
+    assert held.model.get_output_embeddings() is None
+    assert sum(p.numel() for p in held.model.parameters()) < sum(p.numel() for p in whole.model.parameters())
+
+
 def holding_upstream(release: threading.Event, loaded: list, unloaded: list, asked: list):
     """An upstream with vLLM's runtime LoRA API that answers a chat completion once ``release`` is set, and
     404 for an adapter it does not hold then (as vLLM does)."""
