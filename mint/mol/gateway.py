@@ -195,7 +195,7 @@ class Gateway(TurnBook):
     """Routes turns on the base's early layers and forwards them to ``upstream`` (see the module's docstring)."""
 
     def __init__(self, ws: Workspace, project: Project, loaded, upstream: Upstream, *, depth: int | None = None,
-                 **options) -> None:
+                 max_rank: int | None = None, **options) -> None:
         import httpx
 
         super().__init__(ws, project, **options)
@@ -208,6 +208,9 @@ class Gateway(TurnBook):
         self.sync_errors: dict[str, str] = {}            # specialist -> why its champion is not published
         self.upstream_models: list[str] = []             # what the upstream said it serves, at the last poll
         self.upstream_error: str | None = None
+        self.given_max_rank = max_rank                   # the upstream's LoRA rank limit, as the operator gave it
+        self.upstream_max_rank: int | None = None        # ... as the upstream said it (a mint upstream's /health)
+        self.announcement = None                         # where the workspace hears that limit (``announce``)
         self.base_model: str | None = None               # the upstream's base (its first model without a parent)
         self.in_flight: dict[str, int] = {}              # upstream model -> turns forwarded to it, not yet answered
         self.retired: set[str] = set()                   # replaced adapters, unloaded once their turns are answered
@@ -216,6 +219,12 @@ class Gateway(TurnBook):
         self.features = FeatureBatcher(lambda conversations, layers, reads: probe_features(
             self.model, self.tokenizer, conversations, layers, reads))
         self._http = httpx.Client(timeout=upstream.timeout_s)
+
+    @property
+    def max_rank(self) -> int | None:
+        """The largest LoRA rank the upstream loads, if known: ``--max-rank`` (vLLM's ``--max-lora-rank``, which
+        vLLM does not tell its clients), else what a mint upstream's /health says."""
+        return self.given_max_rank if self.given_max_rank is not None else self.upstream_max_rank
 
     @classmethod
     def open(cls, ws: Workspace, project: Project, upstream: Upstream, *, base: str | None = None,
@@ -310,6 +319,29 @@ class Gateway(TurnBook):
         except (ValueError, KeyError, TypeError):
             raise UpstreamError(f"{self.upstream.api}/models did not answer a model list") from None
 
+    def learn_max_rank(self) -> None:
+        """``upstream_max_rank`` from the upstream's /health (a mint upstream says ``max_rank`` to a key; vLLM
+        says nothing), and the announcement updated when it changed."""
+        import httpx
+
+        try:
+            reply = self._http.get(f"{self.upstream.api.removesuffix('/v1')}/health", headers=self.upstream.headers())
+            said = reply.json().get("max_rank") if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            said = None
+        if isinstance(said, int) and not isinstance(said, bool) and said != self.upstream_max_rank:
+            self.upstream_max_rank = said
+            if self.announcement is not None:
+                self.announce(self.announcement[1])
+
+    def announce(self, url: str) -> None:
+        """Tell the workspace the upstream's rank limit (``mint.registry.servers``), so `mint promote` refuses a
+        champion the upstream could not load; nothing while the limit is unknown."""
+        from mint.registry.servers import announce
+
+        path = announce(self.ws, max_rank=self.max_rank, url=url) if self.max_rank is not None else None
+        self.announcement = (path, url)
+
     def publish(self, name: str, directory) -> None:
         """Load the adapter at ``directory`` on the upstream as ``name`` (vLLM's runtime LoRA loading; its
         filesystem must see ``directory``, the shared artifacts)."""
@@ -349,6 +381,8 @@ class Gateway(TurnBook):
             self.upstream_error = str(exc)
             raise
         self.upstream_models = [m["id"] for m in serves]
+        if self.given_max_rank is None:
+            self.learn_max_rank()
         self.base_model = next((m["id"] for m in serves if not m.get("parent")), None)
         self.upstream_error = None
         for name, target in targets.items():
@@ -397,7 +431,15 @@ class Gateway(TurnBook):
         self.router = starter_router(self.project, self.router, self.model, self.features)
         return moves
 
+    def withdraw_announcement(self) -> None:
+        from mint.registry.servers import withdraw
+
+        if self.announcement is not None and self.announcement[0] is not None:
+            withdraw(self.announcement[0])
+        self.announcement = None
+
     def close(self) -> None:
+        self.withdraw_announcement()
         super().close()
         self._http.close()
 
@@ -486,7 +528,8 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
         return JSONResponse({"status": status, "revisions": gateway.revisions(), "specialists": specialists,
                              "router": gateway.router.revision or "rules",
                              "upstream": {"url": gateway.upstream.api, "serves": gateway.upstream_models,
-                                          "base_model": gateway.base_model, "error": gateway.upstream_error},
+                                          "base_model": gateway.base_model, "error": gateway.upstream_error,
+                                          "max_rank": gateway.max_rank},
                              "queue": {"outstanding": state["outstanding"], "limit": limits.max_queue},
                              "poller": {"alive": poller.alive, "last_poll": poller.last_poll},
                              "sync_error": poller.last_error}, 200 if ok else 503)
@@ -655,11 +698,17 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
 
 def serve_gateway(gateway: Gateway, sock, *, poll_s: float = 2.0, access: Access = Access(),
                   limits: Limits = Limits()) -> None:
-    """Serve the gateway on ``sock`` until interrupted (blocking)."""
+    """Serve the gateway on ``sock`` until interrupted (blocking). While it runs, the workspace knows the
+    upstream's LoRA rank limit when the gateway does (``Gateway.max_rank``)."""
     import uvicorn
 
     from mint.mol.serve import server_config
 
     app = create_gateway_app(gateway, poll_s=poll_s, access=access, limits=limits)
-    uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
+    host, port = sock.getsockname()[:2]
+    gateway.announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
+    try:
+        uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
+    finally:
+        gateway.withdraw_announcement()
 

@@ -289,6 +289,28 @@ def test_the_gateway_holds_the_bases_first_layers_and_no_head():
     assert sum(p.numel() for p in held.model.parameters()) < sum(p.numel() for p in whole.model.parameters())
 
 
+def test_the_gateway_announces_the_rank_a_mint_upstream_loads_and_promote_keeps_to_it(ws, tiny_loras, upstream):
+    from mint.errors import Refused
+    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.registry.artifacts import register
+    from mint.registry.promotion import promote
+    from mint.registry.servers import running_servers
+
+    gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec(upstream.url, UPSTREAM_KEY))
+    assert gateway.max_rank == 16                                    # the upstream's /health said so
+    gateway.announce("http://127.0.0.1:8000")
+    assert [s["max_rank"] for s in running_servers(ws)] == [16]
+    wide = register(ws, tiny_loras["wide"], specialist="coding", base="tiny-random", method="sft")   # rank 32
+    with pytest.raises(Refused, match="rank 32, above the rank 16"):
+        promote(ws, wide.ref)
+    gateway.close()
+    assert running_servers(ws) == []
+    given = Gateway.open(ws, TINY_PROJECT, UpstreamSpec(upstream.url, UPSTREAM_KEY), max_rank=8)
+    given.announce("http://127.0.0.1:8000")                          # vLLM's --max-lora-rank, as the operator says
+    assert [s["max_rank"] for s in running_servers(ws)] == [8]
+    given.close()
+
+
 def holding_upstream(release: threading.Event, loaded: list, unloaded: list, asked: list):
     """An upstream with vLLM's runtime LoRA API that answers a chat completion once ``release`` is set, and
     404 for an adapter it does not hold then (as vLLM does)."""
