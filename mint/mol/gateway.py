@@ -25,7 +25,7 @@ import asyncio
 import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
@@ -477,8 +477,6 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
     from mint.mol.serve import (MODEL, ChampionPoller, RequestError, completion_body, stream_events, InFlight, Relay,
                                 add_feedback_route, error_response, openai_app, parse_chat_request)
 
-    from concurrent.futures import ThreadPoolExecutor
-
     poller = ChampionPoller(gateway, poll_s)
     # routing and logging run off the event loop, on threads of their own: the default pool has a few per core,
     # and a turn waiting for a probe pass holds one while it waits
@@ -486,6 +484,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
 
     async def off_loop(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(blocking, fn, *args)
+
     in_flight = InFlight(limits.max_per_key)
     state = {"outstanding": 0}
     timeout = httpx.Timeout(gateway.upstream.timeout_s)
