@@ -287,13 +287,16 @@ def load_tokenizer(name: str):
     return tokenizer
 
 
+TINY_LAYERS = 2
+
+
 def build_tiny_random(tokenizer, seed: int = 0):
     """A 2-layer llama with hidden size 64: random, but the same weights for the same seed."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=TINY_LAYERS,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -307,28 +310,88 @@ def build_tiny_random(tokenizer, seed: int = 0):
     return model
 
 
-def load_base(name: str) -> LoadedBase:
-    """Model (float32, eval mode) and tokenizer of ``name``, with the base's fingerprint."""
+def load_base(name: str, *, layers: int | None = None, head: bool = True) -> LoadedBase:
+    """Model (float32, eval mode) and tokenizer of ``name``, with the base's fingerprint (the whole base's).
+
+    ``layers=K`` keeps the first K decoder layers only, and ``head=False`` drops the LM head (the model is the
+    bare decoder, e.g. ``LlamaModel``): what reads early hidden states and never generates (the gateway's router
+    probe) holds a fraction of the base. A base on disk is then built with K layers and only their weights are
+    read; the tiny base, built in memory, is cut after it is built (its weights stay those of the full one).
+    A cut model's config still describes the whole base (its depth: ``probe_layers`` reads it)."""
     started = time.perf_counter()
     tokenizer = load_tokenizer(name)
     path = resolve_base(name)
     if path is None:
         model = build_tiny_random(tokenizer)
         fingerprint = fingerprint_model(model)
+        if layers is not None:
+            _check_kept(name, layers, TINY_LAYERS)
+            model.model.layers = model.model.layers[:layers]
+        if not head:
+            model = model.get_decoder()
     else:
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+            config = AutoConfig.from_pretrained(str(path))
         except (OSError, ValueError) as exc:
             raise BadInput(f"cannot load the model: {exc}", file=str(path)) from None
+        whole = (config.num_hidden_layers, getattr(config, "layer_types", None))
+        if layers is not None:
+            _check_kept(name, layers, config.num_hidden_layers)
+            config.num_hidden_layers = layers         # built with K layers: only their weights are read
+            if isinstance(whole[1], list):            # a per-layer list (attention kinds) names the kept ones
+                config.layer_types = whole[1][:layers]
+        try:
+            with _quiet_unused_weights():
+                model = (AutoModelForCausalLM if head else AutoModel).from_pretrained(
+                    str(path), config=config, dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"cannot load the model: {exc}", file=str(path)) from None
+        model.config.num_hidden_layers = whole[0]
+        if isinstance(whole[1], list):
+            model.config.layer_types = whole[1]
         info = path / _BASE_INFO
         fingerprint = (json.loads(info.read_text())["fingerprint"] if info.exists()
                        else _local_fingerprint(str(path), (path / "config.json").stat().st_mtime_ns))
     model.eval()
     return LoadedBase(name, model, tokenizer, fingerprint, str(path) if path else None,
                       time.perf_counter() - started)
+
+
+def _check_kept(name: str, layers: int, depth: int) -> None:
+    if not 1 <= layers <= depth:
+        raise BadInput(f"cannot keep {layers} decoder layers of {name}, which has {depth}", field="layers")
+
+
+def base_depth(name: str) -> int:
+    """How many decoder layers the base ``name`` has, read from its config (no weights load)."""
+    path = resolve_base(name)
+    if path is None:
+        return TINY_LAYERS
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path)).num_hidden_layers
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BadInput(f"cannot read the model's config: {exc}", file=str(path)) from None
+
+
+class _quiet_unused_weights:
+    """Silences transformers' report of the checkpoint's weights a cut model does not take (the dropped layers
+    and head: on purpose)."""
+
+    def __enter__(self):
+        from transformers.utils import logging
+
+        self._level = logging.get_verbosity()
+        logging.set_verbosity_error()
+
+    def __exit__(self, *_exc):
+        from transformers.utils import logging
+
+        logging.set_verbosity(self._level)
 
 
 def describe_base(name: str) -> dict:
@@ -374,5 +437,11 @@ def probe_layers(model) -> tuple[int, ...]:
     """The layers a router probe reads by default: a third of the base's depth. On SmolLM2-135M layer 10 of 30,
     the earliest layer whose router met contracts/router.yaml with validation and everyday accuracy within 0.01
     of the best layer's (scripts/bench_router.py). Adapters leave these layers to the base by default
-    (lora.from_layer), so the mixture routes each turn from its own prefill's states."""
-    return (max(1, len(decoder_layers(model)) // 3),)
+    (lora.from_layer), so the mixture routes each turn from its own prefill's states. The depth is the whole
+    base's, also for a model loaded with its first layers only (``load_base(layers=K)``)."""
+    return default_probe_layers(getattr(model.config, "num_hidden_layers", None) or len(decoder_layers(model)))
+
+
+def default_probe_layers(depth: int) -> tuple[int, ...]:
+    """``probe_layers`` of a base with ``depth`` decoder layers."""
+    return (max(1, depth // 3),)

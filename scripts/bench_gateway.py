@@ -150,11 +150,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def bench_overhead(gateway: str, upstream: str, upstream_key: str | None, turns: int, clients: int,
+def bench_overhead(home: Path, gateway: str, upstream: str, upstream_key: str | None, turns: int, clients: int,
                    max_tokens: int, rounds: int) -> dict:
     import httpx
 
     from mint.mol.export import adapter_name
+    from mint.mol.turnlog import read_turns
+    from mint.workspace import workspace
 
     texts = [TURNS[i % len(TURNS)] for i in range(turns)]
     # the adapter the gateway names for each turn: the direct calls ask the upstream for the same one
@@ -166,6 +168,7 @@ def bench_overhead(gateway: str, upstream: str, upstream_key: str | None, turns:
     listed = httpx.get(f"{upstream.rstrip('/').removesuffix('/v1')}/v1/models",
                        headers={"authorization": f"Bearer {upstream_key}"} if upstream_key else {}).json()["data"]
     base_model = next(m["id"] for m in listed if not m.get("parent"))
+    logged_before = len(read_turns(workspace(home)))
     direct, through = [], []
     for _ in range(rounds):    # alternating rounds: a busy neighbour slows both sides alike
         direct += [e for e, _r in concurrently(
@@ -177,6 +180,11 @@ def bench_overhead(gateway: str, upstream: str, upstream_key: str | None, turns:
                "gateway_median_ms": statistics.median(through) * 1000,
                "gateway_p95_ms": percentile(through, 0.95) * 1000}
     figures["overhead_median"] = figures["gateway_median_ms"] / figures["direct_median_ms"] - 1
+    # where the gateway's time goes, as it logged each turn: routing (the probe pass and any wait for it), and
+    # routing plus forwarding (the upstream's answer)
+    logged = read_turns(workspace(home))[logged_before:]
+    figures["gateway_route_median_ms"] = statistics.median(t["route_ms"] for t in logged) if logged else None
+    figures["gateway_logged_median_ms"] = statistics.median(t["latency_ms"] for t in logged) if logged else None
     return figures
 
 
@@ -249,7 +257,7 @@ def main() -> None:
                                                    *(["--upstream-key", upstream_key] if upstream_key else [])],
                                             tmp / "gateway.log")
             processes.append(process)
-            overhead = bench_overhead(gateway, upstream, upstream_key, args.turns, args.clients, args.max_tokens,
+            overhead = bench_overhead(home, gateway, upstream, upstream_key, args.turns, args.clients, args.max_tokens,
                                       args.rounds)
             routing = bench_routing(home, gateway, project, args.base, args.routing_limit)
             memory = {"gateway": memory_kib(processes[-1].pid)}
@@ -270,6 +278,9 @@ def main() -> None:
     print(f"  upstream directly   median {o['direct_median_ms']:8.1f} ms   p95 {o['direct_p95_ms']:8.1f} ms")
     print(f"  through the gateway median {o['gateway_median_ms']:8.1f} ms   p95 {o['gateway_p95_ms']:8.1f} ms")
     print(f"  gateway overhead on the median: {o['overhead_median']:+.1%} (goal <= {OVERHEAD_GOAL:.0%})")
+    if o["gateway_route_median_ms"] is not None:
+        print(f"  the gateway's log: routing median {o['gateway_route_median_ms']:.1f} ms, routing and the "
+              f"upstream's answer median {o['gateway_logged_median_ms']:.1f} ms")
     print(f"routing: {routing['identical']}/{routing['turns']} held-out turns routed as the local runtime routes "
           f"them (gateway accuracy {routing['gateway_accuracy']:.3f})")
     for name, figures in memory.items():

@@ -65,6 +65,38 @@ def test_local_directory_base(tmp_path):
     assert local.model.config.hidden_size == 64
 
 
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_base_loaded_with_its_first_layers_only_reads_the_same_features_with_fewer_weights(tmp_path, on_disk):
+    from mint.mol.router import probe_features
+
+    name, keep = base.TINY, 1
+    if on_disk:        # six layers, so that a third of the kept ones is not a third of the base's
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        tiny = base.load_base(base.TINY)
+        LlamaForCausalLM(LlamaConfig(**{**tiny.model.config.to_dict(), "num_hidden_layers": 6,
+                                        "tie_word_embeddings": False})).save_pretrained(tmp_path / "m")
+        tiny.tokenizer.save_pretrained(tmp_path / "m")
+        name, keep = str(tmp_path / "m"), 2
+    whole = base.load_base(name)
+    cut = base.load_base(name, layers=keep, head=False)
+    assert len(base.decoder_layers(cut.model)) == keep and cut.model.get_output_embeddings() is None
+    assert not any(f".layers.{keep}." in key or key.startswith("lm_head") for key in cut.model.state_dict())
+    assert sum(p.numel() for p in cut.model.parameters()) < sum(p.numel() for p in whole.model.parameters())
+    assert base.probe_layers(cut.model) == base.probe_layers(whole.model)   # the whole base's depth
+    assert cut.fingerprint == whole.fingerprint
+    conversations = [[{"role": "user", "content": "Write a haiku about rain."}],
+                     [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+                      {"role": "user", "content": "what is 2 + 2"}]]
+    for reads in ("prompt", "turn"):
+        import torch
+
+        assert torch.allclose(probe_features(cut.model, cut.tokenizer, conversations, keep, reads),
+                              probe_features(whole.model, whole.tokenizer, conversations, keep, reads), atol=1e-6)
+    with pytest.raises(BadInput, match="cannot keep 7 decoder layers"):
+        base.load_base(name, layers=7)
+
+
 def test_unknown_base_and_bad_directory_are_bad_input(tmp_path):
     with pytest.raises(BadInput, match="unknown base 'gpt-9'"):
         base.load_base("gpt-9")

@@ -15,7 +15,10 @@ from mint.mol.admission import Limits
 def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
                   port: int = typer.Option(8000, "--port", help="Port to listen on."),
                   base: Optional[str] = typer.Option(None, "--base", "-b", help="Base model (default: mint.yaml's)."),
-                  max_rank: int = typer.Option(16, "--max-rank", help="LoRA rank each specialist's slot holds."),
+                  max_rank: Optional[int] = typer.Option(
+                      None, "--max-rank", help="LoRA rank each specialist's slot holds (16); with --upstream, the "
+                                               "upstream's limit (vLLM's --max-lora-rank), which `mint promote` "
+                                               "then keeps to (a mint upstream says its own)."),
                   window_ms: float = typer.Option(10.0, "--window-ms", help="How long a batch waits for more requests."),
                   max_batch: int = typer.Option(16, "--max-batch", help="Most turns generated in one mixed batch."),
                   poll_s: float = typer.Option(2.0, "--poll", help="Seconds between checks for new champions."),
@@ -87,8 +90,8 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
         if upstream is not None:
             return _serve_gateway(workspace, load_project(config), sock, Upstream(upstream, upstream_key,
                                                                                    upstream_timeout),
-                                  base=base, log=log, scrub_logs=scrub_logs, poll_s=poll_s, access=access,
-                                  limits=limits, keyless=not keys)
+                                  base=base, max_rank=max_rank, log=log, scrub_logs=scrub_logs, poll_s=poll_s,
+                                  access=access, limits=limits, keyless=not keys)
         if max_loras < 0:
             raise BadInput("must be 0 or more", field="--max-loras")
         mixture = Mixture.open(workspace, load_project(config), base=base, max_rank=max_rank, log=log,
@@ -105,17 +108,24 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
         sock.close()
 
 
-def _serve_gateway(workspace, project, sock, upstream, *, base, log, scrub_logs, poll_s, access, limits,
+def _serve_gateway(workspace, project, sock, upstream, *, base, max_rank, log, scrub_logs, poll_s, access, limits,
                    keyless: bool) -> None:
+    from mint.errors import BadInput
     from mint.mol.gateway import Gateway, serve_gateway
 
-    gateway = Gateway.open(workspace, project, upstream, base=base, log=log, scrub_logs=scrub_logs)
+    if max_rank is not None and max_rank < 1:
+        raise BadInput("must be 1 or more", field="--max-rank")
+    gateway = Gateway.open(workspace, project, upstream, base=base, max_rank=max_rank, log=log,
+                           scrub_logs=scrub_logs)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     revisions = ", ".join(f"{k} {v}" for k, v in gateway.revisions().items())
     err.print(f"gateway on http://{escape(url_host)}:{port}/v1 to {escape(upstream.api)}  ({escape(revisions)}; "
               f"{len(gateway.model.get_decoder().layers)} of the base's {gateway.depth} layers held)"
               + ("" if not keyless else "  [no API key: anyone who reaches the port may call]"))
+    if gateway.max_rank is None:
+        err.print("warning: the upstream does not say its largest LoRA rank: give --max-rank (vLLM's "
+                  "--max-lora-rank) so that `mint promote` refuses an adapter it could not load")
     if gateway.upstream_error:
         err.print(f"warning: {escape(gateway.upstream_error)} (retried every {poll_s:g} s)")
     for name, problem in gateway.sync_errors.items():

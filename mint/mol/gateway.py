@@ -22,11 +22,10 @@ event), never a hang.
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
@@ -86,30 +85,117 @@ class Published:
     revision_id: str
 
 
+@dataclass
+class _FeatureRequest:
+    """One caller's conversations, waiting for a pass; ``wake`` is set when its rows are ready (``rows`` or
+    ``error``) or when it is to run the next pass itself."""
+    conversations: list
+    layers: tuple[int, ...]
+    reads: str
+    wake: threading.Event
+    done: bool = False
+    rows: object = None
+    error: BaseException | None = None
+
+
+class FeatureBatcher:
+    """The probe's features for concurrent callers (the gateway's request threads), one forward pass for all
+    that arrive while a pass runs: ``compute(conversations, layers, reads)`` (``probe_features``) runs in one
+    caller's thread at a time, on every conversation waiting then, and each caller takes back its own rows.
+
+    A caller finds no pass running and runs one; one that arrives during a pass waits, and the first of those
+    waiting runs the next pass, on everything that queued up behind it. A pass that fails (a conversation past
+    the context) is run again per caller, so each hears its own error."""
+
+    def __init__(self, compute) -> None:
+        self.compute = compute
+        self._lock = threading.Lock()
+        self._waiting: list[_FeatureRequest] = []
+        self._running = False
+        self.passes = 0              # forward passes run (each on one or more callers' conversations)
+
+    @property
+    def waiting(self) -> int:
+        """Callers queued for the next pass."""
+        with self._lock:
+            return len(self._waiting)
+
+    def __call__(self, conversations, layer, reads: str):
+        layers = (layer,) if isinstance(layer, int) else tuple(layer)
+        request = _FeatureRequest(list(conversations), layers, reads, threading.Event())
+        with self._lock:
+            self._waiting.append(request)
+            leads = not self._running
+            self._running = True
+        if not leads:
+            request.wake.wait()
+        if not request.done:         # no pass was running, or the one that ran handed this caller the next
+            with self._lock:
+                batch, self._waiting = self._waiting, []
+            try:
+                self._run(batch)
+            finally:
+                with self._lock:
+                    if self._waiting:
+                        self._waiting[0].wake.set()
+                    else:
+                        self._running = False
+        if request.error is not None:
+            raise request.error
+        return request.rows
+
+    def _run(self, batch: list[_FeatureRequest]) -> None:
+        groups: dict[tuple, list[_FeatureRequest]] = {}
+        for request in batch:        # a router switch may leave callers of two probes waiting at once
+            groups.setdefault((request.layers, request.reads), []).append(request)
+        for (layers, reads), requests in groups.items():
+            try:
+                self._settle(requests, layers, reads)
+            except BaseException as exc:     # noqa: BLE001 - each caller hears it, then this thread's own raises
+                for request in requests:
+                    if not request.done:
+                        request.error, request.done = exc, True
+                        request.wake.set()
+
+    def _settle(self, requests: list[_FeatureRequest], layers: tuple[int, ...], reads: str) -> None:
+        conversations = [c for request in requests for c in request.conversations]
+        try:
+            self.passes += 1
+            rows = self.compute(conversations, list(layers), reads)
+        except MintError:
+            if len(requests) == 1:
+                raise
+            for request in requests:         # whose conversation it was: each alone
+                try:
+                    self._settle([request], layers, reads)
+                except MintError as own:
+                    request.error, request.done = own, True
+                    request.wake.set()
+            return
+        start = 0
+        for request in requests:
+            request.rows = rows[start:start + len(request.conversations)]
+            start += len(request.conversations)
+            request.done = True
+            request.wake.set()
+
+
 def routing_base(name: str, layers: int | None = None):
-    """The base as the gateway holds it: loaded, then cut to its first ``layers`` decoder layers (default: those
-    the starter probe reads) with no LM head. (LoadedBase, how many layers the full base has)."""
-    from torch import nn
+    """The base as the gateway holds it: its first ``layers`` decoder layers (at least those the starter probe
+    reads), no LM head, only their weights read (``load_base(layers=K, head=False)``). (LoadedBase, how many
+    layers the full base has)."""
+    from mint.base import base_depth, default_probe_layers, load_base
 
-    from mint.base import decoder_layers, load_base, probe_layers
-
-    loaded = load_base(name)
-    decoder = loaded.model.get_decoder()
-    depth = len(decoder_layers(loaded.model))
-    keep = min(depth, max(layers or 0, *probe_layers(loaded.model)))
-    decoder.layers = decoder.layers[:keep]
-    if loaded.model.get_output_embeddings() is not None and \
-            loaded.model.get_output_embeddings().weight is not loaded.model.get_input_embeddings().weight:
-        loaded.model.lm_head = nn.Identity()       # an untied head is as large as the embeddings: let it go
-    gc.collect()
-    return loaded, depth
+    depth = base_depth(name)
+    keep = min(depth, max(layers or 0, *default_probe_layers(depth)))
+    return load_base(name, layers=keep, head=False), depth
 
 
 class Gateway(TurnBook):
     """Routes turns on the base's early layers and forwards them to ``upstream`` (see the module's docstring)."""
 
     def __init__(self, ws: Workspace, project: Project, loaded, upstream: Upstream, *, depth: int | None = None,
-                 **options) -> None:
+                 max_rank: int | None = None, **options) -> None:
         import httpx
 
         super().__init__(ws, project, **options)
@@ -122,9 +208,23 @@ class Gateway(TurnBook):
         self.sync_errors: dict[str, str] = {}            # specialist -> why its champion is not published
         self.upstream_models: list[str] = []             # what the upstream said it serves, at the last poll
         self.upstream_error: str | None = None
+        self.given_max_rank = max_rank                   # the upstream's LoRA rank limit, as the operator gave it
+        self.upstream_max_rank: int | None = None        # ... as the upstream said it (a mint upstream's /health)
+        self.announcement = None                         # where the workspace hears that limit (``announce``)
         self.base_model: str | None = None               # the upstream's base (its first model without a parent)
-        self.lock = threading.Lock()                     # one probe pass at a time (it hooks the layers)
+        self.in_flight: dict[str, int] = {}              # upstream model -> turns forwarded to it, not yet answered
+        self.retired: set[str] = set()                   # replaced adapters, unloaded once their turns are answered
+        self._turns_lock = threading.Lock()              # a turn takes its model and counts in one step
+        # one probe pass at a time (it hooks the layers), on the conversations of every turn waiting for one
+        self.features = FeatureBatcher(lambda conversations, layers, reads: probe_features(
+            self.model, self.tokenizer, conversations, layers, reads))
         self._http = httpx.Client(timeout=upstream.timeout_s)
+
+    @property
+    def max_rank(self) -> int | None:
+        """The largest LoRA rank the upstream loads, if known: ``--max-rank`` (vLLM's ``--max-lora-rank``, which
+        vLLM does not tell its clients), else what a mint upstream's /health says."""
+        return self.given_max_rank if self.given_max_rank is not None else self.upstream_max_rank
 
     @classmethod
     def open(cls, ws: Workspace, project: Project, upstream: Upstream, *, base: str | None = None,
@@ -142,11 +242,6 @@ class Gateway(TurnBook):
         return gateway
 
     # --- routing ---------------------------------------------------------------------------
-
-    def features(self, conversations: list[list[dict]], layer, reads: str):
-        """The probe's features on the held layers (``probe_features``)."""
-        with self.lock:
-            return probe_features(self.model, self.tokenizer, conversations, layer, reads)
 
     def route(self, turn: Turn) -> tuple[Route, float]:
         """The turn's route (a forced one for ``mint/NAME``) and the milliseconds routing took."""
@@ -167,6 +262,35 @@ class Gateway(TurnBook):
             raise UpstreamError(f"{self.upstream.api} has not said which models it serves"
                                 + (f" ({self.upstream_error})" if self.upstream_error else ""))
         return self.base_model, "base"
+
+    def begin_turn(self, specialist: str) -> tuple[str, str]:
+        """``target(specialist)``, counted in flight on that model until ``end_turn``: an adapter a promotion
+        replaced stays loaded on the upstream while a turn forwarded to it is still being answered."""
+        with self._turns_lock:
+            model, served_by = self.target(specialist)
+            self.in_flight[model] = self.in_flight.get(model, 0) + 1
+        return model, served_by
+
+    def end_turn(self, model: str) -> None:
+        with self._turns_lock:
+            self.in_flight[model] -= 1
+            if not self.in_flight[model]:
+                del self.in_flight[model]
+
+    def withdraw_drained(self) -> None:
+        """Unload every replaced adapter that no turn in flight is using any more."""
+        with self._turns_lock:
+            drained = {name for name in self.retired if name not in self.in_flight}
+            self.retired -= drained
+        for name in sorted(drained):
+            try:
+                self.withdraw(name)
+            except UpstreamError:
+                with self._turns_lock:
+                    self.retired.add(name)      # the next sync tries again
+                raise
+            if name in self.upstream_models:
+                self.upstream_models.remove(name)
 
     def revisions(self) -> dict[str, str]:
         served = {name: self.published[name].ref if name in self.published else "base" for name in self.project.names}
@@ -194,6 +318,29 @@ class Gateway(TurnBook):
             return [m for m in reply.json()["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
         except (ValueError, KeyError, TypeError):
             raise UpstreamError(f"{self.upstream.api}/models did not answer a model list") from None
+
+    def learn_max_rank(self) -> None:
+        """``upstream_max_rank`` from the upstream's /health (a mint upstream says ``max_rank`` to a key; vLLM
+        says nothing), and the announcement updated when it changed."""
+        import httpx
+
+        try:
+            reply = self._http.get(f"{self.upstream.api.removesuffix('/v1')}/health", headers=self.upstream.headers())
+            said = reply.json().get("max_rank") if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            said = None
+        if isinstance(said, int) and not isinstance(said, bool) and said != self.upstream_max_rank:
+            self.upstream_max_rank = said
+            if self.announcement is not None:
+                self.announce(self.announcement[1])
+
+    def announce(self, url: str) -> None:
+        """Tell the workspace the upstream's rank limit (``mint.registry.servers``), so `mint promote` refuses a
+        champion the upstream could not load; nothing while the limit is unknown."""
+        from mint.registry.servers import announce
+
+        path = announce(self.ws, max_rank=self.max_rank, url=url) if self.max_rank is not None else None
+        self.announcement = (path, url)
 
     def publish(self, name: str, directory) -> None:
         """Load the adapter at ``directory`` on the upstream as ``name`` (vLLM's runtime LoRA loading; its
@@ -234,6 +381,8 @@ class Gateway(TurnBook):
             self.upstream_error = str(exc)
             raise
         self.upstream_models = [m["id"] for m in serves]
+        if self.given_max_rank is None:
+            self.learn_max_rank()
         self.base_model = next((m["id"] for m in serves if not m.get("parent")), None)
         self.upstream_error = None
         for name, target in targets.items():
@@ -249,7 +398,11 @@ class Gateway(TurnBook):
                 if adapter not in self.upstream_models:
                     self.publish(adapter, directory)
                     self.upstream_models.append(adapter)
-                self.published[name] = Published(adapter, revision.ref, revision.id)   # routing switches here
+                with self._turns_lock:          # routing switches here
+                    self.published[name] = Published(adapter, revision.ref, revision.id)
+                    self.retired.discard(adapter)       # a rollback to an adapter not unloaded yet
+                    if old is not None and old.name != adapter and old.name in self.upstream_models:
+                        self.retired.add(old.name)
             except UpstreamError as exc:
                 self.sync_errors[name] = self.upstream_error = str(exc)
                 raise
@@ -257,10 +410,8 @@ class Gateway(TurnBook):
                 self.sync_errors[name] = str(exc) if isinstance(exc, MintError) else f"{type(exc).__name__}: {exc}"
                 continue
             self.sync_errors.pop(name, None)
-            if old is not None and old.name != adapter and old.name in self.upstream_models:
-                self.withdraw(old.name)
-                self.upstream_models.remove(old.name)
             moves.append(Handoff(name, old.ref if old else None, revision.ref, time.perf_counter() - started))
+        self.withdraw_drained()
         return moves
 
     def _sync_router(self, target: str | None, probe_type, load_revision) -> list[Handoff]:
@@ -280,7 +431,15 @@ class Gateway(TurnBook):
         self.router = starter_router(self.project, self.router, self.model, self.features)
         return moves
 
+    def withdraw_announcement(self) -> None:
+        from mint.registry.servers import withdraw
+
+        if self.announcement is not None and self.announcement[0] is not None:
+            withdraw(self.announcement[0])
+        self.announcement = None
+
     def close(self) -> None:
+        self.withdraw_announcement()
         super().close()
         self._http.close()
 
@@ -319,6 +478,13 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
                                 add_feedback_route, error_response, openai_app, parse_chat_request)
 
     poller = ChampionPoller(gateway, poll_s)
+    # routing and logging run off the event loop, on threads of their own: the default pool has a few per core,
+    # and a turn waiting for a probe pass holds one while it waits
+    blocking = ThreadPoolExecutor(max_workers=64, thread_name_prefix="mint-gateway")
+
+    async def off_loop(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(blocking, fn, *args)
+
     in_flight = InFlight(limits.max_per_key)
     state = {"outstanding": 0}
     timeout = httpx.Timeout(gateway.upstream.timeout_s)
@@ -335,6 +501,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
         finally:
             poller.stop()
             await clients[0].aclose()
+            blocking.shutdown(wait=True)
             gateway.close()
 
     app, body_of = openai_app(lifespan, access, limits)
@@ -360,7 +527,8 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
         return JSONResponse({"status": status, "revisions": gateway.revisions(), "specialists": specialists,
                              "router": gateway.router.revision or "rules",
                              "upstream": {"url": gateway.upstream.api, "serves": gateway.upstream_models,
-                                          "base_model": gateway.base_model, "error": gateway.upstream_error},
+                                          "base_model": gateway.base_model, "error": gateway.upstream_error,
+                                          "max_rank": gateway.max_rank},
                              "queue": {"outstanding": state["outstanding"], "limit": limits.max_queue},
                              "poller": {"alive": poller.alive, "last_poll": poller.last_poll},
                              "sync_error": poller.last_error}, 200 if ok else 503)
@@ -396,8 +564,8 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
 
     async def forward(request: Request, turn: Turn):
         started = time.perf_counter()
-        route, route_ms = await asyncio.to_thread(gateway.route, turn)
-        upstream_model, served_by = gateway.target(route.specialist)
+        route, route_ms = await off_loop(gateway.route, turn)
+        upstream_model, served_by = gateway.begin_turn(route.specialist)
         url = f"{gateway.upstream.api}/chat/completions"
         body = gateway.upstream_body(turn, upstream_model, stream=False)
         try:
@@ -407,6 +575,8 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
             raise UpstreamError(f"{url} did not answer within {gateway.upstream.timeout_s:g} s", 504) from None
         except httpx.HTTPError as exc:
             raise UpstreamError(f"cannot reach {url}: {exc}") from None
+        finally:
+            gateway.end_turn(upstream_model)
         if reply.status_code != 200:
             raise UpstreamError(_upstream_message(reply.status_code, reply.text))
         try:
@@ -417,7 +587,8 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
             raise UpstreamError(f"{url} answered something other than a chat completion") from None
         answer = answer_of(turn, f"chatcmpl-{uuid.uuid4().hex}", route, served_by, text, finish, data.get("usage"),
                            started, route_ms)
-        gateway.record(turn, answer, request.scope["state"]["owner"])    # on disk before the client hears it
+        # on disk before the client hears it, written off the event loop (it fsyncs)
+        await off_loop(gateway.record, turn, answer, request.scope["state"]["owner"])
         return answer
 
     async def pump(reply, relay: Relay, future: Future, turn: Turn, answer_id: str, route: Route, served_by: str,
@@ -444,7 +615,7 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
                         relay(delta)
                     finish = choice.get("finish_reason") or finish
             answer = answer_of(turn, answer_id, route, served_by, "".join(pieces), finish, usage, started, route_ms)
-            gateway.record(turn, answer, owner)
+            await off_loop(gateway.record, turn, answer, owner)
             future.set_result(answer)
         except httpx.TimeoutException:
             future.set_exception(UpstreamError(f"the upstream sent nothing for {gateway.upstream.timeout_s:g} s "
@@ -458,8 +629,17 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
 
     async def stream(request: Request, turn: Turn, model: str, on_end):
         started = time.perf_counter()
-        route, route_ms = await asyncio.to_thread(gateway.route, turn)
-        upstream_model, served_by = gateway.target(route.specialist)
+        route, route_ms = await off_loop(gateway.route, turn)
+        upstream_model, served_by = gateway.begin_turn(route.specialist)
+        try:
+            return await relayed(request, turn, model, on_end, started, route, route_ms, upstream_model, served_by)
+        except BaseException:
+            gateway.end_turn(upstream_model)
+            raise
+
+    async def relayed(request: Request, turn: Turn, model: str, on_end, started: float, route: Route,
+                      route_ms: float, upstream_model: str, served_by: str):
+        """The streamed answer of ``upstream_model``; the turn ends (``end_turn``) when the relay's task does."""
         url = f"{gateway.upstream.api}/chat/completions"
         outgoing = clients[0].build_request("POST", url, json=gateway.upstream_body(turn, upstream_model, stream=True),
                                             headers=gateway.upstream.headers())
@@ -484,6 +664,8 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
         first = await relay.queue.get()
         task = asyncio.ensure_future(pump(reply, relay, future, turn, answer_id, route, served_by, started,
                                           route_ms, request.scope["state"]["owner"]))
+        # runs however the task ends, even cancelled before its first step (when no finally in it would run)
+        task.add_done_callback(lambda _task: gateway.end_turn(upstream_model))
 
         def leave() -> None:
             relay.leave()
@@ -515,11 +697,17 @@ def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access 
 
 def serve_gateway(gateway: Gateway, sock, *, poll_s: float = 2.0, access: Access = Access(),
                   limits: Limits = Limits()) -> None:
-    """Serve the gateway on ``sock`` until interrupted (blocking)."""
+    """Serve the gateway on ``sock`` until interrupted (blocking). While it runs, the workspace knows the
+    upstream's LoRA rank limit when the gateway does (``Gateway.max_rank``)."""
     import uvicorn
 
     from mint.mol.serve import server_config
 
     app = create_gateway_app(gateway, poll_s=poll_s, access=access, limits=limits)
-    uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
+    host, port = sock.getsockname()[:2]
+    gateway.announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
+    try:
+        uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
+    finally:
+        gateway.withdraw_announcement()
 

@@ -230,6 +230,161 @@ def test_the_gateways_logged_turn_is_the_local_runtimes_and_ingests(ws, crown, t
     assert [m.get("weight") for m in episode["messages"] if m["role"] == "assistant"][0] == 0   # history: context
 
 
+# turns the tiny base's starter probe decides (no rule or keyword does), among three specialists
+PROBE_TURNS = ["whats big O of binary search", "how do i undo my last commit", "I feel a bit tired today.",
+               "Summarize the plot of Hamlet.", "Why is the sky blue?", "Plan a trip to Lisbon."]
+
+
+def test_turns_routed_together_in_one_probe_pass_get_the_routes_each_gets_alone(ws):
+    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.mol.mixture import Turn
+
+    # no upstream answers: routing needs none
+    gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec("http://127.0.0.1:9", timeout_s=2.0))
+    turns = [Turn([{"role": "user", "content": text}]) for text in PROBE_TURNS]
+    alone = [gateway.route(turn)[0] for turn in turns]
+    assert {route.decided_by for route in alone} == {"probe"}
+    assert len({route.specialist for route in alone}) >= 3          # rows that were mixed up would show
+    batcher, compute = gateway.features, gateway.features.compute
+    first_pass_may_end, sizes = threading.Event(), []
+
+    def held(conversations, layers, reads):    # the first pass lasts until every other turn waits behind it
+        sizes.append(len(conversations))
+        if len(sizes) == 1:
+            first_pass_may_end.wait(60)
+        return compute(conversations, layers, reads)
+
+    batcher.compute = held
+    together: list = [None] * len(turns)
+
+    def route(i: int) -> None:
+        together[i] = gateway.route(turns[i])[0]
+
+    threads = [threading.Thread(target=route, args=(0,))]
+    threads[0].start()
+    wait_for(lambda: sizes, "the first turn's pass never began")
+    threads += [threading.Thread(target=route, args=(i,)) for i in range(1, len(turns))]
+    for thread in threads[1:]:
+        thread.start()
+    wait_for(lambda: batcher.waiting == len(turns) - 1, "the other turns did not queue for the next pass")
+    first_pass_may_end.set()
+    for thread in threads:
+        thread.join(60)
+    assert sizes == [1, len(turns) - 1]                              # the five waiting turns: one pass
+    for one, batched in zip(alone, together):
+        assert batched.specialist == one.specialist and batched.decided_by == "probe"
+        assert batched.probabilities == pytest.approx(one.probabilities, abs=1e-4)
+    gateway.close()
+
+
+def test_the_gateway_holds_the_bases_first_layers_and_no_head():
+    from mint.base import TINY, decoder_layers, load_base, probe_layers
+    from mint.mol.gateway import routing_base
+
+    whole = load_base(TINY)
+    held, depth = routing_base(TINY)
+    assert depth == len(decoder_layers(whole.model)) == 2
+    assert len(decoder_layers(held.model)) == max(probe_layers(whole.model)) == 1
+    assert held.model.get_output_embeddings() is None
+    assert sum(p.numel() for p in held.model.parameters()) < sum(p.numel() for p in whole.model.parameters())
+
+
+def test_the_gateway_announces_the_rank_a_mint_upstream_loads_and_promote_keeps_to_it(ws, tiny_loras, upstream):
+    from mint.errors import Refused
+    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.registry.artifacts import register
+    from mint.registry.promotion import promote
+    from mint.registry.servers import running_servers
+
+    gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec(upstream.url, UPSTREAM_KEY))
+    assert gateway.max_rank == 16                                    # the upstream's /health said so
+    gateway.announce("http://127.0.0.1:8000")
+    assert [s["max_rank"] for s in running_servers(ws)] == [16]
+    wide = register(ws, tiny_loras["wide"], specialist="coding", base="tiny-random", method="sft")   # rank 32
+    with pytest.raises(Refused, match="rank 32, above the rank 16"):
+        promote(ws, wide.ref)
+    gateway.close()
+    assert running_servers(ws) == []
+    given = Gateway.open(ws, TINY_PROJECT, UpstreamSpec(upstream.url, UPSTREAM_KEY), max_rank=8)
+    given.announce("http://127.0.0.1:8000")                          # vLLM's --max-lora-rank, as the operator says
+    assert [s["max_rank"] for s in running_servers(ws)] == [8]
+    given.close()
+
+
+def holding_upstream(release: threading.Event, loaded: list, unloaded: list, asked: list):
+    """An upstream with vLLM's runtime LoRA API that answers a chat completion once ``release`` is set, and
+    404 for an adapter it does not hold then (as vLLM does)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, PlainTextResponse
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "stub-base", "object": "model", "parent": None},
+                                           *({"id": n, "object": "model", "parent": "stub-base"} for n in loaded)]}
+
+    @app.post("/v1/load_lora_adapter")
+    async def load(body: dict):
+        loaded.append(body["lora_name"])
+        return PlainTextResponse("Success")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload(body: dict):
+        loaded.remove(body["lora_name"])
+        unloaded.append(body["lora_name"])
+        return PlainTextResponse("Success")
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict):
+        asked.append(body["model"])
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        if body["model"] not in [*loaded, "stub-base"]:
+            return JSONResponse({"error": {"message": f"model {body['model']} does not exist"}}, 404)
+        return {"choices": [{"message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    return app
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_replaced_adapter_stays_loaded_until_the_turns_forwarded_to_it_are_answered(ws, crown, tiny_loras,
+                                                                                      start_gateway, stream):
+    import httpx
+
+    from mint.mol.serve import start_background
+
+    release, loaded, unloaded, asked = threading.Event(), [], [], []
+    held = start_background(holding_upstream(release, loaded, unloaded, asked), start_limit_s=60)
+    try:
+        crown("coding", tiny_loras["coding"])
+        gateway = start_gateway(f"http://127.0.0.1:{held.port}")
+        replies = []
+        turn = threading.Thread(target=lambda: replies.append(httpx.post(
+            f"{gateway}/v1/chat/completions", timeout=60,
+            json={"model": "mint/coding", "messages": CODING_TURN, "stream": stream})))
+        turn.start()
+        wait_for(lambda: asked == ["coding-v1"], "the turn never reached the upstream")
+        crown("coding", tiny_loras["agent"])                         # coding:v2, while that turn is answered
+        wait_for(lambda: "coding-v2" in loaded, "the gateway never published coding-v2")
+        polled = httpx.get(f"{gateway}/health").json()["poller"]["last_poll"]
+        wait_for(lambda: httpx.get(f"{gateway}/health").json()["poller"]["last_poll"] > polled + 0.3,
+                 "the poller stopped")                               # several syncs since the switch
+        assert "coding-v1" in loaded and unloaded == []
+        release.set()
+        turn.join(60)
+        assert replies[0].status_code == 200
+        if stream:
+            assert '"served_by":"coding:v1"' in replies[0].text.replace(" ", "")
+        else:
+            assert replies[0].json()["mint"]["served_by"] == "coding:v1"
+        wait_for(lambda: unloaded == ["coding-v1"], "coding-v1 was not unloaded once its turn was answered")
+    finally:
+        release.set()
+        held.stop()
+
+
 def test_serve_refuses_an_upstream_that_is_not_an_http_url_before_loading_anything(ws):
     from tests.conftest import run_mint
 
