@@ -141,3 +141,14 @@ def test_arguments_after_double_dash_are_left_alone():
     assert hoist_global_options(["chat", "--", "--json"]) == (["chat", "--", "--json"], False)
     assert hoist_global_options(["chat", "hi", "--json", "--home", "h"]) == (["--home", "h", "chat", "hi", "--json"],
                                                                             True)
+
+
+def test_a_long_path_in_a_message_stays_on_one_line_when_output_is_piped(tmp_path):
+    """A CI log or a cron mail is not a terminal: rich must not break a path across lines there (it can then be
+    neither copied nor grepped)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    write_jsonl(deep / "bad.jsonl", ["not json"])
+    done = run_mint("ingest", str(deep / "bad.jsonl"), "--dataset", "x", cwd=deep)
+    assert done.returncode == 2, done.stderr
+    quarantine = str(deep / ".mint" / "datasets" / "x" / "quarantine.jsonl")
+    assert any(quarantine in line for line in done.stdout.splitlines()), done.stdout

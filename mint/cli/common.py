@@ -15,8 +15,10 @@ from mint import __version__
 app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is never broken into lines by rich (a path split across two lines of a CI log can be
+# neither copied nor grepped); tables are still laid out to the console's width
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
 _state: dict[str, Any] = {"home": None, "registry": None}
 
