@@ -35,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -276,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="mint-disk-"))
     work.mkdir(parents=True, exist_ok=True)
     os.chmod(work, 0o755)   # the unprivileged fallback user must reach the workspace and the recipe
-    os.environ["MINT_HOME"] = str(work / "ws")
+    # the suite works in-process too (tests call main()): MINT_HOME is given back when it ends
+    home = mock.patch.dict(os.environ, {"MINT_HOME": str(work / "ws")})
+    home.start()
     cases: list[Case] = []
     try:
         suite = Suite(work, env, args.free_kib, mount=not args.no_mount)
@@ -295,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"[{case.how}] {verdict}", flush=True)
         print(f"seed {args.seed}; {time.perf_counter() - started:.0f}s", flush=True)
     finally:
+        home.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     ran = [c for c in cases if not c.skipped]

@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -361,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("MINT_FAULT", None)
     work = args.keep or Path(tempfile.mkdtemp(prefix="mint-kill-"))
     work.mkdir(parents=True, exist_ok=True)
-    os.environ["MINT_HOME"] = str(work / "ws")
+    # the suite works in-process too (tests call main()): MINT_HOME is given back when it ends
+    home = mock.patch.dict(os.environ, {"MINT_HOME": str(work / "ws")})
+    home.start()
     try:
         suite = Suite(work, args.seed, env)
         started = time.perf_counter()
@@ -382,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"per command: {by_command}; killed {sum(t.killed for t in results)}/{len(results)}; "
               f"seed {args.seed}; {time.perf_counter() - started:.0f}s", flush=True)
     finally:
+        home.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print(f"FIGURE kill9: trials={len(results)} failures={failures} goal=0 {'PASS' if failures == 0 else 'FAIL'}")

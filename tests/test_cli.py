@@ -148,7 +148,8 @@ def test_a_long_path_in_a_message_stays_on_one_line_when_output_is_piped(tmp_pat
     neither copied nor grepped)."""
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     write_jsonl(deep / "bad.jsonl", ["not json"])
-    done = run_mint("ingest", str(deep / "bad.jsonl"), "--dataset", "x", cwd=deep)
+    done = run_mint("ingest", str(deep / "bad.jsonl"), "--dataset", "x", cwd=deep,
+                    env={"MINT_HOME": str(deep / ".mint")})
     assert done.returncode == 2, done.stderr
     quarantine = str(deep / ".mint" / "datasets" / "x" / "quarantine.jsonl")
     assert any(quarantine in line for line in done.stdout.splitlines()), done.stdout
