@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # The main job: the self-improvement loop on the embedded base (SmolLM2-135M, converted once to the
 # cache) in a fresh project: recipes/demo.yaml ingests the example logs, measures the bare base as

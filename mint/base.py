@@ -278,10 +278,28 @@ def check_base_name(name: str) -> None:
 
 
 def load_tokenizer(name: str):
+    """The base's tokenizer (its pad token the EOS where it has none): a copy of the one this process read
+    already from the same unchanged files, else read. A copy costs about half a read (0.17 against 0.39 s for
+    SmolLM2's), and every caller may change its own (a chat template, the padding side)."""
+    import copy
+
+    path = Path(ensure_tokenizer_dir() if name == TINY else resolve_base(name))
+    return copy.deepcopy(_read_tokenizer(str(path), _files_stamp(path)))
+
+
+def _files_stamp(path: Path) -> tuple:
+    """What tells a changed tokenizer directory from the one read before: its files' names, sizes and mtimes."""
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+    except OSError:
+        return ()
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(path: str, _stamp: tuple):
     from transformers import AutoTokenizer
 
-    path = ensure_tokenizer_dir() if name == TINY else resolve_base(name)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

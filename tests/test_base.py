@@ -163,3 +163,27 @@ def test_the_converted_cache_is_keyed_on_the_gguf_hash(tmp_path, monkeypatch):
     assert base._smollm2_dir() == first
     gguf.write_bytes(b"GGUF version 2, from an upgraded package")
     assert base._smollm2_dir() != first
+
+
+def test_a_tokenizer_read_again_is_a_copy_of_the_first_read_until_its_files_change(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    import mint.base as base
+
+    source = base.ensure_tokenizer_dir()
+    copy_dir = tmp_path / "tok"
+    copy_dir.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (source / name).exists():
+            shutil.copy(source / name, copy_dir / name)
+    monkeypatch.setattr(base, "ensure_tokenizer_dir", lambda: copy_dir)
+    first, second = base.load_tokenizer(base.TINY), base.load_tokenizer(base.TINY)
+    assert first is not second and first.get_vocab() == second.get_vocab()
+    first.chat_template, first.padding_side = "{{ 'changed' }}", "left"     # one caller's change is its own
+    third = base.load_tokenizer(base.TINY)
+    assert third.chat_template == second.chat_template != first.chat_template and third.padding_side == "right"
+    config = json.loads((copy_dir / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 1234
+    (copy_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    assert base.load_tokenizer(base.TINY).model_max_length == 1234           # changed files are read again
