@@ -51,14 +51,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(home: Path, args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    """`mint serve ARGS` in its own process with MINT_HOME=home, once /health answers."""
+def start_server(home: Path, args: list[str], log: Path, cores: set[int] | None = None) -> tuple[subprocess.Popen, str]:
+    """`mint serve ARGS` in its own process with MINT_HOME=home (on ``cores`` only, if given), once /health
+    answers."""
     import httpx
 
     port = _free_port()
     env = {**os.environ, "MINT_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     process = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--port", str(port), "--api-key", KEY,
-                                *args], cwd=home.parent, env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+                                *args], cwd=home.parent, env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
+                               preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -227,8 +230,20 @@ def main() -> None:
     parser.add_argument("--routing-limit", type=int, default=None, help="route only the first N held-out turns")
     parser.add_argument("--upstream", default=None, help="an upstream already running (default: start one)")
     parser.add_argument("--upstream-key", default=None)
+    parser.add_argument("--upstream-cores", type=int, default=0,
+                        help="run the started upstream on the last N cores and the gateway and the clients on the "
+                             "others, as on two hosts (default: all share every core)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    upstream_cores = None
+    if args.upstream_cores:
+        cores = sorted(os.sched_getaffinity(0))
+        if not 0 < args.upstream_cores < len(cores):
+            parser.error(f"--upstream-cores: between 1 and {len(cores) - 1} on this machine ({len(cores)} cores)")
+        upstream_cores = set(cores[-args.upstream_cores:])
+        os.sched_setaffinity(0, set(cores[:-args.upstream_cores]))    # the clients, and the gateway they start
+        print(f"cores: upstream {sorted(upstream_cores)}, gateway and clients {sorted(os.sched_getaffinity(0))}",
+              file=sys.stderr)
 
     from mint.hardware import detect
     from mint.project import DEFAULT_PROJECT, Project
@@ -248,7 +263,8 @@ def main() -> None:
                 upstream_home = tmp / "upstream" / ".mint"
                 upstream_home.parent.mkdir(parents=True)
                 process, upstream = start_server(upstream_home, ["--base", args.base, "--window-ms", "5",
-                                                                 "--max-loras", "8"], tmp / "upstream.log")
+                                                                 "--max-loras", "8"], tmp / "upstream.log",
+                                                  upstream_cores)
                 processes.append(process)
                 upstream_key = KEY
             else:
@@ -267,7 +283,8 @@ def main() -> None:
             for process in processes:
                 process.terminate()
                 process.wait(timeout=60)
-    result = {"base": args.base, "overhead": overhead, "routing": routing, "memory_kib": memory,
+    result = {"base": args.base, "upstream_cores": sorted(upstream_cores) if upstream_cores else None,
+              "overhead": overhead, "routing": routing, "memory_kib": memory,
               "goals": {"overhead_median <= 0.05": overhead["overhead_median"] <= OVERHEAD_GOAL,
                         "routing identical": routing["identical"] == routing["turns"]}}
     if args.json:
