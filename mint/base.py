@@ -290,7 +290,8 @@ def load_tokenizer(name: str):
 def _files_stamp(path: Path) -> tuple:
     """What tells a changed tokenizer directory from the one read before: its files' names, sizes and mtimes."""
     try:
-        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+        stats = ((f.name, f.stat()) for f in path.iterdir() if f.is_file())
+        return tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats))
     except OSError:
         return ()
 

@@ -148,16 +148,18 @@ def alternated(runners: dict, repeats: int) -> dict[str, float]:
     order rotated round to round: a burst of other work on this VM lands on all of them alike, so their ratios
     hold where their absolute figures move (run one after another, the same code's mixed/merged ratio ranged
     0.77-1.18 here)."""
-    names = list(runners)
-    for name in names:
-        runners[name]()
-    best = {name: float("inf") for name in names}
-    for round_ in range(repeats):
-        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+    from bench_train import alternate
+
+    def seconds(fn):
+        def run() -> float:
             started = time.perf_counter()
-            runners[name]()
-            best[name] = min(best[name], time.perf_counter() - started)
-    return best
+            fn()
+            return time.perf_counter() - started
+        return run
+
+    rounds = alternate({name: seconds(fn) for name, fn in runners.items()}, repeats, warmup=True, rotate=True,
+                       shown=lambda took: f"{took:.2f} s")
+    return {name: min(times) for name, times in rounds.items()}
 
 
 def bench_handoff(base: str, adapters: dict, repeats: int) -> dict:

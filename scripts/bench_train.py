@@ -72,9 +72,10 @@ def run(command: list[str], env: dict, cwd: str) -> tuple[float, str]:
 
 
 def alternate(sides: dict, repeats: int, warmup: bool, once: tuple[str, ...] = (),
-              shown=lambda result: f"{result['wall_s']:.1f} s") -> dict[str, list]:
+              shown=lambda result: f"{result['wall_s']:.1f} s", rotate: bool = False) -> dict[str, list]:
     """Each side's results, run in turn (A B C A B C ...) after one discarded warm-up of each; the sides
-    named in ``once`` run once, in the first round, without a warm-up."""
+    named in ``once`` run once, in the first round, without a warm-up. ``rotate``: each round starts one side
+    later (A B C, B C A, ...), so no side always runs right after the same one."""
     if warmup:
         for name, side in sides.items():
             if name not in once:
@@ -82,11 +83,13 @@ def alternate(sides: dict, repeats: int, warmup: bool, once: tuple[str, ...] = (
                 side()
                 print(f"  warm-up: {name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
     results = {name: [] for name in sides}
+    names = list(sides)
     for round_number in range(repeats):
-        for name, side in sides.items():
+        shift = round_number % len(names) if rotate else 0
+        for name in names[shift:] + names[:shift]:
             if name in once and round_number > 0:
                 continue
-            results[name].append(side())
+            results[name].append(sides[name]())
             print(f"  round {round_number + 1}/{repeats}: {name}: {shown(results[name][-1])}", file=sys.stderr,
                   flush=True)
     return results
