@@ -37,7 +37,7 @@ test: setup
 # cache) in a fresh project: recipes/demo.yaml ingests the example logs, measures the bare base as
 # generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them; then 48
 # new user requests are served through `mint serve`, and generation 2 learns from the champion's
-# verified answers to them, beside a placebo twin. Then the lineage report, and a few turns answered
+# verified answers to them, beside a placebo twin and a steps control (the same steps on the logs alone). Then the lineage report, and a few turns answered
 # through the mixture (the GenUI one whole, rendered to genui-answer.html).
 DEMO_DIR ?= $(CURDIR)/.mint-demo
 DEMO_MINT := cd $(DEMO_DIR) && $(abspath $(MINT))

@@ -46,7 +46,8 @@ def _on_value(row):
 
 def progress_figure(name: str, progress: list) -> str | None:
     """The primary metric per generation (green promoted, red not), its 95% interval against its baseline as
-    error bars, and each generation's placebo twin as a hollow diamond beside it."""
+    error bars, and each generation's placebo twin as a hollow diamond beside it (its steps control, when one
+    ran, as a hollow square)."""
     rows = [r for r in progress if r.metric and r.value is not None]
     if not rows:
         return None
@@ -64,6 +65,12 @@ def progress_figure(name: str, progress: list) -> str | None:
     if twins:
         ax.scatter(*zip(*twins), marker="D", facecolors="none", edgecolors="#6a1b9a", s=45, zorder=3,
                    label="placebo twin")
+    controls = [(x + 0.24, r.twin.steps_control.value) for x, r in zip(xs, rows)
+                if r.twin and r.twin.steps_control and r.twin.steps_control.value is not None]
+    if controls:
+        ax.scatter(*zip(*controls), marker="s", facecolors="none", edgecolors="#ef6c00", s=45, zorder=3,
+                   label="steps control (logs alone)")
+    if twins or controls:
         ax.legend(fontsize=8)
     ax.set_xticks(list(xs), [r.revision.partition(":")[2] or r.revision for r in rows])
     ax.set_title(f"{name}: {metric} per generation (95% CI vs baseline)")
@@ -165,12 +172,14 @@ def _per_source(counts: dict) -> str:
 
 def progress_table(progress: list) -> str:
     """Per generation: the held-out metric against its baseline, the experience pool and what was accepted from
-    which source, the placebo twin and the gain over it with its reading, and the verdict."""
+    which source, the placebo twin and the gain over it with its reading, the gain over the steps control, and
+    the verdict."""
     from mint.loop.placebo import EXPERIENCE_EFFECT
 
     head = "<tr><th>gen</th><th>revision</th><th>loop</th><th>metric</th><th>value</th><th>baseline</th>" \
            "<th>Δ (95% CI)</th><th>pool pass@1</th><th>pool pass@k</th><th>accepted (per source)</th>" \
-           "<th>twin</th><th>Δ vs twin (95% CI)</th><th>reading</th><th>verdict</th></tr>"
+           "<th>twin</th><th>Δ vs twin (95% CI)</th><th>Δ vs logs-only steps (95% CI)</th><th>reading</th>" \
+           "<th>verdict</th></tr>"
     rows = []
     for r in progress:
         e, t = r.experience, r.twin
@@ -179,7 +188,9 @@ def progress_table(progress: list) -> str:
                  _ci(r.delta, r.interval) if r.generation else "",
                  _fmt(e.pass_at_1) if e else "–", f"{_fmt(e.pass_at_k)} (k={e.k})" if e and e.k else "–",
                  f"{e.accepted} ({_per_source(e.accepted_per_source)})" if e else "–",
-                 f"{t.revision} {_fmt(t.value)}" if t else "–", _ci(t.delta, t.interval) if t else "–"]
+                 f"{t.revision} {_fmt(t.value)}" if t else "–", _ci(t.delta, t.interval) if t else "–",
+                 f"{t.steps_control.revision} {_fmt(t.steps_control.value)}: "
+                 f"{_ci(t.steps_control.delta, t.steps_control.interval)}" if t and t.steps_control else "–"]
         row = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
         reading = t.reading if t else None
         row += f'<td style="color:{GREEN if reading == EXPERIENCE_EFFECT else GREY}">' \

@@ -235,6 +235,8 @@ class TwinView:
     interval: list[float] | None
     n: int | None
     reading: str | None                 # "experience effect" | "no experience effect"
+    # the steps control (the same steps on the logs alone) and the generation's gain over it, when one ran
+    steps_control: "TwinView | None" = None
 
 
 @dataclass(frozen=True)
@@ -296,15 +298,18 @@ def _twin_view(twin: dict | None, metric: str | None, reports_of: dict[str, list
     vs_twin = twin.get("vs_twin") if isinstance(twin.get("vs_twin"), dict) else {}
     interval = vs_twin.get("interval")
     numbers = isinstance(interval, list) and len(interval) == 2 and all(_number(x) is not None for x in interval)
+    control = twin.get("steps_control")
+    steps = _twin_view({**control, "vs_twin": control.get("vs_control"), "verdict": None}, metric, reports_of) \
+        if isinstance(control, dict) else None
     return TwinView(twin.get("revision"), _number(report.metrics.get(metric)) if report and metric else None,
                     _number(vs_twin.get("delta")), [float(x) for x in interval] if numbers else None,
-                    vs_twin.get("n") if isinstance(vs_twin.get("n"), int) else None, twin.get("verdict"))
+                    vs_twin.get("n") if isinstance(vs_twin.get("n"), int) else None, twin.get("verdict"), steps)
 
 
 def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> dict[str, list[GenerationView]]:
     """Per specialist, generation 0 (the bare base) then every candidate oldest first, from the registered
-    reports and what the loop recorded of each generation (its experience and placebo twin). The twins are
-    shown beside the generation they control for, not as generations of their own."""
+    reports and what the loop recorded of each generation (its experience, placebo twin and steps control). The
+    controls are shown beside the generation they control for, not as generations of their own."""
     from mint.loop.history import generation_records
     from mint.registry import queries, store
 
@@ -314,7 +319,10 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
     registry = queries.overview(ws)
     by_id = {r.id: r for r in registry.revisions}
     made = {(r["specialist"], r.get("candidate")): r for r in records}   # the newest record of each candidate
-    twins = {(r.get("twin") or {}).get("revision_id") for r in records} - {None}
+    twins = {(r.get("twin") or {}).get("revision_id") for r in records}
+    twins |= {((r.get("twin") or {}).get("steps_control") or {}).get("revision_id") for r in records
+              if isinstance((r.get("twin") or {}).get("steps_control"), dict)}
+    twins -= {None}
     progress: dict[str, list[GenerationView]] = {}
     for revision in registry.revisions:
         if revision.id in twins or (specialists is not None and revision.specialist not in specialists):

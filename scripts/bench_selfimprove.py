@@ -237,6 +237,9 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
         if twin:
             figures["twin"] = {"revision": twin.get("revision"), "verdict": twin.get("verdict"),
                                **(twin.get("vs_twin") or {"why": twin.get("why")})}
+            control = twin.get("steps_control")
+            if isinstance(control, dict):     # the same steps on the logs alone
+                figures["steps_control"] = {"revision": control.get("revision"), **(control.get("vs_control") or {})}
         elif iteration > 1:
             plan = (row.get("experience") or {}).get("plan") or {}
             figures["twin"] = {"verdict": "not measured", "why": "the experience found no new verified answer, so "
@@ -359,6 +362,9 @@ def render(result: dict) -> None:
                   f"{_fmt(pool.get('pass@1')):>7}{_fmt(pool.get(f'pass@{k}')):>7}"
                   f"{str((g['experience'] or {}).get('accepted', '-')):>9}{str(pool.get('prompts_between', '-')):>8}"
                   f"  {twin_text}")
+            if g.get("steps_control"):
+                print(f"       vs the steps control {g['steps_control'].get('revision')} (the same steps on the logs "
+                      f"alone): {_fmt_paired(g['steps_control'])}")
             for r in g["retention"] + g["backward_transfer"]:
                 print(f"       retention {r['metric']} vs {r['against']}: {_fmt_paired(r)}")
     wall = result["wall_s"]

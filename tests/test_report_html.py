@@ -72,6 +72,16 @@ def test_the_twin_is_drawn_as_its_own_marker(ws, candidate, report_for):
     rows = generation_progress(ws)["coding"]
     without = [dataclasses.replace(r, twin=None) for r in rows]
     assert progress_figure("coding", rows) != progress_figure("coding", without)
+    # the steps control (the same steps on the logs alone): its own marker, and its column in the table
+    from mint.report_html import progress_table
+
+    control = [dataclasses.replace(r, twin=dataclasses.replace(
+        r.twin, steps_control=dataclasses.replace(r.twin, revision="coding:v4", value=0.45, delta=0.05,
+                                                  interval=[-0.1, 0.2], reading=None))) if r.twin else r
+               for r in rows]
+    assert progress_figure("coding", control) != progress_figure("coding", rows)
+    assert "<td>coding:v4 0.45: 0.05 [-0.1, 0.2]</td>" in progress_table(control)
+    assert "coding:v4" not in progress_table(rows)
 
 
 def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tmp_path):

@@ -132,6 +132,14 @@ def _render_generations(result) -> None:
             out.print(f"{row.specialist} (iteration {row.iteration}) vs its placebo twin {row.twin.get('revision')}: "
                       f"{escape(str(row.twin.get('metric')))} Δ {_fmt(vs.get('delta'))} "
                       f"[{_fmt(interval[0])}, {_fmt(interval[1])}]: {row.twin.get('verdict')}")
+            control = row.twin.get("steps_control")
+            if isinstance(control, dict):
+                vs = control.get("vs_control") or {}
+                interval = vs.get("interval") or [None, None]
+                out.print(f"{row.specialist} (iteration {row.iteration}) vs its steps control "
+                          f"{control.get('revision')} (the same steps on the logs alone): Δ {_fmt(vs.get('delta'))} "
+                          f"[{_fmt(interval[0])}, {_fmt(interval[1])}]"
+                          + (f" — {escape(row.twin['why'])}" if row.twin.get("why") else ""))
 
 
 def _ci(delta, interval) -> str:
@@ -141,7 +149,7 @@ def _ci(delta, interval) -> str:
 def _render_progress(result) -> None:
     """Per specialist, every generation from the bare base on (mint.reports.generation_progress): its held-out
     metric against its baseline, the experience pool and what was accepted from which source, the placebo twin
-    and the gain over it, and the verdict."""
+    and the gain over it, the gain over the steps control when one ran, and the verdict."""
     from mint.loop.placebo import EXPERIENCE_EFFECT
 
     for specialist, rows in result.progress.items():
@@ -150,7 +158,8 @@ def _render_progress(result) -> None:
             continue
         table = Table(title=f"{specialist}: {metric} per generation")
         for column in ("gen", "revision", "value", "Δ vs baseline (95% CI)", "pool pass@1 / pass@k",
-                       "accepted (per source)", "twin", "Δ vs twin (95% CI)", "verdict"):
+                       "accepted (per source)", "twin", "Δ vs twin (95% CI)", "Δ vs logs-only steps (95% CI)",
+                       "verdict"):
             table.add_column(column, overflow="fold")
         for r in rows:
             e, t = r.experience, r.twin
@@ -166,5 +175,7 @@ def _render_progress(result) -> None:
             table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
                           f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",
                           pool, escape(accepted), f"{escape(t.revision or '-')} {_fmt(t.value)}" if t else "-",
-                          f"{_ci(t.delta, t.interval)} {reading}" if t else "-", verdict)
+                          f"{_ci(t.delta, t.interval)} {reading}" if t else "-",
+                          f"{escape(t.steps_control.revision or '-')} {_ci(t.steps_control.delta, t.steps_control.interval)}"
+                          if t and t.steps_control else "-", verdict)
         out.print(table)

@@ -12,8 +12,9 @@ SFT learns from the first and DPO pairs a passing with a failing answer to one p
 pass@k (unbiased estimator) say how much there was to learn: a prompt the champion always or never solves
 teaches nothing, so the result counts those strictly between.
 
-With ``control``, every sample (verified or not) is also written to a twin dataset for the placebo twin
-(mint.loop.placebo).
+With ``control`` (``true``, or the arms ``[placebo, steps]``), every sample (verified or not) is also written to
+a twin dataset for the placebo twin, and with ``steps`` the logs alone to a dataset for the logs-only control:
+the same steps without any experience (mint.loop.placebo).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from mint.workspace import Workspace, atomic_write_text
 
 SOURCE_KINDS = ("served", "unaccepted", "jsonl", "generator")
 DEFAULT_SOURCES = ("served", "unaccepted")
+CONTROL_ARMS = ("placebo", "steps")   # every answer unverified; the same steps on the logs alone
 SAMPLING_ROWS = 32          # where the hardware probe measured no batch shape (a GPU, a probe that failed)
 
 
@@ -304,8 +306,8 @@ def _episode(specialist: str, prompt: ExperiencePrompt, text: str, rating: int, 
 def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str, project, samples: int = 4,
                       prompts: int = 16, temperature: float = 0.8, max_new_tokens: int = 256,
                       threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
-                      contracts: list[Path] | None = None, control: bool = False, recipe_dir: Path | None = None
-                      ) -> dict:
+                      contracts: list[Path] | None = None, control: bool | list = False,
+                      recipe_dir: Path | None = None) -> dict:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``)."""
     from mint.data.datasets import iter_episodes
@@ -354,9 +356,26 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         path = _write(ws, dataset, specialist, kept)
         ingested = ingest(ws, [path], dataset=dataset, project=project)
         result.update(file=str(path), version=ingested.version, episodes_added=ingested.episodes_added)
-    if control:
-        result["twin"] = _twin_dataset(ws, dataset, specialist, episodes, unverified, project)
+    arms = control_arms(control)
+    if arms:
+        result["twin"] = _twin_dataset(ws, dataset, specialist, episodes, unverified, project,
+                                       steps_control="steps" in arms)
     return result
+
+
+def control_arms(control) -> tuple[str, ...]:
+    """The controls an experience step's ``control`` asks for: ``true`` is the placebo twin alone; a list names
+    the arms (the logs-only ``steps`` control runs beside the placebo twin, whose record it joins)."""
+    if control is True:
+        return ("placebo",)
+    if not control:
+        return ()
+    arms = tuple(control)
+    unknown = [a for a in arms if a not in CONTROL_ARMS]
+    if unknown or "placebo" not in arms:
+        raise BadInput(f"control: expected true, false or a list of {', '.join(CONTROL_ARMS)} that includes placebo",
+                       field="control")
+    return arms
 
 
 def _harness_name(contracts: list[Path] | None) -> str | None:
@@ -507,9 +526,14 @@ def twin_dataset_name(dataset: str, specialist: str) -> str:
     return f"{dataset}-twin-{specialist}"
 
 
+def steps_dataset_name(dataset: str, specialist: str) -> str:
+    return f"{dataset}-steps-{specialist}"
+
+
 def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dict], unverified: list[dict],
-                  project) -> dict:
-    """The placebo twin's data: the same logs, and every sampled answer kept as if it had passed."""
+                  project, steps_control: bool = False) -> dict:
+    """The placebo twin's data: the same logs, and every sampled answer kept as if it had passed; with
+    ``steps_control``, also the logs alone, for the control that takes the same steps without experience."""
     from mint.data.ingest import ingest
 
     name = twin_dataset_name(dataset, specialist)
@@ -517,5 +541,10 @@ def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dic
             for e in logged]
     path = _write(ws, dataset, f"{specialist}-twin", logs + unverified)
     ingested = ingest(ws, [path], dataset=name, project=project)
-    return {"dataset": name, "version": ingested.version, "episodes": len(logs) + len(unverified),
+    twin = {"dataset": name, "version": ingested.version, "episodes": len(logs) + len(unverified),
             "unverified": len(unverified)}
+    if steps_control:
+        steps_name = steps_dataset_name(dataset, specialist)
+        steps = ingest(ws, [_write(ws, dataset, f"{specialist}-steps", logs)], dataset=steps_name, project=project)
+        twin["steps_control"] = {"dataset": steps_name, "version": steps.version, "episodes": len(logs)}
+    return twin

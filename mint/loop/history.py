@@ -20,7 +20,9 @@ _TEXT, _OBJECT = (str, type(None)), (dict, type(None))
 GENERATION_FIELDS = {"candidate": _TEXT, "iteration": (int,), "verdict": _TEXT, "reason": _TEXT,
                      "experience": _OBJECT, "twin": _OBJECT}
 EXPERIENCE_FIELDS = {"pool": _OBJECT, "accepted_per_source": _OBJECT, "kept_per_source": _OBJECT}
-TWIN_FIELDS = {"revision": _TEXT, "revision_id": _TEXT, "report": _TEXT, "verdict": _TEXT, "vs_twin": _OBJECT}
+TWIN_FIELDS = {"revision": _TEXT, "revision_id": _TEXT, "report": _TEXT, "verdict": _TEXT, "vs_twin": _OBJECT,
+               "steps_control": _OBJECT}
+STEPS_CONTROL_FIELDS = {"revision": _TEXT, "revision_id": _TEXT, "report": _TEXT, "vs_control": _OBJECT}
 
 
 def state_path(ws: Workspace, recipe_name: str) -> Path:
@@ -52,6 +54,9 @@ def read_state(path: Path) -> dict:
         for part, fields in (("experience", EXPERIENCE_FIELDS), ("twin", TWIN_FIELDS)):
             if isinstance(row.get(part), dict):
                 _check_fields(path, f"{where}.{part}", row[part], fields)
+        control = (row.get("twin") or {}).get("steps_control")
+        if isinstance(control, dict):
+            _check_fields(path, f"{where}.twin.steps_control", control, STEPS_CONTROL_FIELDS)
     return data
 
 

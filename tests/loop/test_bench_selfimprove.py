@@ -160,7 +160,8 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     transfer = [{"metric": "retention.request_match", "introduced_by": "genui:v1",
                  "delta": {"delta": -0.03, "low": -0.2, "high": 0.1}}, {"suite": "retention", "unavailable": "gone"}]
     twin = {"revision": "genui:v3", "verdict": "no experience effect",
-            "vs_twin": {"delta": 0.25, "interval": [-0.1, 0.6], "n": 4}}
+            "vs_twin": {"delta": 0.25, "interval": [-0.1, 0.6], "n": 4},
+            "steps_control": {"revision": "genui:v4", "vs_control": {"delta": 0.0, "interval": [-0.3, 0.3], "n": 4}}}
     loop = {"generations": [
         {"iteration": 1, "specialist": "genui", "candidate": "genui:v1", "baseline": "base", "experience": None,
          "twin": None},
@@ -177,6 +178,8 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     assert second["vs_previous_generation"]["delta"] == 0.5 and second["value"] == 0.75
     assert second["twin"] == {"revision": "genui:v3", "verdict": "no experience effect", "delta": 0.25,
                               "interval": [-0.1, 0.6], "n": 4}
+    assert second["steps_control"] == {"revision": "genui:v4", "delta": 0.0, "interval": [-0.3, 0.3], "n": 4}
+    assert "steps_control" not in first
     assert second["retention"] == [{"metric": "retention.request_match", "delta": -0.01, "interval": [-0.1, 0.05],
                                     "against": "r1"}]
     assert second["backward_transfer"] == [{"metric": "retention.request_match", "against": "genui:v1",

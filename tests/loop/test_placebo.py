@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from mint.loop import experience
-from mint.loop.placebo import NO_EXPERIENCE_EFFECT, compare_with_twin, planned_settings, training_plan
+from mint.loop.placebo import (EXPERIENCE_EFFECT, NO_EXPERIENCE_EFFECT, compare_with_twin, planned_settings,
+                                training_plan, with_steps_control)
 from mint.loop.runner import run_loop
 from mint.registry import store
 
@@ -59,6 +60,23 @@ def test_a_gain_over_the_twin_counts_only_when_its_interval_is_above_zero(tmp_pa
     assert low <= result["vs_twin"]["delta"] <= high
 
 
+@pytest.mark.parametrize("control_wins_lost, verdict", [(2, NO_EXPERIENCE_EFFECT), (12, EXPERIENCE_EFFECT)])
+def test_a_gain_over_the_twin_that_the_same_steps_on_the_logs_also_give_is_no_experience_effect(
+        tmp_path, control_wins_lost, verdict):
+    ours = _evaluation(tmp_path / "candidate", [1.0] * 12)
+    twin = _evaluation(tmp_path / "twin", [0.0] * 12)
+    control = _evaluation(tmp_path / "control", [0.0] * control_wins_lost + [1.0] * (12 - control_wins_lost))
+    evaluation = {"report": ours, "metrics": {"core.parse_rate": 1.0},
+                  "gates": [{"metric": "core.parse_rate", "delta": {"delta": 0.5, "low": 0.1, "high": 0.8}}]}
+    compared = compare_with_twin(evaluation, twin)
+    assert compared["verdict"] == EXPERIENCE_EFFECT            # the twin alone would call it an effect
+    result = with_steps_control(compared, evaluation, control)
+    assert result["verdict"] == verdict and result["vs_twin"] == compared["vs_twin"]
+    vs_control = result["steps_control"]["vs_control"]
+    assert vs_control["n"] == 12 and vs_control["delta"] == pytest.approx(control_wins_lost / 12, abs=1e-4)
+    assert ("training longer" in result.get("why", "")) == (verdict == NO_EXPERIENCE_EFFECT)
+
+
 RECIPE = """\
 # Run: mint loop r.yaml
 recipe: twin
@@ -67,7 +85,8 @@ dataset: smoke
 loop: {{iterations: 2}}
 steps:
   - ingest: {{sources: [{logs}]}}
-  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2, control: true,
+  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2,
+                 control: [placebo, steps],
                  sources: [{{jsonl: requests.jsonl}}], batch_size: 2, min_steps: 1, max_steps: 1}}
   - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
               lora.r: 2}}}}
@@ -101,7 +120,20 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
         assert revision.parent == store.resolve(conn, trained["parent"]).id
     finally:
         conn.close()
-    assert (2, "promote genui") in ran and ran[(2, "promote genui")]["revision"] != twin["revision"]
+    # the steps control: the same parent and steps on the logs alone (none of the experience), never promoted
+    control = twin["steps_control"]
+    assert control["steps"] == trained["steps"] and len(control["vs_control"]["interval"]) == 2
+    assert gathered["twin"]["steps_control"]["episodes"] + gathered["twin"]["unverified"] == \
+        gathered["twin"]["episodes"]
+    assert control["examples"] == trained["examples"] - gathered["accepted"]
+    conn = store.open_store(ws)
+    try:
+        revision = store.resolve(conn, control["revision"])
+        assert revision.status == "rejected" and revision.parent == store.resolve(conn, trained["parent"]).id
+    finally:
+        conn.close()
+    assert (2, "promote genui") in ran and ran[(2, "promote genui")]["revision"] not in (twin["revision"],
+                                                                                          control["revision"])
     # the loop's generation row carries the pool and the twin, and `mint loop` says the verdict
     row = result.generations[-1]
     assert row.twin["verdict"] == NO_EXPERIENCE_EFFECT and row.experience["pool"]["pass@1"] == 0.5
@@ -112,19 +144,23 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     _render_generations(result)
     shown = " ".join(capsys.readouterr().out.split())
     assert f"vs its placebo twin {twin['revision']}" in shown and "no experience effect" in shown
+    assert f"vs its steps control {control['revision']} (the same steps on the logs alone)" in shown
     assert "pass@1 0.5, pass@2 1" in shown
     # what the loop recorded of each generation, read back as `mint report` reads it, is the summary's table
     from mint.reports import generation_progress
 
     progress = generation_progress(ws)["genui"]
     assert result.progress["genui"] == progress and [g.generation for g in progress][-2:] == [1, 2]
-    assert twin["revision"] not in [g.revision for g in progress]          # a twin is not a generation
+    assert {twin["revision"], control["revision"]}.isdisjoint(g.revision for g in progress)  # controls aren't
+    # generations
     last = progress[-1]
     assert (last.revision, last.recipe, last.iteration) == (row.candidate, "twin", 2)
     assert last.experience.accepted == 2 and last.experience.accepted_per_source == {"jsonl:requests.jsonl": 2}
     assert (last.experience.pass_at_1, last.experience.pass_at_k) == (0.5, 1.0)
     assert last.twin.revision == twin["revision"] and last.twin.reading == NO_EXPERIENCE_EFFECT
     assert last.twin.value is not None and last.twin.interval == twin["vs_twin"]["interval"]
+    assert last.twin.steps_control.revision == control["revision"] and last.twin.steps_control.value is not None
+    assert last.twin.steps_control.interval == control["vs_control"]["interval"]
     from rich.console import Console
 
     from mint.cli import loop as loop_cli
@@ -134,3 +170,4 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     table = capsys.readouterr().out
     assert "genui: " in table and " per generation" in table and "0.5 / 1 (k=2)" in table
     assert "2 (2 jsonl:requests.jsonl)" in table and f"{twin['revision']} {last.twin.value:.3g}" in table
+    assert control["revision"] in table                   # the steps control's column
