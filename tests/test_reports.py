@@ -153,7 +153,12 @@ def test_generations_without_a_loop_come_from_the_registry_alone(ws, candidate, 
                                          ('{"generations": {"a": 1}}', "generations: expected a list"),
                                          ('{"generations": [{"specialist": 3}]}', "generations[0].specialist"),
                                          ('{"generations": [{"specialist": "coding", "twin": {"revision_id": [1]}}]}',
-                                          "generations[0].twin.revision_id: expected str or null, not list")])
+                                          "generations[0].twin.revision_id: expected str or null, not list"),
+                                         ('{"generations": [{"specialist": "coding", "twin": {"steps_control": '
+                                          '{"revision_id": 7}}}]}',
+                                          "generations[0].twin.steps_control.revision_id: expected str or null"),
+                                         ('{"generations": [{"specialist": "coding", "twin": {"steps_control": 5}}]}',
+                                          "generations[0].twin.steps_control: expected dict or null")])
 def test_a_malformed_loop_state_is_exit_2_naming_the_file(ws, candidate, report_for, tmp_path, capsys, text, where):
     v1 = candidate()
     gated_report(ws, report_for, v1, 0.30, 0.10, True)
