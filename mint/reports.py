@@ -306,6 +306,14 @@ def _twin_view(twin: dict | None, metric: str | None, reports_of: dict[str, list
                     vs_twin.get("n") if isinstance(vs_twin.get("n"), int) else None, twin.get("verdict"), steps)
 
 
+def _control_ids(twin: dict | None) -> list[str]:
+    """The revisions a generation's controls made (its placebo twin, its steps control)."""
+    if not isinstance(twin, dict):
+        return []
+    control = twin.get("steps_control") if isinstance(twin.get("steps_control"), dict) else {}
+    return [i for i in (twin.get("revision_id"), control.get("revision_id")) if i]
+
+
 def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> dict[str, list[GenerationView]]:
     """Per specialist, generation 0 (the bare base) then every candidate oldest first, from the registered
     reports and what the loop recorded of each generation (its experience, placebo twin and steps control). The
@@ -319,10 +327,7 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
     registry = queries.overview(ws)
     by_id = {r.id: r for r in registry.revisions}
     made = {(r["specialist"], r.get("candidate")): r for r in records}   # the newest record of each candidate
-    twins = {(r.get("twin") or {}).get("revision_id") for r in records}
-    twins |= {((r.get("twin") or {}).get("steps_control") or {}).get("revision_id") for r in records
-              if isinstance((r.get("twin") or {}).get("steps_control"), dict)}
-    twins -= {None}
+    twins = {i for r in records for i in _control_ids(r.get("twin"))}
     progress: dict[str, list[GenerationView]] = {}
     for revision in registry.revisions:
         if revision.id in twins or (specialists is not None and revision.specialist not in specialists):

@@ -366,16 +366,12 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
 def control_arms(control) -> tuple[str, ...]:
     """The controls an experience step's ``control`` asks for: ``true`` is the placebo twin alone; a list names
     the arms (the logs-only ``steps`` control runs beside the placebo twin, whose record it joins)."""
-    if control is True:
-        return ("placebo",)
-    if not control:
-        return ()
-    arms = tuple(control)
-    unknown = [a for a in arms if a not in CONTROL_ARMS]
-    if unknown or "placebo" not in arms:
-        raise BadInput(f"control: expected true, false or a list of {', '.join(CONTROL_ARMS)} that includes placebo",
-                       field="control")
-    return arms
+    if isinstance(control, bool):
+        return ("placebo",) if control else ()
+    if not isinstance(control, list) or "placebo" not in control or any(a not in CONTROL_ARMS for a in control):
+        raise BadInput(f"expected true (a placebo twin), false, or a list of the controls {' and '.join(CONTROL_ARMS)}"
+                       ": the logs-only steps control runs beside the placebo twin", field="control")
+    return tuple(control)
 
 
 def _harness_name(contracts: list[Path] | None) -> str | None:

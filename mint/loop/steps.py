@@ -179,15 +179,12 @@ class Experience(StepKind):
             raise doc.error(f"{at}.init", "expected champion (continue from it, the default) or base (retrain from "
                                           "the base on the logs and all verified experience)")
         if "control" in options:
-            from mint.loop.experience import CONTROL_ARMS
+            from mint.loop.experience import control_arms
 
-            control = options["control"]
-            arms = control if isinstance(control, list) else None
-            if not isinstance(control, bool) and (arms is None or "placebo" not in arms
-                                                  or any(a not in CONTROL_ARMS for a in arms)):
-                raise doc.error(f"{at}.control", "expected true (a placebo twin), false, or a list of the controls "
-                                                 f"{' and '.join(CONTROL_ARMS)}: the logs-only steps control "
-                                                 "runs beside the placebo twin")
+            try:
+                control_arms(options["control"])
+            except BadInput as exc:
+                raise doc.error(f"{at}.control", exc.message) from None
         sources = options.get("sources", ["served", "unaccepted"])
         if not isinstance(sources, list) or not sources:
             raise doc.error(f"{at}.sources", "expected a non-empty list of prompt sources: served, unaccepted, "
