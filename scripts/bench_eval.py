@@ -241,6 +241,13 @@ def run_modes(args, chosen: list[str]) -> None:
         print(f"today's tokens/s: {median_tps['today']:.1f} (the issue measured ~{ISSUE_TODAY_TOKENS_PER_S} at "
               f"max_new_tokens 48); stream: {median_tps['stream']:.1f} (goal >= "
               f"{TOKENS_GOAL * median_tps['today']:.1f} here)")
+        # what bounds the tokens goal here: no loop decodes faster than its step's matmuls alone allow
+        rows = contract_settings.batch_size
+        ceiling = rows / step_matmul_seconds(loaded.model, rows)
+        goal = TOKENS_GOAL * median_tps["today"]
+        print(f"  bound: one decode step's matmuls alone, at the stream's batch {rows} (fp32, timed here), allow at "
+              f"most {ceiling:.1f} tokens/s, {ceiling / median_tps['today']:.2f}x today's: the goal's "
+              f"{goal:.1f} is {'within' if ceiling >= goal else 'above'} that ceiling")
     for name in ("hf + answer end", "stream DynamicCache", "stream int8", "adapter"):
         if {name, "stream"} <= results.keys():
             ratio(f"wall time, {name} / stream", median_s[name] / median_s["stream"])
@@ -322,12 +329,7 @@ def profile_step(args) -> None:
         cases += [(16, "KV buffers, adapter (PEFT)", with_adapter),
                   (16, "KV buffers, adapter merged", gen.precision_copy(with_adapter, "merged"))]
     hidden = model.config.hidden_size
-    # the decoder layers' Linear shapes (in, out) and how many of each: a step's matmuls, timed alone below
-    shapes: dict[tuple[int, int], int] = {}
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and ".layers." in name:
-            key = (module.in_features, module.out_features)
-            shapes[key] = shapes.get(key, 0) + 1
+    shapes = layer_matmuls(model)
     layer_macs = sum(i * o * n for (i, o), n in shapes.items())
     print(f"base {args.base}, one decode step with {cached} tokens cached, torch threads {torch.get_num_threads()}, "
           f"self CPU time per step (profiled, {steps} steps)")
@@ -360,11 +362,30 @@ def profile_step(args) -> None:
         for part, micros in sorted(shares.items(), key=lambda item: -item[1]):
             rate = f"  {flops[part] / (micros / steps) / 1e3:5.0f} GFLOP/s" if part in flops and micros else ""
             print(f"  {part:<52} {micros / steps / 1000:8.1f} ms {micros / total:6.1%}{rate}")
-        alone = (sum(n * matmul_seconds(batch, i, o) for (i, o), n in shapes.items())
-                 + matmul_seconds(batch, hidden, vocab)) * 1000
+        alone = step_matmul_seconds(model, batch) * 1000
         print(f"  the same matmuls timed alone: {alone:.1f} ms ({sum(flops.values()) / alone / 1e6:.0f} GFLOP/s); "
               f"with nothing else in a step, at most {batch / alone * 1000:.0f} tokens/s at batch {batch}")
     gen.KV_ROOM = default_room
+
+
+def layer_matmuls(model) -> dict[tuple[int, int], int]:
+    """The decoder layers' Linear shapes (in, out) and how many of each: a decode step's matmuls."""
+    import torch
+
+    shapes: dict[tuple[int, int], int] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and ".layers." in name:
+            key = (module.in_features, module.out_features)
+            shapes[key] = shapes.get(key, 0) + 1
+    return shapes
+
+
+def step_matmul_seconds(model, batch: int) -> float:
+    """One decode step's matmuls (the layers' and the lm_head's, fp32) at ``batch`` rows, each timed alone: the
+    floor under any decode loop's step on this CPU, whatever it does around them."""
+    hidden, vocab = model.config.hidden_size, model.config.vocab_size
+    return (sum(n * matmul_seconds(batch, i, o) for (i, o), n in layer_matmuls(model).items())
+            + matmul_seconds(batch, hidden, vocab))
 
 
 @functools.lru_cache(maxsize=None)

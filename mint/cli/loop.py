@@ -125,7 +125,8 @@ def _render_generations(result) -> None:
                       f"prompt(s) ({escape(', '.join(f'{n} {s}' for s, n in sources.items()) or 'none')}), "
                       f"pass@1 {_fmt(pool.get('pass@1'))}, pass@{k} {_fmt(pool.get(f'pass@{k}'))}, "
                       f"{pool.get('prompts_between', 0)} strictly between 0 and 1; "
-                      f"{row.experience.get('accepted')} answer(s) accepted")
+                      f"{row.experience.get('accepted')} answer(s) accepted"
+                      + (f" ({row.experience['repaired']} of them repaired)" if row.experience.get("repaired") else ""))
         if row.twin:
             vs = row.twin.get("vs_twin") or {}
             interval = vs.get("interval") or [None, None]

@@ -28,6 +28,15 @@ def verifier_for(name: str):
     return {"coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify}.get(name)
 
 
+def repairer_for(name: str):
+    """The harness's ``repair(answer) -> str | None``: a failing answer put into form without adding to what
+    it says (GenUI: a tree's closing brackets, a cut-off or repeating answer), which the verifier then judges
+    as any other; None for a harness whose answers have no such repair."""
+    from mint.harness import genui
+
+    return {"genui": genui.repair}.get(name)
+
+
 HARNESS_NAMES = ("coding", "agent", "genui", "chat", "router")
 
-__all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for", "verifier_for"]
+__all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for", "repairer_for", "verifier_for"]

@@ -138,13 +138,10 @@ def find_tree(output: Any) -> TreeParse:
     return TreeParse(None, "no JSON object in the answer")
 
 
-def json_bracket_end(text: str, start: int = 0) -> int | None:
-    """Index just past the bracket that closes the ``{`` or ``[`` at ``text[start]``, or None when it never
-    closes (a cut-off answer). Only brackets of that kind count, and none inside JSON strings. The one JSON
-    bracket scanner: finding a tree here, and deciding in ``mint.mol.generate`` that an answer is complete."""
-    opener = text[start]
-    closer = "}" if opener == "{" else "]"
-    depth, in_string, escaped = 0, False, False
+def _outside_strings(text: str, start: int = 0):
+    """(index, char) of every character of ``text`` from ``start`` that is not inside a JSON string (a
+    string's quotes included, so a caller sees where each string starts and ends)."""
+    in_string, escaped = False, False
     for index in range(start, len(text)):
         char = text[index]
         if in_string:
@@ -154,15 +151,94 @@ def json_bracket_end(text: str, start: int = 0) -> int | None:
                 escaped = True
             elif char == '"':
                 in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == opener:
+                yield index, char
+        else:
+            if char == '"':
+                in_string = True
+            yield index, char
+
+
+def json_bracket_end(text: str, start: int = 0) -> int | None:
+    """Index just past the bracket that closes the ``{`` or ``[`` at ``text[start]``, or None when it never
+    closes (a cut-off answer). Only brackets of that kind count, and none inside JSON strings. The one JSON
+    bracket scanner: finding a tree here, and deciding in ``mint.mol.generate`` that an answer is complete."""
+    opener = text[start]
+    closer = "}" if opener == "{" else "]"
+    depth = 0
+    for index, char in _outside_strings(text, start):
+        if char == opener:
             depth += 1
         elif char == closer:
             depth -= 1
             if depth == 0:
                 return index + 1
     return None
+
+
+_CLOSER = {"{": "}", "[": "]"}
+
+
+def _closed(text: str) -> str | None:
+    """``text`` from its first ``{`` with each closing bracket made the one its opener needs (a small model
+    writes ``]}`` where ``}]`` belongs), up to where the tree closes; an answer cut off before that is cut back
+    to its last complete element (before its last comma, or after its last closing bracket) and closed. None
+    when there is no ``{`` or nothing complete in it."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    done, stack, copied, last_complete = "", [], start, None
+    for index, char in _outside_strings(text, start):
+        if char in _CLOSER:
+            stack.append(char)
+        elif char in "}]" or (char == "," and stack):
+            if char == ",":
+                last_complete = (done + text[copied:index], tuple(stack))
+                continue
+            done += text[copied:index] + _CLOSER[stack.pop()]
+            copied = index + 1
+            if not stack:
+                return done
+            last_complete = (done, tuple(stack))
+    if last_complete is None:
+        return None
+    head, still_open = last_complete
+    return head + "".join(_CLOSER[o] for o in reversed(still_open))
+
+
+def _without_repeats(value: Any) -> Any:
+    """``value`` with every object or text that repeats an earlier sibling in the same list dropped (the loop a
+    small model falls into until its token limit: the same child or list item again and again). Numbers may
+    repeat: a chart's values do."""
+    if isinstance(value, dict):
+        return {key: _without_repeats(item) for key, item in value.items()}
+    if not isinstance(value, list):
+        return value
+    kept, seen = [], []
+    for item in map(_without_repeats, value):
+        if isinstance(item, (dict, str)):
+            if item in seen:
+                continue
+            seen.append(item)
+        kept.append(item)
+    return kept
+
+
+def repair(answer: str) -> str | None:
+    """A failing answer's tree put into form without adding to what it says, or None when there is none to
+    repair: closing brackets in the right order, a cut-off answer closed after its last complete element,
+    objects repeated in a list dropped. The repaired answer is one more candidate for the verifier, which
+    decides as for any other (experience's ``repair``: answers the champion almost wrote, which a prompt it
+    never solves would otherwise not give). What it cannot repair: a wrong component, a missing part or
+    label, text that is not JSON inside the brackets."""
+    if not isinstance(answer, str):
+        return None
+    closed = _closed(answer)
+    value = _json_value(closed) if closed is not None else None
+    if not isinstance(value, dict) or too_deep(value):
+        return None
+    cleaned = _without_repeats(value)
+    text = closed if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
+    return text if text.strip() != answer.strip() else None
 
 
 def _brace_regions(text: str) -> list[str]:

@@ -8,8 +8,11 @@ nor one the training data already answers: re-sampling those gives back copies o
 there is nothing to learn. The champion (or the bare base before there is one) samples ``samples`` answers
 per prompt at ``temperature`` > 0, seeded; each is verified; the DISTINCT passing answers (whitespace- and
 JSON-canonical, at most ``per_prompt``) come back as episodes rated +1 and distinct failing ones as -1, so
-SFT learns from the first and DPO pairs a passing with a failing answer to one prompt. The pool's pass@1 and
-pass@k (unbiased estimator) say how much there was to learn: a prompt the champion always or never solves
+SFT learns from the first and DPO pairs a passing with a failing answer to one prompt. With ``repair`` (where the
+harness has one: GenUI's closing brackets, a cut-off or repeating tree), each failing answer is also repaired
+and the repair verified like any answer: an answer the champion almost wrote, the only way a prompt it never
+solves can teach it something; a passing repair is paired with the answer it came from. The pool's pass@1 and
+pass@k (unbiased estimator, of the samples as drawn, before repair) say how much there was to learn: a prompt the champion always or never solves
 teaches nothing, so the result counts those strictly between.
 
 With ``control`` (``true``, or the arms ``[placebo, steps]``), every sample (verified or not) is also written to
@@ -271,6 +274,25 @@ def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str]
             for text, score in zip(answers, scores)]
 
 
+def repaired_answers(answers: list[str], verdicts: list[bool], repair) -> list[str]:
+    """The repairs of the failing ``answers`` (``repair`` from mint.harness.repairer_for), each once, none that
+    is already one of the answers: candidates for the verifier, never accepted unverified."""
+    forms = {canonical_answer(a) for a in answers}
+    out = []
+    for text, ok in zip(answers, verdicts):
+        fixed = None if ok else repair(text)
+        if fixed is not None and canonical_answer(fixed) not in forms:
+            forms.add(canonical_answer(fixed))
+            out.append(fixed)
+    return out
+
+
+def _repairer(harness: str):
+    from mint.harness import HARNESS_NAMES, repairer_for
+
+    return repairer_for(harness) if harness in HARNESS_NAMES else None
+
+
 def distinct_answers(answers: list[str], cap: int) -> list[str]:
     """The first ``cap`` answers that differ in canonical form, in the order sampled."""
     seen, out = set(), []
@@ -307,7 +329,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       prompts: int = 16, temperature: float = 0.8, max_new_tokens: int = 256,
                       threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
                       contracts: list[Path] | None = None, control: bool | list = False,
-                      recipe_dir: Path | None = None) -> dict:
+                      repair: bool = False, recipe_dir: Path | None = None) -> dict:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``)."""
     from mint.data.datasets import iter_episodes
@@ -326,23 +348,31 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         if why:
             skipped[_source_label(source)] = why
     harness = _harness_name(contracts)
+    repair_answer = _repairer(harness or specialist) if repair else None
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts)
     result = {"prompts": len(chosen), "answers": 0, "passed": 0, "accepted": 0, "dpo_pairs": 0,
               "mean_reward": None, "served_by": served_by, "sources": per_source, "skipped_sources": skipped,
-              "pool": pool_statistics([], samples), "file": None, "version": None, "episodes_added": 0,
+              "pool": pool_statistics([], samples), "repaired": 0, "file": None, "version": None, "episodes_added": 0,
               "new_examples": 0, "logged_examples": _logged_examples(episodes)}
     if not chosen:
         return result
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
                       max_new_tokens=max_new_tokens, seed=seed)
-    kept, unverified, passes, total, pairs = [], [], [], 0.0, 0
+    kept, unverified, passes, total, pairs, repaired = [], [], [], 0.0, 0, 0
     for prompt, outs in zip(chosen, answers):
         verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
         total += sum(detail["score"] for _ok, detail in verdicts)
         passes.append((len(outs), sum(ok for ok, _ in verdicts)))
-        episodes_for_prompt, n_pairs = experience_episodes(specialist, prompt, outs, [ok for ok, _ in verdicts],
+        oks = [ok for ok, _ in verdicts]
+        fixed = repaired_answers(outs, oks, repair_answer) if repair_answer else []
+        fixed_ok = [ok for ok, _ in verify_answers(specialist, prompt, fixed, threshold, harness)] if fixed else []
+        # the champion's own passing answers first, then the repairs that pass: under the cap its own come first
+        episodes_for_prompt, n_pairs = experience_episodes(specialist, prompt, outs + fixed, oks + fixed_ok,
                                                            per_prompt, served_by)
+        passing_repairs = {canonical_answer(t) for t, ok in zip(fixed, fixed_ok) if ok}
+        repaired += sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1
+                        and canonical_answer(e["messages"][-1]["content"]) in passing_repairs)
         per_source[prompt.source]["accepted"] += sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1)
         kept += episodes_for_prompt
         pairs += n_pairs
@@ -351,7 +381,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     accepted = sum(1 for e in kept if e["feedback"]["rating"] == 1)
     result.update(answers=scored, passed=sum(c for _, c in passes), accepted=accepted, dpo_pairs=pairs,
                   mean_reward=round(total / scored, 4) if scored else None, pool=pool_statistics(passes, samples),
-                  new_examples=accepted)
+                  new_examples=accepted, repaired=repaired)
     if kept:
         path = _write(ws, dataset, specialist, kept)
         ingested = ingest(ws, [path], dataset=dataset, project=project)
@@ -388,7 +418,7 @@ def _harness_name(contracts: list[Path] | None) -> str | None:
 
 
 GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",
-               "control")
+               "control", "repair")
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
@@ -420,7 +450,7 @@ def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
 def experience_summary(result: dict) -> dict:
     """What a generation's row shows of its experience: the pool, what was kept, and from which source."""
     return {"pool": result.get("pool"), "prompts": result.get("prompts"), "accepted": result.get("accepted"),
-            "dpo_pairs": result.get("dpo_pairs"),
+            "repaired": result.get("repaired", 0), "dpo_pairs": result.get("dpo_pairs"),
             "kept_per_source": {name: c.get("kept", 0) for name, c in (result.get("sources") or {}).items()},
             "accepted_per_source": {name: c.get("accepted", 0)
                                     for name, c in (result.get("sources") or {}).items()},

@@ -148,7 +148,7 @@ class Ingest(StepKind):
 class Experience(StepKind):
     name = "experience"
     options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
-               "per_prompt", "seed", "init", "control", "epochs", "batch_size", "min_steps", "max_steps",
+               "per_prompt", "seed", "init", "control", "repair", "epochs", "batch_size", "min_steps", "max_steps",
                "learning_rate", "continuation_learning_rate")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
@@ -159,6 +159,9 @@ class Experience(StepKind):
             check_number(doc, options["temperature"], f"{at}.temperature", minimum=0, exclusive=True)
         if "threshold" in options:
             check_number(doc, options["threshold"], f"{at}.threshold", minimum=0)
+        if "repair" in options and not isinstance(options["repair"], bool):
+            raise doc.error(f"{at}.repair", "expected true (repair failing answers where the harness can, and "
+                                            "verify each repair) or false")
         self.check_plan(doc, recipe_path, options, at)
 
     @staticmethod

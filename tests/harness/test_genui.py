@@ -123,3 +123,37 @@ def test_the_genui_reward_pays_in_full_only_for_the_tree_the_request_asks_for():
     asked = json.dumps({"type": "List", "props": {"title": "Grocery list", "items": ["milk", "eggs"]}})
     done = json.dumps({"type": "Text", "props": {"text": "Done."}})
     assert genui_reward([prompt] * 4, [asked, done, "{}", "a list"]) == [1.0, 0.6, 0.3, 0.0]
+
+
+# --- repair: a failing answer put into form, for the verifier to judge again ---------------------------
+
+TEA_CARD = '{"type": "Card", "props": {"title": "Tea"}, "children": [{"type": "Text", "props": {"text": "Tea ]} \\" x"}}]}'
+
+
+def test_repair_puts_closing_brackets_in_the_order_their_openers_need_and_ignores_brackets_in_text():
+    from mint.harness.genui import repair
+
+    swapped = TEA_CARD.replace("}}]}", "}]}}")      # a small model writes ]} where }] belongs
+    assert swapped != TEA_CARD and parse_tree(swapped) is None
+    assert json.loads(repair(swapped)) == json.loads(TEA_CARD)
+    assert repair(TEA_CARD) is None                         # nothing to repair: the answer is left as it is
+    assert repair(TEA_CARD + "}]") == TEA_CARD                  # what follows the closed tree is not part of it
+
+
+def test_repair_closes_a_cut_off_answer_after_its_last_complete_element_and_drops_repeats():
+    from mint.harness.genui import repair
+
+    item = '{"type": "Text", "props": {"text": "x"}}'
+    looping = '{"type": "Stack", "children": [' + ", ".join([item] * 5) + ', {"type": "Te'
+    assert json.loads(repair(looping)) == {"type": "Stack", "children": [json.loads(item)]}
+    listing = '{"type": "List", "props": {"title": "Jobs", "items": ["a", "b", "a", "b", "a", "b'
+    assert json.loads(repair(listing)) == {"type": "List", "props": {"title": "Jobs", "items": ["a", "b"]}}
+    chart = '{"type": "Chart", "props": {"labels": ["a", "b"], "series": [{"name": "s", "values": [1, 1, 2'
+    assert json.loads(repair(chart))["props"]["series"] == [{"name": "s", "values": [1, 1]}]   # numbers may repeat
+
+
+@pytest.mark.parametrize("answer", ["", "no tree at all", '{"type": "Te', "[1, 2", 7, None, '{"a": {"b": '])
+def test_repair_gives_nothing_where_nothing_is_complete(answer):
+    from mint.harness.genui import repair
+
+    assert repair(answer) is None

@@ -313,3 +313,28 @@ def test_the_newest_served_turns_come_first_under_the_prompts_cap(ws, project, t
     gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project, samples=1,
                       prompts=1, sources=["served"])
     assert seen == ["Show a signup form with a submit button."]   # what users ask now, not the older turn
+
+
+def test_a_repaired_answer_is_accepted_only_when_the_verifier_passes_it_and_pairs_with_its_broken_answer(
+        ws, project, tmp_path, monkeypatch):
+    from mint.data.datasets import iter_episodes
+    from mint.loop.experience import canonical_answer, gather_experience
+    from mint.train.examples import method_rows
+
+    _ingest(ws, project, tmp_path, [_genui("Show a price list.", "{}", rating=-1),
+                                    _genui("Show a chart.", "{}", rating=-1)])
+    broken_list = PRICE_LIST[:-2] + "]"                    # the answer the champion wrote: its closers swapped
+    wrong_chart = CHART.replace('"Chart"', '"Chrt"')[:-1]  # repairs into a tree, but not a valid one
+    _answer_with(monkeypatch, lambda text: [broken_list, broken_list] if "price" in text else [wrong_chart])
+    plain = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                              samples=2, sources=["unaccepted"])
+    assert plain["accepted"] == 0 and plain["repaired"] == 0 and plain["pool"]["pass@1"] == 0.0
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                               samples=2, sources=["unaccepted"], repair=True)
+    # the pool is the samples as drawn; the repair is one more answer, which passes for the list alone
+    assert result["pool"]["pass@1"] == 0.0 and result["accepted"] == 1 and result["repaired"] == 1
+    assert result["sources"]["unaccepted"]["accepted"] == 1 and result["dpo_pairs"] == 1
+    rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result["version"])
+                               if e["served_by"] == result["served_by"]])
+    assert [(canonical_answer(r["chosen"][0]["content"]), r["rejected"][0]["content"]) for r in rows] == [
+        (canonical_answer(PRICE_LIST), broken_list)]

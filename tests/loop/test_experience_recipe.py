@@ -50,6 +50,7 @@ def test_an_experience_step_with_its_sources_caps_and_plan_loads(tmp_path):
     (("control: true", "control: [steps]"), ":7: steps[1].experience.control", "runs beside the placebo twin"),
     (("control: true", "control: [placebo, step]"), ":7: steps[1].experience.control", "placebo and steps"),
     (("per_prompt: 2", "per_prompt: 0"), ":7: steps[1].experience.per_prompt", "at least 1"),
+    (("control: true", "control: true, repair: 'yes'"), ":7: steps[1].experience.repair", "expected true"),
     (("temperature: 0.8", "temperature: 0"), ":7: steps[1].experience.temperature", "greater than 0"),
     (("samples: 4", "samples: 4, min_steps: 9, max_steps: 3"), ":7: steps[1].experience.min_steps",
      "at most max_steps"),
