@@ -12,8 +12,8 @@ SFT learns from the first and DPO pairs a passing with a failing answer to one p
 harness has one: GenUI's closing brackets, a cut-off or repeating tree), each failing answer is also repaired
 and the repair verified like any answer: an answer the champion almost wrote, the only way a prompt it never
 solves can teach it something; a passing repair is paired with the answer it came from. The pool's pass@1 and
-pass@k (unbiased estimator, of the samples as drawn, before repair) say how much there was to learn: a prompt the champion always or never solves
-teaches nothing, so the result counts those strictly between.
+pass@k (unbiased estimator, of the samples as drawn, before repair) say how much there was to learn: a prompt
+the champion always or never solves teaches nothing, so the result counts those strictly between.
 
 With ``control`` (``true``, or the arms ``[placebo, steps]``), every sample (verified or not) is also written to
 a twin dataset for the placebo twin, and with ``steps`` the logs alone to a dataset for the logs-only control:
@@ -353,8 +353,10 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                                           answered=answered, limit=prompts)
     result = {"prompts": len(chosen), "answers": 0, "passed": 0, "accepted": 0, "dpo_pairs": 0,
               "mean_reward": None, "served_by": served_by, "sources": per_source, "skipped_sources": skipped,
-              "pool": pool_statistics([], samples), "repaired": 0, "file": None, "version": None, "episodes_added": 0,
-              "new_examples": 0, "logged_examples": _logged_examples(episodes)}
+              "pool": pool_statistics([], samples), "repaired": 0, "file": None, "version": None,
+              "episodes_added": 0, "new_examples": 0, "logged_examples": _logged_examples(episodes)}
+    if repair and repair_answer is None:     # said, not silently ignored: this harness's answers have no repair
+        result["repair_skipped"] = f"the {harness or specialist} harness has no repair for its answers"
     if not chosen:
         return result
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,

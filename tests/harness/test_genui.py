@@ -127,7 +127,8 @@ def test_the_genui_reward_pays_in_full_only_for_the_tree_the_request_asks_for():
 
 # --- repair: a failing answer put into form, for the verifier to judge again ---------------------------
 
-TEA_CARD = '{"type": "Card", "props": {"title": "Tea"}, "children": [{"type": "Text", "props": {"text": "Tea ]} \\" x"}}]}'
+TEA_CARD = ('{"type": "Card", "props": {"title": "Tea"}, "children": '
+            '[{"type": "Text", "props": {"text": "Tea ]} \\" x"}}]}')
 
 
 def test_repair_puts_closing_brackets_in_the_order_their_openers_need_and_ignores_brackets_in_text():

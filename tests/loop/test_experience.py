@@ -34,11 +34,13 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
 
     monkeypatch.setattr(generate, "generate_batches", answer_with_the_call)
     result = gather_experience(ws, dataset="logs", specialist="agent", base="tiny-random", project=project,
-                               samples=1, prompts=2, max_new_tokens=4)
+                               samples=1, prompts=2, max_new_tokens=4, repair=True)
     listing = AgentHarness(HarnessSettings()).system({"messages": [USER], "tools": TOOLS})
     assert [{"role": "system", "content": listing}, USER] in shown and len(shown) == 2
     assert stops == [("json", "fence", "tool_call")]
     assert result["passed"] == 2   # both corrections are the call it makes
+    # the agent's answers have no repair: said, not silently ignored
+    assert result["repaired"] == 0 and result["repair_skipped"] == "the agent harness has no repair for its answers"
 
 
 def test_experience_refuses_a_champion_whose_files_changed(ws, project, candidate):
