@@ -186,23 +186,29 @@ def _closed(text: str) -> str | None:
     start = text.find("{")
     if start < 0:
         return None
-    done, stack, copied, last_complete = "", [], start, None
+    # the open brackets as links (opener, the links below): a snapshot of them is one reference, so keeping the
+    # last complete point at every comma stays linear in the answer's length
+    pieces, stack, copied, last_complete = [], None, start, None
     for index, char in _outside_strings(text, start):
         if char in _CLOSER:
-            stack.append(char)
-        elif char in "}]" or (char == "," and stack):
-            if char == ",":
-                last_complete = (done + text[copied:index], tuple(stack))
-                continue
-            done += text[copied:index] + _CLOSER[stack.pop()]
+            stack = (char, stack)
+        elif char == "," and stack is not None:
+            last_complete = (len(pieces), copied, index, stack)
+        elif char in "}]":
+            opener, stack = stack
+            pieces.append(text[copied:index] + _CLOSER[opener])
             copied = index + 1
-            if not stack:
-                return done
-            last_complete = (done, tuple(stack))
+            if stack is None:
+                return "".join(pieces)
+            last_complete = (len(pieces), copied, copied, stack)
     if last_complete is None:
         return None
-    head, still_open = last_complete
-    return head + "".join(_CLOSER[o] for o in reversed(still_open))
+    count, begin, end, still_open = last_complete
+    closers = []
+    while still_open is not None:
+        opener, still_open = still_open
+        closers.append(_CLOSER[opener])
+    return "".join(pieces[:count]) + text[begin:end] + "".join(closers)
 
 
 def _without_repeats(value: Any) -> Any:
@@ -213,14 +219,26 @@ def _without_repeats(value: Any) -> Any:
         return {key: _without_repeats(item) for key, item in value.items()}
     if not isinstance(value, list):
         return value
-    kept, seen = [], []
+    kept, seen = [], set()
     for item in map(_without_repeats, value):
         if isinstance(item, (dict, str)):
-            if item in seen:
+            key = json.dumps(item, sort_keys=True)     # hashable, and one form for two equal objects
+            if key in seen:
                 continue
-            seen.append(item)
+            seen.add(key)
         kept.append(item)
     return kept
+
+
+def _dumped(value: Any) -> str:
+    """``value`` as JSON text that can be written as UTF-8: a lone surrogate (``"\\udcff"`` in the answer)
+    stays escaped."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
 
 
 def repair(answer: str) -> str | None:
@@ -237,7 +255,7 @@ def repair(answer: str) -> str | None:
     if not isinstance(value, dict) or too_deep(value):
         return None
     cleaned = _without_repeats(value)
-    text = closed if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
+    text = closed if cleaned == value else _dumped(cleaned)
     return text if text.strip() != answer.strip() else None
 
 

@@ -287,12 +287,6 @@ def repaired_answers(answers: list[str], verdicts: list[bool], repair) -> list[s
     return out
 
 
-def _repairer(harness: str):
-    from mint.harness import HARNESS_NAMES, repairer_for
-
-    return repairer_for(harness) if harness in HARNESS_NAMES else None
-
-
 def distinct_answers(answers: list[str], cap: int) -> list[str]:
     """The first ``cap`` answers that differ in canonical form, in the order sampled."""
     seen, out = set(), []
@@ -334,6 +328,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     and the new dataset version (and the twin's dataset with ``control``)."""
     from mint.data.datasets import iter_episodes
     from mint.data.ingest import ingest
+    from mint.harness import repairer_for
 
     if not temperature > 0:
         raise BadInput("experience samples several different answers: temperature must be above 0",
@@ -348,7 +343,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         if why:
             skipped[_source_label(source)] = why
     harness = _harness_name(contracts)
-    repair_answer = _repairer(harness or specialist) if repair else None
+    repair_answer = repairer_for(harness or specialist) if repair else None
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts)
     result = {"prompts": len(chosen), "answers": 0, "passed": 0, "accepted": 0, "dpo_pairs": 0,

@@ -158,3 +158,11 @@ def test_repair_gives_nothing_where_nothing_is_complete(answer):
     from mint.harness.genui import repair
 
     assert repair(answer) is None
+
+
+def test_a_repaired_tree_can_be_written_as_utf8_whatever_escapes_the_answer_holds():
+    from mint.harness.genui import repair
+
+    fixed = repair('{"type": "List", "props": {"title": "Café", "items": ["\\udcff", "é", "é", "x')   # cut off; "é" repeats
+    fixed.encode("utf-8")                           # a lone surrogate stays escaped, so the episode can be written
+    assert json.loads(fixed)["props"]["items"] == ["\udcff", "é"]
