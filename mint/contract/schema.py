@@ -21,7 +21,8 @@ from mint.yamlfile import YamlDoc, is_file, load_yaml
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
 DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size", "precision",
-                 "stop_at_answer_end")
+                 "stop_at_answer_end", "prompt_lookup")
+MAX_PROMPT_LOOKUP = 64   # drafted tokens a row may check in one step
 SUITE_KEYS = ("name", "data", "metrics", "limit")
 GATE_KEYS = ("metric", "min", "max", "no_regression", "improve")
 PROMOTION_KEYS = ("min_examples", "auto")
@@ -169,7 +170,11 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         batch_size=check_number(doc, decoding.get("batch_size", 8), "harness.decoding.batch_size", minimum=1,
                            integer=True),
         timeout_s=check_number(doc, harness.get("timeout_s", 10.0), "harness.timeout_s", minimum=0, exclusive=True),
-        catalog=catalog)
+        catalog=catalog,
+        prompt_lookup=check_number(doc, decoding.get("prompt_lookup", 0), "harness.decoding.prompt_lookup",
+                                   minimum=0, integer=True))
+    if settings.prompt_lookup > MAX_PROMPT_LOOKUP:
+        raise doc.error("harness.decoding.prompt_lookup", f"must be at most {MAX_PROMPT_LOOKUP}")
     if settings.samples > 1 and settings.temperature == 0:
         raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
     scorer = harness_for(harness_name, settings)

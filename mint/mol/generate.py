@@ -14,6 +14,11 @@ can change what it measures:
   unmerged model by teacher forcing on the first prompts (the check is the parity; a mismatch regenerates);
 - ``decoding: {stop_at_answer_end: true}`` ends each row once its answer is complete (a JSON value, a
   closed code fence, closed ``<tool_call>`` blocks, by harness) instead of running to ``max_new_tokens``;
+- ``decoding: {prompt_lookup: N}`` lets each greedy row draft up to N tokens from its own text so far (the
+  tokens that followed the last earlier occurrence of its latest 1-3 tokens: prompt lookup decoding) and
+  checks them all in one step; it keeps the drafted tokens the model picks and one more. Drafts only fill
+  the rows finished sequences have left empty (rows x (1 + draft) stays within ``batch_size``), so a full
+  batch decodes as before and its tail, where a few long answers run on alone, takes several tokens a step;
 - ``decoding: {precision: bf16 | int8}`` generates with a bf16 copy of the model (or an int8 dynamically
   quantized copy of its Linear layers, the adapter merged in first). ``auto`` is not resolved here: a
   contract resolves it once per base, host and contract by measurement (mint.contract.precision, which
@@ -47,6 +52,8 @@ KV_ROOM = 64
 MERGE_ADAPTER = True
 PARITY_PROMPTS = 4
 _CLOSERS = ("}", "]", "`", ">")
+# prompt lookup: a row's draft follows the last earlier occurrence of its longest recent n-gram, n <= this
+LOOKUP_NGRAM = 3
 # HF logits processors that transform each row of scores alone, without reading the tokens so far
 _ROW_WISE_PROCESSORS = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
 
@@ -279,6 +286,34 @@ class _Row:
     generator: object | None          # torch.Generator when sampling
     tokens: list[int] = field(default_factory=list)
     eos: int | None = None            # the EOS token that ended the row, if one did (not in ``tokens``)
+    lookup: "_Lookup | None" = None   # greedy with prompt lookup: where its text's n-grams last occurred
+
+
+class _Lookup:
+    """Where each n-gram (n = 1..LOOKUP_NGRAM) of a row's text (prompt and tokens) last occurred with a token
+    after it, kept as the text grows, so a draft costs a dict lookup per n, not a search of the text."""
+
+    def __init__(self, ids: list[int]):
+        self.ids: list[int] = []
+        self.after: dict[tuple[int, ...], int] = {}   # n-gram -> where the text continued after it, last seen
+        self.extend(ids)
+
+    def extend(self, tokens) -> None:
+        for token in tokens:
+            self.ids.append(token)
+            end = len(self.ids) - 1   # the n-grams ending just before the new token are now followed by it
+            for n in range(1, min(LOOKUP_NGRAM, end) + 1):
+                self.after[tuple(self.ids[end - n:end])] = end
+
+    def draft(self, limit: int) -> list[int]:
+        """Up to ``limit`` tokens: what followed the last earlier occurrence of the longest suffix n-gram."""
+        if limit <= 0:
+            return []
+        for n in range(min(LOOKUP_NGRAM, len(self.ids)), 0, -1):
+            start = self.after.get(tuple(self.ids[-n:]))
+            if start is not None:
+                return self.ids[start:start + limit]
+        return []
 
 
 def _logits_processors(model, settings: HarnessSettings):
@@ -329,6 +364,7 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
     processors = _logits_processors(model, settings) if sampling else None
     row_wise = sampling and all(type(p).__name__ in _ROW_WISE_PROCESSORS for p in processors)
     closes = _closing_tokens(tokenizer) if answer_end else None
+    lookup = settings.prompt_lookup if not sampling else 0   # a draft is checked against the greedy pick
     prompts = prompt_ids(tokenizer, conversations)
     # longest first (similar lengths are prefilled together); a conversation's samples are adjacent
     waiting = deque((c, s) for c in sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
@@ -357,6 +393,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
             row.eos = token
             return True
         row.tokens.append(token)
+        if row.lookup is not None:
+            row.lookup.extend((token,))
         if len(row.tokens) >= settings.max_new_tokens:
             return True
         return bool(answer_end) and closes(token) and answer_complete(
@@ -375,7 +413,8 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
                         generator.manual_seed(conversation * settings.samples + sample)
                     if sample == 0:
                         first_admitted[conversation] = now
-                    rows.append(_Row(conversation, sample, prompts[conversation], generator))
+                    rows.append(_Row(conversation, sample, prompts[conversation], generator,
+                                     lookup=_Lookup(prompts[conversation]) if lookup else None))
                 logits, group_cache, group_mask = _prefill(model, [r.prompt for r in rows], pad)
                 cache, mask = _join(cache, mask, group_cache, group_mask)
                 running += rows
@@ -383,12 +422,24 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
                 done = [finished(row, token) for row, token in zip(rows, new_tokens)]
                 done = [False] * (len(running) - len(rows)) + done
             else:
-                fed = torch.tensor([[row.tokens[-1]] for row in running], device=model.device)
-                positions = torch.tensor([[len(row.prompt) + len(row.tokens) - 1] for row in running],
-                                         device=model.device)
-                mask = torch.cat([mask, mask.new_ones((len(running), 1))], dim=1)
+                # drafts fill only the rows that finished sequences left: rows x (1 + draft) <= batch_size
+                per_row = min(lookup, settings.batch_size // len(running) - 1) if lookup else 0
+                drafts = [row.lookup.draft(min(per_row, settings.max_new_tokens - len(row.tokens) - 1))
+                          for row in running] if per_row > 0 else []
+                width = 1 + max(map(len, drafts), default=0)
+                fed = torch.tensor([[row.tokens[-1], *draft, *[pad] * (width - 1 - len(draft))]
+                                    for row, draft in zip(running, drafts or [[]] * len(running))],
+                                   device=model.device)
+                start = [len(row.prompt) + len(row.tokens) - 1 for row in running]
+                positions = torch.tensor([[p + j for j in range(width)] for p in start], device=model.device)
+                mask = torch.cat([mask, mask.new_ones((len(running), width))], dim=1)
                 out = model(input_ids=fed, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
-                done = [finished(row, token) for row, token in zip(running, choose(out.logits[:, -1], running))]
+                if width == 1:
+                    done = [finished(row, token) for row, token in zip(running, choose(out.logits[:, -1], running))]
+                else:
+                    done = [_take_checked(row, draft, picks, finished, mask, index, width)
+                            for index, (row, draft, picks) in
+                            enumerate(zip(running, drafts, out.logits.float().argmax(-1).tolist()))]
             if any(done):
                 now = time.perf_counter()
                 for row in (r for r, d in zip(running, done) if d):
@@ -408,6 +459,23 @@ def _stream(model, tokenizer, conversations, settings: HarnessSettings, on_done,
     seconds = time.perf_counter() - began
     latencies = [(end - start) * 1000 for start, end in zip(first_admitted, finished_at)]
     return outputs, latencies, row_tokens, seconds
+
+
+def _take_checked(row: _Row, draft: list[int], picks: list[int], finished, mask, index: int, width: int) -> bool:
+    """Take a row's greedy picks after one step over its last token and ``draft``: ``picks[j]`` is the
+    model's choice after column j, so it counts while every drafted token before it was the one picked. The
+    columns of drafted tokens not taken are masked out for good (the cache keeps them, no step reads them).
+    Whether the row finished."""
+    taken = 0
+    for token in picks:
+        taken += 1
+        if finished(row, token):
+            return True
+        if taken > len(draft) or draft[taken - 1] != token:
+            break
+    if taken < width:
+        mask[index, mask.shape[1] - width + taken:] = 0
+    return False
 
 
 def _prefill(model, prompts: list[list[int]], pad: int):
@@ -508,20 +576,24 @@ def _replace(layer, keys, values) -> None:
 
 
 def _select(cache, mask, keep: list[int]):
-    """Only the rows ``keep`` of the cache and mask, without the leading columns that are padding in every
-    remaining row (masked keys change no output, and cost a step its time)."""
+    """Only the rows ``keep`` of the cache and mask, without the columns masked in every remaining row (left
+    padding, drafts no row took): masked keys change no output, and cost a step its time."""
     import torch
 
     if not keep:
         return None, None
     index = torch.tensor(keep, device=mask.device)
     mask = mask.index_select(0, index)
-    first = int(mask.any(0).nonzero()[0])
-    mask = mask[:, first:]
+    columns = mask.any(0)
+    if bool(columns.all()):
+        for layer in cache.layers:
+            _replace(layer, layer.keys.index_select(0, index), layer.values.index_select(0, index))
+        return cache, mask
+    columns = columns.nonzero().squeeze(1)
     for layer in cache.layers:
-        _replace(layer, layer.keys.index_select(0, index)[:, :, first:],
-                 layer.values.index_select(0, index)[:, :, first:])
-    return cache, mask
+        _replace(layer, layer.keys.index_select(0, index).index_select(2, columns),
+                 layer.values.index_select(0, index).index_select(2, columns))
+    return cache, mask.index_select(1, columns)
 
 
 def _run(model, tokenizer, conversations, settings: HarnessSettings, on_done, answer_end, kv_cache):

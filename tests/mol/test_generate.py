@@ -303,7 +303,7 @@ def test_the_kv_buffer_grows_joins_and_drops_rows_without_changing_greedy_output
     with torch.no_grad():   # sharpen the attention: at the random init it is near uniform, so keys barely count
         for name, parameter in loaded.model.named_parameters():
             if name.endswith(("q_proj.weight", "k_proj.weight")):
-                parameter.mul_(15.0)
+                parameter.mul_(60.0)
     result = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=12, batch_size=2))
     assert layers and all(type(layer) is gen._roomy_layer_class() for layer in layers)
     assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
@@ -397,3 +397,104 @@ def test_a_merged_copy_that_disagrees_is_caught_and_the_unmerged_model_generates
     assert generate(without_adapter, loaded.tokenizer, VARIED, settings).outputs != unmerged.outputs
     assert result.parity["identical"] < result.parity["examples"] and "generated unmerged" in result.precision_reason
     assert result.outputs == unmerged.outputs
+
+
+def test_a_lookup_draft_is_what_followed_the_last_earlier_occurrence_of_the_longest_recent_ngram():
+    lookup = gen._Lookup([5, 1, 2, 3, 4, 1, 2])
+    assert lookup.draft(3) == [3, 4, 1]              # (1, 2) was followed by 3; (4, 1, 2) never occurred before
+    lookup.extend([7, 1, 2])
+    assert lookup.draft(2) == [7, 1]                 # the last occurrence of (1, 2) now: the one before 7
+    assert gen._Lookup([1, 2, 3]).draft(4) == [] and lookup.draft(0) == []
+
+
+def sharpened_tiny():
+    """The tiny base with sharper attention: at the random init attention is near uniform, so a key a step
+    should not read would barely change its output; here it does."""
+    loaded = load_base(TINY)
+    with torch.no_grad():
+        for name, parameter in loaded.model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.mul_(60.0)
+    return loaded
+
+
+def counting_forwards(model):
+    widths = []
+    forward = model.forward
+
+    def counting(input_ids=None, **kwargs):
+        widths.append(input_ids.shape[1])
+        return forward(input_ids=input_ids, **kwargs)
+
+    model.forward = counting
+    return widths
+
+
+def test_prompt_lookup_gives_hf_generates_greedy_outputs_in_fewer_steps(monkeypatch):
+    """Drafts are taken where the model picks them and masked out where it does not: every output is still
+    HF generate's alone and the stream needs fewer steps. Some drafts here are refused, and a refused
+    draft's cache columns are then never read (without the mask the outputs differ)."""
+    monkeypatch.setattr(gen, "KV_ROOM", 3)   # the buffers also grow, join and drop rows with drafts in them
+    loaded = sharpened_tiny()
+    expected = [hf_generate_alone(loaded, c, 24) for c in VARIED]
+    refused = []
+    take = gen._take_checked
+
+    def spying(row, draft, picks, *args):
+        refused.append(picks[:len(draft)] != draft)
+        return take(row, draft, picks, *args)
+
+    monkeypatch.setattr(gen, "_take_checked", spying)
+    widths = counting_forwards(loaded.model)
+    plain = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=24, batch_size=4))
+    plain_steps, widths[:] = len(widths), []
+    drafted = generate(loaded.model, loaded.tokenizer, VARIED,
+                       HarnessSettings(max_new_tokens=24, batch_size=4, prompt_lookup=6))
+    assert [o[0] for o in plain.outputs] == [o[0] for o in drafted.outputs] == expected
+    assert drafted.new_tokens == plain.new_tokens and drafted.row_tokens == plain.row_tokens
+    assert len(widths) < plain_steps and max(widths[1:]) > 1
+    assert any(refused)
+
+
+def test_drafts_fill_only_the_rows_finished_sequences_left(monkeypatch):
+    """A full batch decodes one token a row; once rows finish, the rest draft into their places: rows x
+    (1 + draft) never exceeds the batch."""
+    loaded = load_base(TINY)
+    prompts = [chat(word) for word in ("tree", "code", "cats", "dogs")]
+    shapes = []
+    forward = loaded.model.forward
+
+    def recording(input_ids=None, **kwargs):
+        shapes.append(tuple(input_ids.shape))
+        return forward(input_ids=input_ids, **kwargs)
+
+    loaded.model.forward = recording
+    settings = HarnessSettings(max_new_tokens=20, batch_size=4, prompt_lookup=8)
+    generate(loaded.model, loaded.tokenizer, prompts, settings)
+    steps = [(rows, width) for rows, width in shapes[1:]]
+    assert all(rows * width <= 4 for rows, width in steps if width > 1)
+    assert all(width == 1 for rows, width in steps if rows == 4)
+
+
+def test_sampled_rows_draft_nothing():
+    loaded = load_base(TINY)
+    widths = counting_forwards(loaded.model)
+    settings = HarnessSettings(max_new_tokens=8, batch_size=4, temperature=0.8, top_p=0.9, prompt_lookup=8)
+    result = generate(loaded.model, loaded.tokenizer, VARIED[:2], settings)
+    assert set(widths[1:]) == {1}
+    assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 8, 0.8, seed=i) for i, c in
+                                              enumerate(VARIED[:2])]
+
+
+@pytest.mark.parametrize("value, message", [(-1, "at least 0"), ("8", "an integer"), (True, "an integer"),
+                                            (65, "at most 64")])
+def test_a_bad_prompt_lookup_names_its_field(tmp_path, value, message):
+    from mint.contract.schema import load_contract
+    from mint.errors import BadInput
+    from tests.contract.test_schema import GOOD
+
+    (tmp_path / "core.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                                     "reference": {"type": "Card"}}) + "\n")
+    (tmp_path / "c.yaml").write_text(GOOD.replace("batch_size: 2}", f"batch_size: 2, prompt_lookup: {json.dumps(value)}}}"))
+    with pytest.raises(BadInput, match=f"harness.decoding.prompt_lookup.*{message}"):
+        load_contract(tmp_path / "c.yaml")
