@@ -21,12 +21,16 @@ Every mode runs on the same model and prompts in one process, alternated (A B C 
   stream bN          the stream at batch N (8, 16, 24, 32)
   stream bf16        the stream with precision bf16 (a bf16 copy of the model)
   stream int8        the stream with precision int8 (dynamic quantization)
+  stream lookup      the stream with prompt_lookup 8 (rows draft from their own text into the places finished
+                     rows left; a step checks the drafts)
+  stream bf16 lookup the same in bf16
   stream 1-by-1      the stream at batch 1, on --one-by-one-sample prompts spread over the suite, its time
                      scaled per prompt to the whole suite (said so in the output)
   adapter            (with --adapter) the stream on the base with the adapter attached (PEFT, unmerged)
   adapter merged     (with --adapter) what `mint eval` runs for a candidate: the same on a copy with the adapter
                      merged in, checked by teacher forcing on the first prompts (greedy parity printed)
   adapter bf16       (with --adapter) the adapter's model in bf16 (a bf16 copy, adapter unmerged)
+  adapter merged lookup  (with --adapter) adapter merged, with prompt_lookup 8
 Each mode's greedy outputs are compared with fp32's on the same model (stream, or adapter): its parity.
 Goals (issue 14): stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
 A contract's precision auto is resolved per host by `mint eval` (mint.contract.precision); here the stream runs
@@ -49,6 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BATCH_GOAL, TOKENS_GOAL = 8.0, 2.0
 TODAY_BATCH = 16
+LOOKUP = 8   # the lookup modes' prompt_lookup (drafted tokens per row and step)
 ISSUE_TODAY_TOKENS_PER_S = 60   # the issue's measurement: 32 prompts x 48 tokens in 25 s, batch 16, fp32
 
 
@@ -74,12 +79,15 @@ MODES = {
     "stream bf16": Mode(changes=(("precision", "bf16"),)),
     "stream int8": Mode(changes=(("precision", "int8"),)),
     "stream 1-by-1": Mode(changes=(("batch_size", 1),), sample=True),
+    "stream lookup": Mode(changes=(("prompt_lookup", LOOKUP),)),
+    "stream bf16 lookup": Mode(changes=(("precision", "bf16"), ("prompt_lookup", LOOKUP))),
     "adapter": Mode(adapter=True),
     "adapter merged": Mode(adapter=True, merge=True),
     "adapter bf16": Mode(adapter=True, changes=(("precision", "bf16"),)),
+    "adapter merged lookup": Mode(adapter=True, merge=True, changes=(("prompt_lookup", LOOKUP),)),
 }
-DEFAULT_MODES = ("today", "stream", "stream bf16", "stream DynamicCache", "stream 1-by-1")
-ADAPTER_MODES = ("adapter", "adapter merged", "adapter bf16")
+DEFAULT_MODES = ("today", "stream", "stream lookup", "stream bf16", "stream DynamicCache", "stream 1-by-1")
+ADAPTER_MODES = ("adapter", "adapter merged", "adapter merged lookup", "adapter bf16")
 
 
 def main() -> None:
@@ -201,7 +209,7 @@ def run_modes(args, chosen: list[str]) -> None:
               f"scaled x{len(conversations) / len(sample):.2f} to the whole suite")
     if with_adapter is not None:
         print(f"adapter: {args.adapter}")
-    print(f"\n{'mode':<20} {'batch':>5} {'precision':>9} {'seconds min/median':>19} {'cpu s median':>12} "
+    print(f"\n{'mode':<22} {'batch':>5} {'precision':>9} {'seconds min/median':>19} {'cpu s median':>12} "
           f"{'tokens':>7} {'tokens/s min/median':>20}")
     median_s, median_tps, median_cpu, tokens = {}, {}, {}, {}
     for name, runs in results.items():
@@ -212,7 +220,7 @@ def run_modes(args, chosen: list[str]) -> None:
         median_cpu[name] = statistics.median(cpu_seconds[name]) * scale[name]
         tokens[name] = generation.new_tokens * scale[name]
         batch = dict(MODES[name].changes).get("batch_size", contract_settings.batch_size)
-        print(f"{name:<20} {batch:>5} {generation.precision:>9} {min(seconds):>9.2f}/{median_s[name]:<9.2f} "
+        print(f"{name:<22} {batch:>5} {generation.precision:>9} {min(seconds):>9.2f}/{median_s[name]:<9.2f} "
               f"{median_cpu[name]:>12.2f} {tokens[name]:>7.0f} {min(tps):>9.1f}/{median_tps[name]:<10.1f}")
 
     def ratio(label, value, goal=None):
@@ -248,7 +256,13 @@ def run_modes(args, chosen: list[str]) -> None:
         print(f"  bound: one decode step's matmuls alone, at the stream's batch {rows} (fp32, timed here), allow at "
               f"most {ceiling:.1f} tokens/s, {ceiling / median_tps['today']:.2f}x today's: the goal's "
               f"{goal:.1f} is {'within' if ceiling >= goal else 'above'} that ceiling")
-    for name in ("hf + answer end", "stream DynamicCache", "stream int8", "adapter"):
+    for name in ("stream lookup", "stream bf16 lookup"):
+        if {name, "today"} <= results.keys():
+            ratio(f"tokens/s, {name} / today", median_tps[name] / median_tps["today"], TOKENS_GOAL)
+    if {"stream lookup", "stream 1-by-1"} <= results.keys():
+        ratio("batched / one-by-one, wall time (stream 1-by-1 scaled / stream lookup)",
+              median_s["stream 1-by-1"] / median_s["stream lookup"], BATCH_GOAL)
+    for name in ("hf + answer end", "stream DynamicCache", "stream int8", "adapter", "stream lookup"):
         if {name, "stream"} <= results.keys():
             ratio(f"wall time, {name} / stream", median_s[name] / median_s["stream"])
     # fp32 against bf16 on the same suite, and on the same adapter (merged fp32 is what `mint eval` runs)
@@ -262,6 +276,9 @@ def run_modes(args, chosen: list[str]) -> None:
     batch_modes = [n for n in results if n.startswith("stream b")]
     for name in batch_modes[1:]:
         ratio(f"wall time, {batch_modes[0]} / {name}", median_s[batch_modes[0]] / median_s[name])
+    if {"adapter merged", "adapter merged lookup"} <= results.keys():
+        ratio("wall time, adapter merged / adapter merged lookup",
+              median_s["adapter merged"] / median_s["adapter merged lookup"])
     if {"adapter", "adapter merged"} <= results.keys():
         ratio("merged adapter, wall time (adapter / adapter merged)",
               median_s["adapter"] / median_s["adapter merged"])
