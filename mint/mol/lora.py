@@ -13,6 +13,7 @@ import mmap
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -35,6 +36,7 @@ class SlotTable:
     uniform: int | None = BASE_SLOT   # the slot every row uses, or None for a mixed batch
     used: tuple[int, ...] = (BASE_SLOT,)
     version: int = 0          # bumped by every set_rows: modules re-gather their rows' weights once per batch
+    buffers: int = 0          # bumped when a module's buffers are replaced (.to(), .float()): load plans go stale
 
     def set_rows(self, slots: list[int]) -> None:
         distinct = tuple(sorted(set(slots)))
@@ -69,8 +71,9 @@ class SlottedLoRALinear(nn.Module):
                              persistent=False)
         self.register_buffer("scale", torch.zeros(n_slots, dtype=dtype, device=device), persistent=False)
         self.ranks = [0] * n_slots     # the real rank in each slot (0: nothing loaded here)
+        self.scale_values = [0.0] * n_slots   # the scale each slot was given (a handoff writes only changed ones)
         self._rows: tuple | None = None   # (table version, A per row, B^T per row, scale per row)
-        self._views: dict = {}            # (slot, rank) -> the buffers then and their views (see slot_views)
+        self._views: dict = {}            # (slot, rank) -> views of the buffers (see slot_views)
 
     def _gathered(self, rank: int) -> tuple:
         """Each row's A^T and scaled B^T, gathered once per batch (the rows keep their slots for the whole
@@ -103,14 +106,21 @@ class SlottedLoRALinear(nn.Module):
 
     def slot_views(self, slot: int, rank: int) -> tuple:
         """Views of ``slot`` for an adapter of ``rank``: (A's first rank rows, B's first rank columns, A's and
-        B's rest, the scale), made once per (slot, rank) and made anew if a buffer was replaced (``.to()``)."""
-        buffers = (self.lora_a, self.lora_b, self.scale)
+        B's rest, the scale), made once per (slot, rank); ``_apply`` forgets them when the buffers are replaced."""
         views = self._views.get((slot, rank))
-        if views is None or any(kept is not now for kept, now in zip(views[0], buffers)):
-            a, b, scale = buffers
-            views = self._views[(slot, rank)] = (buffers, a[slot, :rank], b[slot, :, :rank], a[slot, rank:],
-                                                 b[slot, :, rank:], scale[slot:slot + 1])
-        return views[1:]
+        if views is None:
+            a, b, scale = self.lora_a, self.lora_b, self.scale
+            views = self._views[(slot, rank)] = (a[slot, :rank], b[slot, :, :rank], a[slot, rank:], b[slot, :, rank:],
+                                                 scale[slot:slot + 1])
+        return views
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .float(), .bfloat16() ... replace the buffers: views and gathered rows of the old ones are stale
+        result = super()._apply(fn, *args, **kwargs)
+        self._views.clear()
+        self._rows = None
+        self.table.buffers += 1
+        return result
 
     def clear_slot(self, slot: int) -> None:
         self._rows = None
@@ -119,32 +129,67 @@ class SlottedLoRALinear(nn.Module):
             self.lora_b[slot].zero_()
             self.scale[slot] = 0
         self.ranks[slot] = 0
+        self.scale_values[slot] = 0.0
 
 
-def load_slots(slot: int, loads) -> None:
-    """Copy each (module, A, B, scale) of ``loads`` into ``slot``, zero-padded to the slot's rank: a few batched
-    kernels for all the modules (one tensor op per module and part cost more than the copies themselves:
-    ~2/3 of a 120-module handoff). Each copy converts its dtype where the slot's differs."""
-    targets, sources, rests, scale_views, scales, tables = [], [], [], [], [], {}
-    for module, a, b, scale in loads:
-        rank = a.shape[0]
+@dataclass(eq=False)
+class LoadPlan:
+    """Where one adapter layout's tensors go in one slot, worked out once (``load_plan``) and reused by every
+    handoff of that layout into that slot: the A and B views to copy into, in the layout's order, what they
+    leave of an earlier larger rank, the scale views, and each module's rank."""
+
+    slot: int
+    buffers: int              # the SlotTable's ``buffers`` when made: a plan of replaced buffers is stale
+    targets: list
+    rests: list
+    scales: list
+    ranks: list               # (module, rank)
+    tables: list
+
+
+def load_plan(slot: int, modules) -> LoadPlan:
+    """The plan for copying adapters into ``slot`` of each (module, rank) of ``modules``, in order."""
+    targets, rests, scales, ranks, tables = [], [], [], [], {}
+    for module, rank in modules:
         a_view, b_view, a_rest, b_rest, scale_view = module.slot_views(slot, rank)
         targets += (a_view, b_view)
-        sources += (a, b)
         if a_rest.shape[0]:    # only what the copy leaves of an earlier, larger rank is cleared
             rests += (a_rest, b_rest)
-        scale_views.append(scale_view)
-        scales.append(scale)
-        module.ranks[slot] = rank
+        scales.append(scale_view)
+        ranks.append((module, rank))
         tables[id(module.table)] = module.table
-    if not targets:
+    buffers = sum(table.buffers for table in tables.values())
+    return LoadPlan(slot, buffers, targets, rests, scales, ranks, list(tables.values()))
+
+
+def plan_is_current(plan: LoadPlan) -> bool:
+    return plan.buffers == sum(table.buffers for table in plan.tables)
+
+
+def load_slots(plan: LoadPlan, sources: list, scales: list[float]) -> None:
+    """Copy ``sources`` (A, B of each module of ``plan``, in order) into the plan's slot with the modules' ``scales``,
+    zero-padded to the slot's rank: a few batched kernels for all the modules (one tensor op per module and part
+    cost more than the copies themselves: ~2/3 of a 120-module handoff). Each copy converts its dtype where the
+    slot's differs."""
+    if not plan.targets:
         return
+    slot = plan.slot
+    # a retrained champion mostly keeps its scales (alpha / rank): one tensor op per changed scale costs more
+    # than comparing them all
+    changed = [(view, scale) for (module, _rank), view, scale in zip(plan.ranks, plan.scales, scales)
+               if module.scale_values[slot] != scale]
     with torch.no_grad():
-        torch._foreach_copy_(targets, sources)
-        if rests:
-            torch._foreach_zero_(rests)
-        torch._foreach_copy_(scale_views, list(torch.tensor(scales, dtype=torch.float64).split(1)))
-    for table in tables.values():
+        torch._foreach_copy_(plan.targets, sources)
+        if plan.rests:
+            torch._foreach_zero_(plan.rests)
+        if changed:
+            views = [view for view, _scale in changed]
+            torch._foreach_zero_(views)
+            torch._foreach_add_(views, [scale for _view, scale in changed])
+    for (module, rank), scale in zip(plan.ranks, scales):
+        module.ranks[slot] = rank
+        module.scale_values[slot] = scale
+    for table in plan.tables:
         table.version += 1      # every module's rows gathered for a batch (see _gathered) are stale now
 
 
@@ -176,6 +221,15 @@ class TensorSpan:
     shape: tuple[int, ...]
     begin: int
     end: int
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        """A contiguous tensor's strides for this shape, in elements."""
+        strides, step = [], 1
+        for n in reversed(self.shape):
+            strides.append(step)
+            step *= max(n, 1)
+        return tuple(reversed(strides))
 
 
 @dataclass(frozen=True, eq=False)   # hashed by identity: the runtime keys its checks by the layout
@@ -227,10 +281,18 @@ def read_adapter(directory: Path, config: dict, layouts: dict | None = None) -> 
     if len(data) - 8 - len(header) < layout.data_bytes:
         raise BadInput(f"the file ends before its tensors do ({len(data)} bytes)", file=str(path))
     start = 8 + len(header)
+    flats: dict = {}      # dtype -> the whole data as one tensor of it: a view of it costs a third of a frombuffer
 
     def tensor(span: TensorSpan):
-        count = (span.end - span.begin) // span.dtype.itemsize
-        return torch.frombuffer(data, dtype=span.dtype, count=count, offset=start + span.begin).view(span.shape)
+        size = span.dtype.itemsize
+        if span.begin % size:       # not on an element boundary of the flat tensor (the format allows it)
+            return torch.frombuffer(data, dtype=span.dtype, count=(span.end - span.begin) // size,
+                                    offset=start + span.begin).view(span.shape)
+        flat = flats.get(span.dtype)
+        if flat is None:
+            flat = flats[span.dtype] = torch.frombuffer(data, dtype=span.dtype, offset=start,
+                                                        count=(len(data) - start) // size)
+        return flat.as_strided(span.shape, span.strides, span.begin // size)
 
     weights = AdapterWeights(rank=layout.rank, layout=layout)
     for module, (a, b, scale) in layout.modules.items():

@@ -128,6 +128,7 @@ class MixtureRuntime:
         self.lock = threading.RLock()
         self._layouts: dict = {}        # (safetensors header, LoRA settings) -> its checked AdapterLayout
         self._targets: dict = {}        # AdapterLayout -> (the slotted modules it fills, those it leaves empty)
+        self._plans: dict = {}          # (AdapterLayout, slot index) -> its LoadPlan (see mint.mol.lora.load_plan)
         self.sync_errors: dict[str, str] = {}          # specialist -> why its champion is not loaded
         self._failed_target: dict[str, str] = {}       # specialist -> the champion that failed to load
         if self.tokenizer.pad_token is None:
@@ -179,10 +180,17 @@ class MixtureRuntime:
         return targets, untouched
 
     def _copy_into(self, index: int, weights, placement: tuple[list, list]) -> None:
-        from mint.mol.lora import load_slots
+        from mint.mol.lora import load_plan, load_slots, plan_is_current
 
         targets, untouched = placement
-        load_slots(index, [(target, a, b, scale) for target, (a, b, scale) in zip(targets, weights.modules.values())])
+        loaded = list(weights.modules.values())
+        plan = self._plans.get((weights.layout, index))
+        if plan is None or not plan_is_current(plan):
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            plan = self._plans[(weights.layout, index)] = load_plan(
+                index, [(target, a.shape[0]) for target, (a, _b, _scale) in zip(targets, loaded)])
+        load_slots(plan, [tensor for a, b, _scale in loaded for tensor in (a, b)], [scale for *_, scale in loaded])
         for module in untouched:
             if module.ranks[index]:
                 module.clear_slot(index)

@@ -79,6 +79,72 @@ def test_a_smaller_adapter_swapped_in_leaves_nothing_of_the_larger_one_in_a_mixe
     assert [g.token_ids for g in swapped] == [g.token_ids for g in expected]
 
 
+def test_a_cleared_slot_given_the_same_adapter_again_equals_a_fresh_load(tiny_runtime, tiny_loras):
+    """A handoff writes only the scales that changed; clearing a slot zeroes them, so they are written again."""
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    tiny_runtime.clear("coding")
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    reloaded = tiny_runtime.generate(CONVERSATIONS, ["coding"] * 5, Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"], max_rank=16)
+    fresh.load_adapter("coding", tiny_loras["coding"])
+    expected = fresh.generate(CONVERSATIONS, ["coding"] * 5, Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in reloaded] == [g.token_ids for g in expected]
+
+
+def test_an_adapter_loaded_after_the_model_is_cast_goes_into_the_cast_buffers(tiny_runtime, tiny_loras):
+    """`.to()` replaces the slot buffers: a handoff planned on the old ones must not copy into them."""
+    import torch
+
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+
+    tiny_runtime.load_adapter("coding", tiny_loras["chat"])       # views and a load plan made on fp32 buffers
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    tiny_runtime.model.to(torch.float64)
+    tiny_runtime.load_adapter("coding", tiny_loras["chat"])
+    cast = tiny_runtime.generate(CONVERSATIONS, ["coding"] * 5, Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"], max_rank=16)
+    fresh.model.to(torch.float64)
+    fresh.load_adapter("coding", tiny_loras["chat"])
+    expected = fresh.generate(CONVERSATIONS, ["coding"] * 5, Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in cast] == [g.token_ids for g in expected]
+
+
+def test_tensors_off_their_element_boundary_in_the_file_are_read_as_written(tiny_runtime, tiny_loras, tmp_path):
+    """A safetensors file may place a tensor at any byte offset; the reader's flat per-dtype view must not be used
+    for one that does not start on an element of it."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    moved = tmp_path / "moved"
+    shutil.copytree(tiny_loras["chat"], moved)
+    # copies: load_file's tensors may map the file, which is rewritten below
+    tensors = {key: tensor.clone() for key, tensor in load_file(str(moved / "adapter_model.safetensors")).items()}
+    first = sorted(tensors)[0]
+    tensors[first] = tensors[first].to(torch.float16)     # F16 at offset 2, then F32 tensors at 2 mod 4
+    header, chunks, offset = {}, [b"\0\0"], 2
+    for key in sorted(tensors):
+        raw = tensors[key].contiguous().numpy().tobytes()
+        header[key] = {"dtype": "F16" if tensors[key].dtype == torch.float16 else "F32",
+                       "shape": list(tensors[key].shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    assert any(entry["dtype"] == "F32" and entry["data_offsets"][0] % 4 for entry in header.values())
+    text = json.dumps(header).encode()
+    (moved / "adapter_model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+    tiny_runtime.load_adapter("chat", moved)
+    slot = tiny_runtime.slots["chat"].index
+    for key, tensor in tensors.items():
+        module = tiny_runtime.modules[key.removeprefix("base_model.model.").split(".lora_")[0]]
+        loaded = module.lora_a[slot, :2] if ".lora_A." in key else module.lora_b[slot, :, :2]
+        assert torch.equal(loaded, tensor.float()), key
+
+
 def test_an_adapter_above_the_slot_rank_is_refused_and_the_slot_kept(tiny_runtime, tiny_loras):
     tiny_runtime.load_adapter("coding", tiny_loras["coding"])
     with pytest.raises(Refused, match=r"rank 32, above the runtime's slot rank 16.*--max-rank 32"):
