@@ -9,13 +9,15 @@ Adapter: python scripts/bench_eval.py --adapter ADAPTER_DIR   (or --adapter rand
 Decode step profile: python scripts/bench_eval.py --profile-step [--quick]   (where a step's time goes)
 
 The suite is the contract's (contracts/genui.yaml: every suite's prompts in order, repeated or cut to --examples)
-under its harness and decoding settings (max_new_tokens, batch_size, precision, stop_at_answer_end), greedy.
+under its harness and decoding settings (max_new_tokens, batch_size, precision, stop_at_answer_end), greedy;
+prompt lookup is off in every mode but those named `lookup` (at 8), whatever the contract sets, so a mode's name
+says what it runs.
 Every mode runs on the same model and prompts in one process, alternated (A B C ... A B C ...) after a warm-up:
   today              the issue's "today": HF generate on length-sorted batches of 16, fp32, every row to
                      max_new_tokens
   hf + answer end    the same with the contract's stop_at_answer_end (finished rows ride until their batch ends)
   hf + static KV     the same with HF's static KV cache
-  stream             what `mint eval` runs: the stream decode loop at the contract's batch size and settings
+  stream             the stream decode loop `mint eval` runs, at the contract's batch size and settings
                      (finished rows leave, waiting prompts take their slots; the KV cache has room to grow in place)
   stream DynamicCache  the same with HF's DynamicCache (a torch.cat of the whole cache per step)
   stream bN          the stream at batch N (8, 16, 24, 32)
@@ -27,7 +29,7 @@ Every mode runs on the same model and prompts in one process, alternated (A B C 
   stream 1-by-1      the stream at batch 1, on --one-by-one-sample prompts spread over the suite, its time
                      scaled per prompt to the whole suite (said so in the output)
   adapter            (with --adapter) the stream on the base with the adapter attached (PEFT, unmerged)
-  adapter merged     (with --adapter) what `mint eval` runs for a candidate: the same on a copy with the adapter
+  adapter merged     (with --adapter) how `mint eval` runs a candidate: the same on a copy with the adapter
                      merged in, checked by teacher forcing on the first prompts (greedy parity printed)
   adapter bf16       (with --adapter) the adapter's model in bf16 (a bf16 copy, adapter unmerged)
   adapter merged lookup  (with --adapter) adapter merged, with prompt_lookup 8
@@ -161,7 +163,7 @@ def run_modes(args, chosen: list[str]) -> None:
 
     def run(name):
         mode = MODES[name]
-        settings = dataclasses.replace(contract_settings, **dict(mode.changes))
+        settings = dataclasses.replace(contract_settings, **{"prompt_lookup": 0, **dict(mode.changes)})
         model = with_adapter if mode.adapter else loaded.model
         gen.KV_ROOM = default_room if mode.kv_room is None else mode.kv_room
         gen.MERGE_ADAPTER = mode.merge
@@ -289,6 +291,10 @@ def run_modes(args, chosen: list[str]) -> None:
     first = {name: runs[0][1].outputs for name, runs in results.items()}
     for name, outputs in first.items():
         reference = "adapter" if MODES[name].adapter else "stream"
+        twin = name.removesuffix(" lookup")     # prompt lookup must not change a greedy output: checked on its own
+        if twin not in (name, reference) and twin in first:
+            same = sum(a == b for a, b in zip(first[twin], outputs))
+            print(f"parity, outputs of {name}: {same}/{len(outputs)} identical to {twin}'s (the same without lookup)")
         if name in (reference, "today") or reference not in first:
             continue
         theirs = first[reference] if not MODES[name].sample else [first[reference][conversations.index(c)]
