@@ -232,7 +232,7 @@ class Gateway(TurnBook):
         from mint.mol.router import champion_router
 
         router, _probe_base = champion_router(ws, project)
-        layers = max(router.probe.feature_layers, default=0) if router.probe is not None else 0
+        layers = router.probe.layer if router.probe is not None else 0     # the deepest layer it reads
         loaded, depth = routing_base(base or project.base, layers)
         gateway = cls(ws, project, loaded, upstream, depth=depth, **options)
         try:
@@ -421,8 +421,8 @@ class Gateway(TurnBook):
             revision, directory = load_revision(self.ws, target)
             probe = probe_type.load(directory)
             held = len(self.model.get_decoder().layers)
-            if max(probe.feature_layers) > held:
-                raise BadInput(f"router {revision.ref} reads decoder layer {max(probe.feature_layers)}, and this "
+            if probe.layer > held:
+                raise BadInput(f"router {revision.ref} reads decoder layer {probe.layer}, and this "
                                f"gateway holds {held}: restart it to load them", field="router")
             old = self.router.revision
             self.router = Router(self.project, probe, revision.ref)

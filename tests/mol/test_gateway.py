@@ -430,3 +430,53 @@ def test_a_named_adapter_answers_as_the_same_adapter_in_a_specialists_slot(tiny_
     runtime.load_adapter("coding", tiny_loras["coding"])
     named, slotted, bare = runtime.generate([CONVERSATIONS[0]] * 3, ["coder", "coding", None])
     assert named.token_ids == slotted.token_ids != bare.token_ids
+
+
+def register_one_layer_probe(ws, tmp_path, seed: int = 0):
+    """A router revision as training makes one: a probe reading one layer (no shallower ones), so its
+    feature_layers is that layer's number alone."""
+    import torch
+
+    from mint.mol.router import Probe
+    from mint.registry.artifacts import register
+
+    names, width = TINY_PROJECT.names, 64            # the tiny base's hidden size
+    generator = torch.Generator().manual_seed(seed)
+    probe = Probe(tuple(names), 1, torch.randn(len(names), width, generator=generator), torch.zeros(len(names)),
+                  torch.zeros(width), torch.ones(width), reads="prompt")
+    probe.save(tmp_path / f"probe-{seed}", base="tiny-random")
+    return register(ws, tmp_path / f"probe-{seed}", specialist=TINY_PROJECT.router, base="tiny-random")
+
+
+def test_the_gateway_opens_and_routes_with_a_trained_router_champion(ws, tmp_path):
+    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.mol.mixture import Turn
+    from mint.registry.promotion import promote
+
+    revision = register_one_layer_probe(ws, tmp_path)
+    promote(ws, revision.ref, force=True, why="a trained router champion for the gateway to load")
+    gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec("http://127.0.0.1:9", timeout_s=2.0))
+    try:
+        route, _ms = gateway.route(Turn([{"role": "user", "content": "zzzz qqqq"}]))
+        assert (route.decided_by, gateway.router.revision) == ("probe", revision.ref)
+        assert route.specialist in TINY_PROJECT.names
+    finally:
+        gateway.close()
+
+
+def test_a_router_champion_promoted_while_the_gateway_runs_is_picked_up(ws, tmp_path):
+    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec, UpstreamError
+    from mint.mol.mixture import Turn
+    from mint.registry.promotion import promote
+
+    gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec("http://127.0.0.1:9", timeout_s=2.0))
+    try:
+        assert gateway.router.revision == "starter"
+        revision = register_one_layer_probe(ws, tmp_path, seed=1)
+        promote(ws, revision.ref, force=True, why="a router champion promoted under a running gateway")
+        with pytest.raises(UpstreamError):       # no upstream answers; the router is synced before it is asked
+            gateway.sync()
+        route, _ms = gateway.route(Turn([{"role": "user", "content": "zzzz qqqq"}]))
+        assert (route.decided_by, gateway.router.revision) == ("probe", revision.ref)
+    finally:
+        gateway.close()
