@@ -54,7 +54,9 @@ from mint.errors import BadInput, MintError
 from mint.mol.admission import Access, Limits
 from mint.harness.agent import parse_tool_calls
 from mint.mol.mixture import Answer, Mixture, Turn
-from mint.mol.runtime import CANCELLED, Decoding, StopFlag, TextListener
+from mint.generation.engine import CANCELLED
+from mint.generation.text import StopFlag, TextListener
+from mint.mol.runtime import Decoding
 from mint.render import render_message, tool_descriptions
 from mint.text import check_unicode
 

@@ -194,14 +194,14 @@ def test_a_retrained_adapter_of_the_same_layout_is_checked_once_and_its_own_weig
     import torch
     from safetensors.torch import load_file, save_file
 
-    from mint.mol import lora
+    from mint.generation import lora
 
     layouts = []
     original = lora._layout
     monkeypatch.setattr(lora, "_layout", lambda *args: layouts.append(args[0]) or original(*args))
     checks = []
-    targets_of = tiny_runtime._targets_of
-    monkeypatch.setattr(tiny_runtime, "_targets_of", lambda *args: checks.append(args[1]) or targets_of(*args))
+    targets_of = tiny_runtime.adapters._targets_of
+    monkeypatch.setattr(tiny_runtime.adapters, "_targets_of", lambda *args: checks.append(args[1]) or targets_of(*args))
     retrained = tmp_path / "retrained"
     shutil.copytree(tiny_loras["chat"], retrained)
     tensors = load_file(str(retrained / "adapter_model.safetensors"))
@@ -332,7 +332,7 @@ def test_each_row_stops_at_its_own_limit_as_if_it_ran_alone(tiny_runtime, tiny_l
 
 
 def test_incremental_text_sends_whole_characters_and_joins_to_the_final_answer(tiny_runtime):
-    from mint.mol.runtime import IncrementalText
+    from mint.generation.text import IncrementalText
 
     tokenizer = tiny_runtime.tokenizer
     tokens = tokenizer("  Grüße, 你好 🎉 — done.  ", add_special_tokens=False)["input_ids"]

@@ -335,7 +335,8 @@ def _gate_forward(model, at_call: int, until, record: list):
 def test_stream_sends_text_while_the_turn_is_still_decoding_and_logs_it_once(server, ws):
     import httpx
 
-    from mint.mol.runtime import Decoding, IncrementalText
+    from mint.generation.text import IncrementalText
+    from mint.mol.runtime import Decoding
     from mint.mol.turnlog import read_turns
 
     url, app = server
