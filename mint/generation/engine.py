@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 from mint.generation import cache as kv
 from mint.generation import lookup as drafts
-from mint.generation.precision import precision_copy, resolve_precision
+from mint.generation.precision import PARITY_PROMPTS, precision_copy, resolve_precision
 from mint.generation.stops import answer_complete, closing_tokens, eos_ids
 from mint.generation.text import IncrementalText, TextListener, final_text
 from mint.harness.base import HarnessSettings
@@ -445,3 +445,30 @@ def generate_batches(model, tokenizer, conversations: list[list[dict]], settings
     """``settings.samples`` outputs per conversation, and each conversation's latency in ms."""
     result = generate(model, tokenizer, conversations, settings, progress, answer_end=answer_end, slot=slot)
     return result.outputs, result.latencies_ms
+
+
+def compare_precisions(model, tokenizer, conversations, settings, answer_end=(), precision: str = "bf16") -> dict:
+    """fp32 and ``precision`` greedy on the first ``PARITY_PROMPTS`` conversations: each one's tokens/s (after
+    a two-token warm-up, so a first call's one-off costs are not timed) and whether their outputs are
+    identical. What a contract's ``precision: auto`` is resolved from, and what the benchmark prints."""
+    import dataclasses
+
+    prompts = conversations[:PARITY_PROMPTS]
+    greedy = dataclasses.replace(settings, temperature=0.0, samples=1, precision="fp32")
+    runs = {}
+    for name in ("fp32", precision):
+        at = dataclasses.replace(greedy, precision=name)
+        generate(model, tokenizer, prompts[:1], dataclasses.replace(at, max_new_tokens=2), answer_end=answer_end)
+        result = generate(model, tokenizer, prompts, at, answer_end=answer_end)
+        runs[name] = {"outputs": result.outputs, "new_tokens": result.new_tokens, "seconds": round(result.seconds, 4),
+                      "tokens_per_s": round(result.new_tokens / result.seconds, 2) if result.seconds > 0 else 0.0}
+    same = [a[0] == b[0] for a, b in zip(runs["fp32"]["outputs"], runs[precision]["outputs"])]
+    parity = {"compared": f"greedy {precision} vs fp32", "examples": len(prompts), "identical": sum(same),
+              "agreement": sum(same) / len(prompts) if prompts else 1.0,
+              "mismatches": [{"prompt": i, "fp32": runs["fp32"]["outputs"][i][0][:300],
+                              precision: runs[precision]["outputs"][i][0][:300]}
+                             for i, ok in enumerate(same) if not ok]}
+    fp32_speed = runs["fp32"]["tokens_per_s"]
+    return {"parity": parity,
+            "speed": {name: {k: v for k, v in run.items() if k != "outputs"} for name, run in runs.items()},
+            "speedup": round(runs[precision]["tokens_per_s"] / fp32_speed, 3) if fp32_speed else 0.0}

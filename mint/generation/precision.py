@@ -2,7 +2,8 @@
 
 ``auto`` is not resolved here: a contract resolves it once per base, host and contract by measurement
 (mint.contract.precision, which times and compares the two with ``compare_precisions``), so a candidate and
-its baseline always decode at one precision and no evaluation pays for a parity check. A copy carries the
+its baseline always decode at one precision and no evaluation pays for a parity check
+(``mint.generation.engine.compare_precisions`` measures the two). A copy carries the
 model's LoRA slots (see ``mint.generation.lora``): bf16 casts them too, int8 quantizes the base's Linear layers
 and keeps the slots' adapters in fp32 beside them.
 """
@@ -64,32 +65,3 @@ def precision_copy(model, precision: str):
             raise ValueError(f"no {precision} copy: expected bf16 or int8")
         copies[precision] = (state, clone.eval())
     return copies[precision][1]
-
-
-def compare_precisions(model, tokenizer, conversations, settings, answer_end=(), precision: str = "bf16") -> dict:
-    """fp32 and ``precision`` greedy on the first ``PARITY_PROMPTS`` conversations: each one's tokens/s (after
-    a two-token warm-up, so a first call's one-off costs are not timed) and whether their outputs are
-    identical. What a contract's ``precision: auto`` is resolved from, and what the benchmark prints."""
-    import dataclasses
-
-    from mint.generation.engine import generate
-
-    prompts = conversations[:PARITY_PROMPTS]
-    greedy = dataclasses.replace(settings, temperature=0.0, samples=1, precision="fp32")
-    runs = {}
-    for name in ("fp32", precision):
-        at = dataclasses.replace(greedy, precision=name)
-        generate(model, tokenizer, prompts[:1], dataclasses.replace(at, max_new_tokens=2), answer_end=answer_end)
-        result = generate(model, tokenizer, prompts, at, answer_end=answer_end)
-        runs[name] = {"outputs": result.outputs, "new_tokens": result.new_tokens, "seconds": round(result.seconds, 4),
-                      "tokens_per_s": round(result.new_tokens / result.seconds, 2) if result.seconds > 0 else 0.0}
-    same = [a[0] == b[0] for a, b in zip(runs["fp32"]["outputs"], runs[precision]["outputs"])]
-    parity = {"compared": f"greedy {precision} vs fp32", "examples": len(prompts), "identical": sum(same),
-              "agreement": sum(same) / len(prompts) if prompts else 1.0,
-              "mismatches": [{"prompt": i, "fp32": runs["fp32"]["outputs"][i][0][:300],
-                              precision: runs[precision]["outputs"][i][0][:300]}
-                             for i, ok in enumerate(same) if not ok]}
-    fp32_speed = runs["fp32"]["tokens_per_s"]
-    return {"parity": parity,
-            "speed": {name: {k: v for k, v in run.items() if k != "outputs"} for name, run in runs.items()},
-            "speedup": round(runs[precision]["tokens_per_s"] / fp32_speed, 3) if fp32_speed else 0.0}

@@ -515,7 +515,7 @@ class Serve(StepKind):
         return content_key("serve", step.options, digest, context.champions(), context.base)
 
     def run(self, context, step):
-        from mint.mol.replay import serve_requests
+        from mint.serve.replay import serve_requests
 
         return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
                               clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256))

@@ -81,7 +81,7 @@ class _PrefillRouting:
 
 
 class TurnBook:
-    """The served turns' log and their feedback window: what the mixture and the gateway (``mint.mol.gateway``)
+    """The served turns' log and their feedback window: what the mixture and the gateway (``mint.serve.gateway``)
     share, so a turn answered either way is logged as the same episode."""
 
     def __init__(self, ws: Workspace, project: Project, *, feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S,

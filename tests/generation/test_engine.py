@@ -174,7 +174,7 @@ def test_comparing_precisions_times_both_and_records_their_parity():
     loaded = load_base(TINY)
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain", "snow")]
     settings = HarnessSettings(max_new_tokens=6, batch_size=3)
-    compared = precisions.compare_precisions(loaded.model, loaded.tokenizer, prompts, settings)
+    compared = gen.compare_precisions(loaded.model, loaded.tokenizer, prompts, settings)
     bf16 = generate(loaded.model, loaded.tokenizer, prompts[:precisions.PARITY_PROMPTS],
                     HarnessSettings(max_new_tokens=6, batch_size=3, precision="bf16"))
     fp32 = generate(loaded.model, loaded.tokenizer, prompts[:precisions.PARITY_PROMPTS], settings)
@@ -365,7 +365,7 @@ def test_int8_generation_compares_with_fp32_and_leaves_the_model_untouched():
                       HarnessSettings(max_new_tokens=6, batch_size=3, precision="int8"))
     fp32 = generate(loaded.model, loaded.tokenizer, prompts[:precisions.PARITY_PROMPTS],
                     HarnessSettings(max_new_tokens=6, batch_size=3))
-    compared = precisions.compare_precisions(loaded.model, loaded.tokenizer, prompts,
+    compared = gen.compare_precisions(loaded.model, loaded.tokenizer, prompts,
                                       HarnessSettings(max_new_tokens=6, batch_size=3), precision="int8")
     assert result.precision == "int8" and compared["parity"]["compared"] == "greedy int8 vs fp32"
     assert compared["parity"]["identical"] == sum(a == b for a, b in zip(result.outputs, fp32.outputs))
@@ -375,7 +375,7 @@ def test_int8_generation_compares_with_fp32_and_leaves_the_model_untouched():
 
 def tiny_lora(path, seed=0):
     """A PEFT LoRA of the tiny base on every linear layer whose B is not zero, so it changes the outputs."""
-    from tests.mol.conftest import make_lora
+    from tests.conftest import make_lora
 
     return make_lora(path, TINY, seed=seed, r=4, alpha=8, targets="all-linear")
 

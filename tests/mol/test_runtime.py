@@ -7,7 +7,7 @@ import pytest
 
 from mint.base import TINY
 from mint.errors import BadInput, Refused
-from tests.mol.conftest import CONVERSATIONS, peft_alone
+from tests.conftest import CONVERSATIONS, peft_alone
 
 MAX_NEW = 12
 
@@ -271,7 +271,7 @@ def test_unknown_specialist_is_bad_input(tiny_runtime):
 def test_mixed_batch_is_token_identical_on_smollm2(tmp_path):
     from mint.base import SMOLLM2, load_base
     from mint.mol.runtime import Decoding, MixtureRuntime
-    from tests.mol.conftest import make_lora
+    from tests.conftest import make_lora
 
     loras = {name: make_lora(tmp_path / name, SMOLLM2, seed=seed, r=8, alpha=16, targets=targets)
              for seed, (name, targets) in enumerate([("coding", ["q_proj", "v_proj"]),
@@ -434,7 +434,7 @@ def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, 
 def upper_loras(tmp_path_factory):
     """The four specialists' adapters of the tiny base, changing its second (last) decoder layer only: what
     mint train makes by default (lora.from_layer: router)."""
-    from tests.mol.conftest import make_lora
+    from tests.conftest import make_lora
 
     root = tmp_path_factory.mktemp("upper")
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
