@@ -63,7 +63,9 @@ def _render_check(path: Path, summary) -> None:
 
 
 @app.command("eval")
-def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or `base` for the bare base."),
+def eval_command(refs: Optional[list[str]] = typer.Argument(
+                     None, metavar="[REF]...", help="Revisions, or `base` for the bare base; several decode as one "
+                                                    "stream, each with its own report."),
                  contract: Path = typer.Option(..., "--contract", "-c", help="The contract YAML."),
                  out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for report.json and "
                                                                                "predictions.jsonl."),
@@ -76,11 +78,14 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
                  base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
-    one), paired by example with 95% intervals. Exit 0 pass, 1 fail.
+    one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
+    mixed-adapter stream, each getting the report it gets alone. Exit 0 pass, 1 fail (any of them).
 
     Example: mint eval genui:v2 --contract contracts/genui.yaml
+    Example: mint eval genui:v3 genui:v4 genui:v5 --contract contracts/genui.yaml
     """
-    from mint.contract.evaluate import evaluate
+    from mint.contract.evaluate import evaluate, evaluate_many
+    from mint.errors import BadInput
 
     quiet_transformers()
     bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -92,50 +97,65 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
             tasks[suite] = bars.add_task(suite, total=total)
         bars.update(tasks[suite], completed=done)
 
+    refs = list(refs or [])
+    if len(refs) > 1 and (predictions is not None or out_dir is not None):
+        raise BadInput("--predictions and --out take one revision; evaluate several without them",
+                       field="--predictions" if predictions is not None else "--out")
     with bars:
-        result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                          progress=progress, baseline_predictions=baseline_predictions)
-    report = result.report.to_dict()
-    if json_out:
-        print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
-    else:
-        c = report["contract"]
-        table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
-        for column in ("metric", "value", "baseline", "rule", "result"):
-            table.add_column(column)
-        gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
-        for g in report["gates"]:
-            gated.setdefault(g["metric"], []).append(g)
-        baseline = report["baseline"]["metrics"]
-        for metric, value in sorted(report["metrics"].items()):
-            gates = gated.pop(metric, None) or [None]
-            for gate in gates:
-                table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
-                              escape(gate["rule"]) if gate else "",
-                              ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
-        for metric, gates in gated.items():
-            for gate in gates:
-                table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
-                              "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
-        out.print(table)
-        measured = report["baseline"]["label"]
-        if report["baseline"]["report"] is None and report.get("source") == "predictions":
-            what = " (no baseline: gates that compare with one fail; see --baseline-predictions)" \
-                if measured == "none" else " (scored from the file)"
+        if len(refs) > 1:
+            results = evaluate_many(ws(), refs, contract, limit=limit, base=base, progress=progress)
         else:
-            what = " (generation 0: the bare base under this contract)" if report["baseline"]["revision_id"] is None \
-                else ""
-        out.print(f"baseline: {escape(measured)}{what}"
-                  "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
-        if report.get("precision"):
-            out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
-                      f"({escape(report['precision']['reason'])})")
-        verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
-        out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
-        if result.baseline_evaluated:
-            out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
-    if not result.passed:
+            results = [evaluate(ws(), refs[0] if refs else None, contract, out_dir=out_dir, limit=limit,
+                                predictions=predictions, base=base, progress=progress,
+                                baseline_predictions=baseline_predictions)]
+    shown = [{**r.report.to_dict(), "report_path": r.report_path, "predictions_path": r.predictions_path}
+             for r in results]
+    if json_out:
+        print_json(shown[0] if len(shown) == 1 else {"reports": shown})
+    else:
+        for result in results:
+            _render_report(result)
+    if not all(result.passed for result in results):
         raise typer.Exit(1)
+
+
+def _render_report(result) -> None:
+    report = result.report.to_dict()
+    c = report["contract"]
+    table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
+    for column in ("metric", "value", "baseline", "rule", "result"):
+        table.add_column(column)
+    gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
+    for g in report["gates"]:
+        gated.setdefault(g["metric"], []).append(g)
+    baseline = report["baseline"]["metrics"]
+    for metric, value in sorted(report["metrics"].items()):
+        gates = gated.pop(metric, None) or [None]
+        for gate in gates:
+            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
+                          escape(gate["rule"]) if gate else "",
+                          ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
+    for metric, gates in gated.items():
+        for gate in gates:
+            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
+                          "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
+    out.print(table)
+    measured = report["baseline"]["label"]
+    if report["baseline"]["report"] is None and report.get("source") == "predictions":
+        what = " (no baseline: gates that compare with one fail; see --baseline-predictions)" \
+            if measured == "none" else " (scored from the file)"
+    else:
+        what = " (generation 0: the bare base under this contract)" if report["baseline"]["revision_id"] is None \
+            else ""
+    out.print(f"baseline: {escape(measured)}{what}"
+              "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
+    if report.get("precision"):
+        out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
+                  f"({escape(report['precision']['reason'])})")
+    verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
+    out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
+    if result.baseline_evaluated:
+        out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
 
 
 def _fmt(value) -> str:
