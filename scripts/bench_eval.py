@@ -46,6 +46,7 @@ processes and are not counted): wall times there measure the neighbours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
@@ -115,6 +116,7 @@ class Run:
     new_tokens: int
     seconds: float             # decoding time (the engine's loop, HF generate's calls, vLLM's requests)
     precision: str = "fp32"
+    forwards: int = 0          # the model's forward calls (prefills and decode steps; 0: not counted, as vLLM's)
 
     @property
     def tokens_per_s(self) -> float:
@@ -219,16 +221,21 @@ def run_modes(args, chosen: list[str], adapters: list[str]) -> None:
                 if tokens:
                     mode_settings = dataclasses.replace(mode_settings, max_new_tokens=tokens)
                 ends = answer_ends(contract, mode_settings) if mode.answer_end else ()
-                if mode.runner == "hf":
-                    return hf_generate(loaded.model, loaded.tokenizer, asked, mode_settings, ends, mode.kv_cache)
                 if mode.runner == "vllm":
                     return vllm_generate(server, "adapter" if mode.model == "adapter" else server.model, asked,
                                          mode_settings)
-                if mode.runner in ("stream", "each"):
-                    return candidates(models["adapter"], loaded.tokenizer, asked, mode_settings, ends,
-                                      together=mode.runner == "stream", count=min(3, len(adapter_dirs)))
-                return engine_generate(models[mode.model], loaded.tokenizer, asked, mode_settings, ends,
-                                       slot=1 if mode.model == "adapter" else 0, kv_room=mode.kv_room)
+                model = loaded.model if mode.runner == "hf" else models[mode.model]
+                with counting_forwards(model) as forwards:
+                    if mode.runner == "hf":
+                        done = hf_generate(model, loaded.tokenizer, asked, mode_settings, ends, mode.kv_cache)
+                    elif mode.runner in ("stream", "each"):
+                        done = candidates(model, loaded.tokenizer, asked, mode_settings, ends,
+                                          together=mode.runner == "stream", count=min(3, len(adapter_dirs)))
+                    else:
+                        done = engine_generate(model, loaded.tokenizer, asked, mode_settings, ends,
+                                               slot=1 if mode.model == "adapter" else 0, kv_room=mode.kv_room)
+                done.forwards = forwards[0]
+                return done
 
             warm_up = not (args.quick or args.no_warm_up)
             if warm_up:    # one-off costs (first calls, copies, compiled kernels) outside the timed rounds
@@ -275,7 +282,7 @@ def run_modes(args, chosen: list[str], adapters: list[str]) -> None:
 def report(results, cpu_seconds, chosen, settings, hardware, model, conversations, sample) -> None:
     scale = {name: (len(conversations) / len(sample) if MODES[name].sample else 1.0) for name in chosen}
     print(f"\n{'mode':<20} {'batch':>5} {'precision':>9} {'seconds min/median':>19} {'cpu s median':>12} "
-          f"{'tokens':>7} {'tokens/s min/median':>20}")
+          f"{'tokens':>7} {'tokens/s min/median':>20} {'forwards':>8} {'tokens/fwd':>10} {'ms/fwd':>7}")
     median_s, median_tps, median_cpu, tokens = {}, {}, {}, {}
     for name, runs in results.items():
         seconds = [s * scale[name] for s, _ in runs]
@@ -286,8 +293,11 @@ def report(results, cpu_seconds, chosen, settings, hardware, model, conversation
         tokens[name] = first.new_tokens * scale[name]
         batch = "all" if MODES[name].runner == "vllm" else \
             dict(MODES[name].changes).get("batch_size", settings.batch_size)
+        per_forward = (f"{first.forwards:>8} {first.new_tokens / first.forwards:>10.2f} "
+                       f"{statistics.median(r.seconds for _, r in runs) / first.forwards * 1000:>7.1f}"
+                       if first.forwards else f"{'-':>8} {'-':>10} {'-':>7}")
         print(f"{name:<20} {batch:>5} {first.precision:>9} {min(seconds):>9.2f}/{median_s[name]:<9.2f} "
-              f"{median_cpu[name]:>12.2f} {tokens[name]:>7.0f} {min(tps):>9.1f}/{median_tps[name]:<10.1f}")
+              f"{median_cpu[name]:>12.2f} {tokens[name]:>7.0f} {min(tps):>9.1f}/{median_tps[name]:<10.1f} {per_forward}")
 
     def ratio(label, value, goal=None):
         verdict = f" (goal >= {goal:g}x: {'MET' if value >= goal else 'MISSED'})" if goal else ""
@@ -371,6 +381,17 @@ def report(results, cpu_seconds, chosen, settings, hardware, model, conversation
 
 
 # --- the modes -----------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def counting_forwards(model):
+    """``[forward calls]`` of ``model`` while the block runs (a prefill or a decode step each)."""
+    count = [0]
+    hook = model.register_forward_pre_hook(lambda _module, _args: count.__setitem__(0, count[0] + 1))
+    try:
+        yield count
+    finally:
+        hook.remove()
+
 
 def answer_ends(contract, settings) -> tuple[str, ...]:
     from mint.generation.stops import answer_ends as ends

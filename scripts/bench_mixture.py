@@ -100,6 +100,7 @@ def bench_tokens(base: str, adapters: dict, batch: int, new_tokens: int, repeats
     for name, path in adapters.items():
         runtime.load_adapter(name, path)
     no_eos(runtime.model)
+    runtime.engine.eos = frozenset()    # the engine's rows end at no token either (its EOS rule reads the tokenizer's too)
     conversations = [[{"role": "user", "content": r}] for r in rows]
     decoding = Decoding(max_new_tokens=new_tokens)
     work = batch * new_tokens

@@ -98,7 +98,8 @@ def vllm_server(model_dir: Path, *, loras: dict[str, Path] | None = None, port: 
            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     log = Path(tempfile.mkstemp(prefix="vllm-", suffix=".log")[1])
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=_dies_with_parent)
     try:
         deadline = time.monotonic() + start_limit_s
         while not _answers(url):
@@ -111,6 +112,17 @@ def vllm_server(model_dir: Path, *, loras: dict[str, Path] | None = None, port: 
         yield VllmServer(url, served_name, tuple(loras), process, log)
     finally:
         _stop(process)
+
+
+def _dies_with_parent() -> None:
+    """In the server's process, before it starts: the kernel sends it SIGTERM when this process dies (killed, or
+    timed out), so no server outlives the script that started it (Linux; elsewhere the block's end stops it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -311,6 +311,8 @@ class Engine:
         per (temperature, top_p), which ``_choose`` groups rows by."""
         key = (id(runner), request.temperature, request.top_p)
         if key not in self._processors:
+            if len(self._processors) >= 64:     # a server's clients may ask for any number of settings
+                self._processors.clear()
             config, _ = runner._prepare_generation_config(None, do_sample=True, temperature=request.temperature,
                                                           top_p=request.top_p, max_new_tokens=request.max_new_tokens)
             processors = runner._get_logits_processor(generation_config=config, device=str(runner.device))
