@@ -64,7 +64,7 @@ def _render_check(path: Path, summary) -> None:
 
 @app.command("eval")
 def eval_command(refs: Optional[list[str]] = typer.Argument(
-                     None, metavar="[REF]...", help="Revisions, or `base` for the bare base; several decode as one "
+                     None, metavar="REF", help="Revisions, or `base` for the bare base; several decode as one "
                                                     "stream, each with its own report."),
                  contract: Path = typer.Option(..., "--contract", "-c", help="The contract YAML."),
                  out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for report.json and "
