@@ -25,7 +25,8 @@ from mint.cli.common import (
     ws,
 )
 
-contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
+contract_app = sub_app("contract", "Contracts: what \"better\" means for one specialist (the harness it runs in, the suites it is "
+                                   "measured on, the gates a candidate must pass).")
 
 
 @contract_app.command("check")
@@ -93,7 +94,7 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         bars.update(tasks[suite], completed=done)
 
     with bars:
-        result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
+        result = evaluate(ws(writes=True), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
                           progress=progress, baseline_predictions=baseline_predictions)
     report = result.report.to_dict()
     if json_out:

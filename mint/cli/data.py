@@ -39,7 +39,6 @@ def ingest(
     specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
                                              help="Label every record as this specialist's (a public dataset "
                                                   "meant for one specialist)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
     no_scrub: bool = typer.Option(False, "--no-scrub", help="Keep PII and secrets as they are."),
     max_record_bytes: int = typer.Option(1_000_000, "--max-record-bytes", help="Larger records are quarantined."),
     json_out: bool = JSON_OPT,
@@ -51,7 +50,7 @@ def ingest(
     from mint.data.ingest import ingest as run_ingest
     from mint.project import load_project
 
-    project = load_project(config)
+    project = load_project()
     fmt, file_formats = "auto", {}
     for entry in formats:
         name, sep, value = entry.rpartition("=")
@@ -60,7 +59,7 @@ def ingest(
         else:
             fmt = value
     with _ByteProgress(enabled=not json_out) as progress:
-        result = run_ingest(ws(), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
+        result = run_ingest(ws(writes=True), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
                             max_record_bytes=max_record_bytes, progress=progress.advance, specialist=specialist,
                             file_formats=file_formats)
     if json_out:
@@ -164,7 +163,7 @@ def data_ls(json_out: bool = JSON_OPT) -> None:
 
 
 @data_app.command("show")
-def data_show(name: str, version: Optional[str] = typer.Option(None, "--version", "-v",
+def data_show(name: str, version: Optional[str] = typer.Option(None, "--version",
                                                                help="Hash prefix or vN (default: latest)."),
               head: int = typer.Option(5, "--head", "-n", help="How many episodes to print."),
               json_out: bool = JSON_OPT) -> None:
@@ -206,7 +205,7 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
 @data_app.command("export")
 def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                 fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
-                version: Optional[str] = typer.Option(None, "--version", "-v",
+                version: Optional[str] = typer.Option(None, "--version",
                                                       help="Hash prefix or vN (default: latest)."),
                 specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
                                                          help="Only episodes labeled with this specialist."),

@@ -70,7 +70,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         elif event["event"] == "note":
             err.print(escape(event["message"]))
 
-    result = run_loop(ws(), recipe, iterations=iterations, resume=resume, dry_run=dry_run, events=events)
+    result = run_loop(ws(writes=not dry_run), recipe, iterations=iterations, resume=resume, dry_run=dry_run, events=events)
     if json_out:
         print_json(result)
     elif result.status == "dry run":

@@ -62,7 +62,7 @@ def train_command(
         return
     display = TrainDisplay(live=err.is_terminal and not json_out)
     with display.bar:
-        result = train_specialist(ws(), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
+        result = train_specialist(ws(writes=True), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
                                   config=config, sets=sets, resume=resume, num_processes=num_processes,
                                   accelerate_config=accelerate_config, env=env, progress=display.update)
     if json_out:
