@@ -113,6 +113,22 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(plain(value), ensure_ascii=False, indent=2) + "\n")
 
 
+def number(value) -> str:
+    """A metric as people read it: ``0.8958``, ``38,460`` (never ``3.846e+04``), ``-`` for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``1,024 episodes``."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def verbose() -> bool:
     return _state["verbosity"] > 0
 

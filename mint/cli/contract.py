@@ -2,22 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from mint.cli.common import (
     JSON_OPT,
+    ProgressLines,
     app,
     err,
+    number,
     out,
     print_json,
     quiet_transformers,
@@ -84,18 +80,12 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
     from mint.contract.evaluate import evaluate
 
     quiet_transformers()
-    bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeRemainingColumn(), console=err, transient=True, disable=json_out or not err.is_terminal)
-    tasks: dict[str, Any] = {}
-
-    def progress(suite: str, done: int, total: int) -> None:
-        if suite not in tasks:
-            tasks[suite] = bars.add_task(suite, total=total)
-        bars.update(tasks[suite], completed=done)
-
-    with bars:
-        result = evaluate(ws(writes=True), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                          progress=progress, baseline_predictions=baseline_predictions)
+    workspace = ws(writes=True)
+    with ProgressLines(enabled=not json_out) as bars:
+        if not bars.live and bars.enabled:   # a log shows what runs before its first finished example
+            err.print(f"evaluating {ref or 'base'} under {contract} ...", highlight=False, markup=False)
+        result = evaluate(workspace, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
+                          progress=bars.update, baseline_predictions=baseline_predictions)
     report = result.report.to_dict()
     if json_out:
         print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
@@ -119,14 +109,7 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
                 table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
                               "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
         out.print(table)
-        measured = report["baseline"]["label"]
-        if report["baseline"]["report"] is None and report.get("source") == "predictions":
-            what = " (no baseline: gates that compare with one fail; see --baseline-predictions)" \
-                if measured == "none" else " (scored from the file)"
-        else:
-            what = " (generation 0: the bare base under this contract)" if report["baseline"]["revision_id"] is None \
-                else ""
-        out.print(f"baseline: {escape(measured)}{what}"
+        out.print(f"baseline: {escape(baseline_description(report))}"
                   "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
         if report.get("precision"):
             out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
@@ -139,5 +122,16 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         raise typer.Exit(1)
 
 
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.4g}"
+_fmt = number
+
+
+def baseline_description(report: dict) -> str:
+    """What a report was measured against, as `mint eval` and `mint report show` both say it."""
+    baseline = report.get("baseline") or {}
+    measured = baseline.get("label") or ("base" if baseline.get("revision_id") is None else baseline["revision_id"])
+    if baseline.get("report") is None and report.get("source") == "predictions":
+        return measured + (" (no baseline: gates that compare with one fail; see --baseline-predictions)"
+                           if measured == "none" else " (scored from the file)")
+    if baseline.get("revision_id") is None:
+        return f"{measured} (generation 0: the bare base under this contract)"
+    return measured

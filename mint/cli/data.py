@@ -18,10 +18,13 @@ from rich.table import Table
 
 from mint.cli.common import (
     JSON_OPT,
+    ProgressLines,
     app,
+    counted,
     err,
     out,
     print_json,
+    problems,
     sub_app,
     ws,
 )
@@ -87,9 +90,9 @@ def ingest(
         out.print(f"updated {result.episodes_updated:,} earlier episode(s) (later feedback or a longer re-log)")
     if result.reasons:
         out.print("quarantined: " + "; ".join(f"{escape(k)} ×{v}" for k, v in sorted(result.reasons.items()))
-                  + f"  → {escape(result.quarantine_file)}")
+                  + f"  → `mint data quarantine {escape(result.dataset)}` shows each with its file, line and value")
     if result.created:
-        out.print(f"[green]version {result.version}[/] of {result.dataset}: +{result.episodes_added:,} episodes, "
+        out.print(f"[green]version {result.version}[/] of {result.dataset}: +{counted(result.episodes_added, 'episode')}, "
                   f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
     else:
         out.print(f"nothing new: {result.dataset} stays at version {result.version or '(empty)'}")
@@ -102,40 +105,45 @@ def _exit_if_nothing_kept(result) -> None:
     for source in result.failed_sources:
         top = sorted(source.reasons.items(), key=lambda kv: -kv[1])[:3]
         level = "error" if result.kept_nothing else "[yellow]warning[/]"
-        err.print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
+        (problems if result.kept_nothing else err).print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
                   + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
-                  + " (try --format FILE=FORMAT, or see the quarantine)")
+                  + f" (try --format FILE=FORMAT, or see `mint data quarantine {escape(result.dataset)}`)")
     if result.kept_nothing:
         raise typer.Exit(2)
 
 
 class _ByteProgress:
-    """A rich progress bar per source, shown only for sources big enough to take a while."""
+    """Progress per source, shown only for sources big enough to take a while: a bar with bytes and ETA on a
+    terminal, plain lines (MiB read of MiB) when stderr is a pipe."""
 
     MIN_BYTES = 8 << 20
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and err.is_terminal
+        self.lines = ProgressLines(enabled=enabled)
+        self.live = self.lines.live
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TimeRemainingColumn(), console=err, transient=True)
+                                 TimeRemainingColumn(), console=err, transient=True, disable=not self.live)
         self.tasks: dict[str, Any] = {}
+        self.read: dict[str, int] = {}
 
     def __enter__(self) -> "_ByteProgress":
-        if self.enabled:
-            self.progress.start()
+        self.progress.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.enabled:
-            self.progress.stop()
+        self.progress.stop()
 
     def advance(self, label: str, n: int, total: int) -> None:
-        if not self.enabled or total < self.MIN_BYTES:
+        if not self.lines.enabled or total < self.MIN_BYTES:
             return
-        task = self.tasks.get(label)
-        if task is None:
-            task = self.tasks[label] = self.progress.add_task(label, total=total)
-        self.progress.advance(task, n)
+        if self.live:
+            task = self.tasks.get(label)
+            if task is None:
+                task = self.tasks[label] = self.progress.add_task(label, total=total)
+            self.progress.advance(task, n)
+            return
+        self.read[label] = self.read.get(label, 0) + n
+        self.lines.update(f"{label} (MiB)", self.read[label] >> 20, total >> 20)
 
 
 @data_app.command("ls")
@@ -202,6 +210,40 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
             out.print(f"  [bold red]rejected {message['role']}:[/] {escape(text[:200])}", highlight=False)
 
 
+@data_app.command("quarantine")
+def data_quarantine(name: str = typer.Argument(..., metavar="DATASET"),
+                    limit: int = typer.Option(20, "--limit", "-n", help="Show the newest N entries."),
+                    reason: Optional[str] = typer.Option(None, "--reason", help="Only entries whose reason holds "
+                                                                                "this text, e.g. 'unknown role'."),
+                    json_out: bool = JSON_OPT) -> None:
+    """What ingest set aside for DATASET: each reason with its count, then the newest entries with their file,
+    line, field and the value found there.
+
+    Example: mint data quarantine prod --reason "unknown role"
+    """
+    from mint.data.datasets import read_quarantine
+
+    view = read_quarantine(ws(), name, limit=limit, reason=reason)
+    if json_out:
+        return print_json(view)
+    if not view.total:
+        out.print(f"nothing quarantined in {escape(name)}: every record ingest read became an episode")
+        return
+    out.print(f"{counted(view.total, 'record')} set aside in {escape(name)} ({escape(view.file)}): "
+              + "; ".join(f"{escape(kind)} ×{n}" for kind, n in view.reasons.items()))
+    if not view.entries:
+        out.print(f"no entry's reason holds {escape(repr(reason))}")
+        return
+    table = Table(title=f"the newest {counted(len(view.entries), 'entry', 'entries')}")
+    for column in ("where", "field", "value", "reason"):
+        table.add_column(column, overflow="fold")
+    for e in view.entries:
+        where = f"{e.file}:{e.line}" if e.line is not None else e.file
+        value = e.value if e.value is not None else (e.raw[:80] if e.field is None and e.raw else "-")
+        table.add_row(escape(where), escape(e.field or "(record)"), escape(value), escape(e.reason))
+    out.print(table)
+
+
 @data_app.command("export")
 def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                 fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
@@ -228,7 +270,7 @@ def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                             min_rating="default" if min_rating is None else min_rating, split=split)
     if json_out:
         return print_json(result)
-    out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} ({result.split} split) "
+    out.print(f"exported {counted(result.episodes, 'episode')} of {result.dataset}@{result.version} ({result.split} split) "
               f"as {result.format} → {result.out}")
     if result.left_out:
         out.print("left out: " + "; ".join(f"{escape(why)} {n:,}" for why, n in result.left_out.items()))

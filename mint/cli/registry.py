@@ -102,16 +102,22 @@ def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
     """
     from mint.registry import queries
 
-    events = queries.history(ws(), specialist)
+    workspace = ws()
+    events = queries.history(workspace, specialist)
+    names = queries.refs(workspace, [i for e in events for i in (e.old, e.new)])
     if json_out:
-        return print_json({"events": events})
+        return print_json({"events": events, "refs": names})
+    if not events:
+        out.print(f"no events for {escape(specialist)} yet: `mint promote {escape(specialist)}:vN` makes the first")
+        return
     table = Table(title=f"history of {specialist}")
     for column in ("#", "when", "who", "action", "old", "new", "contract", "reason"):
         table.add_column(column)
     for e in events:
         contract = f"{e.contract_name} v{e.contract_version}" if e.contract_name else "-"
-        table.add_row(str(e.seq), e.at, f"{e.user}@{e.host}:{e.pid}", e.action, (e.old or "-")[:12],
-                      (e.new or "-")[:12], contract, escape(e.reason or "-"))
+        table.add_row(str(e.seq), e.at, f"{e.user}@{e.host}:{e.pid}", e.action,
+                      names.get(e.old, (e.old or "-")[:12]), names.get(e.new, (e.new or "-")[:12]), contract,
+                      escape(e.reason or "-"))
     out.print(table)
 
 

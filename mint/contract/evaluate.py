@@ -350,7 +350,7 @@ def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, 
     if found is not None:
         return _load_baseline(ws, found), False
     result = _evaluate(ws, queries.revision_ref(ws, champion_id), contract, out_dir=None, limit=limit, predictions=None, base=base,
-                       progress=progress, loaded=loaded, resolved=resolved)
+                       progress=_labelled(progress, "baseline"), loaded=loaded, resolved=resolved)
     return _load_baseline(ws, result.report), True
 
 
@@ -368,8 +368,15 @@ def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, lo
     if found is not None:
         return _load_baseline(ws, found), False
     result = _evaluate(ws, "base", contract, out_dir=None, limit=limit, predictions=None, base=base_name,
-                       progress=progress, loaded=loaded, resolved=resolved)
+                       progress=_labelled(progress, "baseline"), loaded=loaded, resolved=resolved)
     return _load_baseline(ws, result.report), True
+
+
+def _labelled(progress: EvalProgress | None, label: str) -> EvalProgress | None:
+    """The baseline's suites are reported as ``baseline core``, apart from the candidate's ``core``."""
+    if progress is None:
+        return None
+    return lambda suite, done, total: progress(f"{label} {suite}", done, total)
 
 
 def _base_fingerprint(base_name: str, loaded: dict) -> str:

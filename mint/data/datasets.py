@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 from mint.errors import BadInput, Refused
 from mint.jsonl import read_jsonl
+from mint.text import closest
 from mint.workspace import Workspace, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
@@ -157,8 +158,10 @@ def list_names(ws: Workspace) -> list[str]:
     return sorted(p.name for p in ws.datasets.iterdir() if p.is_dir() and read_head(p))
 
 
-def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tuple[Path, dict]:
-    """The manifest of ``version`` (a hash prefix, ``vN``, ``latest`` or None for the head)."""
+def resolve_version(ws: Workspace, name: str, version: str | None = None, *,
+                    field: str = "--version") -> tuple[Path, dict]:
+    """The manifest of ``version`` (a hash prefix, ``vN``, ``latest`` or None for the head); an error names
+    ``field``, the option the version came from (``--data`` takes ``NAME@VERSION``)."""
     directory = dataset_dir(ws, name)
     versions = chain(directory, read_head(directory))
     if version in (None, "", "latest", "head"):
@@ -170,7 +173,10 @@ def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tup
         return directory, read_manifest(directory, matches[0])
     listing = ", ".join(f"v{i}={v}" for i, v in enumerate(versions, 1))
     why = "is ambiguous" if matches else "matches no version"
-    raise BadInput(f"{version!r} {why} of dataset {name!r} ({listing})", field="--version")
+    given = f"{name}@{version}" if field == "--data" else repr(version)
+    raise BadInput(f"{given}: {version!r} {why} of dataset {name!r} (it has {listing}; a version is vN or a "
+                   "hash prefix)" if field == "--data" else f"{given} {why} of dataset {name!r} ({listing})",
+                   field=field)
 
 
 def version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
@@ -298,6 +304,99 @@ def show_dataset(ws: Workspace, name: str, version: str | None = None, head: int
                  for m in versions]
     return DatasetView(name, manifest, summaries, first, _quarantine_count(directory),
                        str(directory / QUARANTINE_FILE))
+
+
+# --- the quarantine, as people read it --------------------------------------------
+
+_FIELD_PATH = re.compile(r"[A-Za-z_][\w-]*(\[\d+\])*(\.[A-Za-z_][\w-]*(\[\d+\])*)*")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class QuarantineEntry:
+    """One record ingest set aside: where it was, which field, what it held there and why it was refused."""
+
+    file: str
+    line: int | None
+    field: str | None               # ``conversations[0].from``; None when the whole record was refused
+    value: str | None               # the field's value as JSON (``"usr"``), ``missing``, or None when not known
+    reason: str                     # the reason without its field: ``unknown role 'usr'``
+    raw: str | None                 # the record as read (cut to its first characters, scrubbed)
+    version: str | None             # the dataset version the ingest that set it aside left
+
+
+@dataclass(frozen=True)
+class QuarantineView:
+    dataset: str
+    file: str                       # quarantine.jsonl
+    total: int
+    reasons: dict[str, int]         # reason kinds, most frequent first
+    entries: list[QuarantineEntry]  # the newest ``limit``, newest last
+
+
+def _field_value(raw: str | None, field: str) -> str | None:
+    """The JSON of what ``raw`` holds at ``field`` (``messages[0].role``), ``missing`` where the record has no
+    such field, None where ``raw`` is not JSON (or was cut short)."""
+    try:
+        value = json.loads(raw) if raw else _MISSING
+    except ValueError:
+        return None
+    if value is _MISSING:
+        return None
+    for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
+        if index:
+            value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else _MISSING
+        else:
+            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is _MISSING:
+            return "missing"
+    return json.dumps(value, ensure_ascii=False)[:200]
+
+
+def quarantine_entry(record: dict) -> QuarantineEntry:
+    """A quarantine line as mint wrote it (``source``, ``reason``, ``raw``) read into its parts."""
+    source = str(record.get("source") or "")
+    file, _, line = source.rpartition(":")
+    if not line.isdigit():
+        file, line = source, ""
+    reason = str(record.get("reason") or "")
+    field, sep, rest = reason.partition(": ")
+    raw = record.get("raw") if isinstance(record.get("raw"), str) else None
+    if sep and _FIELD_PATH.fullmatch(field):
+        value = _field_value(raw, field)
+        return QuarantineEntry(file, int(line) if line else None, field, value, rest, raw, record.get("version"))
+    return QuarantineEntry(file, int(line) if line else None, None, None, reason, raw, record.get("version"))
+
+
+def read_quarantine(ws: Workspace, name: str, *, limit: int = 20, reason: str | None = None) -> QuarantineView:
+    """What ingests into ``name`` set aside: every reason with its count, and the newest ``limit`` entries
+    (those whose reason contains ``reason``, when given) with file, line, field and value."""
+    from collections import Counter, deque
+
+    from mint.data.ingest import reason_kind
+
+    check_name(name)
+    if limit < 0:
+        raise BadInput("must be 0 or more", field="--limit")
+    directory = ws.datasets / name
+    if not directory.is_dir():
+        known = ", ".join(list_names(ws) + _quarantine_only(ws)) or "none yet"
+        raise BadInput(f"no dataset {name!r}{closest(name, list_names(ws) + _quarantine_only(ws))} "
+                       f"(datasets: {known})", field="DATASET")
+    path = directory / QUARANTINE_FILE
+    kinds: Counter = Counter()
+    newest: deque = deque(maxlen=limit)     # the file is append-only, oldest first
+    total = 0
+    if path.exists():
+        for _number, record in read_jsonl(path, torn="skip"):
+            if not isinstance(record, dict) or "reason" not in record:
+                continue   # not an entry mint wrote
+            total += 1
+            kinds[reason_kind(str(record["reason"]))] += 1
+            if reason is None or reason in str(record["reason"]):
+                newest.append(record)
+    return QuarantineView(name, str(path), total, dict(kinds.most_common()),
+                          [quarantine_entry(record) for record in newest])
 
 
 # --- export ----------------------------------------------------------------------
