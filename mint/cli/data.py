@@ -25,6 +25,7 @@ from mint.cli.common import (
     out,
     print_json,
     problems,
+    quiet_datasets,
     sub_app,
     ws,
 )
@@ -257,20 +258,33 @@ def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                     "correction); none for hf."),
                 split: str = typer.Option("train", "--split", help="train (what `mint train` sees) | heldout "
                                           "(what live contract suites draw) | all."),
+                trl_type: str = typer.Option("auto", "--type", help="hf: TRL's dataset type, preference (prompt, "
+                                             "chosen, rejected: DPOTrainer reads the folder as it is) or "
+                                             "conversation (messages); auto: preference when every episode is a "
+                                             "pair."),
                 force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
                 json_out: bool = JSON_OPT) -> None:
-    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder.
-    Prints what it left out and why (the held-out split, thumbs-down answers, other specialists).
+    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder (TRL's
+    columns). Prints what it left out and why (the held-out split, thumbs-down answers, other specialists).
 
     Example: mint data export default train.jsonl --specialist coding --min-rating 1
+    Example: mint data export prefs prefs-hf --format hf   # preference pairs: load_from_disk, then DPOTrainer
     """
     from mint.data.datasets import export_dataset
 
+    if fmt == "hf":
+        quiet_datasets()     # datasets' own progress bars ("Saving the dataset") stay off; --verbose shows them
     result = export_dataset(ws(), name, fmt, out_path, version, specialist, force,
-                            min_rating="default" if min_rating is None else min_rating, split=split)
+                            min_rating="default" if min_rating is None else min_rating, split=split,
+                            trl_type=trl_type)
     if json_out:
         return print_json(result)
-    out.print(f"exported {counted(result.episodes, 'episode')} of {result.dataset}@{result.version} ({result.split} split) "
-              f"as {result.format} → {result.out}")
+    shape = {"preference": " (TRL preference: prompt, chosen, rejected)",
+             "conversation": " (TRL conversational: messages)"}.get(result.trl_type or "", "")
+    out.print(f"exported {counted(result.episodes, 'episode')} of {result.dataset}@{result.version} "
+              f"({result.split} split) as {result.format}{shape} → {result.out}")
+    if result.trl_type == "conversation" and result.preference_pairs:
+        out.print(f"{counted(result.preference_pairs, 'preference pair')} keep their rejected answers in the "
+                  "`preference` column; --type preference writes them as TRL's prompt, chosen and rejected")
     if result.left_out:
         out.print("left out: " + "; ".join(f"{escape(why)} {n:,}" for why, n in result.left_out.items()))
