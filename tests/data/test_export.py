@@ -167,3 +167,13 @@ def test_trls_dpo_trainer_reads_the_hf_export_as_it_is(ws, project, tmp_path):
     answers = sorted(loaded.tokenizer.decode(row["chosen_ids"]) for row in trainer.train_dataset)
     assert answers[0].startswith(" four.") and answers[1].startswith("Blue.")
     assert trainer.train().training_loss > 0     # one DPO step on the pairs, as TRL trains them
+
+
+def test_an_hf_export_of_pairs_ingests_back_as_the_same_pairs(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "pairs.jsonl", PAIRS)], dataset="prefs", project=project)
+    datasets.export_dataset(ws, "prefs", "hf", tmp_path / "hf", split="all")
+    back = ingest(ws, [tmp_path / "hf"], dataset="back", project=project)
+    assert back.total_episodes == 2 and not back.reasons      # "unlabeled" is no specialist: labelled anew
+    original = sorted(datasets.iter_episodes(ws, "prefs", None), key=lambda e: e["messages"][-1]["content"])
+    again = sorted(datasets.iter_episodes(ws, "back", None), key=lambda e: e["messages"][-1]["content"])
+    assert [(e["messages"], e["preference"]) for e in again] == [(e["messages"], e["preference"]) for e in original]
