@@ -124,6 +124,28 @@ def number(value) -> str:
     return f"{value:.4g}"
 
 
+
+
+
+def gate_outcome(gate: dict) -> str:
+    """A gate's result cell: pass, FAIL, or skipped (its rule says why)."""
+    if gate.get("skipped"):
+        return "[yellow]skipped[/]"
+    return "[green]pass[/]" if gate.get("passed") else "[red]FAIL[/]"
+
+
+def baseline_description(report: dict) -> str:
+    """What a report was measured against, as `mint eval` and `mint report show` both say it."""
+    baseline = report.get("baseline") or {}
+    measured = baseline.get("label") or ("base" if baseline.get("revision_id") is None else baseline["revision_id"])
+    if baseline.get("report") is None and report.get("source") == "predictions":
+        return measured + (" (no baseline: gates that compare with one fail; see --baseline-predictions)"
+                           if measured == "none" else " (scored from the file)")
+    if baseline.get("revision_id") is None:
+        return f"{measured} (generation 0: the bare base under this contract)"
+    return measured
+
+
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``1 step``, ``2 steps``, ``1,024 episodes``."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -12,7 +12,9 @@ from mint.cli.common import (
     JSON_OPT,
     ProgressLines,
     app,
+    baseline_description,
     err,
+    gate_outcome,
     number,
     out,
     print_json,
@@ -103,11 +105,11 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
             for gate in gates:
                 table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
                               escape(gate["rule"]) if gate else "",
-                              ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
+                              gate_outcome(gate) if gate else "")
         for metric, gates in gated.items():
             for gate in gates:
                 table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
-                              "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
+                              gate_outcome(gate))
         out.print(table)
         out.print(f"baseline: {escape(baseline_description(report))}"
                   "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
@@ -123,15 +125,3 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
 
 
 _fmt = number
-
-
-def baseline_description(report: dict) -> str:
-    """What a report was measured against, as `mint eval` and `mint report show` both say it."""
-    baseline = report.get("baseline") or {}
-    measured = baseline.get("label") or ("base" if baseline.get("revision_id") is None else baseline["revision_id"])
-    if baseline.get("report") is None and report.get("source") == "predictions":
-        return measured + (" (no baseline: gates that compare with one fail; see --baseline-predictions)"
-                           if measured == "none" else " (scored from the file)")
-    if baseline.get("revision_id") is None:
-        return f"{measured} (generation 0: the bare base under this contract)"
-    return measured

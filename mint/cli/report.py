@@ -73,7 +73,7 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
 
     Example: mint report show genui:v1
     """
-    from mint.cli.contract import baseline_description
+    from mint.cli.common import baseline_description, gate_outcome
     from mint.reports import load_report
 
     report = load_report(ws(), ref)
@@ -88,7 +88,7 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
         gate = gates.get(metric) or {}
         value = report.metrics.get(metric, gate.get("value"))
         table.add_row(escape(str(metric)), _num(value), _num(gate.get("baseline", base_metrics.get(metric))),
-                      escape(str(gate.get("rule", ""))), _gate(gate.get("passed")))
+                      escape(str(gate.get("rule", ""))), gate_outcome(gate) if gate else "")
     out.print(table)
     out.print(f"verdict: {escape(report.verdict)}  baseline: {escape(baseline_description(report.to_dict()))}  "
               f"source: {escape(report.source)}")

@@ -122,6 +122,30 @@ def test_predictions_generate_nothing_and_fail_only_the_gates_that_need_a_baseli
     assert gates["latency.p95_ms"]["passed"]                       # a threshold needs no baseline
 
 
+def test_predictions_without_latency_skip_the_latency_gate_and_say_so(ws, ui_contract, tmp_path, capsys):
+    rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}})}
+            for i in range(3)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({**r, "output": "no"}) + "\n" for r in rows))
+    args = ["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"),
+            "--baseline-predictions", str(tmp_path / "b.jsonl")]
+    assert main(args + ["--json"]) == 0                       # latency_ms is optional: its gate does not fail
+    report = json.loads(capsys.readouterr().out)
+    latency = next(g for g in report["gates"] if g["metric"] == "latency.p95_ms")
+    assert latency["skipped"] and latency["passed"] and latency["value"] is None
+    assert latency["rule"] == "skipped: the predictions carry no latency_ms"
+    assert main(args) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "latency.p95_ms" in line]
+    cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+    assert cells[-2:] == ["skipped: the predictions carry no latency_ms", "skipped"]
+    # one measured latency is a measurement: the gate is checked, not skipped
+    rows[0]["latency_ms"] = 90_000.0
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(args + ["--json"]) == 1
+    latency = next(g for g in json.loads(capsys.readouterr().out)["gates"] if g["metric"] == "latency.p95_ms")
+    assert not latency["passed"] and "skipped" not in latency
+
+
 def test_generation_0_is_gated_against_the_base_measured_once_per_contract(ws, candidate, ui_contract):
     v1, v2 = candidate("genui"), candidate("genui")
     first = evaluate(ws, v1.ref, ui_contract)
