@@ -91,7 +91,8 @@ def ingest(
         out.print(f"updated {result.episodes_updated:,} earlier episode(s) (later feedback or a longer re-log)")
     if result.reasons:
         out.print("quarantined: " + "; ".join(f"{escape(k)} ×{v}" for k, v in sorted(result.reasons.items()))
-                  + f"  → `mint data quarantine {escape(result.dataset)}` shows each with its file, line and value")
+                  + f"  → {escape(result.quarantine_file)} (`mint data quarantine {escape(result.dataset)}` shows "
+                  "each record's file, line, field and value)")
     if result.created:
         out.print(f"[green]version {result.version}[/] of {result.dataset}: +{counted(result.episodes_added, 'episode')}, "
                   f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
