@@ -92,8 +92,12 @@ def find_registered_report(conn, owner: str, contract: ContractIdentity, example
 
 def _newest_registered_report(conn, revision_id: str, verdict: str | None = "pass") -> Report | None:
     """The newest intact registered report of the revision with that ``verdict`` (any verdict for None)."""
-    rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND (? IS NULL OR verdict = ?) "
-                        "ORDER BY created_at DESC", (revision_id, verdict, verdict)).fetchall()
+    if verdict is None:
+        rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? ORDER BY created_at DESC",
+                            (revision_id,)).fetchall()
+    else:
+        rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND verdict = ? ORDER BY created_at DESC",
+                            (revision_id, verdict)).fetchall()
     for (report_id,) in rows:
         report = _intact(conn, report_id)
         if report is not None:
