@@ -399,6 +399,8 @@ def _sharegpt_messages(record: dict) -> list[dict]:
         speaker = turn.get("from", turn.get("role"))
         if not isinstance(speaker, str):
             raise RecordError(f"{where}.from", "missing" if speaker is None else "expected a string")
+        if "value" not in turn and "content" not in turn:
+            raise RecordError(f"{where}.value", "missing (a ShareGPT turn holds its text under `value`)")
         value = _content(turn.get("value", turn.get("content")), f"{where}.value")
         if speaker.strip().lower() in CALL_ROLES:
             try:
