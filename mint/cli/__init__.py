@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         if json_out:
             _report_error(True, f"internal error: {type(exc).__name__}: {exc}", 3)
         return 3
-    finally:   # --config set it for this invocation only
+    finally:   # --config, --quiet and --verbose hold for this invocation only
+        reset_state()
         if config_env is None:
             os.environ.pop("MINT_CONFIG", None)
         else:

@@ -242,3 +242,26 @@ def test_the_table_shows_every_gate_of_a_metric_and_names_a_missing_baseline(ws,
     out = " ".join(capsys.readouterr().out.split())
     assert out.count("core.parse_rate") == 2 and "no baseline to" in out
     assert "baseline: none (no baseline" in out
+
+
+def test_eval_prints_plain_progress_lines_when_not_on_a_terminal(ws, ui_contract, capsys):
+    """A cron job or a CI log is not a terminal: it gets lines, not minutes of silence (and none under -q)."""
+    code = main(["eval", "base", "--contract", str(ui_contract), "--base", "tiny-random"])
+    assert code in (0, 1)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"evaluating base under {ui_contract} ..."
+    assert any(line.startswith("core: 3/3 in ") for line in lines), lines
+    assert main(["eval", "base", "--contract", str(ui_contract), "--base", "tiny-random", "-q"]) == code
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and "verdict" in quiet.out
+
+
+def test_progress_lines_come_at_most_every_few_seconds_with_an_eta(monkeypatch, capsys):
+    from mint.cli import common
+
+    clock = iter([0.0, 1.0, 5.0, 12.0, 13.0, 30.0])
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    lines = common.ProgressLines(every_s=10)
+    for done in (0, 1, 2, 3, 4, 8):
+        lines.update("core", done, 8)
+    assert capsys.readouterr().err.splitlines() == ["core: 0/8", "core: 3/8  ETA 0:00:20", "core: 8/8 in 30s"]
