@@ -76,7 +76,8 @@ def ws(*, writes: bool = False):
 
     A command that ``writes`` (ingest, train, eval, promote, loop, serve, ...) runs only in a project, so that
     nothing is made silently in a folder that is not one. A read-only command also reads a workspace that
-    exists without a mint.yaml beside it; in neither it says so (exit 2) and creates nothing."""
+    exists without a mint.yaml beside it, or a shared registry; without any, it says so (exit 2) and creates
+    nothing."""
     from mint.registry.backend import check_url
     from mint.workspace import workspace
 
@@ -86,7 +87,8 @@ def ws(*, writes: bool = False):
     if chosen.home.exists() and not chosen.home.is_dir():
         raise BadInput("is a file, not a workspace folder: point --home (or MINT_HOME) at a folder",
                        file=str(chosen.home), field="--home")
-    if not in_project() and (writes or not chosen.home.is_dir()):
+    # a read also needs no project where there is something to read: a workspace, or a shared registry
+    if not in_project() and (writes or not (chosen.home.is_dir() or chosen.registry_url)):
         raise NoProject(NO_PROJECT)
     return chosen
 

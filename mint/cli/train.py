@@ -93,9 +93,12 @@ def _render_settings(plan: dict) -> None:
             table.add_row(f"{block}.{key}", shown(value))
     if plan.get("rewards"):
         table.add_row("rewards", shown(plan["rewards"]))
+    why = plan.get("why") if isinstance(plan.get("why"), dict) else {}
+    if why:
+        table.add_column("why")
     for key, value in plan.items():   # what a kind of its own plans (the router's probe), flat
         if key not in ("method", "lora", "trl", "rewards", "hardware") and not isinstance(value, dict):
-            table.add_row(key, shown(value))
+            table.add_row(key, shown(value), *([shown(why.get(key, ""))] if why else []))
     out.print(table)
     hardware = plan.get("hardware") or {}
     choices = {**(hardware.get("choices") or {}),

@@ -308,6 +308,14 @@ def show_dataset(ws: Workspace, name: str, version: str | None = None, head: int
 
 # --- the quarantine, as people read it --------------------------------------------
 
+def reason_kind(reason: str) -> str:
+    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
+    for prefix in ("invalid JSON", "record over the size cap", "not UTF-", "unreadable", "could not be processed"):
+        if reason.startswith(prefix):
+            return prefix
+    return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
+
+
 _FIELD_PATH = re.compile(r"[A-Za-z_][\w-]*(\[\d+\])*(\.[A-Za-z_][\w-]*(\[\d+\])*)*")
 _MISSING = object()
 
@@ -372,8 +380,6 @@ def read_quarantine(ws: Workspace, name: str, *, limit: int = 20, reason: str | 
     """What ingests into ``name`` set aside: every reason with its count, and the newest ``limit`` entries
     (those whose reason contains ``reason``, when given) with file, line, field and value."""
     from collections import Counter, deque
-
-    from mint.data.ingest import reason_kind
 
     check_name(name)
     if limit < 0:

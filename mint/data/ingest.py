@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import os
 from json.encoder import encode_basestring  # the C string escaper json.dumps uses
-import re
 import sqlite3
 import tempfile
 import time
@@ -164,15 +163,15 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 line, specialist, bad = _apply_feedback(index, directory, tmp, line, settings)
                                 if bad is not None:
                                     source_stats.quarantined += 1
-                                    reasons[reason_kind(specialist)] += 1
-                                    _count(source_stats.reasons, reason_kind(specialist))
+                                    reasons[datasets.reason_kind(specialist)] += 1
+                                    _count(source_stats.reasons, datasets.reason_kind(specialist))
                                     quarantine.write(bad)
                                     continue
                                 keys = conversation_keys(json.loads(line))
                             if how == "quarantine":
                                 source_stats.quarantined += 1
-                                reasons[reason_kind(specialist)] += 1
-                                _count(source_stats.reasons, reason_kind(specialist))
+                                reasons[datasets.reason_kind(specialist)] += 1
+                                _count(source_stats.reasons, datasets.reason_kind(specialist))
                                 quarantine.write(line)
                                 continue
                             key = bytes.fromhex(line[7:39].decode("ascii"))   # the first 128 bits of the id
@@ -538,14 +537,6 @@ _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", "
 
 def _string(value: str | None) -> str:
     return "null" if value is None else encode_basestring(value)
-
-
-def reason_kind(reason: str) -> str:
-    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
-    for prefix in ("invalid JSON", "record over the size cap", "not UTF-", "unreadable", "could not be processed"):
-        if reason.startswith(prefix):
-            return prefix
-    return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
 _INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys
