@@ -1,6 +1,6 @@
 """Looking at evaluation reports: `mint report show REF|FILE` and `mint report diff A B`.
 
-A report is the JSON that `mint eval` writes (DESIGN.md, "The report"). REF is a revision
+A report is the JSON that `mint eval` writes (docs/contracts.md, "The report"). REF is a revision
 reference (`coding:v3`, `coding:champion`, an id prefix): its newest registered report is
 shown; FILE is a report.json or the folder holding one.
 """

@@ -1,4 +1,4 @@
-"""The canonical episode (DESIGN.md) and the normalizers that turn log records into one.
+"""The canonical episode (docs/data.md) and the normalizers that turn log records into one.
 
 A record that cannot become an episode raises ``RecordError`` naming the field
 and the reason; ingest quarantines it and goes on.
