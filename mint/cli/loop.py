@@ -171,7 +171,7 @@ def _render_progress(result) -> None:
                 if t and t.reading else ""
             verdict = "" if not r.generation else \
                 ("[green]promoted[/]" if r.decision == "promoted" else "[red]rejected[/]" if r.decision == "rejected"
-                 else r.decision or "-") + \
+                 else r.decision or "-") + (" by force" if r.forced else "") + \
                 f" ({r.verdict or 'not evaluated'})"
             table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
                           f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",
