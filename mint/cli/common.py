@@ -93,11 +93,6 @@ def ws(*, writes: bool = False):
     return chosen
 
 
-def project_file() -> Path | None:
-    """The project file --config (or $MINT_CONFIG) names; None for ./mint.yaml."""
-    return _state["config"]
-
-
 def plain(value: Any) -> Any:
     """Dataclasses, paths and containers as JSON-ready values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -124,9 +119,6 @@ def number(value) -> str:
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.4g}"
-
-
-
 
 
 def gate_outcome(gate: dict) -> str:
