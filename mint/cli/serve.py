@@ -71,7 +71,7 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
                            allowed_hosts=tuple(allowed_hosts or ()), limits=limits, retention_days=retention_days,
                            scrub_logs=scrub_logs, max_loras=max_loras, upstream=upstream, upstream_key=upstream_key,
                            upstream_timeout=upstream_timeout, config=config)
-    run(ws(), options, _render_serving)
+    run(ws(writes=True), options, _render_serving)
 
 
 def _render_serving(serving) -> None:

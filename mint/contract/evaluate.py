@@ -237,8 +237,10 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
     paired = paired_deltas(contract, rows, baseline.rows)
+    no_latency = None if any(k.startswith("latency.") for k in metrics) else \
+        "the predictions carry no latency_ms" if source == "predictions" else "no example's latency was measured"
     gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
-                        {s.name: len(r) for s, r in suites}, paired)
+                        {s.name: len(r) for s, r in suites}, paired, no_latency)
     label = subject.label
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     report = Report(
@@ -248,7 +250,7 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
                                 report=baseline.report_id),
         # what every generation compared under this contract on this host decodes at, and why
         precision=precision.record(),
-        metrics=metrics, gates=[asdict(g) for g in gates],
+        metrics=metrics, gates=[{k: v for k, v in asdict(g).items() if k != "skipped" or v} for g in gates],
         verdict="pass" if all(g.passed for g in gates) else "fail",
         examples={suite.name: len(records) for suite, records in suites},
         examples_sha256=examples_sha256,
