@@ -172,8 +172,12 @@ def test_a_json_line_python_will_not_read_is_quarantined_with_its_reason(tmp_pat
 
 
 @pytest.mark.parametrize("item, shown", [("trl.==1", "expected trl.KEY=VALUE"), ("\x01=1", r"trl.'\x01'")])
-def test_a_set_key_that_is_empty_or_unprintable_is_named(item, shown):
+def test_a_set_key_that_is_empty_or_unprintable_is_named(item, shown, tmp_path, monkeypatch):
     """Regression (the long form): `--set trl.=X` said "trl.: not a field", and a key of control characters
     was printed as nothing."""
+    from mint.project import init_project
+
+    init_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
     code, output = load_script("fuzz").run_cli(["train", "--dry-run", "--method", "sft", "--set", item])
     assert code == 2 and shown in " ".join(output.split())
