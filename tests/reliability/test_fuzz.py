@@ -79,12 +79,13 @@ def test_serve_answers_a_request_nested_too_deeply_with_400(ws):
     from fastapi.testclient import TestClient
 
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app
+    from mint.serve.app import create_app
+    from mint.serve.local import LocalBackend
     from mint.project import DEFAULT_PROJECT, Project
 
     mixture = Mixture.open(ws, Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists))
     body = b'{"messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    with TestClient(create_app(mixture, window_ms=0, poll_s=60), raise_server_exceptions=False,
+    with TestClient(create_app(LocalBackend(mixture, window_ms=0, poll_s=60)), raise_server_exceptions=False,
                     base_url="http://localhost") as client:
         for endpoint in ("/v1/chat/completions", "/v1/feedback"):
             response = client.post(endpoint, content=body, headers={"content-type": "application/json"})
