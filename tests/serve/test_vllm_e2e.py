@@ -376,6 +376,35 @@ def test_a_rollback_does_the_same_in_reverse(served):
                                      "chat-v2", "chat-v1", "chat:v1", "chat:v2")
 
 
+def test_with_a_trained_router_champion_the_gateway_routes_on_its_probe_and_forwards(served):
+    """A router revision as training makes one (a probe reading one layer of the base), promoted while the
+    gateway runs: turns are routed on it and answered by the chosen specialist's adapter on vLLM."""
+    import torch
+
+    from mint.mol.router import Probe
+    from mint.registry.artifacts import register
+    from mint.registry.promotion import promote
+
+    names, width = served.project.names, 128                         # the toy base's hidden size
+    generator = torch.Generator().manual_seed(0)
+    probe = Probe(tuple(names), 1, torch.randn(len(names), width, generator=generator), torch.zeros(len(names)),
+                  torch.zeros(width), torch.ones(width), reads="prompt")
+    probe.save(served.root / "probe", base=served.project.base)
+    revision = register(served.ws, served.root / "probe", specialist=served.project.router,
+                        base=served.project.base)
+    promote(served.ws, revision.ref, force=True, why="a trained router champion in front of vLLM")
+    served.poll()
+    assert served.health()["router"] == revision.ref and served.health()["status"] == "ok"
+    for text in ("zzzz qqqq", "Tell me a fun fact about octopuses.", "Plan a trip to Lisbon."):
+        reply = served.chat("mint", user(text), 8)
+        assert reply.status_code == 200, reply.text
+        mint = reply.json()["mint"]
+        assert mint["route"]["revision"] == revision.ref
+        champion = served.health()["specialists"][mint["specialist"]]["adapter"]
+        assert reply.json()["choices"][0]["message"]["content"] == \
+            served.vllm.answer(champion, upstream_messages(user(text)), 8)
+
+
 # --- vLLM killed mid-answer, and back (last: it restarts vLLM) ------------------------------------
 
 def test_vllm_killed_mid_stream_ends_the_stream_with_an_error_and_the_gateway_recovers(served):
