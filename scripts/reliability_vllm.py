@@ -166,9 +166,10 @@ def main() -> None:
         if gateway is not None:
             stop(gateway)
         stop(vllm)
-    report(results, read_turns(ws), time.perf_counter() - started)
+    logged = read_turns(ws)
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
+    report(results, logged, time.perf_counter() - started)
 
 
 def run_load(url: str, args, ws, promote, rollback) -> list[dict]:
