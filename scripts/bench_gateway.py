@@ -5,9 +5,11 @@ Run:   python scripts/bench_gateway.py                       (tiny-random base, 
        python scripts/bench_gateway.py --base smollm2-135m --clients 8 --turns 64
        python scripts/bench_gateway.py --upstream http://GPU-HOST:8001 --upstream-key KEY   (e.g. vLLM from
               `mint export vllm`'s launch.sh; the workspace's champions must be the ones it serves)
+       python scripts/bench_gateway.py --vllm --base smollm2-135m --upstream-cores 1   (a real vLLM, its CPU
+              build from `make vllm`, started here by the launch.sh `mint export vllm` writes for the champions)
 
 A scratch workspace gets a random LoRA champion for each specialist (registered and promoted, --force) unless
---upstream is given; the gateway publishes them to the upstream. Then:
+--upstream is given; the gateway publishes them to the upstream (with --vllm, vLLM starts with them). Then:
   overhead   the same N turns from C concurrent clients, sent straight to the upstream (naming the adapter the
              gateway chose for each turn) and through the gateway, in alternating rounds: median and p95 latency
              of each, and the gateway's overhead on the median (goal <= 5%)
@@ -75,6 +77,56 @@ def start_server(home: Path, args: list[str], log: Path, cores: set[int] | None 
         time.sleep(0.2)
     process.kill()
     raise RuntimeError(f"mint serve did not start: see {log}")
+
+
+def start_vllm(home: Path, project, log: Path, cores: set[int] | None = None) -> tuple[subprocess.Popen, str, int]:
+    """vLLM (its CPU build) started by the launch.sh `mint export vllm` writes for the workspace's champions, on
+    ``cores`` only if given, once it answers: (its process, its URL, the LoRA rank it loads)."""
+    import httpx
+
+    from mint.mol.export import export_vllm
+    from mint.workspace import workspace
+
+    exported = export_vllm(workspace(home), project, home.parent.parent / "vllm-out")
+    port = _free_port()
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if cores:       # vLLM's CPU build binds its threads itself ("auto": every core): to these only
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cores)))
+
+    def pin():
+        os.setsid()
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    process = subprocess.Popen([str(Path(exported.out) / "launch.sh"), "--host", "127.0.0.1", "--port", str(port),
+                                "--dtype", "float32", "--max-model-len", "2048"], env=env,
+                               stdout=open(log, "wb"), stderr=subprocess.STDOUT, preexec_fn=pin)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {process.returncode}: see {log}")
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                return process, url, exported.max_lora_rank
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    stop_group(process)
+    raise RuntimeError(f"vLLM did not start: see {log}")
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """vLLM's whole process group (its engine core runs in a child)."""
+    import signal
+
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -230,6 +282,8 @@ def main() -> None:
     parser.add_argument("--routing-limit", type=int, default=None, help="route only the first N held-out turns")
     parser.add_argument("--upstream", default=None, help="an upstream already running (default: start one)")
     parser.add_argument("--upstream-key", default=None)
+    parser.add_argument("--vllm", action="store_true",
+                        help="start vLLM (its CPU build, `make vllm`) as the upstream, from `mint export vllm`")
     parser.add_argument("--upstream-cores", type=int, default=0,
                         help="run the started upstream on the last N cores and the gateway and the clients on the "
                              "others, as on two hosts (default: all share every core)")
@@ -258,7 +312,13 @@ def main() -> None:
         home = tmp / "gateway" / ".mint"
         home.parent.mkdir(parents=True)
         try:
-            if args.upstream is None:
+            gateway_args = []
+            if args.vllm:
+                make_champions(home, args.base, project)
+                process, upstream, rank = start_vllm(home, project, tmp / "vllm.log", upstream_cores)
+                processes.append(process)
+                upstream_key, gateway_args = None, ["--max-rank", str(rank)]
+            elif args.upstream is None:
                 make_champions(home, args.base, project)
                 upstream_home = tmp / "upstream" / ".mint"
                 upstream_home.parent.mkdir(parents=True)
@@ -269,7 +329,7 @@ def main() -> None:
                 upstream_key = KEY
             else:
                 upstream, upstream_key = args.upstream, args.upstream_key
-            process, gateway = start_server(home, ["--base", args.base, "--upstream", upstream,
+            process, gateway = start_server(home, ["--base", args.base, "--upstream", upstream, *gateway_args,
                                                    *(["--upstream-key", upstream_key] if upstream_key else [])],
                                             tmp / "gateway.log")
             processes.append(process)
@@ -277,13 +337,17 @@ def main() -> None:
                                       args.rounds)
             routing = bench_routing(home, gateway, project, args.base, args.routing_limit)
             memory = {"gateway": memory_kib(processes[-1].pid)}
-            if args.upstream is None:
+            if args.upstream is None and not args.vllm:
                 memory["upstream (a full local server)"] = memory_kib(processes[0].pid)
         finally:
             for process in processes:
-                process.terminate()
-                process.wait(timeout=60)
-    result = {"base": args.base, "upstream_cores": sorted(upstream_cores) if upstream_cores else None,
+                if args.vllm and process is processes[0]:
+                    stop_group(process)
+                else:
+                    process.terminate()
+                    process.wait(timeout=60)
+    result = {"base": args.base, "upstream": "vllm" if args.vllm else args.upstream or "mint serve",
+              "upstream_cores": sorted(upstream_cores) if upstream_cores else None,
               "overhead": overhead, "routing": routing, "memory_kib": memory,
               "goals": {"overhead_median <= 0.05": overhead["overhead_median"] <= OVERHEAD_GOAL,
                         "routing identical": routing["identical"] == routing["turns"]}}

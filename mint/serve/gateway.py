@@ -17,7 +17,8 @@ The champion poller publishes each new champion to the upstream (``POST /v1/load
 LoRA API) before routing switches to it, then unloads the one it replaced; an adapter the upstream lost (it
 restarted) is published again at the next poll. An upstream that cannot be reached or answers an error gives
 the client a 502, one that does not answer within ``timeout_s`` a 504 (a stream that stalls ends with an error
-event), never a hang.
+event), never a hang. /health says "not ok" (503) until the upstream has been reached and every champion
+published, and again while it cannot be.
 """
 from __future__ import annotations
 
@@ -167,6 +168,9 @@ class Gateway(TurnBook):
         self.sync_errors: dict[str, str] = {}            # specialist -> why its champion is not published
         self.upstream_models: list[str] = []             # what the upstream said it serves, at the last poll
         self.upstream_error: str | None = None
+        # ready once a sync has reached the upstream and published every champion (until one cannot): /health
+        # says "not ok" before, so an orchestrator sends no turn into the gap
+        self.ready = False
         self.given_max_rank = max_rank                   # the upstream's LoRA rank limit, as the operator gave it
         self.upstream_max_rank: int | None = None        # ... as the upstream said it (a mint upstream's /health)
         self.announcement = None                         # where the workspace hears that limit (``announce``)
@@ -304,7 +308,7 @@ class Gateway(TurnBook):
         try:
             serves = self.client.models()
         except UpstreamError as exc:
-            self.upstream_error = str(exc)
+            self.upstream_error, self.ready = str(exc), False
             raise
         self.upstream_models = [m["id"] for m in serves]
         if self.given_max_rank is None:
@@ -331,12 +335,14 @@ class Gateway(TurnBook):
                         self.retired.add(old.name)
             except UpstreamError as exc:
                 self.sync_errors[name] = self.upstream_error = str(exc)
+                self.ready = False
                 raise
             except Exception as exc:  # noqa: BLE001 - one champion's failure is its specialist's alone
                 self.sync_errors[name] = str(exc) if isinstance(exc, MintError) else f"{type(exc).__name__}: {exc}"
                 continue
             self.sync_errors.pop(name, None)
             moves.append(Handoff(name, old.ref if old else None, revision.ref, time.perf_counter() - started))
+        self.ready = not self.sync_errors
         self.withdraw_drained()
         return moves
 
@@ -403,7 +409,7 @@ class GatewayBackend(Backend):
 
     def health(self) -> tuple[bool, dict]:
         gateway, poller = self.gateway, self.poller
-        ok = poller.alive and poller.last_error is None and gateway.upstream_error is None
+        ok = poller.alive and poller.last_error is None and gateway.upstream_error is None and gateway.ready
         revisions = gateway.revisions()
         specialists = {name: {"served": revisions[name],
                               "adapter": gateway.published[name].name if name in gateway.published else None,

@@ -317,9 +317,10 @@ def test_the_gateway_announces_the_rank_a_mint_upstream_loads_and_promote_keeps_
     given.close()
 
 
-def holding_upstream(release: threading.Event, loaded: list, unloaded: list, asked: list):
+def holding_upstream(release: threading.Event, loaded: list, unloaded: list, asked: list, before_load=None):
     """An upstream with vLLM's runtime LoRA API that answers a chat completion once ``release`` is set, and
-    404 for an adapter it does not hold then (as vLLM does)."""
+    404 for an adapter it does not hold then (as vLLM does); ``before_load()`` runs (in a thread) before each
+    load."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -332,6 +333,8 @@ def holding_upstream(release: threading.Event, loaded: list, unloaded: list, ask
 
     @app.post("/v1/load_lora_adapter")
     async def load(body: dict):
+        if before_load is not None:
+            await asyncio.to_thread(before_load)
         loaded.append(body["lora_name"])
         return PlainTextResponse("Success")
 
@@ -389,6 +392,63 @@ def test_a_replaced_adapter_stays_loaded_until_the_turns_forwarded_to_it_are_ans
     finally:
         release.set()
         held.stop()
+
+
+def test_health_is_not_ok_until_the_upstream_is_reached_and_the_champions_are_loaded(ws, crown, tiny_loras,
+                                                                                      start_gateway):
+    """An orchestrator that trusts /health sends no turn before the gateway can answer it with the champion."""
+    import socket
+
+    import httpx
+
+    from mint.serve.server import start_background
+
+    crown("coding", tiny_loras["coding"])
+    with socket.socket() as sock:              # a port nothing listens on yet: the upstream starts there later
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gateway = start_gateway(f"http://127.0.0.1:{port}")
+    unreached = httpx.get(f"{gateway}/health")
+    assert (unreached.status_code, unreached.json()["status"]) == (503, "not ok")
+    assert "cannot reach" in unreached.json()["upstream"]["error"]
+    release, loaded, asked = threading.Event(), [], []
+    loading = threading.Event()
+
+    def held_load():                            # the upstream answers /v1/models, and loads once released
+        loading.set()
+        release.wait(60)
+
+    held = start_background(holding_upstream(threading.Event(), loaded, [], asked, before_load=held_load),
+                            start_limit_s=60, port=port)
+    try:
+        wait_for(loading.is_set, "the gateway never asked the upstream to load coding-v1")
+        for _ in range(3):                      # reached, but the champion is not loaded yet
+            assert httpx.get(f"{gateway}/health").status_code == 503
+            time.sleep(0.1)
+        release.set()
+        wait_for(lambda: httpx.get(f"{gateway}/health").status_code == 200, "health never said ok")
+        assert httpx.get(f"{gateway}/health").json()["specialists"]["coding"]["adapter"] == "coding-v1"
+        assert loaded == ["coding-v1"]
+    finally:
+        release.set()
+        held.stop()
+
+
+def test_health_is_not_ok_while_a_champion_cannot_be_published(ws, crown, tiny_loras, upstream, start_gateway):
+    """A champion whose files fail verification is answered by the base meanwhile, and /health says so."""
+    import httpx
+
+    from mint.registry.artifacts import revision_dir
+
+    revision = crown("coding", tiny_loras["coding"])
+    weights = revision_dir(ws, revision) / "adapter_model.safetensors"
+    weights.chmod(0o644)
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")          # a changed file: refused, never served
+    gateway = start_gateway(upstream.url)
+    health = httpx.get(f"{gateway}/health")
+    assert (health.status_code, health.json()["status"]) == (503, "not ok")
+    assert "failed verification" in health.json()["specialists"]["coding"]["error"]
+    assert "coding-v1" not in upstream.models()
 
 
 def test_serve_refuses_an_upstream_that_is_not_an_http_url_before_loading_anything(ws):
