@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
 from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
@@ -312,9 +313,8 @@ def experience_episodes(specialist: str, prompt: ExperiencePrompt, answers: list
 
 
 def _episode(specialist: str, prompt: ExperiencePrompt, text: str, rating: int, served_by: str) -> dict:
-    return {"messages": prompt.prompt + [{"role": "assistant", "content": text}],
-            **({"tools": prompt.tools} if prompt.tools else {}),
-            "feedback": {"rating": rating}, "specialist": specialist, "served_by": served_by}
+    return Episode(tuple(Message.from_dict(m) for m in prompt.prompt) + (Message("assistant", text),),
+                   tuple(prompt.tools), Feedback(rating), specialist, served_by=served_by).record()
 
 
 # --- the step ----------------------------------------------------------------------------------------

@@ -14,12 +14,11 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from mint.contract.schema import check_number, check_string
 from mint.errors import BadInput, Refused
 from mint.text import closest
 from mint.train.examples import METHODS
 from mint.workspace import Workspace
-from mint.yamlfile import YamlDoc, exists, is_file
+from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file
 
 
 def content_key(*parts: Any) -> str:
@@ -192,7 +191,6 @@ class Experience(StepKind):
         if not isinstance(sources, list) or not sources:
             raise doc.error(f"{at}.sources", "expected a non-empty list of prompt sources: served, unaccepted, "
                                              "{jsonl: FILE}, {generator: NAME, count: N}")
-        from mint.contract.schema import check_keys
 
         for j, source in enumerate(sources):
             where = f"{at}.sources[{j}]"

@@ -126,13 +126,20 @@ def planned_router_settings(sets: list[str]) -> dict:
 KEYWORD_GUESS_WEIGHT = 0.25
 
 
-def may_be_a_keyword_guess(labeler, episode: dict) -> bool:
-    """True when ingest could have labelled ``episode`` from its keywords alone: no tools, no serving
-    specialist, and the keyword winner is its label. Such labels count less: they teach the probe the keyword
-    list back, junk included (a ShareGPT line that mentions a card number is not a UI request)."""
-    label, how = labeler.label(None, episode["messages"], episode.get("tools") or [],
+def may_be_a_keyword_guess(labeler, episode: dict, fallback: str | None = None) -> bool:
+    """True when ingest could have labelled ``episode`` from its keywords, or from nothing (the ``fallback``
+    specialist): no tools, no serving specialist, and the keyword winner (a decisive one or not: an older
+    ingest took one word) or the fallback is its label. Such labels count less: they teach the probe the
+    keyword list back, junk included (a ShareGPT line that mentions a card number is not a UI request)."""
+    messages = episode["messages"]
+    label, how = labeler.label(None, "\n".join(m["content"] for m in messages if m["role"] == "user"),
+                               bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
+                                                                 for m in messages),
                                served_by=episode.get("served_by"))
-    return how == "keywords" and label == episode["specialist"]
+    if how != "none":
+        return how == "keywords" and label == episode["specialist"]
+    winner, _decisive = labeler.keywords("\n".join(m["content"] for m in messages if m["role"] == "user"))
+    return episode["specialist"] in (winner, fallback)
 
 
 def humaneval_requests(heldout_texts: list[str]) -> list[str]:
@@ -189,7 +196,8 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
             tools.append(bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
                                                            for m in episode["messages"]))
             labels.append(episode["specialist"])
-            weights.append(KEYWORD_GUESS_WEIGHT if may_be_a_keyword_guess(labeler, episode) else 1.0)
+            weights.append(KEYWORD_GUESS_WEIGHT if may_be_a_keyword_guess(labeler, episode, project.fallback)
+                           else 1.0)
     present = sorted(set(labels))
     if len(present) < 2:
         raise BadInput(f"dataset {name} has labelled episodes of {present or 'no specialist'}; the router needs "

@@ -187,7 +187,7 @@ def test_an_openai_evals_sample_learns_its_ideal_answer(ws, project):
 
 
 def test_a_preference_is_part_of_the_episode_id(ws, project, tmp_path):
-    from mint.data.episode import episode_id
+    from mint.data.schema import episode_id
 
     path = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "The sky is", "chosen": " blue.", "rejected": " green."},
                                               {"prompt": "The sky is", "chosen": " blue.", "rejected": " red."}])

@@ -96,7 +96,7 @@ def test_no_scrub_keeps_text(ws, project, tmp_path):
     assert next(datasets.iter_episodes(ws, "d"))["messages"][0]["content"] == "mail bob@example.com"
 
 
-def test_labels_come_from_record_then_tools_then_keywords(ws, project, tmp_path):
+def test_labels_come_from_record_then_tools_then_keywords_then_the_fallback(ws, project, tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [
         chat_row("anything", specialist="genui"),
         {**chat_row("what now"), "tools": [{"type": "function", "function": {"name": "f"}}]},
@@ -104,7 +104,7 @@ def test_labels_come_from_record_then_tools_then_keywords(ws, project, tmp_path)
         chat_row("Who was the 37th president?"),
     ])
     ingest(ws, [path], dataset="d", project=project)
-    assert [e["specialist"] for e in datasets.iter_episodes(ws, "d")] == ["genui", "agent", "genui", "unlabeled"]
+    assert [e["specialist"] for e in datasets.iter_episodes(ws, "d")] == ["genui", "agent", "genui", "chat"]
 
 
 def test_unknown_record_label_is_quarantined(ws, project, tmp_path):

@@ -1,6 +1,20 @@
+"""Each format's records as canonical episodes (mint.data.formats), compared as they are stored."""
 import pytest
 
-from mint.data.episode import RecordError, episode_id, normalize, normalize_feedback
+from mint.data import formats
+from mint.data.formats import RecordError
+from mint.data.formats.fields import normalize_feedback as read_feedback
+from mint.data.schema import episode_id
+
+
+def normalize(record, fmt="auto") -> dict:
+    """The episode of ``record`` as stored, with the record's own ``label``."""
+    episode = formats.normalize(record, fmt)
+    return {**episode.record(), "label": episode.specialist}
+
+
+def normalize_feedback(record) -> dict:
+    return read_feedback(record).to_dict()
 
 
 def test_openai_record_keeps_tool_calls_and_tool_definitions():
