@@ -1,10 +1,11 @@
 """Training settings: mint's hardware-aware defaults, then the config file, then ``--set`` overrides.
 
-A config file has up to three blocks::
+A config file has up to four blocks::
 
     lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear, from_layer: router}
     trl: {learning_rate: 2.0e-4, max_steps: 40, per_device_train_batch_size: 4}
     rewards: [mypkg.rewards:exact_match]      # grpo: extra reward functions, module:function
+    examples: {reasoning: true}               # how episodes become rows (see EXAMPLE_KEYS)
 
 ``--set trl.max_steps=20`` or ``--set max_steps=20`` (trl is the default block) overrides one key.
 
@@ -29,7 +30,11 @@ from mint.errors import BadInput
 from mint.text import closest
 from mint.yamlfile import load_yaml
 
-BLOCKS = ("lora", "trl", "rewards")
+BLOCKS = ("lora", "trl", "rewards", "examples")
+# reasoning: train on the assistant's reasoning (kept apart from its answer) where the chat template renders it;
+# false leaves it out of every row
+EXAMPLE_KEYS = ("reasoning",)
+DEFAULT_EXAMPLES = {"reasoning": True}
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "from_layer")
 # from_layer: the first decoder layer the adapter changes (0: every layer). `router`, the default, is the
 # router probe's layer (mint.base.probe_layers): the layers the probe reads stay the base's, so the
@@ -71,9 +76,9 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
         block, dot, name = key.strip().partition(".")
         if not dot:
             block, name = "trl", block
-        if block not in ("lora", "trl"):
-            raise BadInput(f"{key}: --set takes lora.KEY or trl.KEY (or a bare TRL key)"
-                           f"{closest(block, ('lora', 'trl'))}", field="--set")
+        if block not in ("lora", "trl", "examples"):
+            raise BadInput(f"{key}: --set takes lora.KEY, trl.KEY or examples.KEY (or a bare TRL key)"
+                           f"{closest(block, ('lora', 'trl', 'examples'))}", field="--set")
         if not name.strip():
             raise BadInput(f"expected {block}.KEY=VALUE, got {item!r}", field="--set")
         value = _scalar(raw)
@@ -211,6 +216,7 @@ class UserSettings:
     trl: dict
     rewards: tuple[str, ...]
     lora_asked: tuple[str, ...] = ()    # the LoRA keys the user set (the rest are mint's defaults)
+    examples: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_EXAMPLES))
 
 
 def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSettings:
@@ -225,7 +231,7 @@ def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSet
         for key in file_blocks:
             if key not in BLOCKS:
                 raise doc.error(str(key), f"unknown block{closest(str(key), BLOCKS)}")
-        for block in ("lora", "trl"):
+        for block in ("lora", "trl", "examples"):
             if not isinstance(file_blocks.get(block) or {}, dict):
                 raise doc.error(block, "expected a mapping of KEY: VALUE")
     overrides = parse_sets(sets)
@@ -257,7 +263,16 @@ def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSet
         raise (doc.error("rewards", "expected a list of module:function") if doc else
                BadInput("expected a list of module:function", field="rewards"))
     lora_asked = tuple(sorted({*map(str, file_blocks.get("lora") or {}), *overrides.get("lora", {})}))
-    return UserSettings(method, lora, trl_values, tuple(rewards), lora_asked)
+    examples = dict(DEFAULT_EXAMPLES)
+    for key, value in {**(file_blocks.get("examples") or {}), **overrides.get("examples", {})}.items():
+        key = str(key)
+        if key not in EXAMPLE_KEYS:
+            raise where_of("examples")(key, f"unknown key{closest(key, EXAMPLE_KEYS, listing='expected one of')}")
+        try:
+            examples[key] = typed_value(["bool"], value, f"examples.{key}")
+        except BadInput as exc:
+            raise where_of("examples")(key, str(exc).split(": ", 1)[1]) from None
+    return UserSettings(method, lora, trl_values, tuple(rewards), lora_asked, examples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,9 +282,12 @@ class TrainSettings:
     trl: dict
     rewards: tuple[str, ...]
     hardware: dict = dataclasses.field(default_factory=dict)   # what mint.hardware chose and why (not hashed)
+    examples: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_EXAMPLES))
 
     def digest(self) -> str:
-        record = {k: v for k, v in dataclasses.asdict(self).items() if k != "hardware"}
+        # the example options count only when they differ from the defaults (runs from before they existed)
+        record = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k != "hardware" and not (k == "examples" and v == DEFAULT_EXAMPLES)}
         return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -281,7 +299,7 @@ def resolve_settings(user: UserSettings) -> TrainSettings:
     hardware.apply_threads(threads)
     trl_values = hardware.reconcile({**hardware_defaults(user.method), **plan.settings(), **user.trl}, user.trl)
     record = {**plan.record(user.trl), "torch_threads": dataclasses.asdict(threads)}
-    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record)
+    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record, dict(user.examples))
 
 
 def planned_settings(method: str | None, config: Path | None, sets: list[str]) -> TrainSettings:

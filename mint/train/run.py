@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
@@ -278,9 +279,12 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
     rows = build_run_examples(ws, plan)
     template, template_source = resolve_chat_template(plan, settings)
     rows, settings, changed = rows_for_template(plan.method, rows, template_source, settings)
+    key = reasoning_key(template if template is not None else own_chat_template(plan.base))
+    rows, reasoning = reasoning_for_template(rows, key, settings.examples["reasoning"])
     effective = {"chat_template": {"source": template_source,
                                    "sha256": hashlib.sha256(template.encode()).hexdigest() if template else None},
-                 "lora": effective_lora(plan, settings), "changed": changed}
+                 "lora": effective_lora(plan, settings), "changed": changed,
+                 **({"reasoning": reasoning} if reasoning["turns"] else {})}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
     run_dir, again = ws.runs / name, 2
@@ -349,6 +353,52 @@ def resolve_chat_template(plan: TrainPlan, settings: TrainSettings) -> tuple[str
     return patched, "TRL training template for the base's own"
 
 
+# the message keys chat templates read an assistant turn's reasoning from (Qwen3, DeepSeek-R1, GLM: the first;
+# gpt-oss: the second)
+REASONING_KEYS = ("reasoning_content", "thinking")
+
+
+def own_chat_template(base: str) -> str:
+    """The chat template the base's tokenizer brings ("" when it has none)."""
+    template = load_tokenizer(base).chat_template if base not in (SMOLLM2, TINY) else training_chat_template()
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template or ""
+
+
+def reasoning_key(template: str) -> str | None:
+    """The message key ``template`` renders an assistant's reasoning from, or None when it has no place for it."""
+    for key in REASONING_KEYS:
+        if re.search(rf"""message(?:\.{key}\b|\[['"]{key}['"]\])""", template):
+            return key
+    return None
+
+
+def reasoning_for_template(rows: list[dict], key: str | None, train: bool) -> tuple[list[dict], dict]:
+    """(rows, what became of the reasoning they carry): each assistant turn's reasoning under the template's
+    ``key``, where it has one and ``train`` (examples.reasoning) is on; else left out, and counted."""
+    turns = 0
+
+    def place(message: dict) -> dict:
+        nonlocal turns
+        if "reasoning" not in message:
+            return message
+        turns += 1
+        out = {k: v for k, v in message.items() if k != "reasoning"}
+        if key is not None and train:
+            out[key] = message["reasoning"]
+        return out
+
+    placed = [{name: [place(m) for m in value] if isinstance(value, list) and value and isinstance(value[0], dict)
+               else value for name, value in row.items()} for row in rows]
+    trained = key is not None and train
+    why = (f"rendered under `{key}` by the chat template" if trained else
+           "left out: examples.reasoning is false" if key is not None else
+           "left out: the chat template has no place for reasoning (reasoning_content or thinking)")
+    return placed, {"turns": turns, "trained": turns if trained else 0, "left_out": 0 if trained else turns,
+                    "why": why}
+
+
 def rows_for_template(method: str, rows: list[dict], template_source: str,
                       settings: TrainSettings) -> tuple[list[dict], TrainSettings, dict]:
     """(rows, settings, what changed and why) for the chat template in use.
@@ -367,7 +417,7 @@ def rows_for_template(method: str, rows: list[dict], template_source: str,
     if trl_values.get("assistant_only_loss"):
         trl_values["assistant_only_loss"] = False
         changed["trl.assistant_only_loss"] = "false: the loss falls on each row's completion (one assistant turn)"
-    return per_turn_rows(rows), TrainSettings(settings.method, settings.lora, trl_values, settings.rewards), changed
+    return per_turn_rows(rows), replace(settings, trl=trl_values), changed
 
 
 def effective_lora(plan: TrainPlan, settings: TrainSettings) -> dict:
@@ -451,5 +501,9 @@ def register_run(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
                         metrics={k: v for k, v in metrics.items() if v is not None})
     atomic_write_json(run_dir / RESULT_FILE, {**result, "registered": True, "revision": revision.ref,
                                                "revision_id": revision.id})
+    reasoning = (run.get("effective") or {}).get("reasoning") or {}
+    notes = [f"{reasoning['left_out']} assistant turn(s)' reasoning {reasoning['why']}"] \
+        if reasoning.get("left_out") else []
     return TrainResult(revision.ref, revision.id, run_dir.name, str(run_dir), run["method"], result["steps"],
-                       run["examples"], metrics, result.get("resumed_from_step"), list(result.get("warnings") or []))
+                       run["examples"], metrics, result.get("resumed_from_step"),
+                       notes + list(result.get("warnings") or []))
