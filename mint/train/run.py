@@ -369,7 +369,7 @@ def own_chat_template(base: str) -> str:
 def reasoning_key(template: str) -> str | None:
     """The message key ``template`` renders an assistant's reasoning from, or None when it has no place for it."""
     for key in REASONING_KEYS:
-        if re.search(rf"""message(?:\.{key}\b|\[['"]{key}['"]\])""", template):
+        if re.search(rf"""(?:\.{key}\b|\[['"]{key}['"]\])""", template):   # m.thinking, message['thinking']
             return key
     return None
 

@@ -340,3 +340,16 @@ def test_a_repaired_answer_is_accepted_only_when_the_verifier_passes_it_and_pair
                                if e["served_by"] == result["served_by"]])
     assert [(canonical_answer(r["chosen"][0]["content"]), r["rejected"][0]["content"]) for r in rows] == [
         (canonical_answer(PRICE_LIST), broken_list)]
+
+
+def test_experience_episodes_are_canonical_episodes_with_their_verdicts_as_ratings():
+    from mint.data.schema import Episode
+    from mint.loop.experience import ExperiencePrompt, experience_episodes
+
+    prompt = ExperiencePrompt("served", [{"role": "user", "content": "2+2?"}], [{"type": "function", "function": {
+        "name": "add", "parameters": {}}}])
+    episodes, pairs = experience_episodes("agent", prompt, ["4", "5", "4 "], [True, False, True], 2, "agent:v1")
+    assert pairs == 1 and [e["feedback"]["rating"] for e in episodes] == [1, -1]
+    for episode in episodes:
+        assert episode["id"] == Episode.from_dict(episode).id and episode["specialist"] == "agent"
+        assert episode["tools"] == prompt.tools and episode["served_by"] == "agent:v1"

@@ -147,3 +147,19 @@ def test_train_reads_its_settings_file_from_train_config(ws, tmp_path, capsys):
     assert shown["trl"]["max_steps"] == 7 and shown["lora"]["r"] == 4
     assert main(["train", "--dry-run", "--method", "sft", "--config", str(settings_file), "--json"]) == 2
     assert "--train-config" in json.loads(capsys.readouterr().out)["error"]   # the old spelling points to the new
+
+
+def test_the_examples_block_says_whether_to_train_on_reasoning(tmp_path):
+    from mint.train.config import TrainSettings
+
+    assert check_settings("sft", None, []).examples == {"reasoning": True}
+    assert check_settings("dpo", None, ["examples.reasoning=false"]).examples == {"reasoning": False}
+    (tmp_path / "train.yaml").write_text("examples:\n  reasoning: maybe\n")
+    with pytest.raises(BadInput, match=r"train.yaml:2: examples.reasoning: expected true or false, got 'maybe'"):
+        check_settings("sft", tmp_path / "train.yaml", [])
+    with pytest.raises(BadInput, match=r"examples.reasonning: unknown key \(did you mean reasoning\?\)"):
+        check_settings("sft", None, ["examples.reasonning=true"])
+    # runs from before the block existed keep their settings' hash; turning reasoning off changes it
+    plain = TrainSettings("sft", {"r": 4}, {"max_steps": 2}, ())
+    assert plain.digest() == TrainSettings("sft", {"r": 4}, {"max_steps": 2}, (), examples={"reasoning": True}).digest()
+    assert plain.digest() != TrainSettings("sft", {"r": 4}, {"max_steps": 2}, (), examples={"reasoning": False}).digest()
