@@ -33,7 +33,7 @@ from mint.data.formats.fields import normalize_feedback, upstream_id
 from mint.data.formats.llamafactory import remap
 from mint.data.labels import Labeler
 from mint.data.readers import DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, parse_line, read_line_batches
-from mint.data.schema import Episode, Feedback, Message, dumps
+from mint.data.schema import Episode, Feedback, Message
 from mint.data.scrub import scrub_episode, scrub_text
 from mint.data.sources import discover, read_source
 from mint.errors import BadInput
