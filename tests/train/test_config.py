@@ -159,7 +159,10 @@ def test_the_examples_block_says_whether_to_train_on_reasoning(tmp_path):
         check_settings("sft", tmp_path / "train.yaml", [])
     with pytest.raises(BadInput, match=r"examples.reasonning: unknown key \(did you mean reasoning\?\)"):
         check_settings("sft", None, ["examples.reasonning=true"])
-    # runs from before the block existed keep their settings' hash; turning reasoning off changes it
+    # settings as runs recorded them before the block existed keep their hash; turning reasoning off changes it
+    import hashlib
+
     plain = TrainSettings("sft", {"r": 4}, {"max_steps": 2}, ())
-    assert plain.digest() == TrainSettings("sft", {"r": 4}, {"max_steps": 2}, (), examples={"reasoning": True}).digest()
+    before = {"method": "sft", "lora": {"r": 4}, "trl": {"max_steps": 2}, "rewards": ()}
+    assert plain.digest() == hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()
     assert plain.digest() != TrainSettings("sft", {"r": 4}, {"max_steps": 2}, (), examples={"reasoning": False}).digest()
