@@ -348,12 +348,12 @@ def _process(record: RawRecord, settings: _Settings) -> Outcome:
 
 
 # a record with any of these is a conversation; without them, an upstream id and feedback, a feedback event
-_CONVERSATION_FIELDS = ("messages", "conversations", "request", "prompt", "instruction", "chosen", "rejected",
-                        "chosen_messages", "rejected_messages")
+_CONVERSATION_FIELDS = frozenset(("messages", "conversations", "request", "prompt", "instruction", "chosen",
+                                  "rejected", "chosen_messages", "rejected_messages"))
 
 
 def _feedback_event(record: RawRecord, data, settings: _Settings, found: Counter) -> FeedbackEvent | None:
-    if not isinstance(data, dict) or any(k in data for k in _CONVERSATION_FIELDS):
+    if not isinstance(data, dict) or not _CONVERSATION_FIELDS.isdisjoint(data):
         return None
     upstream = upstream_id(data)
     if upstream is None:
@@ -379,10 +379,13 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
     if settings.specialist is not None:
         specialist, how = settings.specialist, "--specialist"
     else:
-        messages = episode.messages
-        specialist, how = labeler.label(
-            episode.specialist, "\n".join(m.content for m in messages if m.role == "user"),
-            bool(episode.tools) or any(m.tool_calls or m.role == "tool" for m in messages), episode.served_by)
+        asked, tools = [], bool(episode.tools)
+        for m in episode.messages:
+            if m.role == "user":
+                asked.append(m.content)
+            elif m.tool_calls or m.role == "tool":
+                tools = True
+        specialist, how = labeler.label(episode.specialist, "\n".join(asked), tools, episode.served_by)
         if how == "record" and specialist not in labeler.names:
             reason = (f"specialist: {specialist!r} is not a specialist in mint.yaml "
                       f"({', '.join(sorted(labeler.names))})")

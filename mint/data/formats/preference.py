@@ -32,8 +32,9 @@ def sniff_conversations(record: dict) -> bool:
 def sniff(record: dict) -> bool:
     if "chosen" in record and "rejected" in record and "conversations" not in record and "messages" not in record:
         return True
-    return any(chosen in record and rejected in record for chosen, rejected in (*_PAIRED_CONVERSATIONS,
-                                                                                 _OPENAI_PREFERENCE))
+    return ("chosen_messages" in record and "rejected_messages" in record) or \
+        ("chosen_conversations" in record and "rejected_conversations" in record) or \
+        ("preferred_output" in record and "non_preferred_output" in record)
 
 
 def _whole_conversation(value: Any) -> bool:
