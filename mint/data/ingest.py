@@ -212,7 +212,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                             added += 1
                             by_specialist[outcome.specialist] += 1
                             labeled_by[outcome.how] += 1
-                            if outcome.how in ("router", "fallback"):
+                            if outcome.how in ("routed", "fallback"):
                                 unmatched[outcome.specialist] += 1
                             out.write(outcome.line)
                 checkpoint("ingest.episodes_written")
@@ -295,7 +295,7 @@ class Kept(NamedTuple):
     line: bytes
     key: bytes
     specialist: str
-    how: str               # record | served_by | tools | keywords | router | fallback | --specialist
+    how: str               # record | served_by | tools | keywords | routed | fallback | --specialist | feedback
     keys: "ConversationKeys | None"
     pair: bool
     scrubbed: Counter | None
@@ -398,7 +398,7 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
             episode.serialize().line.encode("utf-8")   # a lone surrogate fails here, not in the main process
             return Unplaced(episode, found or None)
         specialist, how = settings.fallback, "fallback"
-    return kept(episode.placed(specialist, record.source), how, found or None)
+    return kept(episode.placed(specialist, record.source, how), how, found or None)
 
 
 def kept(episode: Episode, how: str, found: Counter | None) -> Kept:
@@ -502,7 +502,7 @@ class _ChampionRouter:
         return cls(router, base or project.base, router.revision)
 
     def place(self, outcomes: Iterator[Outcome]) -> Iterator[Outcome]:
-        """``outcomes`` in their order, each Unplaced one placed (a Kept labelled ``router``)."""
+        """``outcomes`` in their order, each Unplaced one placed (a Kept labelled ``routed``)."""
         held: list[Outcome] = []
         waiting = 0
         for outcome in outcomes:
@@ -527,7 +527,8 @@ class _ChampionRouter:
         for outcome in held:
             if isinstance(outcome, Unplaced):
                 episode = outcome.episode
-                out.append(kept(episode.placed(next(placed).specialist, episode.source), "router", outcome.scrubbed))
+                out.append(kept(episode.placed(next(placed).specialist, episode.source, "routed"), "routed",
+                                outcome.scrubbed))
             else:
                 out.append(outcome)
         return out

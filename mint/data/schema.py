@@ -146,6 +146,7 @@ class Episode:
     parallel_tool_calls: bool | None = None
     source: str | None = None         # file:line it was read from
     served: ServedRoute | None = None
+    labeled_by: str | None = None     # the rule that gave ``specialist`` at ingest (mint.data.ingest.Kept.how)
 
     def serialize(self) -> Serialized:
         """The id and the line, each part serialized once."""
@@ -160,8 +161,9 @@ class Episode:
         if preference is not None:
             hashed.append(preference)
         digest = hashlib.sha256(("[" + ",".join(hashed) + "]").encode("utf-8")).hexdigest()
+        labeled = f',"labeled_by":{_string(self.labeled_by)}' if self.labeled_by is not None else ""
         parts = [f'{{"id":"{digest}","session":{_string(self.session)},"ts":{_string(self.ts)},'
-                 f'"specialist":{_string(self.specialist)},"messages":{messages},"tools":{tools},'
+                 f'"specialist":{_string(self.specialist)}{labeled},"messages":{messages},"tools":{tools},'
                  f'"feedback":{feedback},"served_by":{_string(self.served_by)},'
                  f'"upstream_id":{_string(self.upstream_id)}']
         if preference is not None:
@@ -179,10 +181,11 @@ class Episode:
         parts.append("}\n")
         return Serialized(digest, "".join(parts), message_jsons)
 
-    def placed(self, specialist: str | None, source: str | None) -> Episode:
-        """This episode under ``specialist``, read from ``source``."""
+    def placed(self, specialist: str | None, source: str | None, labeled_by: str | None = None) -> Episode:
+        """This episode under ``specialist`` (given by the rule ``labeled_by``), read from ``source``."""
         return Episode(self.messages, self.tools, self.feedback, specialist, self.session, self.ts, self.served_by,
-                       self.upstream_id, self.preference, self.media, self.parallel_tool_calls, source, self.served)
+                       self.upstream_id, self.preference, self.media, self.parallel_tool_calls, source, self.served,
+                       labeled_by)
 
     @property
     def id(self) -> str:
@@ -214,7 +217,7 @@ class Episode:
             preference=Preference(preference["prompt_messages"],
                                   tuple(Message.from_dict(m) for m in preference["rejected"])) if preference else None,
             media=data.get("media"), parallel_tool_calls=data.get("parallel_tool_calls"), source=data.get("source"),
-            served=served)
+            served=served, labeled_by=data.get("labeled_by"))
 
 
 def episode_id(messages: list[dict], tools: list, feedback: dict, preference: dict | None = None) -> str:

@@ -126,11 +126,13 @@ def planned_router_settings(sets: list[str]) -> dict:
 KEYWORD_GUESS_WEIGHT = 0.25
 
 
-def may_be_a_keyword_guess(labeler, episode: dict, fallback: str | None = None) -> bool:
-    """True when ingest could have labelled ``episode`` from its keywords, or from nothing (the ``fallback``
-    specialist): no tools, no serving specialist, and the keyword winner (a decisive one or not: an older
-    ingest took one word) or the fallback is its label. Such labels count less: they teach the probe the
-    keyword list back, junk included (a ShareGPT line that mentions a card number is not a UI request)."""
+def may_be_a_keyword_guess(labeler, episode: dict) -> bool:
+    """True when ingest labelled ``episode`` from its keywords alone (``labeled_by: keywords``; in a dataset
+    ingested before episodes said so: no tools, no serving specialist, and the keyword winner is its label). Such
+    labels count less: they teach the probe the keyword list back, junk included (a ShareGPT line that mentions a
+    card number is not a UI request)."""
+    if "labeled_by" in episode:
+        return episode["labeled_by"] == "keywords"
     messages = episode["messages"]
     label, how = labeler.label(None, "\n".join(m["content"] for m in messages if m["role"] == "user"),
                                bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
@@ -139,7 +141,12 @@ def may_be_a_keyword_guess(labeler, episode: dict, fallback: str | None = None) 
     if how != "none":
         return how == "keywords" and label == episode["specialist"]
     winner, _decisive = labeler.keywords("\n".join(m["content"] for m in messages if m["role"] == "user"))
-    return episode["specialist"] in (winner, fallback)
+    return winner == episode["specialist"]     # an older ingest took one keyword as decisive
+
+
+# labels that say nothing of the turn: mint.yaml's fallback for what no rule labelled, and the router's own
+# choice (a probe trained on its own answers learns nothing new)
+NOT_EVIDENCE = ("fallback", "routed")
 
 
 def humaneval_requests(heldout_texts: list[str]) -> list[str]:
@@ -191,13 +198,12 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
     texts, labels, weights, tools = [], [], [], []
     for episode in iter_episodes(ws, name, version or None):
         text = last_user_text(episode["messages"])
-        if episode["specialist"] in project.names and text.strip():
+        if episode["specialist"] in project.names and text.strip() and episode.get("labeled_by") not in NOT_EVIDENCE:
             texts.append(text)
             tools.append(bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
                                                            for m in episode["messages"]))
             labels.append(episode["specialist"])
-            weights.append(KEYWORD_GUESS_WEIGHT if may_be_a_keyword_guess(labeler, episode, project.fallback)
-                           else 1.0)
+            weights.append(KEYWORD_GUESS_WEIGHT if may_be_a_keyword_guess(labeler, episode) else 1.0)
     present = sorted(set(labels))
     if len(present) < 2:
         raise BadInput(f"dataset {name} has labelled episodes of {present or 'no specialist'}; the router needs "

@@ -42,8 +42,9 @@ def test_episodes_are_canonical(ws, project, tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", session="s-1", ts="2026-11-29T10:00:00Z")])
     ingest(ws, [path], dataset="d", project=project)
     (episode,) = datasets.iter_episodes(ws, "d")
-    assert list(episode) == ["id", "session", "ts", "specialist", "messages", "tools", "feedback", "served_by",
-                             "upstream_id", "source"]
+    assert list(episode) == ["id", "session", "ts", "specialist", "labeled_by", "messages", "tools", "feedback",
+                             "served_by", "upstream_id", "source"]
+    assert episode["labeled_by"] == "fallback"      # "hi" names no specialist, calls no tool
     assert episode["session"] == "s-1" and episode["source"] == f"{path}:1"
     assert len(episode["id"]) == 64
 

@@ -99,7 +99,7 @@ def test_the_router_champion_places_what_no_rule_labels(ws, project, tmp_path, r
     path = write_jsonl(tmp_path / "b.jsonl", [chat_row(text) for text in texts] +
                        [chat_row("Write a python function with a bug")])
     result = ingest(ws, [path], dataset="new", project=project)
-    assert result.labeled_by == {"router": 4, "keywords": 1} and result.router == router_champion
+    assert result.labeled_by == {"routed": 4, "keywords": 1} and result.router == router_champion
     placed = [e["specialist"] for e in datasets.iter_episodes(ws, "new")]
     assert placed[:4] == [route_text(ws, text, project=project).specialist for text in texts]
     assert placed[4] == "coding" and sum(result.unmatched.values()) == 4

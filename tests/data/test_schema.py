@@ -19,7 +19,7 @@ def full_episode(**changes) -> Episode:
         feedback=Feedback(1, "18 °C and sunny."), specialist="agent", session="s-1", ts="2026-12-01T10:00:00Z",
         served_by="agent:v3", upstream_id="chatcmpl-9",
         preference=Preference(2, (Message("assistant", "No idea."),)), media={"images": ["a.png"]},
-        parallel_tool_calls=False, source="logs/a.jsonl:3")
+        parallel_tool_calls=False, source="logs/a.jsonl:3", labeled_by="tools")
     return dataclasses.replace(episode, **changes)
 
 
@@ -41,7 +41,7 @@ def test_the_id_is_the_hash_of_messages_tools_feedback_and_preference():
     record = episode.record()
     assert episode.id == record["id"] == episode_id(record["messages"], record["tools"], record["feedback"],
                                                     record["preference"])
-    assert full_episode(source="elsewhere:1", specialist="chat", session="s-2").id == episode.id
+    assert full_episode(source="elsewhere:1", specialist="chat", session="s-2", labeled_by="fallback").id == episode.id
     assert full_episode(feedback=Feedback(-1)).id != episode.id
     assert full_episode(preference=Preference(2, (Message("assistant", "Maybe."),))).id != episode.id
     without = full_episode(preference=None)
