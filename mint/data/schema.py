@@ -105,9 +105,6 @@ class Preference:
     prompt_messages: int
     rejected: tuple[Message, ...]
 
-    def to_dict(self) -> dict:
-        return {"prompt_messages": self.prompt_messages, "rejected": [m.to_dict() for m in self.rejected]}
-
     def json(self) -> str:
         return f'{{"prompt_messages":{self.prompt_messages},"rejected":[{",".join(m.json() for m in self.rejected)}]}}'
 
