@@ -285,8 +285,8 @@ def _source_settings(settings: _Settings, source: Source, file_formats: dict[Pat
 
 
 # --- what one record became ------------------------------------------------------------------------------
-# Outcomes travel from worker processes one per record, so they are NamedTuples: pickled at a third of a
-# dataclass's cost. ``scrubbed``: what scrubbing found in the record (None: nothing).
+# ``scrubbed``: what scrubbing found in the record (None: nothing). Outcomes are NamedTuples so that they cross
+# from worker processes as plain tuples (``_process_batch``): a dataclass pickles at several times the cost.
 
 class Kept(NamedTuple):
     """An episode, serialized: its line (UTF-8 JSON), the first 128 bits of its id, its specialist and the
@@ -325,6 +325,7 @@ class Unplaced(NamedTuple):
 
 
 Outcome = Kept | Quarantined | FeedbackEvent | Unplaced
+_OUTCOME_TYPES = (Kept, Quarantined, FeedbackEvent, Unplaced)
 
 PARALLEL_MIN_BYTES = 4 << 20     # smaller files are done before worker processes would have started
 _BATCH_LINES = 2000
@@ -454,9 +455,9 @@ def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progres
         for batch in read_line_batches(source, max_record_bytes=cap, progress=progress, batch=_BATCH_LINES):
             pending.append(pool.apply_async(_process_batch, (label, batch)))
             if len(pending) >= 2 * workers:
-                yield from pending.popleft().get()
+                yield from _typed(pending.popleft().get())
         while pending:
-            yield from pending.popleft().get()
+            yield from _typed(pending.popleft().get())
 
 
 _worker_settings: _Settings | None = None
@@ -467,13 +468,20 @@ def _init_worker(settings: _Settings) -> None:
     _worker_settings = settings
 
 
-def _process_batch(label: str, batch: list) -> list[Outcome]:
+def _process_batch(label: str, batch: list) -> list[tuple[int, tuple]]:
+    """The batch's outcomes as (type, fields), the form that pickles cheapest."""
     out = []
     for item in batch:
         record = parse_line(label, item)
         if record is not None:
-            out.append(_process(record, _worker_settings))
+            outcome = _process(record, _worker_settings)
+            out.append((_OUTCOME_TYPES.index(type(outcome)), tuple(outcome)))
     return out
+
+
+def _typed(batch: list[tuple[int, tuple]]) -> Iterator[Outcome]:
+    for kind, fields in batch:
+        yield _OUTCOME_TYPES[kind]._make(fields)
 
 
 # --- the router champion places what no rule labels --------------------------------------------------------

@@ -120,6 +120,7 @@ class ServedRoute:
     route_ms: float
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Serialized:
     id: str
