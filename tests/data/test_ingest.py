@@ -204,11 +204,12 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
 
     monkeypatch.setattr(ingest_module, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(ingest_module, "_BATCH_LINES", 3)
-    rows = [chat_row(f"python question {i} from a{i}@example.com") for i in range(20)] + MIXED
+    rows = [chat_row(f"python question {i} from a{i}@example.com") for i in range(20)] + MIXED + [
+        chat_row("rate me later", upstream_id="chatcmpl-77"), {"upstream_id": "chatcmpl-77", "feedback": {"rating": 1}}]
     path = write_jsonl(tmp_path / "a.jsonl", rows)
     one = ingest(ws, [path], dataset="one", project=project, workers=1)
     many = ingest(ws, [path], dataset="many", project=project, workers=2)
-    assert many.version == one.version
+    assert many.version == one.version and many.labeled_by["feedback"] == 1
     assert many.sources[0] == one.sources[0] and many.scrubbed == one.scrubbed == {"EMAIL": 20}
     assert open(many.quarantine_file).read() == open(one.quarantine_file).read()
 
