@@ -6,6 +6,7 @@ that carry no specialist of their own.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from mint.text import closest
 from mint.yamlfile import check_keys, check_number, check_string, load_yaml
 
 PROJECT_FILE = "mint.yaml"
+CONFIG_ENV = "MINT_CONFIG"          # the project file, when it is not ./mint.yaml (`mint --config FILE`)
+PROJECT_KEYS = ("base", "fallback", "specialists", "monitor")
+TRAINING_KEYS = {"lora", "trl", "rewards", "examples"}   # the blocks of `mint train --train-config FILE`
 GENERATOR, ROUTER_KIND = "generator", "router"
 KINDS = (GENERATOR, ROUTER_KIND)    # what a specialist is (mint.kinds says how each is trained and scored)
 DEFAULT_ROUTER = "router"           # the router's name in a mint.yaml that declares none
@@ -157,17 +161,26 @@ def _yaml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def project_path() -> Path:
+    """The project file: ``$MINT_CONFIG`` (what ``mint --config`` sets), else ``./mint.yaml``."""
+    return Path(os.environ.get(CONFIG_ENV) or PROJECT_FILE)
+
+
 def load_project(path: Path | None = None) -> Project:
-    """Read ``path`` (default ``./mint.yaml``); with no file, the default project."""
+    """Read ``path`` (default: ``$MINT_CONFIG``, else ``./mint.yaml``); with no file, the default project."""
     if path is None:
-        path = Path(PROJECT_FILE)
-        if not path.exists():
+        path = project_path()
+        if not path.exists() and not os.environ.get(CONFIG_ENV):
             return DEFAULT_PROJECT
     doc = load_yaml(path)
     data = doc.data
     if not isinstance(data, dict):
         raise doc.error("", "expected a mapping with `base` and `specialists`")
-    check_keys(doc, data, "", ("base", "specialists", "monitor", "fallback"))
+    unknown = set(data) - set(PROJECT_KEYS)
+    if unknown and unknown <= TRAINING_KEYS:
+        raise doc.error(str(sorted(unknown, key=str)[0]), "this is a training settings file, not a project file: "
+                        "pass it to `mint train --train-config FILE` (--config names the project's mint.yaml)")
+    check_keys(doc, data, "", PROJECT_KEYS)
     monitor = dict(MONITOR_DEFAULTS)
     for key, value in check_keys(doc, data.get("monitor") or {}, "monitor", tuple(monitor)).items():
         monitor[key] = float(check_number(doc, value, f"monitor.{key}", minimum=0, maximum=1))

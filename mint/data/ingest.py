@@ -18,7 +18,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import re
 import sqlite3
 import tempfile
 import time
@@ -39,7 +38,7 @@ from mint.data.sources import discover, read_source
 from mint.errors import BadInput
 from mint.faults import checkpoint
 from mint.project import Project
-from mint.text import LONE_SURROGATE, lone_surrogate_at
+from mint.text import LONE_SURROGATE, closest, lone_surrogate_at
 from mint.workspace import Workspace, atomic_write_text, file_lock, publish_dir, remove_stale_temps, staging_dir
 
 # (source label, bytes just read, total bytes of that source)
@@ -127,12 +126,14 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
     rule labels go to the router champion where one exists, else to the project's fallback specialist."""
     started = time.perf_counter()
     datasets.check_name(dataset)
-    for name in [fmt, *(file_formats or {}).values()]:
+    for path, name in [(None, fmt), *(file_formats or {}).items()]:
         if name not in FORMATS:
-            raise BadInput(f"unknown format {name!r} (expected one of {', '.join(FORMATS)})", field="--format")
+            given = f"{path}={name}: " if path is not None else ""
+            raise BadInput(f"{given}unknown format {name!r}{closest(name, FORMATS)} (formats: {', '.join(FORMATS)})",
+                           field="--format")
     if specialist is not None and specialist not in project.names:
-        raise BadInput(f"{specialist!r} is not a specialist in mint.yaml ({', '.join(sorted(project.names))})",
-                       field="--specialist")
+        raise BadInput(f"{specialist!r} is not a specialist in mint.yaml{closest(specialist, project.names)} "
+                       f"({', '.join(sorted(project.names))})", field="--specialist")
     if max_record_bytes < 1:
         raise BadInput("must be a positive number of bytes", field="--max-record-bytes")
     if not paths:
@@ -187,8 +188,8 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 outcome = _apply_feedback(index, directory, tmp, outcome, settings)
                             if isinstance(outcome, Quarantined):
                                 source_stats.quarantined += 1
-                                reasons[_reason_kind(outcome.reason)] += 1
-                                _count(source_stats.reasons, _reason_kind(outcome.reason))
+                                reasons[datasets.reason_kind(outcome.reason)] += 1
+                                _count(source_stats.reasons, datasets.reason_kind(outcome.reason))
                                 quarantine.write(outcome.entry)
                                 continue
                             keys = outcome.keys
@@ -655,14 +656,6 @@ def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, e
     feedback = Feedback(given.rating if given.rating is not None else episode.feedback.rating,
                         given.correction if given.correction is not None else episode.feedback.correction)
     return kept(dataclasses.replace(episode, feedback=feedback), "feedback", None)
-
-
-def _reason_kind(reason: str) -> str:
-    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
-    for prefix in ("invalid JSON", "record over the size cap", "not UTF-", "unreadable", "could not be processed"):
-        if reason.startswith(prefix):
-            return prefix
-    return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
 _INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys

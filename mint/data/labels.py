@@ -5,6 +5,8 @@ import re
 
 from mint.project import Project
 
+UNLABELED = "unlabeled"   # what ingest wrote for "no rule labels it" before episodes went to a fallback
+
 
 class Labeler:
     """The record's own label; else the specialist that served it (``served_by: genui:v1``), when that is a
@@ -36,7 +38,7 @@ class Labeler:
         """(specialist, how): how is ``record``, ``served_by``, ``tools`` or ``keywords``; (None, ``none``) when
         no rule decides. ``user_text``: the episode's user turns; ``has_tools``: it defines tools, calls them or
         has tool results."""
-        if own is not None:
+        if own is not None and own != UNLABELED:   # what older mint wrote for none (a record it exported): anew
             return own, "record"
         if served_by is not None:
             server = served_by.partition(":")[0]   # coding:v3 -> coding; "base" is no specialist

@@ -21,6 +21,8 @@ class RecordError(Exception):
     """A record that cannot become an episode: ``field`` and ``reason`` go to the quarantine."""
 
     def __init__(self, field: str, reason: str) -> None:
+        if reason.startswith("expected ") and reason.endswith(", got NoneType"):   # absent, or null: say so
+            reason = f"missing ({reason[:-len(', got NoneType')]})"
         super().__init__(f"{field}: {reason}" if field else reason)
         self.field, self.reason = field, reason
 

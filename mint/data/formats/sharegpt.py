@@ -32,6 +32,8 @@ def normalize(record: dict) -> tuple[list[Message], Preference | None]:
         speaker = turn.get("from", turn.get("role"))
         if not isinstance(speaker, str):
             raise RecordError(f"{where}.from", "missing" if speaker is None else "expected a string")
+        if "value" not in turn and "content" not in turn:
+            raise RecordError(f"{where}.value", "missing (a ShareGPT turn holds its text under `value`)")
         value = content(turn.get("value", turn.get("content")), f"{where}.value").text
         if speaker.strip().lower() in CALL_ROLES:
             try:
