@@ -201,7 +201,6 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
     and the retention figures of a promoted generation."""
     from mint.loop.placebo import paired_on_examples, primary_metric
     from mint.registry import queries
-    from mint.reports import gate_delta
 
     out: dict[str, dict] = {}
     for row in loop["generations"]:
@@ -224,9 +223,10 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
             continue
         entry.update(metric=metric, contract=f"{report.contract.name} v{report.contract.version}")
         figures.update(value=report.metrics.get(metric), examples=report.examples, report=report.path)
-        gates = {g.get("metric"): g for g in report.gates if isinstance(g, dict)}
-        delta, interval = gate_delta(gates.get(metric, {}))
-        figures["vs_baseline"] = {"delta": delta, "interval": interval}
+        gates = {g.metric: g for g in report.gates}
+        gate = gates.get(metric)
+        figures["vs_baseline"] = {"delta": gate.paired_delta if gate else None, "interval": gate.interval if gate
+                                  else None}
         if previous is None:            # generation 1's baseline is generation 0, the bare base
             figures["vs_previous_generation"] = {**figures["vs_baseline"], "against": "base (generation 0)"}
         elif previous.get("report"):
@@ -246,9 +246,8 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
                                "nothing was trained on it" if not plan.get("max_steps") else "no twin in the loop"}
         if figures["verdict"] == "promoted":
             for name, gate in gates.items():
-                if isinstance(name, str) and name.startswith("retention.") and not name.endswith(".examples"):
-                    d, i = gate_delta(gate)
-                    figures["retention"].append({"metric": name, "delta": d, "interval": i,
+                if name.startswith("retention.") and not name.endswith(".examples"):
+                    figures["retention"].append({"metric": name, "delta": gate.paired_delta, "interval": gate.interval,
                                                  "against": row["baseline"]})
             for transfer in evaluation.get("backward_transfer") or []:
                 if "delta" in transfer:

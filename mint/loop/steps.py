@@ -335,7 +335,7 @@ class Eval(StepKind):
                                      Path(result.report_path), base=context.base)
         output = {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
                   "report": result.report_path, "verdict": report.verdict, "metrics": report.metrics,
-                  "baseline": report.baseline.to_dict(), "gates": report.gates,
+                  "baseline": report.baseline.to_dict(), "gates": [g.to_dict() for g in report.gates],
                   "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites
                                                     else {})}
         twin = (context.experiences.get(step.specialist) or {}).get("twin")

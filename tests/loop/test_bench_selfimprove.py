@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from mint.registry.report import GateResult
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_selfimprove.py"
 GOALS = ("every evaluation on at least 48 held-out examples", "generation 3 >= generation 2 > generation 1",
@@ -139,7 +141,7 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     scores = {"r1": [1, 0, 0, 0], "r2": [1, 1, 1, 0], "r3": [1, 1, 1, 1]}    # core.request_match per example
 
     def gate(metric, delta, low, high):
-        return {"metric": metric, "delta": {"delta": delta, "low": low, "high": high}, "passed": True}
+        return GateResult(metric, None, None, "", True, {"delta": delta, "low": low, "high": high})
 
     def report(revision_id):
         return SimpleNamespace(metrics={"core.request_match": sum(scores[revision_id]) / 4},
