@@ -243,10 +243,10 @@ class Train(StepKind):
         sets = options.get("set", {})
         if not isinstance(sets, dict):
             raise doc.error(f"{at}.set", "expected a mapping of TRL/LoRA settings (KEY: VALUE)")
-        from mint.train.config import check_settings
+        from mint.train.config import SettingsOverride, check_settings
 
         try:    # the same typed check `mint train --set` makes, before anything runs
-            check_settings(method, None, [f"{key}={value}" for key, value in sets.items()])
+            check_settings(method, None, [], SettingsOverride.from_keys(sets))
         except BadInput as exc:
             field = (exc.field or "").partition(".")[2] or exc.field
             raise doc.error(f"{at}.set.{field}" if field and field in sets else f"{at}.set",
@@ -454,9 +454,8 @@ class Route(StepKind):
             folder = context.project.path.parent if context.project.path else Path.cwd()
             contract = default_contract(router, folder)
         contract = context.recipe.path.parent / contract
-        sets = [f"contract={contract}"] if contract.is_file() else []
         result = train_specialist(context.ws, context.project, router, data=context.recipe.dataset,
-                                  base=context.base, sets=sets)
+                                  base=context.base, contract=contract if contract.is_file() else None)
         verdict = result.metrics.get("verdict")
         output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
                   "examples": result.examples,

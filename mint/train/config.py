@@ -66,6 +66,59 @@ def hardware_defaults(method: str) -> dict[str, Any]:
     return {**common, **per_method}
 
 
+OVERRIDE_BLOCKS = ("lora", "trl", "examples")
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingsOverride:
+    """Settings laid over the config file and mint's defaults, block by block (``trl``, ``lora``, ``examples``),
+    as values: what ``--set`` says once its text is read, and what a recipe's train step hands on as it is.
+    ``check_settings`` checks them like any other setting."""
+
+    trl: dict = dataclasses.field(default_factory=dict)
+    lora: dict = dataclasses.field(default_factory=dict)
+    examples: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_sets(cls, sets: list[str]) -> SettingsOverride:
+        """``--set`` text: ``["trl.max_steps=20", "lora.r=8"]``."""
+        return cls(**parse_sets(sets))
+
+    @classmethod
+    def from_keys(cls, values: dict) -> SettingsOverride:
+        """A mapping keyed as ``--set`` is (``max_steps``, ``trl.max_steps``, ``lora.r``), values kept as given:
+        a recipe's ``set:`` block."""
+        out: dict[str, dict] = {}
+        for key, value in values.items():
+            block, dot, name = str(key).partition(".")
+            if not dot:
+                block, name = "trl", block
+            if block not in OVERRIDE_BLOCKS:
+                raise BadInput(f"{key}: takes lora.KEY, trl.KEY or examples.KEY (or a bare TRL key)"
+                               f"{closest(block, OVERRIDE_BLOCKS)}", field=str(key))
+            out.setdefault(block, {})[name] = value
+        return cls(**out)
+
+    def keys(self) -> list[str]:
+        """Every key as ``block.name``."""
+        return [f"{block}.{name}" for block in OVERRIDE_BLOCKS for name in getattr(self, block)]
+
+    def over(self, other: SettingsOverride) -> SettingsOverride:
+        """``other`` with these settings laid over it (these win)."""
+        return SettingsOverride(**{block: {**getattr(other, block), **getattr(self, block)}
+                                   for block in OVERRIDE_BLOCKS})
+
+    def without(self, block: str) -> SettingsOverride:
+        return dataclasses.replace(self, **{block: {}})
+
+    def to_dict(self) -> dict:
+        return {block: dict(getattr(self, block)) for block in OVERRIDE_BLOCKS if getattr(self, block)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SettingsOverride:
+        return cls(**{block: dict(data.get(block) or {}) for block in OVERRIDE_BLOCKS})
+
+
 def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
     """``["trl.max_steps=20", "lora.r=8"]`` as ``{"trl": {"max_steps": 20}, "lora": {"r": 8}}``."""
     out: dict[str, dict[str, Any]] = {}
@@ -219,8 +272,10 @@ class UserSettings:
     examples: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_EXAMPLES))
 
 
-def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSettings:
-    """The user's settings, every key and type checked; imports neither torch nor TRL."""
+def check_settings(method: str, config: Path | None, sets: list[str],
+                   override: SettingsOverride | None = None) -> UserSettings:
+    """The user's settings, every key and type checked; imports neither torch nor TRL. ``override`` is laid over
+    ``sets``, which is laid over the config file."""
     file_blocks: dict = {}
     doc = None
     if config is not None:
@@ -234,7 +289,7 @@ def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSet
         for block in ("lora", "trl", "examples"):
             if not isinstance(file_blocks.get(block) or {}, dict):
                 raise doc.error(block, "expected a mapping of KEY: VALUE")
-    overrides = parse_sets(sets)
+    overrides = (override or SettingsOverride()).over(SettingsOverride.from_sets(sets)).to_dict()
 
     def where_of(block):
         return lambda key, message: _unknown(doc, file_blocks, block, key, message)
@@ -302,13 +357,14 @@ def resolve_settings(user: UserSettings) -> TrainSettings:
     return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record, dict(user.examples))
 
 
-def planned_settings(method: str | None, config: Path | None, sets: list[str]) -> TrainSettings:
+def planned_settings(method: str | None, config: Path | None, sets: list[str],
+                     override: SettingsOverride | None = None) -> TrainSettings:
     """What ``mint train --dry-run`` shows: the settings a run would use and why, without a model or a trainer."""
     from mint.train.examples import METHODS
 
     if method not in METHODS:
         raise BadInput(f"expected one of {', '.join(METHODS)}", field="--method")
-    return resolve_settings(check_settings(method, config, sets))
+    return resolve_settings(check_settings(method, config, sets, override))
 
 
 def _unknown(doc, file_blocks: dict, block: str, key: str, message: str) -> BadInput:

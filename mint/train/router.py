@@ -219,9 +219,10 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
 
 
 def train_router(ws: Workspace, *, data: str | None, base: str | None = None, sets: list[str] | None = None,
-                 project: Project | None = None) -> TrainResult:
+                 project: Project | None = None, contract_file: Path | None = None) -> TrainResult:
     """Fit the probe on ``data``'s labelled episodes, register it as the next revision of the project's router,
-    and evaluate it under its contract (``mint eval``'s path: report, gates, registration)."""
+    and evaluate it under its contract (``mint eval``'s path: report, gates, registration): ``contract_file`` where
+    given, else ``contract=FILE`` in ``sets``, else contracts/router.yaml here."""
     from mint.base import load_base
     from mint.contract.evaluate import evaluate
     from mint.mol.router import Probe
@@ -233,7 +234,7 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
         raise BadInput("the router learns from a dataset's labelled episodes: pass --data DATASET", field="--data")
     project = project or load_project()
     settings = _settings(sets or [])
-    contract_path = settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
+    contract_path = contract_file or settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
     contract = load_contract(contract_path) if contract_path else None
     if contract is not None:
         heldout_turns(contract, project.names)      # labels checked before anything is fitted

@@ -34,7 +34,7 @@ from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
 from mint.registry.refs import check_name
 from mint.text import closest
-from mint.train.config import TrainSettings, UserSettings, check_settings, resolve_settings
+from mint.train.config import SettingsOverride, TrainSettings, UserSettings, check_settings, resolve_settings
 from mint.train.envs import load_environment
 from mint.train.examples import METHODS, build_examples, per_turn_rows
 from mint.train.rundir import (EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE,  # noqa: F401
@@ -58,6 +58,7 @@ class TrainRequest:
     resume: str | None = None
     num_processes: int = 1
     accelerate_config: Path | None = None
+    override: SettingsOverride | None = None    # settings as values (a recipe's), laid over ``sets``
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,11 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
           from_ref: str | None = None, base: str | None = None, config: Path | None = None,
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
           accelerate_config: Path | None = None, env: str | None = None,
-          progress: TrainProgress | None = None) -> TrainResult:
+          override: SettingsOverride | None = None, progress: TrainProgress | None = None) -> TrainResult:
     """Check the request, prepare the run (or find the one to resume), train, register the adapter: a
     generator's training (mint.train.kinds picks the trainer of each kind)."""
     request = TrainRequest(specialist, data, method, from_ref, base, config, tuple(sets or ()), env, resume,
-                           num_processes, accelerate_config)
+                           num_processes, accelerate_config, override)
     if request.resume:
         run_dir = check_resume(ws, request)
     else:
@@ -184,7 +185,7 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
         raise BadInput("which specialist does this train? (or --resume RUN)", field="--specialist")
     check_name(request.specialist)
     environment = _check_env(request)
-    user = check_settings(request.method, request.config, list(request.sets))
+    user = check_settings(request.method, request.config, list(request.sets), request.override)
     dataset, in_dataset = None, []
     if request.data is not None:
         name, _, version = request.data.partition("@")
@@ -248,7 +249,8 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
     given = [flag for flag, value in (("--specialist", request.specialist), ("--data", request.data),
                                       ("--method", request.method), ("--from", request.from_ref),
                                       ("--base", request.base), ("--train-config", request.config),
-                                      ("--set", request.sets), ("--env", request.env)) if value]
+                                      ("--set", request.sets or request.override), ("--env", request.env))
+             if value]
     if given:
         raise BadInput(f"--resume continues run {request.resume} with the settings it recorded; {', '.join(given)} "
                        "cannot change them (start a new run to train with other settings)", field=given[0])
