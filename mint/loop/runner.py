@@ -270,12 +270,13 @@ class _Context(LoopContext):
         began = time.perf_counter()
         if key in state.steps:
             output = state.steps[key]
-            kind.absorb(self, step, output)
+            kind.absorb(self, step, kind.recorded(output))
             self.emit({"event": "skip", "iteration": iteration, "step": step.label})
             return StepOutcome(iteration, step.index, step.label, "skipped", 0.0, output)
         self.emit({"event": "start", "iteration": iteration, "step": step.label})
-        output = kind.run(self, step)
-        kind.absorb(self, step, output)
+        result = kind.run(self, step)
+        kind.absorb(self, step, result)
+        output = kind.record(result)
         state.steps[key] = output
         state.save()
         fault_point(f"loop.{iteration}.{step.index}")

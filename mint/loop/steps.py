@@ -12,13 +12,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mint.errors import BadInput, Refused
 from mint.text import closest
 from mint.train.examples import METHODS
 from mint.workspace import Workspace
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file
+
+if TYPE_CHECKING:
+    from mint.loop.experience import ExperienceResult
 
 
 def content_key(*parts: Any) -> str:
@@ -35,7 +38,7 @@ class LoopContext:
         self.candidates: dict[str, dict] = {}
         self.evaluations: dict[str, dict] = {}
         self.decisions: dict[str, dict] = {}
-        self.experiences: dict[str, dict] = {}   # this iteration's experience per specialist (mint.loop.experience)
+        self.experiences: dict[str, ExperienceResult] = {}   # this iteration's experience per specialist
 
     def begin_iteration(self, iteration: int) -> None:
         self.candidates, self.evaluations, self.decisions, self.experiences = {}, {}, {}, {}
@@ -44,7 +47,8 @@ class LoopContext:
     def experience_plan(self, specialist: str) -> dict | None:
         """The plan this iteration's experience set for the specialist's next generation, when it found
         something new to learn: it decides the start (champion or base), the steps and the learning rate."""
-        plan = (self.experiences.get(specialist) or {}).get("plan")
+        gathered = self.experiences.get(specialist)
+        plan = gathered.plan if gathered else None
         return plan if plan and plan.get("max_steps") else None
 
     def dataset_version(self) -> str | None:
@@ -89,10 +93,18 @@ class StepKind(abc.ABC):
         """The content key of the step's settings and inputs; None when there is nothing to do."""
 
     @abc.abstractmethod
-    def run(self, context: LoopContext, step) -> dict:
-        """Run the step: one library function; its output is what the loop records."""
+    def run(self, context: LoopContext, step):
+        """Run the step: one library function; its output, as ``record`` writes it, is what the loop records."""
 
-    def absorb(self, context: LoopContext, step, output: dict) -> None:
+    def record(self, output) -> dict:
+        """The output as the loop's state records it (JSON)."""
+        return output
+
+    def recorded(self, record: dict):
+        """A recorded output read back as ``run`` returns it."""
+        return record
+
+    def absorb(self, context: LoopContext, step, output) -> None:
         """Hand a (run or recorded) output to the steps after it."""
 
 
@@ -227,6 +239,14 @@ class Experience(StepKind):
                                base=context.base, project=context.project, options=step.options,
                                contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent)
 
+    def record(self, output):
+        return output.to_dict()
+
+    def recorded(self, record):
+        from mint.loop.experience import ExperienceResult
+
+        return ExperienceResult.from_dict(record)
+
     def absorb(self, context, step, output):
         context.experiences[step.specialist] = output
 
@@ -338,7 +358,8 @@ class Eval(StepKind):
                   "baseline": report.baseline.to_dict(), "gates": [g.to_dict() for g in report.gates],
                   "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites
                                                     else {})}
-        twin = (context.experiences.get(step.specialist) or {}).get("twin")
+        gathered = context.experiences.get(step.specialist)
+        twin = gathered.twin.to_dict() if gathered and gathered.twin else None
         if twin and candidate.get("plan"):   # the placebo twin: the same steps on unverified answers
             from mint.loop.placebo import train_placebo_twin
 
