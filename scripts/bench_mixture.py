@@ -100,6 +100,7 @@ def bench_tokens(base: str, adapters: dict, batch: int, new_tokens: int, repeats
     for name, path in adapters.items():
         runtime.load_adapter(name, path)
     no_eos(runtime.model)
+    runtime.engine.eos = frozenset()    # the engine's rows end at no token either (its EOS rule reads the tokenizer's too)
     conversations = [[{"role": "user", "content": r}] for r in rows]
     decoding = Decoding(max_new_tokens=new_tokens)
     work = batch * new_tokens
@@ -303,7 +304,8 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     import uvicorn
 
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app
+    from mint.serve.app import create_app
+    from mint.serve.local import LocalBackend
     from mint.project import DEFAULT_PROJECT, Project
     from mint.workspace import workspace
 
@@ -313,7 +315,7 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     no_eos(runtime.model)
     project = Project(base=base, specialists=DEFAULT_PROJECT.specialists)
     mixture = Mixture(workspace(tmp / "home"), project, runtime)
-    app = create_app(mixture, window_ms=20, max_batch=clients, poll_s=3600)
+    app = create_app(LocalBackend(mixture, window_ms=20, max_batch=clients, poll_s=3600))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -358,7 +360,7 @@ def bench_serving(base: str, adapters: dict, clients: int, requests: int, new_to
     return {"requests/s": len(latencies) / elapsed, "p95 ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000,
             "p50 ms": statistics.median(ordered) * 1000,
             "first text p50 ms": statistics.median(firsts) * 1000 if firsts else None,
-            "batches": round(statistics.mean(app.state.batcher.batch_sizes), 2)}
+            "batches": round(statistics.mean(app.state.backend.batcher.batch_sizes), 2)}
 
 
 if __name__ == "__main__":

@@ -402,13 +402,14 @@ class Server:
         from fastapi.testclient import TestClient
 
         from mint.mol.mixture import Mixture
-        from mint.mol.serve import create_app
+        from mint.serve.app import create_app
+        from mint.serve.local import LocalBackend
         from mint.project import DEFAULT_PROJECT
         from mint.project import Project as MintProject
         from mint.workspace import workspace
 
         project = MintProject(base="tiny-random", specialists=DEFAULT_PROJECT.specialists)
-        self.app = create_app(Mixture.open(workspace(home), project), window_ms=0, poll_s=60)
+        self.app = create_app(LocalBackend(Mixture.open(workspace(home), project), window_ms=0, poll_s=60))
         self.client = TestClient(self.app, raise_server_exceptions=False, base_url="http://localhost")
         self.client.__enter__()
 
@@ -483,7 +484,7 @@ def run_suite(total: int, seed: int, targets: list[str] | None = None, log=print
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    from mint.mol import serve  # noqa: F401
+    from mint.serve import app  # noqa: F401
     from mint.train import config  # noqa: F401
     try:
         project = Project(scratch / "project")

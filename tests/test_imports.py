@@ -1,4 +1,5 @@
-"""The package's import graph: no cycles, the registry at the floor, no private names across modules.
+"""The package's import graph: no cycles, the registry at the floor, evaluation apart from the server, no private
+names across modules.
 
 Read from the source with ``ast`` (imports inside functions too), so a lazy import that only hides a cycle
 from the interpreter is still one.
@@ -6,13 +7,18 @@ from the interpreter is still one.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mint"
 # the registry is the floor: it stores what its callers hand it and knows nothing of what sits above it
-ABOVE_REGISTRY = ("mint.contract", "mint.train", "mint.mol", "mint.loop")
+ABOVE_REGISTRY = ("mint.contract", "mint.train", "mint.mol", "mint.generation", "mint.serve", "mint.loop")
+# the HTTP server, its backends, the gateway and its upstream client
+SERVER = "mint.serve"
+# what the loop's serve step drives the server through (it starts the real one, as clients reach it)
+SERVE_STEP_CLIENT = "mint.serve.replay"
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -120,6 +126,72 @@ def test_registry_imports_nothing_above_it():
               for target, line in sorted(edges.items())
               if any(target == above or target.startswith(above + ".") for above in ABOVE_REGISTRY)]
     assert not upward, "the registry imports from above it:\n" + "\n".join(upward)
+
+
+def _within(module: str, packages) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def reachable(graph: dict[str, dict[str, int]], start: str, skip: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Every module ``start`` imports directly or through others (lazy imports too), each with one chain of imports
+    that reaches it; modules in ``skip`` are not followed."""
+    chains = {start: [start]}
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        for target in sorted(graph.get(module, ())):
+            if target not in chains and target not in skip:
+                chains[target] = chains[module] + [target]
+                todo.append(target)
+    return chains
+
+
+def _reaching(graph, packages, forbidden, skip=()) -> list[str]:
+    return sorted({" -> ".join(chain) for module in graph if _within(module, packages)
+                   for target, chain in reachable(graph, module, skip).items() if _within(target, forbidden)})
+
+
+def test_evaluation_decodes_without_the_server_or_the_mixture():
+    """Contract evaluation, its harnesses and the engine reach no server module, and of the mixture only its
+    router (which the router's contract scores): the engine decodes every answer without them."""
+    graph = import_graph()
+    found = _reaching(graph, ("mint.contract", "mint.harness"), (SERVER, "mint.mol"), skip=("mint.mol.router",))
+    found += _reaching(graph, ("mint.generation",), (SERVER, "mint.mol"))
+    found += _reaching(graph, ("mint.mol.router",), (SERVER, "mint.mol.runtime", "mint.mol.mixture"))
+    assert not found, "evaluation reaches the server or the mixture:\n" + "\n".join(found)
+
+
+def test_the_loop_reaches_the_server_only_through_its_serve_step():
+    """The loop's modules import nothing of the server but the serve step's client, and nothing else of the loop
+    (its eval, experience and controls) reaches the server at all."""
+    graph = import_graph()
+    direct = [f"{module} -> {target} (line {line})" for module, edges in sorted(graph.items())
+              if _within(module, ("mint.loop",)) for target, line in sorted(edges.items())
+              if _within(target, (SERVER,)) and target != SERVE_STEP_CLIENT]
+    through = _reaching(graph, ("mint.loop",), (SERVER,), skip=(SERVE_STEP_CLIENT,))
+    assert not direct and not through, "the loop reaches the server:\n" + "\n".join(direct + through)
+
+
+@pytest.mark.parametrize("files, rule", [
+    ({"contract/__init__.py": "", "contract/evaluate.py": "def f():\n    from mint.serve import gateway\n",
+      "serve/__init__.py": "", "serve/gateway.py": ""}, test_evaluation_decodes_without_the_server_or_the_mixture),
+    ({"harness/__init__.py": "from mint.mol import runtime\n", "mol/__init__.py": "", "mol/runtime.py": ""},
+     test_evaluation_decodes_without_the_server_or_the_mixture),
+    ({"loop/__init__.py": "", "loop/placebo.py": "from mint.contract import evaluate\n", "contract/__init__.py": "",
+      "contract/evaluate.py": "from mint.serve import app\n", "serve/__init__.py": "", "serve/app.py": ""},
+     test_the_loop_reaches_the_server_only_through_its_serve_step),
+    ({"loop/__init__.py": "", "loop/steps.py": "from mint.serve import local\n", "serve/__init__.py": "",
+      "serve/local.py": ""}, test_the_loop_reaches_the_server_only_through_its_serve_step),
+])
+def test_the_server_rules_catch_a_server_import_however_it_is_reached(tmp_path, monkeypatch, files, rule):
+    root = tmp_path / "mint"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    graph = import_graph(root)
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda root=root: graph)
+    with pytest.raises(AssertionError, match="reaches the server"):
+        rule()
 
 
 def test_no_private_name_is_imported_from_another_mint_module():

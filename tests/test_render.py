@@ -11,7 +11,7 @@ from mint.harness.base import HarnessSettings
 from mint.loop.experience import ExperiencePrompt, prompt_as_trained
 from mint.mol.chat import chat_turn
 from mint.mol.mixture import prompt_of
-from mint.mol.serve import parse_chat_request
+from mint.serve.protocol import parse_chat_request
 from mint.render import Renderer, conversation, render_message, tool_listing
 from mint.train.examples import build_examples, method_rows
 

@@ -62,7 +62,9 @@ def _render_check(path: Path, summary) -> None:
 
 
 @app.command("eval")
-def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or `base` for the bare base."),
+def eval_command(refs: Optional[list[str]] = typer.Argument(
+                     None, metavar="REF", help="Revisions, or `base` for the bare base; several decode as one "
+                                                    "stream, each with its own report."),
                  contract: Path = typer.Option(..., "--contract", "-c", help="The contract YAML."),
                  out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for report.json and "
                                                                                "predictions.jsonl."),
@@ -75,53 +77,71 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
                  base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
-    one), paired by example with 95% intervals. Exit 0 pass, 1 fail.
+    one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
+    mixed-adapter stream, each getting the report it gets alone. Exit 0 pass, 1 fail (any of them).
 
     Example: mint eval genui:v2 --contract contracts/genui.yaml
+    Example: mint eval genui:v3 genui:v4 genui:v5 --contract contracts/genui.yaml
     """
-    from mint.contract.evaluate import evaluate
+    from mint.contract.evaluate import evaluate, evaluate_many
+    from mint.errors import BadInput
 
     quiet_transformers()
+    refs = list(refs or [])
+    if len(refs) > 1 and (predictions is not None or out_dir is not None):
+        raise BadInput("--predictions and --out take one revision; evaluate several without them",
+                       field="--predictions" if predictions is not None else "--out")
     workspace = ws(writes=True)
     with ProgressLines(enabled=not json_out) as bars:
         if not bars.live and bars.enabled:   # a log shows what runs before its first finished example
-            err.print(f"evaluating {ref or 'base'} under {contract} ...", highlight=False, markup=False)
-        result = evaluate(workspace, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                          progress=bars.update, baseline_predictions=baseline_predictions)
-    report = result.report.to_dict()
+            err.print(f"evaluating {' '.join(refs) or 'base'} under {contract} ...", highlight=False, markup=False)
+        if len(refs) > 1:
+            results = evaluate_many(workspace, refs, contract, limit=limit, base=base, progress=bars.update)
+        else:
+            results = [evaluate(workspace, refs[0] if refs else None, contract, out_dir=out_dir, limit=limit,
+                                predictions=predictions, base=base, progress=bars.update,
+                                baseline_predictions=baseline_predictions)]
+    shown = [{**r.report.to_dict(), "report_path": r.report_path, "predictions_path": r.predictions_path}
+             for r in results]
     if json_out:
-        print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
+        print_json(shown[0] if len(shown) == 1 else {"reports": shown})
     else:
-        c = report["contract"]
-        table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
-        for column in ("metric", "value", "baseline", "rule", "result"):
-            table.add_column(column)
-        gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
-        for g in result.report.gates:
-            gated.setdefault(g.metric, []).append(g)
-        baseline = report["baseline"]["metrics"]
-        for metric, value in sorted(report["metrics"].items()):
-            gates = gated.pop(metric, None) or [None]
-            for gate in gates:
-                table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
-                              escape(gate.rule) if gate else "",
-                              gate_outcome(gate) if gate else "")
-        for metric, gates in gated.items():
-            for gate in gates:
-                table.add_row(metric, _fmt(gate.value), _fmt(gate.baseline), escape(gate.rule),
-                              gate_outcome(gate))
-        out.print(table)
-        out.print(f"baseline: {escape(baseline_description(report))}"
-                  "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
-        if report.get("precision"):
-            out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
-                      f"({escape(report['precision']['reason'])})")
-        verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
-        out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
-        if result.baseline_evaluated:
-            out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
-    if not result.passed:
+        for result in results:
+            _render_report(result)
+    if not all(result.passed for result in results):
         raise typer.Exit(1)
+
+
+def _render_report(result) -> None:
+    report = result.report.to_dict()
+    c = report["contract"]
+    table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
+    for column in ("metric", "value", "baseline", "rule", "result"):
+        table.add_column(column)
+    gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
+    for g in result.report.gates:
+        gated.setdefault(g.metric, []).append(g)
+    baseline = report["baseline"]["metrics"]
+    for metric, value in sorted(report["metrics"].items()):
+        gates = gated.pop(metric, None) or [None]
+        for gate in gates:
+            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
+                          escape(gate.rule) if gate else "",
+                          gate_outcome(gate) if gate else "")
+    for metric, gates in gated.items():
+        for gate in gates:
+            table.add_row(metric, _fmt(gate.value), _fmt(gate.baseline), escape(gate.rule),
+                          gate_outcome(gate))
+    out.print(table)
+    out.print(f"baseline: {escape(baseline_description(report))}"
+              "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
+    if report.get("precision"):
+        out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
+                  f"({escape(report['precision']['reason'])})")
+    verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
+    out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
+    if result.baseline_evaluated:
+        out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
 
 
 _fmt = number

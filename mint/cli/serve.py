@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from mint.cli.common import app, err, quiet_transformers, ws
-from mint.mol.admission import Limits
+from mint.serve.admission import Limits
 
 
 @app.command("serve")
@@ -61,73 +61,27 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
     Example: MINT_API_KEY=$(openssl rand -hex 16) mint serve --port 8000
     Example: mint serve --upstream http://127.0.0.1:8001 --port 8000
     """
-    from mint.errors import BadInput
-    from mint.mol.mixture import Mixture
-    from mint.mol.admission import Access, is_loopback
-    from mint.mol.gateway import Upstream
-    from mint.mol.serve import listening_socket, serve
-    from mint.mol.turnlog import TurnLog
-    from mint.project import load_project
+    from mint.serve.server import ServeOptions, run
 
     quiet_transformers()
-    if window_ms < 0 or max_batch < 1 or poll_s <= 0:
-        raise BadInput("--window-ms must be >= 0, --max-batch >= 1 and --poll > 0", field="--window-ms")
-    keys = tuple(k for value in api_keys or () for k in value.split())
-    # the address it listens on is a name its clients use (a wildcard is not)
-    named = () if host in ("0.0.0.0", "::", "") else (host,)
-    access = Access(keys, (*(allowed_hosts or ()), *named))
     limits = Limits(max_body_bytes=max_body_bytes, max_messages=max_messages, max_queue=max_queue,
                     max_per_key=max_per_key)
-    sock = listening_socket(host, port)
-    try:
-        bound = sock.getsockname()[0]
-        if not keys and not insecure and not is_loopback(bound):
-            raise BadInput(f"{host} can be reached from other machines, and no API key is set: give --api-key "
-                           "(or MINT_API_KEY), or --insecure to serve anyone who reaches the port", field="--host")
-        workspace = ws(writes=True)
-        log = TurnLog(workspace, retention_days=retention_days)
-        log.forget_expired()
-        if upstream is not None:
-            return _serve_gateway(workspace, load_project(config), sock, Upstream(upstream, upstream_key,
-                                                                                   upstream_timeout),
-                                  base=base, max_rank=max_rank, log=log, scrub_logs=scrub_logs, poll_s=poll_s,
-                                  access=access, limits=limits, keyless=not keys)
-        if max_loras < 0:
-            raise BadInput("must be 0 or more", field="--max-loras")
-        mixture = Mixture.open(workspace, load_project(config), base=base, max_rank=max_rank, log=log,
-                               scrub_logs=scrub_logs, named_slots=max_loras)
-        revisions = ", ".join(f"{k} {v}" for k, v in mixture.revisions().items())
-        url_host = f"[{host}]" if ":" in host else host
-        err.print(f"serving on http://{escape(url_host)}:{sock.getsockname()[1]}/v1  ({escape(revisions)})"
-                  + ("" if keys else "  [no API key: anyone who reaches the port may call]"))
-        for name, problem in mixture.runtime.sync_errors.items():
-            err.print(f"warning: {escape(name)}'s champion is not loaded: {escape(problem)}")
-        serve(mixture, sock, window_ms=window_ms, max_batch=max_batch, poll_s=poll_s, access=access,
-              limits=limits)
-    finally:
-        sock.close()
+    options = ServeOptions(host=host, port=port, base=base, max_rank=max_rank, window_ms=window_ms,
+                           max_batch=max_batch, poll_s=poll_s, api_keys=tuple(api_keys or ()), insecure=insecure,
+                           allowed_hosts=tuple(allowed_hosts or ()), limits=limits, retention_days=retention_days,
+                           scrub_logs=scrub_logs, max_loras=max_loras, upstream=upstream, upstream_key=upstream_key,
+                           upstream_timeout=upstream_timeout, config=config)
+    run(ws(writes=True), options, _render_serving)
 
 
-def _serve_gateway(workspace, project, sock, upstream, *, base, max_rank, log, scrub_logs, poll_s, access, limits,
-                   keyless: bool) -> None:
-    from mint.errors import BadInput
-    from mint.mol.gateway import Gateway, serve_gateway
-
-    if max_rank is not None and max_rank < 1:
-        raise BadInput("must be 1 or more", field="--max-rank")
-    gateway = Gateway.open(workspace, project, upstream, base=base, max_rank=max_rank, log=log,
-                           scrub_logs=scrub_logs)
-    host, port = sock.getsockname()[:2]
-    url_host = f"[{host}]" if ":" in host else host
-    revisions = ", ".join(f"{k} {v}" for k, v in gateway.revisions().items())
-    err.print(f"gateway on http://{escape(url_host)}:{port}/v1 to {escape(upstream.api)}  ({escape(revisions)}; "
-              f"{len(gateway.model.get_decoder().layers)} of the base's {gateway.depth} layers held)"
-              + ("" if not keyless else "  [no API key: anyone who reaches the port may call]"))
-    if gateway.max_rank is None:
-        err.print("warning: the upstream does not say its largest LoRA rank: give --max-rank (vLLM's "
-                  "--max-lora-rank) so that `mint promote` refuses an adapter it could not load")
-    if gateway.upstream_error:
-        err.print(f"warning: {escape(gateway.upstream_error)} (retried every {poll_s:g} s)")
-    for name, problem in gateway.sync_errors.items():
-        err.print(f"warning: {escape(name)}'s champion is not published: {escape(problem)}")
-    serve_gateway(gateway, sock, poll_s=poll_s, access=access, limits=limits)
+def _render_serving(serving) -> None:
+    revisions = ", ".join(f"{k} {v}" for k, v in serving.revisions.items())
+    keyless = "  [no API key: anyone who reaches the port may call]" if serving.keyless else ""
+    if serving.upstream is None:
+        err.print(f"serving on {escape(serving.url)}  ({escape(revisions)})" + keyless)
+    else:
+        held, depth = serving.layers_held
+        err.print(f"gateway on {escape(serving.url)} to {escape(serving.upstream)}  ({escape(revisions)}; "
+                  f"{held} of the base's {depth} layers held)" + keyless)
+    for warning in serving.warnings:
+        err.print(f"warning: {escape(warning)}")

@@ -1,12 +1,13 @@
-"""``mint eval``: a revision (or the bare base, or outputs made elsewhere) measured under a contract.
+"""``mint eval``: revisions (or the bare base, or outputs made elsewhere) measured under a contract.
 
-The base is loaded once and the revision's adapter attached; each suite is
-generated in left-padded batches, scored by the specialist's harness, and
-gated against the champion's report under the same contract version and hash,
-made at the same decoding precision (mint.contract.precision fixes it per
-contract, base and host; the champion is evaluated first when it has none).
-The report and the per-example predictions are written atomically and the
-report is registered, so ``mint promote`` can find it.
+The base is loaded once and every revision to measure is put in a LoRA slot of its own; the suites are decoded
+for all of them as one mixed-adapter stream by the engine that serves them (``mint.generation``), scored by the
+specialist's harness, and gated against the champion's report under the same contract version and hash, made at
+the same decoding precision (mint.contract.precision fixes it per contract, base and host). A baseline without
+a report on these examples (the champion, or the bare base before there is one) joins the same stream, so
+nothing is decoded twice. Each revision gets its own report, the one it gets evaluated alone; reports and the
+per-example predictions are written atomically and registered (baselines first), so ``mint promote`` can find
+them.
 """
 from __future__ import annotations
 
@@ -84,64 +85,163 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
                        field="--predictions")
     contract = load_contract(contract_path)
     check_not_stale(ws, contract)
-    return _evaluate(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                     progress=progress, loaded={}, baseline_predictions=baseline_predictions)
+    if predictions is not None:
+        return _evaluate_predictions(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions,
+                                     base=base, baseline_predictions=baseline_predictions)
+    return _evaluate_generated(ws, [ref], contract, out_dir=out_dir, limit=limit, base=base, progress=progress)[0]
 
 
-def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, limit, predictions, base, progress,
-              loaded: dict, resolved: tuple[list, dict] | None = None,
-              baseline_predictions: Path | None = None) -> EvalResult:
-    """``resolved``: the suites' records as the candidate's evaluation read them, so that its baseline is
-    measured on the same episodes of a live suite (`@latest` resolved once)."""
+def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit: int | None = None,
+                  base: str | None = None, progress: EvalProgress | None = None) -> list[EvalResult]:
+    """Measure every revision of ``refs`` (or ``base``) under one contract, decoded as one mixed-adapter stream;
+    each gets the report it gets evaluated alone (see ``evaluate``), in the order given."""
+    if not refs:
+        raise BadInput("give the revisions (or `base`) to evaluate", field="REF")
+    if limit is not None and limit < 1:
+        raise BadInput("must be at least 1", field="--limit")
+    contract = load_contract(contract_path)
+    check_not_stale(ws, contract)
+    return _evaluate_generated(ws, list(refs), contract, out_dir=None, limit=limit, base=base, progress=progress)
+
+
+BASE = "base"     # the bare base's key among the subjects a stream decodes
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A revision (or the bare base) whose outputs an evaluation decodes."""
+    key: str                        # its revision id, or BASE
+    label: str                      # coding:v3, or base
+    revision: object = None         # its Revision (None for the base)
+    adapter_dir: Path | None = None
+
+
+def _subject(ws: Workspace, ref: str, contract: Contract) -> Subject:
+    if ref == BASE:
+        return Subject(BASE, BASE)
+    revision, adapter_dir = load_revision(ws, ref)
+    if revision.specialist != contract.specialist:
+        raise BadInput(f"{revision.ref} is a {revision.specialist} revision; contract {contract.name} is for "
+                       f"{contract.specialist}", field="REF")
+    return Subject(revision.id, revision.ref, revision, adapter_dir)
+
+
+def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, out_dir, limit, base,
+                        progress) -> list[EvalResult]:
+    """Decode ``refs`` and every baseline they need that has no report yet in one stream, then write and register
+    the reports, each baseline's before the reports compared with it."""
     started = time.perf_counter()
-    revision, adapter_dir = None, None
-    if ref not in (None, "base"):
-        revision, adapter_dir = load_revision(ws, ref)
-        if revision.specialist != contract.specialist:
-            raise BadInput(f"{revision.ref} is a {revision.specialist} revision; contract {contract.name} is for "
-                           f"{contract.specialist}", field="REF")
-    resolved = resolved or read_suites(ws, contract, limit)
-    suites, live_suites = resolved
+    candidates = [_subject(ws, ref, contract) for ref in refs]
+    seen: dict[str, str] = {}
+    for ref, subject in zip(refs, candidates):
+        if subject.key in seen:
+            raise BadInput(f"{seen[subject.key]} and {ref} are one revision ({subject.label}): give it once",
+                           field="REF")
+        seen[subject.key] = ref
+    if out_dir is not None and len(candidates) > 1:
+        raise BadInput("--out takes the report of one revision; evaluate several without it", field="--out")
+    base_names = {base or (c.revision.base if c.revision else None) or _project_base() for c in candidates}
+    if len(base_names) > 1:
+        raise BadInput(f"these revisions are of different bases ({', '.join(sorted(base_names))}): one stream decodes "
+                       "one base; evaluate each base's revisions on their own", field="REF")
+    base_name = base_names.pop()
+    suites, live_suites = read_suites(ws, contract, limit)
     keys = {suite.name: example_keys(records) for suite, records in suites}
     examples_sha256 = examples_digest(suites)
-    base_name = base or (revision.base if revision else None) or _project_base()
-    is_base = ref == "base"
+    loaded: dict = {}
+    revision = next((c.revision for c in candidates if c.revision is not None and c.revision.base_fingerprint), None)
     precision = _precision(ws, contract, base_name, revision, suites, loaded)
-
-    # the baseline first, while the base model is still free of adapters
-    champion_id = _champion(ws, contract)
-    baseline, baseline_evaluated = None, False
-    if predictions is not None:   # outputs made elsewhere: generate nothing, not even a baseline
-        baseline = _predictions_baseline(ws, contract, suites, keys, examples_sha256, champion_id,
-                                         baseline_predictions)
-    elif not is_base:
-        if champion_id is not None and (revision is None or champion_id != revision.id):
-            baseline, baseline_evaluated = _champion_baseline(ws, contract, champion_id, examples_sha256, limit,
-                                                              base, progress, loaded, resolved, precision)
+    fingerprint = _base_fingerprint(base_name, loaded)
+    order, baseline_of, known = _plan(ws, contract, candidates, examples_sha256, fingerprint, precision)
+    decoded = _decode(contract, suites, order, base_name, progress, loaded, precision)
+    results: dict[str, EvalResult] = {}
+    for subject in order:            # each baseline before the reports compared with it
+        reference = baseline_of.get(subject.key)
+        if reference is None:        # the base: generation 0 is its own baseline
+            baseline = None
         else:
-            baseline, baseline_evaluated = _base_baseline(ws, contract, base_name, examples_sha256, limit, progress,
-                                                          loaded, resolved, precision)
+            baseline = known[reference] if reference in known else _load_baseline(ws, results[reference].report)
+        outputs, latencies, generation = decoded[subject.key]
+        own_dir = out_dir if subject in candidates else None
+        results[subject.key] = _write_report(
+            ws, contract, subject, suites, live_suites, keys, examples_sha256, precision, outputs, latencies,
+            generation, baseline, base_name, fingerprint, started, out_dir=own_dir, source="generated",
+            baseline_evaluated=reference in results)
+    return [results[c.key] for c in candidates]
 
-    generation = None
-    if predictions is not None:
-        outputs, latencies = _read_predictions(predictions, suites)
-    else:
-        outputs, latencies, generation = generate_outputs(contract, suites, revision, adapter_dir, base_name, progress,
-                                                   loaded, precision)
 
+def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples_sha256: str, fingerprint: str,
+          precision) -> tuple[list[Subject], dict[str, str], dict[str, "Baseline"]]:
+    """What to decode: the candidates, and each baseline they need with no registered report on these examples
+    at this precision (a candidate's is the champion, or the bare base when there is none or it is the champion;
+    a champion decoded for its report needs the base's in turn). (Subjects in dependency order, each one's
+    baseline key (none for the base), the baselines found registered.)"""
+    champion_id = _champion(ws, contract)
+    requested = {c.key: c for c in candidates}
+    order: list[Subject] = []
+    baseline_of: dict[str, str] = {}
+    known: dict[str, Baseline] = {}
+
+    def ensure(key: str) -> None:
+        if key in known or any(s.key == key for s in order):
+            return
+        if key not in requested:
+            owner = base_report_owner(fingerprint) if key == BASE else key
+            found = queries.find_report(ws, owner, _identity(contract), examples_sha256, where=_at(precision))
+            if found is not None:
+                known[key] = _load_baseline(ws, found)
+                return
+        subject = requested.get(key) or (Subject(BASE, BASE) if key == BASE else
+                                         _subject(ws, queries.revision_ref(ws, key), contract))
+        if key != BASE:
+            baseline_of[key] = champion_id if champion_id is not None and champion_id != key else BASE
+            ensure(baseline_of[key])
+        order.append(subject)
+
+    for candidate in candidates:
+        ensure(candidate.key)
+    return order, baseline_of, known
+
+
+def _evaluate_predictions(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, limit, predictions: Path,
+                          base, baseline_predictions: Path | None) -> EvalResult:
+    """Outputs made elsewhere, scored and gated without generating anything, not even a baseline."""
+    started = time.perf_counter()
+    subject = _subject(ws, ref, contract) if ref is not None else Subject("predictions", "predictions")
+    suites, live_suites = read_suites(ws, contract, limit)
+    keys = {suite.name: example_keys(records) for suite, records in suites}
+    examples_sha256 = examples_digest(suites)
+    base_name = base or (subject.revision.base if subject.revision else None) or _project_base()
+    loaded: dict = {}
+    precision = _precision(ws, contract, base_name, subject.revision, suites, loaded)
+    baseline = _predictions_baseline(ws, contract, suites, keys, examples_sha256, _champion(ws, contract),
+                                     baseline_predictions)
+    outputs, latencies = _read_predictions(predictions, suites)
+    # known without loading anything more: the revision records it, and the base was loaded if it was measured
+    fingerprint = subject.revision.base_fingerprint if subject.revision else \
+        (loaded[base_name].fingerprint if base_name in loaded else None)
+    return _write_report(ws, contract, subject, suites, live_suites, keys, examples_sha256, precision, outputs,
+                         latencies, None, baseline, base_name, fingerprint, started, out_dir=out_dir,
+                         source="predictions", baseline_evaluated=False)
+
+
+def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, live_suites, keys: dict,
+                  examples_sha256: str, precision, outputs: dict, latencies: dict, generation: dict | None,
+                  baseline: "Baseline | None", base_name: str, fingerprint: str | None, started: float, *,
+                  out_dir: Path | None, source: str, baseline_evaluated: bool) -> EvalResult:
+    """Score ``subject``'s outputs, gate them against ``baseline`` (None: the base, its own), write the report
+    and its predictions atomically and register it."""
+    revision = subject.revision
+    is_base = subject.key == BASE and source == "generated"
     metrics, rows = _score(contract, suites, keys, outputs, latencies)
-
-    # known without loading anything more: the revision records it, and the base was loaded when it was measured
-    fingerprint = revision.base_fingerprint if revision else (loaded[base_name].fingerprint if base_name in loaded
-                                                              else None)
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
     paired = paired_deltas(contract, rows, baseline.rows)
     no_latency = None if any(k.startswith("latency.") for k in metrics) else \
-        "the predictions carry no latency_ms" if predictions is not None else "no example's latency was measured"
+        "the predictions carry no latency_ms" if source == "predictions" else "no example's latency was measured"
     gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
                         {s.name: len(r) for s, r in suites}, paired, no_latency)
-    label = revision.ref if revision else ("base" if is_base else (ref or "predictions"))
+    label = subject.label
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     report = Report(
         revision=label, revision_id=revision.id if revision else None,
@@ -161,7 +261,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
         # suites drawn from a dataset: its resolved version and the episodes used, to make the report again
         live_suites=live_suites or None,
         statistics=STATISTICS,
-        source="predictions" if predictions is not None else "generated", generation=generation,
+        source=source, generation=generation,
         predictions=PREDICTIONS_FILE, created_at=now(),
         duration_s=round(time.perf_counter() - started, 3),
         predictions_sha256=hashlib.sha256(predictions_text.encode("utf-8")).hexdigest(),
@@ -344,41 +444,9 @@ def _at(precision: DecodingPrecision):
     return lambda report: report_precision(report.to_dict()) == precision.used
 
 
-def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, progress, loaded, resolved,
-                       precision):
-    """The champion's newest registered, generated report on these examples at this precision; evaluated now
-    when it has none."""
-    found = queries.find_report(ws, champion_id, _identity(contract), examples_sha256, where=_at(precision))
-    if found is not None:
-        return _load_baseline(ws, found), False
-    result = _evaluate(ws, queries.revision_ref(ws, champion_id), contract, out_dir=None, limit=limit, predictions=None, base=base,
-                       progress=_labelled(progress, "baseline"), loaded=loaded, resolved=resolved)
-    return _load_baseline(ws, result.report), True
-
-
 def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str, precision: str) -> Path:
     return ws.reports / f"{contract.name}-v{contract.version}" / \
         f"base-{fingerprint.split(':')[-1][:16]}-{contract.sha256[:12]}-{examples_sha256[:12]}-{precision}"
-
-
-def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, loaded, resolved, precision):
-    """Generation 0: the bare base under this contract, cached per contract hash, base fingerprint, examples
-    and precision."""
-    fingerprint = _base_fingerprint(base_name, loaded)
-    found = queries.find_report(ws, base_report_owner(fingerprint), _identity(contract), examples_sha256,
-                                where=_at(precision))
-    if found is not None:
-        return _load_baseline(ws, found), False
-    result = _evaluate(ws, "base", contract, out_dir=None, limit=limit, predictions=None, base=base_name,
-                       progress=_labelled(progress, "baseline"), loaded=loaded, resolved=resolved)
-    return _load_baseline(ws, result.report), True
-
-
-def _labelled(progress: EvalProgress | None, label: str) -> EvalProgress | None:
-    """The baseline's suites are reported as ``baseline core``, apart from the candidate's ``core``."""
-    if progress is None:
-        return None
-    return lambda suite, done, total: progress(f"{label} {suite}", done, total)
 
 
 def _base_fingerprint(base_name: str, loaded: dict) -> str:
@@ -403,73 +471,100 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_name: str, progress, bases: dict,
-              precision: DecodingPrecision):
-    """Each suite's outputs, latencies and generation facts (precision, parity, tokens/s) from the revision
-    (the bare base when ``adapter_dir`` is None), all suites decoded as one stream."""
+                     precision: DecodingPrecision):
+    """Each suite's outputs, latencies and generation facts (precision, tokens/s) from the revision (the bare
+    base when ``adapter_dir`` is None), all suites decoded as one stream."""
+    subject = Subject(revision.id, revision.ref, revision, adapter_dir) if revision is not None else Subject(BASE, BASE)
+    return _decode(contract, suites, [subject], base_name, progress, bases, precision)[subject.key]
+
+
+def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str, progress, bases: dict,
+            precision: DecodingPrecision) -> dict[str, tuple[dict, dict, dict]]:
+    """Each subject's (outputs, latencies, generation facts) per suite: every suite of every subject decoded as
+    one stream, each revision's adapter in a LoRA slot of its own (the bare base in slot 0)."""
     import dataclasses
 
     from mint.base import load_base
+    from mint.generation.engine import generate_each
+    from mint.generation.slots import attach_adapters
+    from mint.generation.stops import answer_ends
     from mint.hardware import apply_decoding_threads
-    from mint.mol.generate import answer_ends, generate
 
-    # a base loaded earlier in this eval is reused once; attaching an adapter changes it, so it is not kept
-    loaded = bases.pop(base_name, None) if adapter_dir is not None else bases.get(base_name)
+    adapters = [s for s in subjects if s.adapter_dir is not None]
+    # a base loaded earlier in this eval is reused once; slots installed in it change it, so it is not kept
+    loaded = bases.pop(base_name, None) if adapters else bases.get(base_name)
     loaded = loaded or load_base(base_name)
-    if adapter_dir is None:
+    if not adapters:
         bases[base_name] = loaded
-    if revision is not None and revision.base_fingerprint and revision.base_fingerprint != loaded.fingerprint:
-        raise BadInput(f"{revision.ref} was trained on a base with fingerprint {revision.base_fingerprint[:19]}, "
-                       f"but {base_name} is {loaded.fingerprint[:19]}", field="--base")
+    for subject in adapters:
+        fingerprint = subject.revision.base_fingerprint if subject.revision is not None else None
+        if fingerprint and fingerprint != loaded.fingerprint:
+            raise BadInput(f"{subject.label} was trained on a base with fingerprint {fingerprint[:19]}, "
+                           f"but {base_name} is {loaded.fingerprint[:19]}", field="--base")
     harness = contract.harness()
-    records = [r for _suite, records in suites for r in records]
-    started = time.perf_counter()
-    responses = harness.respond(loaded, adapter_dir, records, revision.ref if revision else None)
-    if responses is not None:      # scored without generating text (the router's choices)
-        outputs = {suite.name: [] for suite, _ in suites}
-        owners = [suite for suite, suite_records in suites for _ in suite_records]
-        for suite, response in zip(owners, responses):
-            outputs[suite.name].append([response])
-        latencies = {suite.name: [] for suite, _ in suites}
-        seconds = round(time.perf_counter() - started, 3)
-        return outputs, latencies, {suite.name: {"responded_s": seconds} for suite, _ in suites}
-    model = loaded.model
-    if adapter_dir is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter_dir))
-        model.eval()
-    # every suite in one stream: a batch stays full across suites (two suites of 12 decode as one batch of
-    # 24, not two of 12), and each row's output does not depend on the rows beside it
     owners = [(suite, index) for suite, records in suites for index in range(len(records))]
-    done = {suite.name: 0 for suite, _ in suites}
+    responded = _responses(harness, loaded, subjects, suites)
+    if responded is not None:
+        return responded
+    slots = dict(zip((s.key for s in adapters), attach_adapters(
+        loaded.model, [s.adapter_dir for s in adapters], base_name=base_name, names=[s.label for s in adapters])))
+    done = {(subject.key, suite.name): 0 for subject in subjects for suite, _ in suites}
     totals = {suite.name: len(records) for suite, records in suites}
 
-    def tick(conversation: int) -> None:
-        suite = owners[conversation][0]
-        done[suite.name] += 1
-        if progress:
-            progress(suite.name, done[suite.name], totals[suite.name])
+    def tick(k: int, conversation: int) -> None:
+        subject, suite = subjects[k], owners[conversation][0]
+        done[(subject.key, suite.name)] += 1
+        if progress:   # a stream of several revisions says whose suite it counts
+            progress(suite.name if len(subjects) == 1 else f"{subject.label} {suite.name}",
+                     done[(subject.key, suite.name)], totals[suite.name])
 
     conversations = evaluation_conversations(harness, suites)
     settings = dataclasses.replace(contract.settings, precision=precision.used)
     threads = apply_decoding_threads()     # the hardware plan's (mint.hardware), recorded with its figures
-    result = generate(model, loaded.tokenizer, conversations, settings, on_done=tick,
-                      answer_end=answer_ends(contract.harness_name, contract.settings))
-    outputs = {suite.name: [] for suite, _ in suites}
-    latencies = {suite.name: [] for suite, _ in suites}
-    tokens = {suite.name: 0 for suite, _ in suites}
-    for (suite, _index), output, latency, count in zip(owners, result.outputs, result.latencies_ms,
-                                                       result.row_tokens):
-        outputs[suite.name].append(output)
-        latencies[suite.name].append(latency)
-        tokens[suite.name] += count
-    # precision used and why (the contract's, resolved once per host: see the report's `precision`), the merged
-    # adapter's parity check (one for the stream), tokens/s of the whole stream
-    generation = {suite.name: {"precision": result.precision, "reason": result.precision_reason,
-                               "parity": result.parity, "new_tokens": tokens[suite.name],
-                               "tokens_per_s": round(result.tokens_per_s, 2),
-                               "threads": {"value": threads.value, "reason": threads.reason}} for suite, _ in suites}
-    return outputs, latencies, generation
+    # every suite in one stream: a batch stays full across suites (two suites of 12 decode as one batch of
+    # 24, not two of 12) and across revisions, and each row's output does not depend on the rows beside it
+    results = generate_each(loaded.model, loaded.tokenizer, conversations, settings,
+                            [slots.get(s.key, 0) for s in subjects], on_done=tick,
+                            answer_end=answer_ends(contract.harness_name, contract.settings))
+    decoded: dict[str, tuple[dict, dict, dict]] = {}
+    for subject, result in zip(subjects, results):
+        outputs = {suite.name: [] for suite, _ in suites}
+        latencies = {suite.name: [] for suite, _ in suites}
+        tokens = {suite.name: 0 for suite, _ in suites}
+        for (suite, _index), output, latency, count in zip(owners, result.outputs, result.latencies_ms,
+                                                           result.row_tokens):
+            outputs[suite.name].append(output)
+            latencies[suite.name].append(latency)
+            tokens[suite.name] += count
+        # precision used and why (the contract's, resolved once per host: see the report's `precision`), tokens/s
+        # of the whole stream and who else it decoded
+        generation = {suite.name: {"precision": result.precision, "reason": result.precision_reason,
+                                   "new_tokens": tokens[suite.name], "tokens_per_s": round(result.tokens_per_s, 2),
+                                   "threads": {"value": threads.value, "reason": threads.reason},
+                                   **({"stream": [s.label for s in subjects]} if len(subjects) > 1 else {})}
+                      for suite, _ in suites}
+        decoded[subject.key] = (outputs, latencies, generation)
+    return decoded
+
+
+def _responses(harness, loaded, subjects: list[Subject], suites) -> dict | None:
+    """Each subject's outputs where its harness scores something other than generated text (the router's
+    choices, ``respond``); None where the model generates them."""
+    records = [r for _suite, records in suites for r in records]
+    decoded = {}
+    for subject in subjects:
+        started = time.perf_counter()
+        responses = harness.respond(loaded, subject.adapter_dir, records,
+                                    subject.revision.ref if subject.revision is not None else None)
+        if responses is None:
+            return None
+        outputs = {suite.name: [] for suite, _ in suites}
+        for suite, response in zip((suite for suite, records in suites for _ in records), responses):
+            outputs[suite.name].append([response])
+        seconds = round(time.perf_counter() - started, 3)
+        decoded[subject.key] = (outputs, {suite.name: [] for suite, _ in suites},
+                                {suite.name: {"responded_s": seconds} for suite, _ in suites})
+    return decoded
 
 
 def _read_predictions(path: Path, suites) -> tuple[dict, dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mint.errors import BadInput
 from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
-from mint.mol.generate import PRECISIONS
+from mint.generation.precision import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
 from mint.text import closest

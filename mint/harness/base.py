@@ -27,7 +27,7 @@ class HarnessSettings:
     timeout_s: float = 10.0             # coding: wall-clock limit per program
     catalog: Path | None = None         # genui: the UI4A catalog (JSON Schema)
     precision: str = "fp32"             # generation: fp32, bf16, int8, or auto (bf16 where the hardware runs it natively)
-    stop_at_answer_end: bool = False    # generation: end a row once its answer is complete (mint.mol.generate)
+    stop_at_answer_end: bool = False    # generation: end a row once its answer is complete (mint.generation.stops)
     prompt_lookup: int = 0              # generation: greedy rows draft up to this many tokens a step (0: none)
 
 

@@ -161,7 +161,7 @@ def _outside_strings(text: str, start: int = 0):
 def json_bracket_end(text: str, start: int = 0) -> int | None:
     """Index just past the bracket that closes the ``{`` or ``[`` at ``text[start]``, or None when it never
     closes (a cut-off answer). Only brackets of that kind count, and none inside JSON strings. The one JSON
-    bracket scanner: finding a tree here, and deciding in ``mint.mol.generate`` that an answer is complete."""
+    bracket scanner: finding a tree here, and deciding in ``mint.generation.stops`` that an answer is complete."""
     opener = text[start]
     closer = "}" if opener == "{" else "]"
     depth = 0

@@ -571,28 +571,27 @@ def _champion(ws: Workspace, specialist: str, base: str):
 
 def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePrompt], *, samples: int,
             temperature: float, max_new_tokens: int, seed: int) -> list[list[str]]:
-    import torch
-
     from mint.base import load_base
+    from mint.generation.engine import BASE_SLOT, generate_batches
+    from mint.generation.slots import attach_adapters
+    from mint.generation.stops import answer_ends
     from mint.harness.base import HarnessSettings
-    from mint.mol.generate import answer_ends, generate_batches
 
     revision, adapter_dir = champion if champion else (None, None)
-    loaded = load_base((revision.base if revision else None) or base)
-    model = loaded.model
-    if adapter_dir is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter_dir))
-    model.eval()
+    base_name = (revision.base if revision else None) or base
+    loaded = load_base(base_name)
+    # the champion answers from a LoRA slot, as it does when served
+    [slot] = attach_adapters(loaded.model, [adapter_dir], base_name=base_name, names=[revision.ref]) \
+        if adapter_dir is not None else [BASE_SLOT]
     settings = HarnessSettings(system=None, template="{prompt}", tools=None, max_new_tokens=max_new_tokens,
                                temperature=temperature, top_p=0.95, samples=samples,
                                batch_size=sampling_rows(), timeout_s=10.0, catalog=None, stop_at_answer_end=True)
-    torch.manual_seed(seed)   # the same pool from the same champion: a rerun is the same experience
+    # each answer samples with a seed of its own (its prompt's position and sample number): the same pool from
+    # the same champion, so a rerun is the same experience.
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
-    answers, _latency = generate_batches(model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen], settings,
-                                         answer_end=answer_ends(specialist, settings))
+    answers, _latency = generate_batches(loaded.model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen],
+                                         settings, answer_end=answer_ends(specialist, settings), slot=slot)
     return answers
 
 

@@ -7,7 +7,8 @@ from the dataset (the logs plus the verified experience); a continuation runs at
 in the demo 4 steps at the first generation's rate on the same logs took the agent from 0.54 to 0.21.
 
 The placebo twin trains the same steps from the same parent on the same prompts, with every sampled
-answer kept unverified, and is evaluated under the same contract. Generation k+1 is compared with
+answer kept unverified, and is evaluated under the same contract, in one stream with the generation (and the steps
+control), each with its own report. Generation k+1 is compared with
 generation k (its contract's paired gate) and with its twin (paired on the same examples), each with a
 95% interval; a gain over the twin that is not significant is "no experience effect", even when the
 generation is promoted. The twin is rejected as soon as it is measured: it is never promoted.
@@ -21,6 +22,7 @@ only when it is significant over both.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from mint.jsonl import read_jsonl
@@ -106,24 +108,47 @@ def paired_on_examples(report: str | Path, other_report: str | Path, metric: str
             "significant_gain": bool(common) and significant_gain(paired, 0.0, lower_is_better=False)}
 
 
-def train_placebo_twin(ws: Workspace, *, specialist: str, twin: dict, candidate: dict, contract_path: Path,
-                       limit: int | None, base: str, evaluation: dict) -> dict:
-    """Train the twin as the candidate was trained (same parent, method and settings) on the twin dataset,
-    evaluate it under the same contract, reject it, and compare. With a steps control in ``twin``, also the
-    same steps on the logs alone: a gain that more training without any experience also gives is no
-    experience effect, so the verdict asks for a significant gain over both."""
-    why = f"placebo twin of {candidate['revision']}: trained on unverified answers, never promoted"
-    trained, report = _train_control(ws, specialist, twin["dataset"], candidate, contract_path, limit, base, why)
-    result = {"revision": trained.ref, "revision_id": trained.revision_id, "steps": trained.steps,
-              "examples": trained.examples, "report": report, **compare_with_twin(evaluation, report)}
+@dataclass(frozen=True)
+class Control:
+    """A control trained beside a generation: ``arm`` placebo (the twin, on unverified answers) or steps (the same
+    steps on the logs alone)."""
+    arm: str
+    trained: object             # its TrainResult (ref, revision_id, steps, examples)
+    why: str                    # why it is rejected once measured
+
+
+def train_controls(ws: Workspace, *, specialist: str, twin: dict, candidate: dict, base: str) -> list[Control]:
+    """The placebo twin, trained as the candidate was (same parent, method and settings) on the twin dataset, and
+    with a steps control in ``twin``, the same steps on the logs alone. Evaluated beside the candidate (one stream:
+    ``mint.contract.evaluate.evaluate_many``) and judged by ``judge_controls``."""
+    controls = [Control("placebo", _train_control(ws, specialist, twin["dataset"], candidate, base),
+                        f"placebo twin of {candidate['revision']}: trained on unverified answers, never promoted")]
     steps = twin.get("steps_control")
-    if isinstance(steps, dict) and result["metric"] is not None:
-        why = f"steps control of {candidate['revision']}: the same steps on the logs alone, never promoted"
-        control, control_report = _train_control(ws, specialist, steps["dataset"], candidate, contract_path, limit,
-                                                 base, why)
-        result = with_steps_control(result, evaluation, control_report)
-        result["steps_control"].update(revision=control.ref, revision_id=control.revision_id, steps=control.steps,
-                                       examples=control.examples)
+    if isinstance(steps, dict):
+        controls.append(Control("steps", _train_control(ws, specialist, steps["dataset"], candidate, base),
+                                f"steps control of {candidate['revision']}: the same steps on the logs alone, never "
+                                "promoted"))
+    return controls
+
+
+def judge_controls(ws: Workspace, controls: list[Control], reports: list[str], evaluation: dict) -> dict:
+    """Reject every control once measured (``reports``, in order), and compare the generation with each: the twin
+    first; a gain that more training without any experience also gives is no experience effect, so with a steps
+    control the verdict asks for a significant gain over both."""
+    from mint.registry.promotion import reject
+
+    for control in controls:
+        reject(ws, control.trained.ref, why=control.why)
+    (twin, twin_report), *rest = [(c, r) for c, r in zip(controls, reports)]
+    trained = twin.trained
+    result = {"revision": trained.ref, "revision_id": trained.revision_id, "steps": trained.steps,
+              "examples": trained.examples, "report": twin_report, **compare_with_twin(evaluation, twin_report)}
+    for control, report in rest:
+        if result["metric"] is None:
+            break
+        result = with_steps_control(result, evaluation, report)
+        result["steps_control"].update(revision=control.trained.ref, revision_id=control.trained.revision_id,
+                                       steps=control.trained.steps, examples=control.trained.examples)
     return result
 
 
@@ -139,17 +164,10 @@ def with_steps_control(twin: dict, evaluation: dict, control_report: str) -> dic
     return result
 
 
-def _train_control(ws: Workspace, specialist: str, dataset: str, candidate: dict, contract_path: Path,
-                   limit: int | None, base: str, why: str):
-    """A control trained as the candidate was (same parent, method and settings) on ``dataset``, evaluated
-    under the same contract and rejected at once; its revision and report."""
-    from mint.contract.evaluate import evaluate
-    from mint.registry.promotion import reject
+def _train_control(ws: Workspace, specialist: str, dataset: str, candidate: dict, base: str):
+    """A control trained as the candidate was (same parent, method and settings) on ``dataset``."""
     from mint.train.run import train
 
     parent = candidate.get("parent")
-    trained = train(ws, specialist=specialist, data=dataset, method=candidate["method"], from_ref=parent,
-                    base=None if parent else base, sets=list(candidate.get("sets") or []))
-    measured = evaluate(ws, trained.ref, contract_path, limit=limit)
-    reject(ws, trained.ref, why=why)
-    return trained, measured.report_path
+    return train(ws, specialist=specialist, data=dataset, method=candidate["method"], from_ref=parent,
+                 base=None if parent else base, sets=list(candidate.get("sets") or []))

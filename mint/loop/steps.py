@@ -343,13 +343,23 @@ class Eval(StepKind):
                            step.options.get("limit"))
 
     def run(self, context, step):
-        from mint.contract.evaluate import evaluate
+        from mint.contract.evaluate import evaluate_many
         from mint.contract.forgetting import backward_transfer
         from mint.contract.schema import load_contract
 
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
-        result = evaluate(context.ws, candidate["revision"], contract_path, limit=step.options.get("limit"))
+        gathered = context.experiences.get(step.specialist)
+        twin = gathered.twin.to_dict() if gathered and gathered.twin else None
+        controls = []
+        if twin and candidate.get("plan"):   # the placebo twin (and steps control): the same steps without experience
+            from mint.loop.placebo import train_controls
+
+            controls = train_controls(context.ws, specialist=step.specialist, twin=twin, candidate=candidate,
+                                      base=context.base)
+        # the generation and its controls decode as one stream, each measured as it would be alone
+        result, *measured = evaluate_many(context.ws, [candidate["revision"], *(c.trained.ref for c in controls)],
+                                          contract_path, limit=step.options.get("limit"))
         report = result.report
         transfer = backward_transfer(context.ws, load_contract(contract_path), candidate["revision"],
                                      Path(result.report_path), base=context.base)
@@ -358,15 +368,10 @@ class Eval(StepKind):
                   "baseline": report.baseline.to_dict(), "gates": [g.to_dict() for g in report.gates],
                   "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites
                                                     else {})}
-        gathered = context.experiences.get(step.specialist)
-        twin = gathered.twin.to_dict() if gathered and gathered.twin else None
-        if twin and candidate.get("plan"):   # the placebo twin: the same steps on unverified answers
-            from mint.loop.placebo import train_placebo_twin
+        if controls:
+            from mint.loop.placebo import judge_controls
 
-            output["twin"] = train_placebo_twin(context.ws, specialist=step.specialist, twin=twin,
-                                                candidate=candidate, contract_path=contract_path,
-                                                limit=step.options.get("limit"), base=context.base,
-                                                evaluation=output)
+            output["twin"] = judge_controls(context.ws, controls, [m.report_path for m in measured], output)
         return output
 
     def absorb(self, context, step, output):
@@ -533,7 +538,7 @@ class Serve(StepKind):
         return content_key("serve", step.options, digest, context.champions(), context.base)
 
     def run(self, context, step):
-        from mint.mol.replay import serve_requests
+        from mint.serve.replay import serve_requests
 
         return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
                               clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256))

@@ -1,1 +1,2 @@
-"""The mixture runtime: base loaded once, specialists attached as named adapters, one per turn."""
+"""The mixture: the runtime (each specialist's champion in a LoRA slot of the engine's base), the router, chat, the
+turn log, the monitor and the vLLM export."""

@@ -23,7 +23,9 @@ from mint.data.schema import Episode, Message, ServedRoute
 from mint.data.scrub import scrub_episode, scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.mol.router import PROMPT, Probe, Route, Router, probe_features, starter_router
-from mint.mol.runtime import CANCELLED, Handoff, MixtureRuntime, PrefillRoute, RowsFailed, TextListener
+from mint.generation.engine import CANCELLED
+from mint.generation.text import TextListener
+from mint.mol.runtime import Handoff, MixtureRuntime, PrefillRoute, RowsFailed
 from mint.mol.runtime import Decoding
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
@@ -80,7 +82,7 @@ class _PrefillRouting:
 
 
 class TurnBook:
-    """The served turns' log and their feedback window: what the mixture and the gateway (``mint.mol.gateway``)
+    """The served turns' log and their feedback window: what the mixture and the gateway (``mint.serve.gateway``)
     share, so a turn answered either way is logged as the same episode."""
 
     def __init__(self, ws: Workspace, project: Project, *, feedback_window_s: float = DEFAULT_FEEDBACK_WINDOW_S,

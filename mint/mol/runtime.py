@@ -1,16 +1,15 @@
 """The mixture runtime: the base loaded once, each specialist's champion in its own preallocated LoRA slot.
 
-``generate`` answers a batch of conversations with one specialist per row in one batch (see
-``mint.mol.lora``). A row may carry a listener: the decode loop hands it the row's new text after every
-step (decoded incrementally, so a multi-byte character or a word piece is sent once it is whole), and the
-row stops when the listener says its receiver is gone; each row also stops at its own token limit. Rows
-that stop are padded by ``model.generate`` until the whole batch ends (they stay in the batch's tensors,
-but nothing more is decoded or sent for them). ``load_adapter`` copies a new adapter into its slot in place (the adapter-only
-handoff), and ``sync_champions`` does that for every champion alias that moved in the registry.
+``generate`` answers a batch of conversations with one specialist per row, decoded by the engine
+(``mint.generation.engine``) in one mixed-adapter batch: the same decode loop, stops and sampling as contract
+evaluation, so a served answer is the answer a contract scored. A row may carry a listener: the decode loop hands
+it the row's new text after every step (whole characters, see ``mint.generation.text``), and the row stops alone
+when the listener says its receiver is gone; each row also stops at its own token limit. ``load_adapter`` copies
+a new adapter into its slot in place (the adapter-only handoff, ``mint.generation.slots``), and
+``sync_champions`` does that for every champion alias that moved in the registry.
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,29 +17,9 @@ from typing import Callable, Sequence
 
 from mint.base import LoadedBase
 from mint.errors import BadInput, MintError, Refused
+from mint.generation.slots import DEFAULT_MAX_RANK
+from mint.generation.text import TextListener
 from mint.workspace import Workspace
-
-DEFAULT_MAX_RANK = 16
-CANCELLED = "cancelled"     # the finish reason of a row whose listener's receiver went away
-
-# called after every decode step of its row with the text that became final (often ""); False: stop the row
-TextListener = Callable[[str], bool]
-
-
-class StopFlag:
-    """A listener that wants no text, only a way to stop its row: a non-streamed request whose client left
-    calls ``stop`` and the row ends ``cancelled`` at its next step (nothing is decoded for it meanwhile)."""
-
-    wants_text = False
-
-    def __init__(self) -> None:
-        self.stopped = False
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    def __call__(self, _delta: str) -> bool:
-        return not self.stopped
 
 
 class RowsFailed(BadInput):
@@ -104,7 +83,8 @@ class MixtureRuntime:
 
     def __init__(self, loaded: LoadedBase, specialists: Sequence[str], *, max_rank: int = DEFAULT_MAX_RANK,
                  named_slots: int = 0) -> None:
-        from mint.mol.lora import SlotTable, install_slots
+        from mint.generation.engine import Engine
+        from mint.generation.slots import AdapterSlots
 
         if max_rank < 1:
             raise BadInput("must be at least 1", field="--max-rank")
@@ -119,21 +99,15 @@ class MixtureRuntime:
         self.threads = apply_decoding_threads()      # the hardware plan's decoding threads, with its figures
         self.model.eval()
         self.max_rank = max_rank
-        self.table = SlotTable()
-        self.modules = install_slots(self.model, len(specialists) + 1 + named_slots, max_rank, self.table)
+        self.adapters = AdapterSlots(self.model, len(specialists) + named_slots, max_rank, base_name=loaded.name)
+        self.table, self.modules, self.layer_of = self.adapters.table, self.adapters.modules, self.adapters.layer_of
+        self.engine = Engine(self.model, self.tokenizer)
+        self.lock = self.engine.lock    # loading a slot and decoding exclude each other
         self.slots = {name: Slot(name, i + 1) for i, name in enumerate(specialists)}
         self.named: dict[str, Slot] = {}    # adapter name -> its slot (``specialist``: what its mint.json says)
         self._free_named = list(range(len(specialists) + 1, len(specialists) + 1 + named_slots))
-        self.layer_of = {name: _layer_index(name) for name in self.modules}
-        self.lock = threading.RLock()
-        self._layouts: dict = {}        # (safetensors header, LoRA settings) -> its checked AdapterLayout
-        self._targets: dict = {}        # AdapterLayout -> (the slotted modules it fills, those it leaves empty)
-        self._plans: dict = {}          # (AdapterLayout, slot index) -> its LoadPlan (see mint.mol.lora.load_plan)
         self.sync_errors: dict[str, str] = {}          # specialist -> why its champion is not loaded
         self._failed_target: dict[str, str] = {}       # specialist -> the champion that failed to load
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.tokenizer.padding_side = "left"   # new tokens must follow every prompt directly
 
     # --- slots ------------------------------------------------------------------------
 
@@ -144,56 +118,6 @@ class MixtureRuntime:
             raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
                            field="specialist")
         return self.slots[specialist]
-
-    def _checked_weights(self, directory: Path, name: str):
-        """The LoRA weights at ``directory``, checked against the slots' rank and the base's layers, and where
-        they go (see ``_targets_of``; checked once per layout: see ``mint.mol.lora.AdapterLayout``)."""
-        from mint.mol.lora import read_adapter
-        from mint.registry.artifacts import check_adapter_dir
-
-        weights = read_adapter(directory, check_adapter_dir(directory), self._layouts)
-        if weights.rank > self.max_rank:
-            raise Refused(f"{name} has LoRA rank {weights.rank}, above the runtime's slot rank {self.max_rank}; "
-                          f"start the runtime with --max-rank {weights.rank} or more")
-        placement = self._targets.get(weights.layout)
-        if placement is None:
-            if len(self._targets) >= 32:
-                self._targets.clear()
-            placement = self._targets[weights.layout] = self._targets_of(weights.layout, name, directory)
-        return weights, placement
-
-    def _targets_of(self, layout, name: str, directory: Path) -> tuple[list, list]:
-        """The slotted modules a layout's modules go into (in its order), and those it leaves empty; BadInput
-        when a module is not a linear layer of the base or its shape is not the base's."""
-        targets = []
-        for module, (a, b, _scale) in layout.modules.items():
-            target = self.modules.get(module)
-            if target is None:
-                raise BadInput(f"{name} adapts {module}, which is not a linear layer of base "
-                               f"{self.loaded.name}", file=str(directory))
-            if a.shape[1] != target.base.in_features or b.shape[0] != target.base.out_features:
-                raise BadInput(f"{name}: {module} is {target.base.in_features}->{target.base.out_features} in base "
-                               f"{self.loaded.name}, but the adapter's LoRA is {a.shape[1]}->{b.shape[0]}",
-                               file=str(directory))
-            targets.append(target)
-        untouched = [module for module_name, module in self.modules.items() if module_name not in layout.modules]
-        return targets, untouched
-
-    def _copy_into(self, index: int, weights, placement: tuple[list, list]) -> None:
-        from mint.mol.lora import load_plan, load_slots, plan_is_current
-
-        targets, untouched = placement
-        loaded = list(weights.modules.values())
-        plan = self._plans.get((weights.layout, index))
-        if plan is None or not plan_is_current(plan):
-            if len(self._plans) >= 64:
-                self._plans.clear()
-            plan = self._plans[(weights.layout, index)] = load_plan(
-                index, [(target, a.shape[0]) for target, (a, _b, _scale) in zip(targets, loaded)])
-        load_slots(plan, [tensor for a, b, _scale in loaded for tensor in (a, b)], [scale for *_, scale in loaded])
-        for module in untouched:
-            if module.ranks[index]:
-                module.clear_slot(index)
 
     def _specialist_slot(self, specialist: str) -> Slot:
         """A specialist's own slot (a named adapter's is loaded and freed by load_named and unload_named only)."""
@@ -208,9 +132,9 @@ class MixtureRuntime:
         started = time.perf_counter()
         slot = self._specialist_slot(specialist)
         name = ref or str(directory)
-        weights, placement = self._checked_weights(directory, name)
+        weights, placement = self.adapters.check(Path(directory), name)
         with self.lock:
-            self._copy_into(slot.index, weights, placement)
+            self.adapters.copy_into(slot.index, weights, placement)
             self.slots[specialist] = Slot(specialist, slot.index, revision_id, name, weights.rank)
         return Handoff(specialist, slot.ref, name, time.perf_counter() - started)
 
@@ -238,7 +162,7 @@ class MixtureRuntime:
             if fingerprint and fingerprint != self.loaded.fingerprint:
                 raise Refused(f"{directory} was trained on another base, not the loaded {self.loaded.name}")
             specialist, ref, revision_id = specialist, f"{specialist}:v{version}", manifest.get("id")
-        weights, placement = self._checked_weights(Path(directory), name)
+        weights, placement = self.adapters.check(Path(directory), name)
         with self.lock:
             if name in self.named:
                 raise BadInput(f"the lora adapter {name!r} has already been loaded", field="lora_name")
@@ -246,7 +170,7 @@ class MixtureRuntime:
                 raise Refused(f"all {len(self.named)} named adapter slots are taken; unload one first or start the "
                               "server with a larger --max-loras")
             index = self._free_named.pop(0)
-            self._copy_into(index, weights, placement)
+            self.adapters.copy_into(index, weights, placement)
             self.named[name] = Slot(specialist, index, revision_id, ref, weights.rank)
         return self.named[name]
 
@@ -256,15 +180,13 @@ class MixtureRuntime:
             slot = self.named.pop(name, None)
             if slot is None:
                 raise BadInput(f"the lora adapter {name!r} cannot be found", field="lora_name")
-            for module in self.modules.values():
-                module.clear_slot(slot.index)
+            self.adapters.clear(slot.index)
             self._free_named.append(slot.index)
 
     def clear(self, specialist: str) -> None:
         slot = self._specialist_slot(specialist)
         with self.lock:
-            for module in self.modules.values():
-                module.clear_slot(slot.index)
+            self.adapters.clear(slot.index)
             self.slots[specialist] = Slot(specialist, slot.index)
         self.sync_errors.pop(specialist, None)      # the next sync tries its champion afresh
         self._failed_target.pop(specialist, None)
@@ -310,11 +232,7 @@ class MixtureRuntime:
     def shared_layers(self) -> int:
         """How many decoder layers, from the first, no loaded adapter changes: there every slot computes the
         bare base's states (all of them when no adapter is loaded)."""
-        slots = [*self.slots.values(), *self.named.values()]
-        changed = [self.layer_of[name] for name, module in self.modules.items()
-                   if any(module.ranks[slot.index] for slot in slots)]
-        changed = [layer for layer in changed if layer is not None]
-        return min(changed, default=len(self.model.get_decoder().layers))
+        return self.adapters.shared_layers([slot.index for slot in (*self.slots.values(), *self.named.values())])
 
     def served_by(self, specialist: str | None) -> str:
         slot = self._slot(specialist) if specialist else None
@@ -328,7 +246,7 @@ class MixtureRuntime:
 
     def encode(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
         """The prompt token ids of each conversation (chat template, generation prompt)."""
-        from mint.mol.generate import prompt_ids
+        from mint.generation.engine import prompt_ids
 
         return prompt_ids(self.tokenizer, list(conversations))
 
@@ -363,8 +281,7 @@ class MixtureRuntime:
         if listeners is not None and len(listeners) != len(conversations):
             raise BadInput(f"{len(conversations)} conversations but {len(listeners)} listeners")
         routed = set(route.rows) if route else set()
-        slots = [self._slot(s).index if s is not None and i not in routed else 0 for i, s in enumerate(specialists)]
-        spans = None
+        spans: list = [None] * len(conversations)
         if route:     # the same ids, and where each last user message lies in them (for the probe)
             from mint.mol.router import prompt_tokens
 
@@ -378,213 +295,42 @@ class MixtureRuntime:
                     for i, p in enumerate(prompts) if limit and len(p) + limits[i] > limit}
         if too_long:
             raise RowsFailed(too_long)
-        return self.generate_ids(prompts, slots, decoding, specialists, limits=limits, listeners=listeners,
-                                 route=route, spans=spans, rows=rows)
+        from mint.generation.engine import Request
 
-    def generate_ids(self, prompts: list[list[int]], slots: list[int], decoding: Decoding,
-                     specialists: Sequence[str | None] | None = None, *, limits: Sequence[int] | None = None,
-                     listeners: Sequence[TextListener | None] | None = None, route: PrefillRoute | None = None,
-                     spans: Sequence[tuple[int, int]] | None = None,
-                     rows: Sequence[Decoding] | None = None) -> list[Generation]:
-        import torch
-        from transformers import LogitsProcessorList, StoppingCriteriaList
-
-        width = max(len(p) for p in prompts)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
-        row_decodings = rows
-        rows = _RowStops(self.tokenizer, limits or [decoding.max_new_tokens] * len(prompts),
-                         set(_eos_ids(self.model, self.tokenizer)), listeners or [None] * len(prompts))
-        options = dict(max_new_tokens=decoding.max_new_tokens, pad_token_id=pad,
-                       do_sample=decoding.temperature > 0 and row_decodings is None,
-                       stopping_criteria=StoppingCriteriaList([rows]))
-        if row_decodings is not None:   # greedy decoding picks the token each sampled row's sampler chose
-            options.update(logits_processor=LogitsProcessorList([_RowSampler(row_decodings)]))
-        elif decoding.temperature > 0:
-            options.update(temperature=decoding.temperature, top_p=decoding.top_p, top_k=0)
-        specialists = list(specialists or [None] * len(prompts))
-        slots = list(slots)
+        row_decodings = list(rows) if rows is not None else [decoding] * len(conversations)
+        listeners = list(listeners) if listeners is not None else [None] * len(conversations)
+        specialists = list(specialists)
         with self.lock:
-            self.table.set_rows(slots)
-            hooks = self._route_in_prefill(route, prompts, spans, width, slots, specialists) if route else []
-            try:
-                if decoding.temperature > 0 and row_decodings is None:
-                    torch.manual_seed(decoding.seed)
-                started = time.perf_counter()
-                with torch.inference_mode():
-                    self.model.generate(input_ids=input_ids, attention_mask=attention, **options)
-                seconds = time.perf_counter() - started
-            finally:
-                for hook in hooks:
-                    hook.remove()
-                self.table.set_rows([0])
-            if route and any(specialists[i] is None for i in route.rows):
-                raise RuntimeError("the prefill ended before its rows were routed")
+            requests = [Request(prompt, limits[i], None if i in routed else
+                                (self._slot(specialists[i]).index if specialists[i] is not None else 0),
+                                row_decodings[i].temperature, row_decodings[i].top_p, row_decodings[i].seed,
+                                listener=listeners[i], span=spans[i]) for i, prompt in enumerate(prompts)]
+            router = self._prefill_router(route, spans, specialists) if route else None
+            run = self.engine.decode(requests, router=router)
             served = [self.served_by(s) for s in specialists]
-        results = []
-        for row, prompt in enumerate(prompts):
-            tokens, text = rows.tokens[row], rows.finish(row)
-            results.append(Generation(
-                specialist=specialists[row], served_by=served[row], text=text,
-                token_ids=tokens, prompt_tokens=len(prompt), finish_reason=rows.reasons[row] or "length",
-                seconds=seconds))
-        return results
+        return [Generation(specialist=specialists[i], served_by=served[i], text=out.text, token_ids=out.tokens,
+                           prompt_tokens=len(prompts[i]), finish_reason=out.finish_reason, seconds=run.seconds)
+                for i, out in enumerate(run.results)]
 
-
-    def _route_in_prefill(self, route: PrefillRoute, prompts, spans, width: int, slots: list[int],
-                          specialists: list) -> list:
-        """Hooks that route ``route.rows`` once the prefill has run ``route.layers[-1]`` decoder layers, then
-        set each routed row's slot (in ``slots`` and the slot table) and specialist, so the prefill's later
-        layers and every decode step run that row's adapter. They fire on the prefill only."""
+    def _prefill_router(self, route: PrefillRoute, spans, specialists: list):
+        """The engine's router for ``route``: the states its rows' prefill computed after each of ``route.layers``,
+        pooled over each row's last user message and side by side, name each row's specialist (kept in
+        ``specialists``) and so its slot."""
         import torch
 
+        from mint.generation.engine import PrefillRouter
         from mint.mol.router import pool_span
 
         if route.layers[-1] > self.shared_layers():
             raise Refused(f"an adapter changes decoder layer {self.shared_layers()}, below the router's layer "
                           f"{route.layers[-1]}: the turn's prefill cannot be routed")
-        if spans is None:
-            raise BadInput("routing inside the prefill needs each prompt's span")
-        layers = self.model.get_decoder().layers
-        rows = list(route.rows)
-        offsets = [width - len(prompts[i]) for i in rows]
-        captured: dict[int, object] = {}
 
-        def capture(layer: int):
-            def hook(_module, _inputs, output):
-                if layer in captured:
-                    return            # a decode step: the prefill was routed already
-                captured[layer] = pool_span((output[0] if isinstance(output, tuple) else output)[rows],
-                                            [spans[i] for i in rows], offsets)
-                if layer == route.layers[-1]:
-                    features = torch.cat([captured[n] for n in route.layers], dim=-1)
-                    for row, name in zip(rows, route.decide(rows, features)):
-                        specialists[row], slots[row] = name, self._slot(name).index
-                    self.table.set_rows(slots)
-            return hook
+        def decide(rows: list[int], states: dict, padding: list[int]) -> list[int]:
+            features = torch.cat([pool_span(states[n], [spans[i] for i in rows], padding) for n in route.layers],
+                                 dim=-1)
+            names = route.decide(rows, features)
+            for row, name in zip(rows, names):
+                specialists[row] = name
+            return [self._slot(name).index for name in names]
 
-        return [layers[n - 1].register_forward_hook(capture(n)) for n in route.layers]
-
-
-def _layer_index(module_name: str) -> int | None:
-    """The decoder layer a module belongs to (``model.layers.12.mlp.up_proj`` -> 12)."""
-    import re
-
-    found = re.search(r"(?:^|\.)layers\.(\d+)\.", module_name)
-    return int(found[1]) if found else None
-
-
-class IncrementalText:
-    """The text of a growing token list, handed out in pieces whose concatenation is the final answer.
-
-    The final answer is ``decode(tokens).strip()``, so leading whitespace is never sent and trailing
-    whitespace waits until more text follows it; a trailing U+FFFD (an incomplete UTF-8 sequence, the rest
-    of it still to come in the next token) waits too.
-    """
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.sent = ""
-
-    def _text(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-
-    def push(self, tokens: list[int]) -> str:
-        """The new text that ``tokens`` make final (often "")."""
-        ready = self._text(tokens).rstrip("\ufffd").rstrip()
-        if not ready.startswith(self.sent):   # decoding revised earlier text: wait until it agrees again
-            return ""
-        delta, self.sent = ready[len(self.sent):], ready
-        return delta
-
-    def finish(self, tokens: list[int]) -> tuple[str, str]:
-        """(the final text, what of it was not sent yet)."""
-        final = self._text(tokens)
-        return final, final[len(self.sent):] if final.startswith(self.sent) else ""
-
-
-class _RowSampler:
-    """A logits processor that samples each row whose decoding samples (temperature > 0) from a generator of
-    its own seed, with its own temperature and top_p, and leaves only that token to greedy decoding's argmax;
-    greedy rows pass unchanged. A row's draws therefore depend on its seed alone, not on its batch."""
-
-    def __init__(self, decodings: Sequence[Decoding]) -> None:
-        self.decodings = list(decodings)
-        self.generators: dict[int, object] = {}
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        for row, decoding in enumerate(self.decodings):
-            if decoding.temperature <= 0:
-                continue
-            if row not in self.generators:
-                self.generators[row] = torch.Generator(device=scores.device).manual_seed(decoding.seed)
-            probs = torch.softmax(scores[row].float() / decoding.temperature, dim=-1)
-            if decoding.top_p < 1:
-                ordered, order = torch.sort(probs, descending=True)
-                outside = ordered.cumsum(-1) - ordered > decoding.top_p   # the smallest set holding top_p stays
-                probs = probs.scatter(0, order[outside], 0.0)
-            token = torch.multinomial(probs, 1, generator=self.generators[row])
-            scores[row] = float("-inf")
-            scores[row, token] = 0.0
-        return scores
-
-
-class _RowStops:
-    """A stopping criterion for ``model.generate`` that follows each row after every decode step: it
-    collects the row's tokens, stops the row at EOS, at its own limit or when its listener's receiver is
-    gone, and hands the listener the row's newly decoded text."""
-
-    def __init__(self, tokenizer, limits: Sequence[int], eos: set[int],
-                 listeners: Sequence[TextListener | None]) -> None:
-        self.limits, self.eos, self.listeners = list(limits), eos, list(listeners)
-        self.tokens: list[list[int]] = [[] for _ in limits]
-        self.reasons: list[str | None] = [None] * len(limits)     # stop | length | cancelled, once stopped
-        self.texts = [IncrementalText(tokenizer) if listener and getattr(listener, "wants_text", True) else None
-                      for listener in listeners]
-        self.tokenizer = tokenizer
-
-    def _tell(self, row: int, delta: str) -> None:
-        """Give the listener its text; a listener that refuses or fails cancels its row, never the batch."""
-        try:
-            alive = self.listeners[row](delta)
-        except Exception:  # noqa: BLE001 - the receiver's trouble is the receiver's, not the other rows'
-            alive = False
-        if not alive:
-            self.reasons[row], self.listeners[row] = CANCELLED, None
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        newest = input_ids[:, -1].tolist()
-        for row, token in enumerate(newest):
-            if self.reasons[row] is not None:
-                continue
-            if token in self.eos:
-                self.reasons[row] = "stop"
-                continue
-            self.tokens[row].append(token)
-            if self.listeners[row] is not None:
-                self._tell(row, self.texts[row].push(self.tokens[row]) if self.texts[row] else "")
-            if self.reasons[row] is None and len(self.tokens[row]) >= self.limits[row]:
-                self.reasons[row] = "length"
-        return torch.tensor([reason is not None for reason in self.reasons], device=input_ids.device)
-
-    def finish(self, row: int) -> str:
-        """The row's final text; its listener gets what it was not sent yet."""
-        if self.texts[row] is None:
-            return self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).strip()
-        final, rest = self.texts[row].finish(self.tokens[row])
-        if rest and self.listeners[row] is not None:
-            self._tell(row, rest)
-        return final
-
-
-def _eos_ids(model, tokenizer) -> list[int]:
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    ids = configured if isinstance(configured, list) else [configured] if configured is not None else []
-    if tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    return ids
+        return PrefillRouter(tuple(route.layers), decide)

@@ -10,7 +10,7 @@ from mint import hardware
 from mint.contract.evaluate import check_not_stale, evaluate
 from mint.contract.schema import load_contract
 from mint.errors import BadInput
-from mint.mol import generate as gen
+from mint.generation import engine as gen
 from tests.contract.conftest import card_contract
 from tests.contract.test_schema import GOOD
 

@@ -14,7 +14,7 @@ CORRECTION = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_stops_after_the_call(ws, project, tmp_path, monkeypatch):
     from mint.data.ingest import ingest
     from mint.loop.experience import gather_experience
-    from mint.mol import generate
+    from mint.generation import engine as generate
 
     log = tmp_path / "app.jsonl"
     # thumbs-down answers corrected to the call: requests without an accepted answer, so experience draws them
@@ -96,7 +96,7 @@ def _genui(user, answer=None, **feedback):
 
 def _answer_with(monkeypatch, outputs, seen=None):
     """Stand in for the model: each prompt gets ``outputs`` (a list, or a function of the prompt's text)."""
-    from mint.mol import generate
+    from mint.generation import engine as generate
 
     def fake(model, tokenizer, conversations, settings, *args, **kwargs):
         if seen is not None:
@@ -279,7 +279,7 @@ def test_new_served_turns_or_a_changed_source_file_make_the_loop_gather_experien
 def test_the_pool_decodes_as_many_rows_side_by_side_as_the_hardware_plan_says(ws, project, tmp_path, monkeypatch):
     from mint import hardware
     from mint.loop import experience
-    from mint.mol import generate
+    from mint.generation import engine as generate
 
     _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
     batch_sizes = []

@@ -103,7 +103,16 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     # the tiny random base never writes a valid tree: answer one valid and one broken sample per prompt
     monkeypatch.setattr(experience, "_sample", lambda ws, champion, base, specialist, chosen, **kw:
                         [[ANSWERS[p.prompt[-1]["content"]], "{broken"] for p in chosen])
+    from mint.generation import engine
+
+    streams, decode = [], engine.generate_each
+    monkeypatch.setattr(engine, "generate_each", lambda model, tokenizer, conversations, settings, slots, *args, **kw:
+                        streams.append(len(slots)) or decode(model, tokenizer, conversations, settings, slots, *args,
+                                                             **kw))
     result = run_loop(ws, path)
+    # each generation decodes in one stream: generation 1 beside its baseline (the bare base), generation 2 beside
+    # its placebo twin and its steps control (its baseline, generation 1, has a report: nothing decodes twice)
+    assert streams == [2, 3]
     ran = {(s.iteration, s.label): s.output for s in result.steps if s.status in ("ran", "failed")}
     gathered = ran[(2, "experience genui")]
     assert gathered["accepted"] == 2 and gathered["twin"]["unverified"] == 4        # every sample, the broken too

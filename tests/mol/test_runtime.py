@@ -7,7 +7,7 @@ import pytest
 
 from mint.base import TINY
 from mint.errors import BadInput, Refused
-from tests.mol.conftest import CONVERSATIONS, peft_alone
+from tests.conftest import CONVERSATIONS, peft_alone
 
 MAX_NEW = 12
 
@@ -194,14 +194,14 @@ def test_a_retrained_adapter_of_the_same_layout_is_checked_once_and_its_own_weig
     import torch
     from safetensors.torch import load_file, save_file
 
-    from mint.mol import lora
+    from mint.generation import lora
 
     layouts = []
     original = lora._layout
     monkeypatch.setattr(lora, "_layout", lambda *args: layouts.append(args[0]) or original(*args))
     checks = []
-    targets_of = tiny_runtime._targets_of
-    monkeypatch.setattr(tiny_runtime, "_targets_of", lambda *args: checks.append(args[1]) or targets_of(*args))
+    targets_of = tiny_runtime.adapters._targets_of
+    monkeypatch.setattr(tiny_runtime.adapters, "_targets_of", lambda *args: checks.append(args[1]) or targets_of(*args))
     retrained = tmp_path / "retrained"
     shutil.copytree(tiny_loras["chat"], retrained)
     tensors = load_file(str(retrained / "adapter_model.safetensors"))
@@ -271,7 +271,7 @@ def test_unknown_specialist_is_bad_input(tiny_runtime):
 def test_mixed_batch_is_token_identical_on_smollm2(tmp_path):
     from mint.base import SMOLLM2, load_base
     from mint.mol.runtime import Decoding, MixtureRuntime
-    from tests.mol.conftest import make_lora
+    from tests.conftest import make_lora
 
     loras = {name: make_lora(tmp_path / name, SMOLLM2, seed=seed, r=8, alpha=16, targets=targets)
              for seed, (name, targets) in enumerate([("coding", ["q_proj", "v_proj"]),
@@ -332,7 +332,7 @@ def test_each_row_stops_at_its_own_limit_as_if_it_ran_alone(tiny_runtime, tiny_l
 
 
 def test_incremental_text_sends_whole_characters_and_joins_to_the_final_answer(tiny_runtime):
-    from mint.mol.runtime import IncrementalText
+    from mint.generation.text import IncrementalText
 
     tokenizer = tiny_runtime.tokenizer
     tokens = tokenizer("  Grüße, 你好 🎉 — done.  ", add_special_tokens=False)["input_ids"]
@@ -434,7 +434,7 @@ def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, 
 def upper_loras(tmp_path_factory):
     """The four specialists' adapters of the tiny base, changing its second (last) decoder layer only: what
     mint train makes by default (lora.from_layer: router)."""
-    from tests.mol.conftest import make_lora
+    from tests.conftest import make_lora
 
     root = tmp_path_factory.mktemp("upper")
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -79,12 +79,13 @@ def test_serve_answers_a_request_nested_too_deeply_with_400(ws):
     from fastapi.testclient import TestClient
 
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app
+    from mint.serve.app import create_app
+    from mint.serve.local import LocalBackend
     from mint.project import DEFAULT_PROJECT, Project
 
     mixture = Mixture.open(ws, Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialists))
     body = b'{"messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    with TestClient(create_app(mixture, window_ms=0, poll_s=60), raise_server_exceptions=False,
+    with TestClient(create_app(LocalBackend(mixture, window_ms=0, poll_s=60)), raise_server_exceptions=False,
                     base_url="http://localhost") as client:
         for endpoint in ("/v1/chat/completions", "/v1/feedback"):
             response = client.post(endpoint, content=body, headers={"content-type": "application/json"})
@@ -171,8 +172,12 @@ def test_a_json_line_python_will_not_read_is_quarantined_with_its_reason(tmp_pat
 
 
 @pytest.mark.parametrize("item, shown", [("trl.==1", "expected trl.KEY=VALUE"), ("\x01=1", r"trl.'\x01'")])
-def test_a_set_key_that_is_empty_or_unprintable_is_named(item, shown):
+def test_a_set_key_that_is_empty_or_unprintable_is_named(item, shown, tmp_path, monkeypatch):
     """Regression (the long form): `--set trl.=X` said "trl.: not a field", and a key of control characters
     was printed as nothing."""
+    from mint.project import init_project
+
+    init_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
     code, output = load_script("fuzz").run_cli(["train", "--dry-run", "--method", "sft", "--set", item])
     assert code == 2 and shown in " ".join(output.split())

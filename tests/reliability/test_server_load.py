@@ -30,7 +30,7 @@ def test_a_turn_too_long_for_the_base_fails_alone_not_its_batch(ws):
     from mint.errors import BadInput
     from mint.mol.mixture import Mixture, Turn
     from mint.mol.runtime import Decoding
-    from mint.mol.serve import Batcher
+    from mint.serve.local import Batcher
 
     batcher = Batcher(Mixture.open(ws, TINY_PROJECT), window_ms=0, max_batch=8)
     too_long = Turn([{"role": "user", "content": "word " * 3000}], decoding=Decoding(2))

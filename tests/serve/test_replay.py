@@ -12,7 +12,7 @@ TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialis
 
 
 def test_each_request_is_answered_over_http_and_logged_as_a_served_turn(ws, crown, tiny_loras, tmp_path):
-    from mint.mol.replay import serve_requests
+    from mint.serve.replay import serve_requests
     from mint.mol.turnlog import scan_turns
 
     crown("genui", tiny_loras["genui"])
@@ -35,7 +35,7 @@ def test_each_request_is_answered_over_http_and_logged_as_a_served_turn(ws, crow
 
 
 def test_a_bad_request_line_names_its_file_line_and_field_before_anything_loads(ws, tmp_path):
-    from mint.mol.replay import serve_requests
+    from mint.serve.replay import serve_requests
 
     requests = tmp_path / "requests.jsonl"
     requests.write_text('{"prompt": "fine"}\n{"messages": []}\n')

@@ -17,11 +17,13 @@ TINY_PROJECT = Project(base="tiny-random", specialists=DEFAULT_PROJECT.specialis
 def server(ws, crown, tiny_loras):
     """A running server on the tiny base with coding:v1 as champion; yields (base_url, app)."""
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app, start_background
+    from mint.serve.app import create_app
+    from mint.serve.local import LocalBackend
+    from mint.serve.server import start_background
 
     crown("coding", tiny_loras["coding"])
     mixture = Mixture.open(ws, TINY_PROJECT)
-    app = create_app(mixture, window_ms=20, poll_s=0.1)
+    app = create_app(LocalBackend(mixture, window_ms=20, poll_s=0.1))
     running = start_background(app, start_limit_s=120)
     yield f"http://127.0.0.1:{running.port}", app
     running.stop()
@@ -98,7 +100,7 @@ def test_concurrent_clients_are_answered_and_feedback_is_logged(server, ws):
 def test_the_batcher_answers_queued_turns_in_one_batch(ws):
     from mint.mol.mixture import Mixture, Turn
     from mint.mol.runtime import Decoding
-    from mint.mol.serve import Batcher
+    from mint.serve.local import Batcher
 
     batcher = Batcher(Mixture.open(ws, TINY_PROJECT), window_ms=0, max_batch=8)
     futures = [batcher.submit(Turn([{"role": "user", "content": f"hello {i}"}], decoding=Decoding(2)))
@@ -262,7 +264,7 @@ def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, m
     openai = client(url)
     ask = {"model": "mint", "messages": [{"role": "user", "content": "Weather in Paris today?"}], "tools": WEATHER}
     call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "date": "today"}}</tool_call>'
-    monkeypatch.setattr(app.state.mixture, "answer_each", _answers_with(call))
+    monkeypatch.setattr(app.state.backend.mixture, "answer_each", _answers_with(call))
     reply = openai.chat.completions.create(**ask).choices[0]
     assert reply.finish_reason == "tool_calls" and reply.message.content is None
     [made] = reply.message.tool_calls
@@ -278,7 +280,7 @@ def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, m
     # words, a call of a tool not offered, or no tools offered at all: the text, as it was written
     for text, tools in [("It is sunny.", WEATHER), ('{"name": "launch_rocket", "arguments": {}}', WEATHER),
                         (call, None)]:
-        monkeypatch.setattr(app.state.mixture, "answer_each", _answers_with(text))
+        monkeypatch.setattr(app.state.backend.mixture, "answer_each", _answers_with(text))
         request = {**ask, "tools": tools} if tools else {k: v for k, v in ask.items() if k != "tools"}
         reply = openai.chat.completions.create(**request).choices[0]
         assert (reply.message.content, reply.message.tool_calls, reply.finish_reason) == (text, None, "stop")
@@ -287,7 +289,7 @@ def test_an_answer_that_calls_an_offered_tool_comes_back_as_tool_calls(server, m
 
 
 def test_the_clients_tool_call_history_is_written_as_the_agent_was_trained():
-    from mint.mol.serve import RequestError, parse_chat_request
+    from mint.serve.protocol import RequestError, parse_chat_request
     from mint.render import render_message
 
     calls = [{"id": "call_1", "type": "function",
@@ -335,11 +337,12 @@ def _gate_forward(model, at_call: int, until, record: list):
 def test_stream_sends_text_while_the_turn_is_still_decoding_and_logs_it_once(server, ws):
     import httpx
 
-    from mint.mol.runtime import Decoding, IncrementalText
+    from mint.generation.text import IncrementalText
+    from mint.mol.runtime import Decoding
     from mint.mol.turnlog import read_turns
 
     url, app = server
-    runtime, openai = app.state.mixture.runtime, client(url)
+    runtime, openai = app.state.backend.mixture.runtime, client(url)
     messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
     reply = openai.chat.completions.create(model="mint/coding", messages=messages, max_tokens=12)
     tokens = runtime.generate([messages], ["coding"], Decoding(12))[0].token_ids
@@ -369,7 +372,7 @@ def test_stream_sends_text_while_the_turn_is_still_decoding_and_logs_it_once(ser
 def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(server, ws, monkeypatch):
     import httpx
 
-    from mint.mol import serve as serve_module
+    from mint.serve import protocol as serve_module
     from mint.mol.turnlog import read_turns
 
     url, app = server
@@ -383,7 +386,7 @@ def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(se
     monkeypatch.setattr(serve_module.Relay, "__init__", spying_init)
     left, waited = threading.Event(), []
     # the stream starts after the 1st forward; the 2nd waits until the server has noticed the client left
-    restore = _gate_forward(app.state.mixture.runtime.model, 2,
+    restore = _gate_forward(app.state.backend.mixture.runtime.model, 2,
                             lambda: left.is_set() and all(r.gone for r in relays), waited)
     body = {"model": "mint/coding", "max_tokens": 200, "stream": True,
             "messages": [{"role": "user", "content": "Write a long Python program."}]}
@@ -393,11 +396,11 @@ def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(se
             first = next(response.iter_lines())
             assert first.startswith("data: ") and '"role": "assistant"' in first
         left.set()
-        wait_for(lambda: app.state.batcher.cancelled == 1, "the left row was not cancelled")
+        wait_for(lambda: app.state.backend.batcher.cancelled == 1, "the left row was not cancelled")
     finally:
         restore()
     assert waited == [True]
-    app.state.mixture.expire_pending(all_of_them=True)
+    app.state.backend.mixture.expire_pending(all_of_them=True)
     answer_id = json.loads(first[len("data: "):])["id"]
     assert not [t for t in read_turns(ws) if t["upstream_id"] == answer_id]
     reply = client(url).chat.completions.create(model="mint/coding", max_tokens=3,
@@ -408,7 +411,7 @@ def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(se
 def test_a_streamed_row_and_a_plain_row_share_one_batch_and_a_leaving_row_does_not_stop_the_other(ws):
     from mint.mol.mixture import Mixture, Turn
     from mint.mol.runtime import Decoding
-    from mint.mol.serve import Batcher
+    from mint.serve.local import Batcher
 
     mixture = Mixture.open(ws, TINY_PROJECT)
     ask = [{"role": "user", "content": "Tell me about rainy Sundays."}]

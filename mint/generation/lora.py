@@ -371,3 +371,8 @@ def _span(key: str, entry, where: str) -> TensorSpan:
         raise BadInput(f"tensor {key!r}: its data_offsets {[begin, end]} do not hold a {entry['dtype']} "
                        f"tensor of shape {list(shape)}", file=where)
     return TensorSpan(dtype, shape, begin, end)
+
+
+def slot_table(model) -> SlotTable | None:
+    """The slot table ``model``'s slotted layers read (None for a model without LoRA slots)."""
+    return next((module.table for module in model.modules() if isinstance(module, SlottedLoRALinear)), None)

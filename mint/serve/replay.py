@@ -57,10 +57,12 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
                    clients: int = 8, max_tokens: int = 256) -> dict:
     """Answer every request in ``requests_path`` through a real `mint serve` on loopback; returns how many were
     served, by which revision, the failures (each with its reason) and the seconds taken."""
-    from mint.mol.admission import Access
     from mint.mol.mixture import Mixture
-    from mint.mol.serve import create_app, start_background
     from mint.mol.turnlog import TurnLog
+    from mint.serve.admission import Access
+    from mint.serve.app import create_app
+    from mint.serve.local import LocalBackend
+    from mint.serve.server import start_background
 
     rows = read_requests(Path(requests_path))
     if clients < 1 or max_tokens < 1:
@@ -68,7 +70,7 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
     started = time.monotonic()
     key = secrets.token_urlsafe(18)
     mixture = Mixture.open(ws, project, base=base, log=TurnLog(ws))
-    running = start_background(create_app(mixture, poll_s=3600.0, access=Access((key,))),
+    running = start_background(create_app(LocalBackend(mixture, poll_s=3600.0), access=Access((key,))),
                                start_limit_s=START_LIMIT_S)
     try:
         url = f"http://127.0.0.1:{running.port}/v1/chat/completions"

@@ -1,7 +1,7 @@
 """`mint serve --upstream URL`: the router as a gateway in front of an OpenAI-compatible multi-LoRA server (vLLM).
 
 Each turn is routed as the local runtime routes it (``mint.yaml``'s rules, then the router champion's probe, or
-the starter probe) and forwarded to the upstream with ``model`` set to its specialist's champion adapter, named
+the starter probe) and forwarded to the upstream (``mint.serve.upstream``) with ``model`` set to its specialist's champion adapter, named
 immutably after the revision (``coding-v3``: ``mint.mol.export.adapter_name``, the names `mint export vllm`
 gives); a specialist without a champion is answered by the upstream's base model. The gateway holds only what
 routing reads: the base's embeddings and the decoder layers up to the deepest one its probes read (a third of
@@ -25,56 +25,17 @@ import asyncio
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
-
 from mint.errors import BadInput, MintError
-from mint.mol.admission import Access, Limits
 from mint.mol.mixture import Answer, Turn, TurnBook, prompt_of
 from mint.mol.router import Route, Router, probe_features, starter_router
 from mint.mol.runtime import Handoff
 from mint.project import Project
+from mint.serve.backend import Backend, ChampionPoller
+from mint.serve.upstream import Upstream, UpstreamClient, UpstreamError
 from mint.workspace import Workspace
-
-DEFAULT_UPSTREAM_TIMEOUT_S = 60.0
-
-
-class UpstreamError(MintError):
-    """The upstream failed a turn: ``status`` 502 (unreachable, or it answered an error) or 504 (no answer in
-    time)."""
-
-    def __init__(self, message: str, status: int = 502) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """An OpenAI-compatible server: ``url`` (with or without ``/v1``), its API key, the seconds a request may wait
-    for it (to connect, and between any two pieces of an answer)."""
-    url: str
-    key: str | None = None
-    timeout_s: float = DEFAULT_UPSTREAM_TIMEOUT_S
-
-    def __post_init__(self) -> None:
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BadInput(f"{self.url!r} is not an http(s) URL", field="--upstream")
-        if not self.timeout_s > 0:
-            raise BadInput("must be more than 0", field="--upstream-timeout")
-
-    @property
-    def api(self) -> str:
-        """The URL that ``/chat/completions`` and ``/models`` follow."""
-        url = self.url.rstrip("/")
-        return url if url.endswith("/v1") else f"{url}/v1"
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"} if self.key else {}
 
 
 @dataclass(frozen=True)
@@ -196,8 +157,6 @@ class Gateway(TurnBook):
 
     def __init__(self, ws: Workspace, project: Project, loaded, upstream: Upstream, *, depth: int | None = None,
                  max_rank: int | None = None, **options) -> None:
-        import httpx
-
         super().__init__(ws, project, **options)
         self.loaded, self.upstream = loaded, upstream
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
@@ -218,7 +177,7 @@ class Gateway(TurnBook):
         # one probe pass at a time (it hooks the layers), on the conversations of every turn waiting for one
         self.features = FeatureBatcher(lambda conversations, layers, reads: probe_features(
             self.model, self.tokenizer, conversations, layers, reads))
-        self._http = httpx.Client(timeout=upstream.timeout_s)
+        self.client = UpstreamClient(upstream)
 
     @property
     def max_rank(self) -> int | None:
@@ -298,37 +257,10 @@ class Gateway(TurnBook):
 
     # --- champions -------------------------------------------------------------------------
 
-    def _upstream_call(self, method: str, path: str, body: dict | None = None):
-        import httpx
-
-        try:
-            return self._http.request(method, f"{self.upstream.api}{path}", json=body, headers=self.upstream.headers())
-        except httpx.TimeoutException:
-            raise UpstreamError(f"{self.upstream.api}{path} did not answer within {self.upstream.timeout_s:g} s",
-                                504) from None
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"cannot reach {self.upstream.api}{path}: {exc}") from None
-
-    def upstream_serves(self) -> list[dict]:
-        """The upstream's /v1/models entries."""
-        reply = self._upstream_call("GET", "/models")
-        if reply.status_code != 200:
-            raise UpstreamError(f"{self.upstream.api}/models answered {reply.status_code}: {reply.text[:300]}")
-        try:
-            return [m for m in reply.json()["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-        except (ValueError, KeyError, TypeError):
-            raise UpstreamError(f"{self.upstream.api}/models did not answer a model list") from None
-
     def learn_max_rank(self) -> None:
         """``upstream_max_rank`` from the upstream's /health (a mint upstream says ``max_rank`` to a key; vLLM
         says nothing), and the announcement updated when it changed."""
-        import httpx
-
-        try:
-            reply = self._http.get(f"{self.upstream.api.removesuffix('/v1')}/health", headers=self.upstream.headers())
-            said = reply.json().get("max_rank") if reply.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            said = None
+        said = (self.client.health() or {}).get("max_rank")
         if isinstance(said, int) and not isinstance(said, bool) and said != self.upstream_max_rank:
             self.upstream_max_rank = said
             if self.announcement is not None:
@@ -345,16 +277,10 @@ class Gateway(TurnBook):
     def publish(self, name: str, directory) -> None:
         """Load the adapter at ``directory`` on the upstream as ``name`` (vLLM's runtime LoRA loading; its
         filesystem must see ``directory``, the shared artifacts)."""
-        reply = self._upstream_call("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": str(directory)})
-        if reply.status_code != 200 and "already been loaded" not in reply.text:
-            raise UpstreamError(f"{self.upstream.api}/load_lora_adapter refused {name}: {reply.status_code} "
-                                f"{reply.text[:300]}")
+        self.client.load_adapter(name, str(directory))
 
     def withdraw(self, name: str) -> None:
-        reply = self._upstream_call("POST", "/unload_lora_adapter", {"lora_name": name})
-        if reply.status_code not in (200, 404):     # 404: it is gone already
-            raise UpstreamError(f"{self.upstream.api}/unload_lora_adapter refused {name}: {reply.status_code} "
-                                f"{reply.text[:300]}")
+        self.client.unload_adapter(name)
 
     def sync(self) -> list[Handoff]:
         """Publish every champion the upstream does not serve yet (a promotion, or an upstream that restarted),
@@ -376,7 +302,7 @@ class Gateway(TurnBook):
                 conn.close()
         moves = self._sync_router(router_target, Probe, load_revision)
         try:
-            serves = self.upstream_serves()
+            serves = self.client.models()
         except UpstreamError as exc:
             self.upstream_error = str(exc)
             raise
@@ -441,273 +367,83 @@ class Gateway(TurnBook):
     def close(self) -> None:
         self.withdraw_announcement()
         super().close()
-        self._http.close()
+        self.client.close()
 
     # --- forwarding ------------------------------------------------------------------------
 
-    def upstream_body(self, turn: Turn, model: str, stream: bool) -> dict:
+    def upstream_body(self, turn: Turn, model: str) -> dict:
         """The request the upstream answers: the conversation the runtime would answer, with the turn's decoding."""
         decoding = turn.decoding
         return {"model": model, "messages": prompt_of(turn), "max_tokens": decoding.max_new_tokens,
-                "temperature": decoding.temperature, "top_p": decoding.top_p, "seed": decoding.seed,
-                "stream": stream}
+                "temperature": decoding.temperature, "top_p": decoding.top_p, "seed": decoding.seed}
 
 
-def _upstream_message(status: int, text: str) -> str:
-    import json
+class GatewayBackend(Backend):
+    """``gateway`` answering the app's turns: each routed off the event loop, forwarded to the upstream (whole or
+    streamed) and logged as the local runtime logs it."""
 
-    try:
-        message = json.loads(text)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = text[:300]
-    return f"the upstream answered {status}: {message}"
+    def __init__(self, gateway: Gateway, *, poll_s: float = 2.0) -> None:
+        super().__init__(gateway, gateway.project.names, ChampionPoller(gateway, poll_s))
+        self.gateway = gateway
+        # routing and logging run off the event loop, on threads of their own: the default pool has a few per
+        # core, and a turn waiting for a probe pass holds one while it waits
+        self._blocking = ThreadPoolExecutor(max_workers=64, thread_name_prefix="mint-gateway")
 
+    async def start(self) -> None:
+        await self.gateway.client.open()
+        await super().start()
 
-def create_gateway_app(gateway: Gateway, *, poll_s: float = 2.0, access: Access = Access(),
-                       limits: Limits = Limits()):
-    """The gateway's app: the local server's routes and checks (``mint.mol.serve``), answered through the
-    upstream."""
-    import json
-    from contextlib import asynccontextmanager
+    async def stop(self) -> None:
+        await super().stop()
+        await self.gateway.client.aclose()
+        self._blocking.shutdown(wait=True)
 
-    import httpx
-    from fastapi.responses import JSONResponse, StreamingResponse
-    from starlette.background import BackgroundTask
+    def context_limit(self) -> int | None:
+        return getattr(self.gateway.model.config, "max_position_embeddings", None)
 
-    from mint.mol.serve import (MODEL, ChampionPoller, RequestError, completion_body, stream_events, InFlight, Relay,
-                                add_feedback_route, error_response, openai_app, parse_chat_request)
-
-    poller = ChampionPoller(gateway, poll_s)
-    # routing and logging run off the event loop, on threads of their own: the default pool has a few per core,
-    # and a turn waiting for a probe pass holds one while it waits
-    blocking = ThreadPoolExecutor(max_workers=64, thread_name_prefix="mint-gateway")
-
-    async def off_loop(fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(blocking, fn, *args)
-
-    in_flight = InFlight(limits.max_per_key)
-    state = {"outstanding": 0}
-    timeout = httpx.Timeout(gateway.upstream.timeout_s)
-    clients: list = []
-    context = getattr(gateway.model.config, "max_position_embeddings", None)
-    max_prompt_chars = limits.max_prompt_chars or (8 * context if context else None)
-
-    @asynccontextmanager
-    async def lifespan(_app):
-        clients.append(httpx.AsyncClient(timeout=timeout))
-        poller.start()
-        try:
-            yield
-        finally:
-            poller.stop()
-            await clients[0].aclose()
-            blocking.shutdown(wait=True)
-            gateway.close()
-
-    app, body_of = openai_app(lifespan, access, limits)
-    app.state.poller, app.state.gateway = poller, gateway
-
-    @app.exception_handler(UpstreamError)
-    async def _upstream(_request, exc: UpstreamError):
-        return error_response(exc.status, str(exc), None, "upstream_timeout" if exc.status == 504 else
-                              "upstream_error")
-
-    def healthy() -> bool:
-        return poller.alive and poller.last_error is None and gateway.upstream_error is None
-
-    @app.get("/health")
-    async def health(request: Request):
-        ok = healthy()
-        status = "ok" if ok else "not ok"
-        if not request.scope["state"]["authorized"]:
-            return JSONResponse({"status": status}, 200 if ok else 503)
-        specialists = {name: {"served": gateway.revisions()[name],
+    def health(self) -> tuple[bool, dict]:
+        gateway, poller = self.gateway, self.poller
+        ok = poller.alive and poller.last_error is None and gateway.upstream_error is None
+        revisions = gateway.revisions()
+        specialists = {name: {"served": revisions[name],
                               "adapter": gateway.published[name].name if name in gateway.published else None,
                               "error": gateway.sync_errors.get(name)} for name in gateway.project.names}
-        return JSONResponse({"status": status, "revisions": gateway.revisions(), "specialists": specialists,
-                             "router": gateway.router.revision or "rules",
-                             "upstream": {"url": gateway.upstream.api, "serves": gateway.upstream_models,
-                                          "base_model": gateway.base_model, "error": gateway.upstream_error,
-                                          "max_rank": gateway.max_rank},
-                             "queue": {"outstanding": state["outstanding"], "limit": limits.max_queue},
-                             "poller": {"alive": poller.alive, "last_poll": poller.last_poll},
-                             "sync_error": poller.last_error}, 200 if ok else 503)
+        return ok, {"revisions": revisions, "specialists": specialists, "router": gateway.router.revision or "rules",
+                    "upstream": {"url": gateway.upstream.api, "serves": gateway.upstream_models,
+                                 "base_model": gateway.base_model, "error": gateway.upstream_error,
+                                 "max_rank": gateway.max_rank},
+                    "poller": poller.state(), "sync_error": poller.last_error}
 
-    @app.get("/v1/models")
-    async def models():
-        ids = [MODEL, *(f"{MODEL}/{name}" for name in gateway.project.names)]
-        return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "mint"}
-                                           for i in ids]}
+    async def _off_loop(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._blocking, fn, *args)
 
-    add_feedback_route(app, gateway, body_of)
-
-    def admit(request: Request) -> str:
-        owner = request.scope["state"]["owner"]
-        who = owner or f"address {request.client.host if request.client else '?'}"
-        if limits.max_queue is not None and state["outstanding"] >= limits.max_queue:
-            raise RequestError(429, f"{state['outstanding']} turns are in flight, the most this server takes; "
-                                    "retry shortly", None, "server_busy", {"Retry-After": "1"})
-        in_flight.enter(who)
-        state["outstanding"] += 1
-        return who
-
-    def done(who: str) -> None:
-        state["outstanding"] -= 1
-        in_flight.leave(who)
-
-    def answer_of(turn: Turn, answer_id: str, route: Route, served_by: str, text: str, finish: str, usage: dict,
-                  started: float, route_ms: float) -> Answer:
-        usage = usage if isinstance(usage, dict) else {}
-        return Answer(answer_id, route.specialist, served_by, text, route, (time.perf_counter() - started) * 1000,
-                      route_ms, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                      finish or "stop")
-
-    async def forward(request: Request, turn: Turn):
+    async def answer(self, turn: Turn, owner: str | None, listener) -> Answer:
+        """Routed, forwarded (streamed where ``listener`` wants text), logged; a stream whose client leaves stops
+        reading the upstream at once and logs nothing."""
         started = time.perf_counter()
-        route, route_ms = await off_loop(gateway.route, turn)
-        upstream_model, served_by = gateway.begin_turn(route.specialist)
-        url = f"{gateway.upstream.api}/chat/completions"
-        body = gateway.upstream_body(turn, upstream_model, stream=False)
+        gateway = self.gateway
+        route, route_ms = await self._off_loop(gateway.route, turn)
+        model, served_by = gateway.begin_turn(route.specialist)
         try:
-            reply = await asyncio.wait_for(clients[0].post(url, json=body, headers=gateway.upstream.headers()),
-                                           gateway.upstream.timeout_s)
-        except (asyncio.TimeoutError, httpx.TimeoutException):
-            raise UpstreamError(f"{url} did not answer within {gateway.upstream.timeout_s:g} s", 504) from None
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"cannot reach {url}: {exc}") from None
+            body = gateway.upstream_body(turn, model)
+            if getattr(listener, "wants_text", True):
+                task = asyncio.current_task()
+                listener.when_gone(lambda: task.get_loop().call_soon_threadsafe(task.cancel))
+                done = await gateway.client.stream(body, listener)
+            else:
+                done = await gateway.client.complete(body)
         finally:
-            gateway.end_turn(upstream_model)
-        if reply.status_code != 200:
-            raise UpstreamError(_upstream_message(reply.status_code, reply.text))
-        try:
-            data = reply.json()
-            choice = data["choices"][0]
-            text, finish = choice["message"]["content"] or "", choice.get("finish_reason")
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise UpstreamError(f"{url} answered something other than a chat completion") from None
-        answer = answer_of(turn, f"chatcmpl-{uuid.uuid4().hex}", route, served_by, text, finish, data.get("usage"),
-                           started, route_ms)
+            gateway.end_turn(model)
+        usage = done.usage
+        answer = Answer(turn.id or f"chatcmpl-{uuid.uuid4().hex}", route.specialist, served_by, done.text, route,
+                        (time.perf_counter() - started) * 1000, route_ms, int(usage.get("prompt_tokens") or 0),
+                        int(usage.get("completion_tokens") or 0), done.finish_reason or "stop")
         # on disk before the client hears it, written off the event loop (it fsyncs)
-        await off_loop(gateway.record, turn, answer, request.scope["state"]["owner"])
+        await self._off_loop(gateway.record, turn, answer, owner)
         return answer
 
-    async def pump(reply, relay: Relay, future: Future, turn: Turn, answer_id: str, route: Route, served_by: str,
-                   started: float, route_ms: float, owner: str | None) -> None:
-        """Reads the upstream's events into ``relay``; the turn is logged, then ``future`` says how it ended."""
-        pieces, finish, usage = [], None, {}
-        try:
-            async for line in reply.aiter_lines():
-                if relay.gone:          # the client left: stop the upstream's answer too, log nothing
-                    raise UpstreamError("the client left")
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    raise UpstreamError(f"the upstream failed mid-answer: {chunk['error'].get('message')}")
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices") or ():
-                    delta = (choice.get("delta") or {}).get("content") or ""
-                    if delta:
-                        pieces.append(delta)
-                        relay(delta)
-                    finish = choice.get("finish_reason") or finish
-            answer = answer_of(turn, answer_id, route, served_by, "".join(pieces), finish, usage, started, route_ms)
-            await off_loop(gateway.record, turn, answer, owner)
-            future.set_result(answer)
-        except httpx.TimeoutException:
-            future.set_exception(UpstreamError(f"the upstream sent nothing for {gateway.upstream.timeout_s:g} s "
-                                               "mid-answer", 504))
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            future.set_exception(UpstreamError(f"the upstream's stream broke off: {type(exc).__name__}: {exc}"))
-        except UpstreamError as exc:
-            future.set_exception(exc)
-        finally:
-            await reply.aclose()
+    def announce(self, url: str) -> None:
+        self.gateway.announce(url)
 
-    async def stream(request: Request, turn: Turn, model: str, on_end):
-        started = time.perf_counter()
-        route, route_ms = await off_loop(gateway.route, turn)
-        upstream_model, served_by = gateway.begin_turn(route.specialist)
-        try:
-            return await relayed(request, turn, model, on_end, started, route, route_ms, upstream_model, served_by)
-        except BaseException:
-            gateway.end_turn(upstream_model)
-            raise
-
-    async def relayed(request: Request, turn: Turn, model: str, on_end, started: float, route: Route,
-                      route_ms: float, upstream_model: str, served_by: str):
-        """The streamed answer of ``upstream_model``; the turn ends (``end_turn``) when the relay's task does."""
-        url = f"{gateway.upstream.api}/chat/completions"
-        outgoing = clients[0].build_request("POST", url, json=gateway.upstream_body(turn, upstream_model, stream=True),
-                                            headers=gateway.upstream.headers())
-        try:
-            reply = await asyncio.wait_for(clients[0].send(outgoing, stream=True), gateway.upstream.timeout_s)
-        except (asyncio.TimeoutError, httpx.TimeoutException):
-            raise UpstreamError(f"{url} did not answer within {gateway.upstream.timeout_s:g} s", 504) from None
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"cannot reach {url}: {exc}") from None
-        if reply.status_code != 200:
-            try:
-                text = (await asyncio.wait_for(reply.aread(), gateway.upstream.timeout_s)).decode("utf-8", "replace")
-            except (asyncio.TimeoutError, httpx.HTTPError):
-                text = ""
-            finally:
-                await reply.aclose()
-            raise UpstreamError(_upstream_message(reply.status_code, text))
-        answer_id = f"chatcmpl-{uuid.uuid4().hex}"
-        relay, future = Relay(asyncio.get_running_loop()), Future()
-        future.add_done_callback(relay.end)
-        relay("")        # the stream starts now: the role delta goes out before the first word
-        first = await relay.queue.get()
-        task = asyncio.ensure_future(pump(reply, relay, future, turn, answer_id, route, served_by, started,
-                                          route_ms, request.scope["state"]["owner"]))
-        # runs however the task ends, even cancelled before its first step (when no finally in it would run)
-        task.add_done_callback(lambda _task: gateway.end_turn(upstream_model))
-
-        def leave() -> None:
-            relay.leave()
-            if not task.done():
-                task.cancel()
-            on_end()
-
-        return StreamingResponse(stream_events(relay, future, first, answer_id, model, turn.tools),
-                                 media_type="text/event-stream", background=BackgroundTask(leave))
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        turn, streamed, model = parse_chat_request(await body_of(request), gateway.project.names, limits,
-                                                   max_prompt_chars)
-        who = admit(request)
-        if not streamed:
-            try:
-                return completion_body(await forward(request, turn), model, turn.tools)
-            finally:
-                done(who)
-        try:
-            return await stream(request, turn, model, lambda: done(who))
-        except BaseException:
-            done(who)
-            raise
-
-    return app
-
-
-def serve_gateway(gateway: Gateway, sock, *, poll_s: float = 2.0, access: Access = Access(),
-                  limits: Limits = Limits()) -> None:
-    """Serve the gateway on ``sock`` until interrupted (blocking). While it runs, the workspace knows the
-    upstream's LoRA rank limit when the gateway does (``Gateway.max_rank``)."""
-    import uvicorn
-
-    from mint.mol.serve import server_config
-
-    app = create_gateway_app(gateway, poll_s=poll_s, access=access, limits=limits)
-    host, port = sock.getsockname()[:2]
-    gateway.announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
-    try:
-        uvicorn.Server(server_config(app, limits)).run(sockets=[sock])
-    finally:
-        gateway.withdraw_announcement()
-
+    def withdraw(self) -> None:
+        self.gateway.withdraw_announcement()

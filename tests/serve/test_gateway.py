@@ -37,11 +37,13 @@ class Upstream:
         self.running = None
 
     def start(self, port: int = 0) -> "Upstream":
-        from mint.mol.admission import Access
+        from mint.serve.admission import Access
         from mint.mol.mixture import Mixture
-        from mint.mol.serve import create_app, start_background
+        from mint.serve.app import create_app
+        from mint.serve.local import LocalBackend
+        from mint.serve.server import start_background
 
-        app = create_app(Mixture.open(self.ws, TINY_PROJECT, named_slots=4), window_ms=5, poll_s=0.1,
+        app = create_app(LocalBackend(Mixture.open(self.ws, TINY_PROJECT, named_slots=4), window_ms=5, poll_s=0.1),
                          access=Access((UPSTREAM_KEY,)))
         self.running = start_background(app, start_limit_s=120, port=port)
         return self
@@ -69,14 +71,16 @@ def upstream(tmp_path):
 @pytest.fixture
 def start_gateway(ws):
     """start_gateway(url, timeout_s=30) -> the gateway's base URL (stopped after the test)."""
-    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec, create_gateway_app
-    from mint.mol.serve import start_background
+    from mint.serve.app import create_app
+    from mint.serve.gateway import Gateway, GatewayBackend
+    from mint.serve.upstream import Upstream as UpstreamSpec
+    from mint.serve.server import start_background
 
     started = []
 
     def start(url: str, timeout_s: float = 30.0) -> str:
         gateway = Gateway.open(ws, TINY_PROJECT, UpstreamSpec(url, UPSTREAM_KEY, timeout_s))
-        running = start_background(create_gateway_app(gateway, poll_s=0.1), start_limit_s=120)
+        running = start_background(create_app(GatewayBackend(gateway, poll_s=0.1)), start_limit_s=120)
         started.append(running)
         return f"http://127.0.0.1:{running.port}"
 
@@ -186,7 +190,7 @@ def stalling_upstream(release: threading.Event):
 def test_an_upstream_that_stalls_gives_504_within_the_timeout(ws, start_gateway):
     import httpx
 
-    from mint.mol.serve import start_background
+    from mint.serve.server import start_background
 
     release = threading.Event()
     stalled = start_background(stalling_upstream(release), start_limit_s=60)
@@ -237,7 +241,8 @@ PROBE_TURNS = ["whats big O of binary search", "how do i undo my last commit", "
 
 
 def test_turns_routed_together_in_one_probe_pass_get_the_routes_each_gets_alone(ws):
-    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.serve.gateway import Gateway
+    from mint.serve.upstream import Upstream as UpstreamSpec
     from mint.mol.mixture import Turn
 
     # no upstream answers: routing needs none
@@ -280,7 +285,7 @@ def test_turns_routed_together_in_one_probe_pass_get_the_routes_each_gets_alone(
 
 def test_the_gateway_holds_the_bases_first_layers_and_no_head():
     from mint.base import TINY, decoder_layers, load_base, probe_layers
-    from mint.mol.gateway import routing_base
+    from mint.serve.gateway import routing_base
 
     whole = load_base(TINY)
     held, depth = routing_base(TINY)
@@ -292,7 +297,8 @@ def test_the_gateway_holds_the_bases_first_layers_and_no_head():
 
 def test_the_gateway_announces_the_rank_a_mint_upstream_loads_and_promote_keeps_to_it(ws, tiny_loras, upstream):
     from mint.errors import Refused
-    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.serve.gateway import Gateway
+    from mint.serve.upstream import Upstream as UpstreamSpec
     from mint.registry.artifacts import register
     from mint.registry.promotion import promote
     from mint.registry.servers import running_servers
@@ -354,7 +360,7 @@ def test_a_replaced_adapter_stays_loaded_until_the_turns_forwarded_to_it_are_ans
                                                                                       start_gateway, stream):
     import httpx
 
-    from mint.mol.serve import start_background
+    from mint.serve.server import start_background
 
     release, loaded, unloaded, asked = threading.Event(), [], [], []
     held = start_background(holding_upstream(release, loaded, unloaded, asked), start_limit_s=60)
@@ -424,7 +430,7 @@ def test_load_and_unload_lora_adapter_answer_in_vllms_shapes_behind_the_key(upst
 def test_a_named_adapter_answers_as_the_same_adapter_in_a_specialists_slot(tiny_loras):
     from mint.base import TINY, load_base
     from mint.mol.runtime import MixtureRuntime
-    from tests.mol.conftest import CONVERSATIONS
+    from tests.conftest import CONVERSATIONS
 
     runtime = MixtureRuntime(load_base(TINY), TINY_PROJECT.names, max_rank=16, named_slots=1)
     runtime.load_named("coder", tiny_loras["coding"])
@@ -450,7 +456,8 @@ def register_one_layer_probe(ws, tmp_path, seed: int = 0):
 
 
 def test_the_gateway_opens_and_routes_with_a_trained_router_champion(ws, tmp_path):
-    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec
+    from mint.serve.gateway import Gateway
+    from mint.serve.upstream import Upstream as UpstreamSpec
     from mint.mol.mixture import Turn
     from mint.registry.promotion import promote
 
@@ -466,7 +473,8 @@ def test_the_gateway_opens_and_routes_with_a_trained_router_champion(ws, tmp_pat
 
 
 def test_a_router_champion_promoted_while_the_gateway_runs_is_picked_up(ws, tmp_path):
-    from mint.mol.gateway import Gateway, Upstream as UpstreamSpec, UpstreamError
+    from mint.serve.gateway import Gateway
+    from mint.serve.upstream import Upstream as UpstreamSpec, UpstreamError
     from mint.mol.mixture import Turn
     from mint.registry.promotion import promote
 

@@ -1,4 +1,5 @@
-"""Generation for contract evaluation: answers end where they end, bf16 and int8 are compared with fp32."""
+"""The engine on a contract's settings: answers end where they end, rows join and leave, drafts and samples are
+HF generate's, bf16 and int8 are compared with fp32."""
 import json
 
 import pytest
@@ -6,8 +7,13 @@ import torch
 
 from mint.base import TINY, build_tiny_random, load_base, load_tokenizer
 from mint.harness.base import HarnessSettings
-from mint.mol import generate as gen
-from mint.mol.generate import answer_complete, generate
+from mint.generation import cache as kv
+from mint.generation import engine as gen
+from mint.generation import lookup as drafts
+from mint.generation import precision as precisions
+from mint.generation import stops
+from mint.generation.engine import generate
+from mint.generation.stops import answer_complete
 
 TREE = '{"type": "Text", "props": {"text": "a } inside a string"}}'
 CODE = "```python\ndef f():\n    return 1\n```"
@@ -97,7 +103,7 @@ def test_generation_stops_at_the_end_of_a_json_tree_and_rows_end_independently(t
 def test_generation_stops_after_a_closed_code_block(tokenizer):
     model = Scripted(tokenizer, {"code": CODE + "\nThis function returns one, as asked, and more."}).inner
     result = generate(model, tokenizer, [chat("code")], HarnessSettings(max_new_tokens=48, batch_size=1),
-                      answer_end=gen.answer_ends("coding", HarnessSettings(stop_at_answer_end=True)))
+                      answer_end=stops.answer_ends("coding", HarnessSettings(stop_at_answer_end=True)))
     assert result.outputs == [[CODE]]
 
 
@@ -121,8 +127,9 @@ def test_each_conversation_is_reported_done_once_with_its_own_token_count(tokeni
 
 
 def test_a_contracts_suites_decode_as_one_stream(ws, candidate, tmp_path, monkeypatch):
-    """Two suites of 3 at batch 4: one generate call whose batch holds rows of both suites; each suite
-    still gets its own outputs, in order, and its own progress."""
+    """Two suites of 3 at batch 4: one generate call whose batch holds rows of both suites (and the bare base,
+    the candidate's baseline, beside it); each suite still gets its own outputs, in order, and its own
+    progress."""
     from mint.contract import evaluate as ev
     from tests.contract.test_schema import GOOD
 
@@ -135,29 +142,31 @@ def test_a_contracts_suites_decode_as_one_stream(ws, candidate, tmp_path, monkey
     text = text.replace("suites:\n", "suites:\n  - {name: extra, data: extra.jsonl}\n", 1)
     contract.write_text(text)
     calls = []
-    real = gen.generate
+    real = gen.generate_each
 
-    def spy(model, tokenizer, conversations, settings, *args, **kwargs):
-        calls.append([c[-1]["content"] for c in conversations])
-        return real(model, tokenizer, conversations, settings, *args, **kwargs)
+    def spy(model, tokenizer, conversations, settings, slots, *args, **kwargs):
+        calls.append(([c[-1]["content"] for c in conversations], list(slots)))
+        return real(model, tokenizer, conversations, settings, slots, *args, **kwargs)
 
-    monkeypatch.setattr(gen, "generate", spy)
+    monkeypatch.setattr(gen, "generate_each", spy)
     seen = []
-    report = ev.evaluate(ws, candidate("genui").ref, contract,
+    revision = candidate("genui")
+    report = ev.evaluate(ws, revision.ref, contract,
                          progress=lambda suite, done, total: seen.append((suite, done, total))).report.to_dict()
-    candidate_call = calls[-1]
-    assert sorted(candidate_call) == sorted(f"Show a card titled {w}" for w in "abcxyz")
-    assert sorted(seen[-6:]) == sorted([(s, n, 3) for s in ("core", "extra") for n in (1, 2, 3)])
+    [(candidate_call, slots)] = calls
+    assert sorted(candidate_call) == sorted(f"Show a card titled {w}" for w in "abcxyz") and len(slots) == 2
+    mine = [(label.split()[-1], done, total) for label, done, total in seen if label.startswith(revision.ref)]
+    assert sorted(mine) == sorted([(s, n, 3) for s in ("core", "extra") for n in (1, 2, 3)])
     assert set(report["generation"]) == {"core", "extra"}
     assert all(report["generation"][s]["new_tokens"] > 0 for s in ("core", "extra"))
 
 
-def test_bf16_generation_leaves_the_model_in_fp32_and_checks_no_parity_itself():
+def test_bf16_generation_leaves_the_model_in_fp32():
     loaded = load_base(TINY)
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain", "snow")]
     result = generate(loaded.model, loaded.tokenizer, prompts,
                       HarnessSettings(max_new_tokens=6, batch_size=3, precision="bf16"))
-    assert result.precision == "bf16" and len(result.outputs) == 6 and result.parity is None
+    assert result.precision == "bf16" and len(result.outputs) == 6
     assert next(loaded.model.parameters()).dtype == torch.float32
 
 
@@ -166,11 +175,11 @@ def test_comparing_precisions_times_both_and_records_their_parity():
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain", "snow")]
     settings = HarnessSettings(max_new_tokens=6, batch_size=3)
     compared = gen.compare_precisions(loaded.model, loaded.tokenizer, prompts, settings)
-    bf16 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS],
+    bf16 = generate(loaded.model, loaded.tokenizer, prompts[:precisions.PARITY_PROMPTS],
                     HarnessSettings(max_new_tokens=6, batch_size=3, precision="bf16"))
-    fp32 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS], settings)
+    fp32 = generate(loaded.model, loaded.tokenizer, prompts[:precisions.PARITY_PROMPTS], settings)
     parity = compared["parity"]
-    assert parity["examples"] == gen.PARITY_PROMPTS
+    assert parity["examples"] == precisions.PARITY_PROMPTS
     assert parity["identical"] == sum(a == b for a, b in zip(bf16.outputs, fp32.outputs))
     assert len(parity["mismatches"]) == parity["examples"] - parity["identical"]
     assert compared["speed"]["fp32"]["new_tokens"] == fp32.new_tokens and compared["speed"]["bf16"]["seconds"] > 0
@@ -228,8 +237,8 @@ def test_an_eval_decodes_with_the_hardware_plans_threads_and_records_them(ws, ca
     contract = tmp_path / "ui.yaml"
     contract.write_text(GOOD)
     decoding_threads = []
-    real = gen.generate
-    monkeypatch.setattr(gen, "generate", lambda *args, **kwargs: decoding_threads.append(torch.get_num_threads())
+    real = gen.generate_each
+    monkeypatch.setattr(gen, "generate_each", lambda *args, **kwargs: decoding_threads.append(torch.get_num_threads())
                         or real(*args, **kwargs))
     before = torch.get_num_threads()
     try:
@@ -249,10 +258,10 @@ def test_answers_end_early_only_where_the_contract_asks(tmp_path):
     (tmp_path / "core.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}],
                                                      "reference": {"type": "Card"}}) + "\n")
     (tmp_path / "c.yaml").write_text(GOOD)
-    assert gen.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ()
+    assert stops.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ()
     (tmp_path / "c.yaml").write_text(GOOD.replace("batch_size: 2}", "batch_size: 2, stop_at_answer_end: true}"))
-    assert gen.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ("json", "fence")
-    assert gen.answer_ends("chat", load_contract(tmp_path / "c.yaml").settings) == ()
+    assert stops.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ("json", "fence")
+    assert stops.answer_ends("chat", load_contract(tmp_path / "c.yaml").settings) == ()
 
 
 def test_an_unknown_precision_names_its_field(tmp_path):
@@ -295,17 +304,17 @@ def test_the_stream_gives_hf_generates_greedy_outputs_token_for_token():
 def test_the_kv_buffer_grows_joins_and_drops_rows_without_changing_greedy_outputs(monkeypatch):
     """Room for 3 columns at a time: the buffers are refilled every few steps, when prompts join and when rows
     leave, and every output is still HF generate's alone."""
-    monkeypatch.setattr(gen, "KV_ROOM", 3)
+    monkeypatch.setattr(kv, "KV_ROOM", 3)
     layers = []
-    with_room = gen._with_room
-    monkeypatch.setattr(gen, "_with_room", lambda cache: layers.extend(with_room(cache).layers) or cache)
+    with_room = kv.with_room
+    monkeypatch.setattr(kv, "with_room", lambda cache: layers.extend(with_room(cache).layers) or cache)
     loaded = load_base(TINY)
     with torch.no_grad():   # sharpen the attention: at the random init it is near uniform, so keys barely count
         for name, parameter in loaded.model.named_parameters():
             if name.endswith(("q_proj.weight", "k_proj.weight")):
                 parameter.mul_(60.0)
     result = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=12, batch_size=2))
-    assert layers and all(type(layer) is gen._roomy_layer_class() for layer in layers)
+    assert layers and all(type(layer) is kv.roomy_layer_class() for layer in layers)
     assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 12) for c in VARIED]
 
 
@@ -354,57 +363,73 @@ def test_int8_generation_compares_with_fp32_and_leaves_the_model_untouched():
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain")]
     result = generate(loaded.model, loaded.tokenizer, prompts,
                       HarnessSettings(max_new_tokens=6, batch_size=3, precision="int8"))
-    fp32 = generate(loaded.model, loaded.tokenizer, prompts[:gen.PARITY_PROMPTS],
+    fp32 = generate(loaded.model, loaded.tokenizer, prompts[:precisions.PARITY_PROMPTS],
                     HarnessSettings(max_new_tokens=6, batch_size=3))
     compared = gen.compare_precisions(loaded.model, loaded.tokenizer, prompts,
                                       HarnessSettings(max_new_tokens=6, batch_size=3), precision="int8")
     assert result.precision == "int8" and compared["parity"]["compared"] == "greedy int8 vs fp32"
     assert compared["parity"]["identical"] == sum(a == b for a, b in zip(result.outputs, fp32.outputs))
     assert all(type(m) is not torch.nn.Linear or m.weight.dtype == torch.float32 for m in loaded.model.modules())
-    assert any("quantized" in type(m).__module__ for m in gen.precision_copy(loaded.model, "int8").modules())
+    assert any("quantized" in type(m).__module__ for m in precisions.precision_copy(loaded.model, "int8").modules())
 
 
-def tiny_with_adapter():
-    """The tiny base with a seeded LoRA on every linear layer whose B is not zero, so it changes the outputs."""
-    from peft import LoraConfig, get_peft_model
+def tiny_lora(path, seed=0):
+    """A PEFT LoRA of the tiny base on every linear layer whose B is not zero, so it changes the outputs."""
+    from tests.conftest import make_lora
+
+    return make_lora(path, TINY, seed=seed, r=4, alpha=8, targets="all-linear")
+
+
+def peft_generate_alone(adapter, conversation, max_new_tokens):
+    """HF generate on one prompt with the PEFT model (the adapter unmerged): the reference a slot must give."""
+    from peft import PeftModel
 
     loaded = load_base(TINY)
-    torch.manual_seed(0)
-    model = get_peft_model(loaded.model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
-    return loaded, model.eval()
+    loaded.model = PeftModel.from_pretrained(loaded.model, str(adapter)).eval()
+    return hf_generate_alone(loaded, conversation, max_new_tokens)
 
 
-def test_a_candidate_is_generated_merged_with_the_unmerged_models_greedy_outputs(monkeypatch):
-    loaded, model = tiny_with_adapter()
+def test_a_candidate_in_a_lora_slot_gives_the_unmerged_peft_models_greedy_outputs(tmp_path):
+    from mint.generation.slots import attach_adapters
+
+    adapter = tiny_lora(tmp_path / "a")
+    loaded = load_base(TINY)
+    [slot] = attach_adapters(loaded.model, [adapter])
     settings = HarnessSettings(max_new_tokens=8, batch_size=2)
-    merged = generate(model, loaded.tokenizer, VARIED, settings)
-    monkeypatch.setattr(gen, "MERGE_ADAPTER", False)
-    unmerged = generate(model, loaded.tokenizer, VARIED, settings)
-    assert merged.outputs == unmerged.outputs and "adapter merged" in merged.precision_reason
-    assert merged.parity["identical"] == merged.parity["examples"] == gen.PARITY_PROMPTS
-    assert unmerged.parity is None
+    result = generate(loaded.model, loaded.tokenizer, VARIED, settings, slot=slot)
+    bare = generate(loaded.model, loaded.tokenizer, VARIED, settings)
+    assert [o[0] for o in result.outputs] == [peft_generate_alone(adapter, c, 8) for c in VARIED]
+    assert result.outputs != bare.outputs          # guards the test: the adapter changes the answers
 
 
-def test_a_merged_copy_that_disagrees_is_caught_and_the_unmerged_model_generates(monkeypatch):
-    loaded, model = tiny_with_adapter()
-    settings = HarnessSettings(max_new_tokens=8, batch_size=2)
-    real_copy = gen.precision_copy
-    without_adapter = load_base(TINY).model   # stands in for a merge gone wrong: it says something else
-    monkeypatch.setattr(gen, "precision_copy", lambda m, p: without_adapter if p == "merged" else real_copy(m, p))
-    result = generate(model, loaded.tokenizer, VARIED, settings)
-    monkeypatch.setattr(gen, "MERGE_ADAPTER", False)
-    unmerged = generate(model, loaded.tokenizer, VARIED, settings)
-    assert generate(without_adapter, loaded.tokenizer, VARIED, settings).outputs != unmerged.outputs
-    assert result.parity["identical"] < result.parity["examples"] and "generated unmerged" in result.precision_reason
-    assert result.outputs == unmerged.outputs
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_slots_decoded_in_one_stream_answer_as_each_slot_alone(tmp_path, temperature):
+    """Three slots (the bare base and two adapters) share one stream, mixed in its batches; each slot's outputs
+    are the ones it gives decoded alone, greedy and sampled (a sample's seed is its conversation's, whatever
+    the slot)."""
+    from mint.generation.slots import attach_adapters
+
+    loaded = load_base(TINY)
+    slots = attach_adapters(loaded.model, [tiny_lora(tmp_path / "a", 1), tiny_lora(tmp_path / "b", 2)])
+    settings = HarnessSettings(max_new_tokens=8, batch_size=4, temperature=temperature, top_p=0.9,
+                               samples=2 if temperature else 1)
+    batches = []
+    forward = loaded.model.forward
+    loaded.model.forward = lambda input_ids=None, **kwargs: batches.append(input_ids.shape[0]) or \
+        forward(input_ids=input_ids, **kwargs)
+    together = gen.generate_each(loaded.model, loaded.tokenizer, VARIED, settings, [0, *slots])
+    assert max(batches) == 4 and len(batches) < 3 * len(VARIED) * 8       # one stream, full batches
+    alone = [generate(loaded.model, loaded.tokenizer, VARIED, settings, slot=slot) for slot in (0, *slots)]
+    assert [g.outputs for g in together] == [g.outputs for g in alone]
+    assert len({json.dumps(g.outputs) for g in alone}) == 3                  # each slot answers differently
 
 
 def test_a_lookup_draft_is_what_followed_the_last_earlier_occurrence_of_the_longest_recent_ngram():
-    lookup = gen._Lookup([5, 1, 2, 3, 4, 1, 2])
+    lookup = drafts.Lookup([5, 1, 2, 3, 4, 1, 2])
     assert lookup.draft(3) == [3, 4, 1]              # (1, 2) was followed by 3; (4, 1, 2) never occurred before
     lookup.extend([7, 1, 2])
     assert lookup.draft(2) == [7, 1]                 # the last occurrence of (1, 2) now: the one before 7
-    assert gen._Lookup([1, 2, 3]).draft(4) == [] and lookup.draft(0) == []
+    assert drafts.Lookup([1, 2, 3]).draft(4) == [] and lookup.draft(0) == []
 
 
 def sharpened_tiny():
@@ -434,17 +459,17 @@ def test_prompt_lookup_gives_hf_generates_greedy_outputs_in_fewer_steps(monkeypa
     """Drafts are taken where the model picks them and masked out where it does not: every output is still
     HF generate's alone and the stream needs fewer steps. Some drafts here are refused, and a refused
     draft's cache columns are then never read (without the mask the outputs differ)."""
-    monkeypatch.setattr(gen, "KV_ROOM", 3)   # the buffers also grow, join and drop rows with drafts in them
+    monkeypatch.setattr(kv, "KV_ROOM", 3)   # the buffers also grow, join and drop rows with drafts in them
     loaded = sharpened_tiny()
     expected = [hf_generate_alone(loaded, c, 24) for c in VARIED]
     refused = []
-    take = gen._take_checked
+    take = drafts.take_checked
 
     def spying(row, draft, picks, *args):
         refused.append(picks[:len(draft)] != draft)
         return take(row, draft, picks, *args)
 
-    monkeypatch.setattr(gen, "_take_checked", spying)
+    monkeypatch.setattr(drafts, "take_checked", spying)
     widths = counting_forwards(loaded.model)
     plain = generate(loaded.model, loaded.tokenizer, VARIED, HarnessSettings(max_new_tokens=24, batch_size=4))
     plain_steps, widths[:] = len(widths), []

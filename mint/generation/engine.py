@@ -1,0 +1,476 @@
+"""The one decoding engine: every answer mint gives (contract evaluation, experience sampling, `mint chat`,
+`mint serve`) is decoded by ``Engine.decode``, so the answer a contract scored is the answer users get.
+
+A ``Request`` is a prompt's token ids, the LoRA slot that answers it (0: the bare base; see
+``mint.generation.slots``), its decoding (token limit, temperature, top_p, seed) and its stops. ``decode`` runs
+requests as one stream through a decode loop of its own (prefill, then one token a step, the KV cache in buffers
+with room to grow: ``mint.generation.cache``):
+
+- rows join and leave: a row leaves the batch as soon as it has finished (EOS, its answer's end, its token
+  limit, its listener gone) and waiting requests (longest prompt first) are prefilled together into the freed
+  places, so no row pays for the longest one in its batch;
+- one LoRA slot per row: the slot table says which slot each row of the batch reads, so adapters share a batch
+  unmerged (a batch of one slot runs PEFT's own arithmetic, see ``mint.generation.lora``);
+- one EOS rule (``mint.generation.stops.eos_ids``) and, where a request asks, answer-end stops;
+- a sampled row draws from a generator of its own seed with HF generate's processors (temperature, the base's
+  top_k, top_p), so its output depends on its seed alone, never on the rows beside it; greedy rows are HF
+  generate's token for token, and may draft tokens from their own text (``lookup``, prompt lookup decoding)
+  into the places finished rows left: rows x (1 + draft) stays within the batch;
+- a listener hears its row's text as it is decoded (whole characters: ``mint.generation.text``) and stops the
+  row, alone, by saying its receiver is gone (``cancelled``);
+- a request without a slot is routed inside its own prefill (``PrefillRouter``): after the router's layers,
+  which no loaded adapter changes, their states pick the slot that runs the rest of the prefill and every step;
+- ``precision`` bf16 or int8 decodes on a copy (``mint.generation.precision``), as a contract fixes it.
+
+``generate`` and ``generate_each`` are the harness-level calls (a contract's or an experience step's settings:
+samples per conversation, seeds, batch size, precision, prompt lookup), over any causal LM: the bare base, or
+a base with adapters in slots (``mint.generation.slots.attach_adapters``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from mint.generation import cache as kv
+from mint.generation import lookup as drafts
+from mint.generation.precision import PARITY_PROMPTS, precision_copy, resolve_precision
+from mint.generation.stops import answer_complete, closing_tokens, eos_ids
+from mint.generation.text import IncrementalText, TextListener, final_text
+from mint.harness.base import HarnessSettings
+from mint.render import Renderer
+
+BASE_SLOT = 0
+CANCELLED = "cancelled"     # the finish reason of a row whose listener's receiver went away
+# HF logits processors that transform each row of scores alone, without reading the tokens so far
+_ROW_WISE_PROCESSORS = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
+
+
+@dataclass
+class Request:
+    """One answer to decode."""
+
+    prompt: list[int]                       # token ids (the chat template with the generation prompt)
+    max_new_tokens: int
+    slot: int | None = BASE_SLOT            # the LoRA slot that answers; None: routed in its prefill
+    temperature: float = 0.0                # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0                           # a sampled row's generator
+    answer_end: tuple[str, ...] = ()        # answer kinds that end the row once complete (mint.generation.stops)
+    lookup: int = 0                         # greedy: tokens it may draft a step (prompt lookup)
+    listener: TextListener | None = None
+    span: tuple[int, int] | None = None     # routed: the [start, end) positions its router pools (last user turn)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    tokens: list[int]                       # without the EOS that ended it
+    text: str
+    finish_reason: str                      # stop | length | cancelled
+    slot: int                               # the slot that answered (a routed row's, once routed)
+    admitted: float                         # perf_counter() when its prefill began
+    finished: float
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    results: list[Decoded]                  # in the requests' order
+    seconds: float                          # inside the decode loop
+    precision: str
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.results)
+
+
+@dataclass(frozen=True)
+class PrefillRouter:
+    """Routing inside the prefill: after ``layers[-1]`` decoder layers (states every loaded adapter leaves to the
+    base), ``decide(requests, states, padding)`` names the slot of each routed request from ``states`` (layer ->
+    its rows' hidden states [rows, positions, hidden], left-padded by ``padding[i]`` positions)."""
+    layers: tuple[int, ...]
+    decide: Callable[[list[int], dict, list[int]], list[int]]
+
+
+class _Row:
+    """A request being decoded."""
+
+    __slots__ = ("index", "request", "slot", "generator", "tokens", "reason", "lookup", "text", "listener",
+                 "admitted", "processors")
+
+    def __init__(self, index: int, request: Request, generator, text, processors) -> None:
+        self.index, self.request, self.slot = index, request, request.slot
+        self.generator, self.text, self.processors = generator, text, processors
+        self.listener = request.listener
+        self.tokens: list[int] = []
+        self.reason: str | None = None
+        self.lookup = drafts.Lookup(request.prompt) if request.lookup and request.temperature <= 0 else None
+        self.admitted = 0.0
+
+    @property
+    def sampling(self) -> bool:
+        return self.request.temperature > 0
+
+
+class Engine:
+    """Decodes requests on ``model`` (a causal LM, with LoRA slots or without) one batch at a time (``lock``)."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.lock = threading.RLock()
+        self.eos = eos_ids(model, tokenizer)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.closes = closing_tokens(tokenizer)
+        self._processors: dict = {}         # (model, temperature, top_p) -> (HF processors, whether row-wise)
+
+    def decode(self, requests: Sequence[Request], *, batch_size: int | None = None, precision: str = "fp32",
+               on_done: Callable[[int], None] | None = None, router: PrefillRouter | None = None) -> DecodeRun:
+        """Every request decoded, at most ``batch_size`` rows at once (default: all), ``on_done(i)`` told as
+        request i finishes."""
+        from mint.generation.lora import slot_table
+
+        if not requests:
+            return DecodeRun([], 0.0, precision)
+        if any(r.max_new_tokens < 1 for r in requests):
+            raise ValueError("every request needs max_new_tokens >= 1")
+        if any(r.slot is None for r in requests) and router is None:
+            raise ValueError("a request without a slot is routed in its prefill: give a router")
+        with self.lock:
+            runner = self.model if precision == "fp32" else precision_copy(self.model, precision)
+            table = slot_table(runner)
+            if table is None and any(r.slot not in (BASE_SLOT, None) for r in requests):
+                raise ValueError("this model has no LoRA slots: every request must use the base slot")
+            try:
+                return self._stream(runner, table, list(requests), batch_size or len(requests), precision, on_done,
+                                    router)
+            finally:
+                if table is not None:
+                    table.set_rows([BASE_SLOT])
+
+    # --- the decode loop --------------------------------------------------------------------------
+
+    def _stream(self, runner, table, requests: list[Request], batch_size: int, precision: str, on_done,
+                router) -> DecodeRun:
+        import torch
+
+        device = runner.device
+        # longest first (similar lengths are prefilled together); the callers' order among equal lengths
+        waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
+        results: list[Decoded | None] = [None] * len(requests)
+        running: list[_Row] = []
+        cache = mask = None
+        began = time.perf_counter()
+        with torch.inference_mode():
+            while waiting or running:
+                if waiting and len(running) < batch_size:
+                    group = [self._row(i, requests[i], runner, device)
+                             for i in (waiting.popleft() for _ in range(min(batch_size - len(running), len(waiting))))]
+                    logits, group_cache, group_mask = self._prefill(runner, table, group, router)
+                    cache, mask = kv.join(cache, mask, group_cache, group_mask)
+                    running += group
+                    self._set_rows(table, running)
+                    done = [False] * (len(running) - len(group)) + [
+                        self._finished(row, token) for row, token in zip(group, self._choose(logits, group))]
+                else:
+                    done, mask = self._step(runner, running, cache, mask, batch_size, device)
+                if any(done):
+                    now = time.perf_counter()
+                    for row in (r for r, d in zip(running, done) if d):
+                        results[row.index] = self._result(row, now)
+                        if on_done:
+                            on_done(row.index)
+                    keep = [i for i, d in enumerate(done) if not d]
+                    running = [running[i] for i in keep]
+                    cache, mask = kv.select(cache, mask, keep)
+                    self._set_rows(table, running)
+        return DecodeRun(results, time.perf_counter() - began, precision)  # type: ignore[arg-type]
+
+    def _row(self, index: int, request: Request, runner, device) -> _Row:
+        import torch
+
+        generator = processors = None
+        if request.temperature > 0:   # one seed per output: it does not depend on the rows beside it
+            generator = torch.Generator(device=device)
+            generator.manual_seed(request.seed)
+            processors = self._sampling(runner, request)
+        listener = request.listener
+        text = IncrementalText(self.tokenizer) if listener and getattr(listener, "wants_text", True) else None
+        row = _Row(index, request, generator, text, processors)
+        row.admitted = time.perf_counter()
+        return row
+
+    @staticmethod
+    def _set_rows(table, running: list[_Row]) -> None:
+        if table is not None and running:
+            table.set_rows([row.slot or BASE_SLOT for row in running])
+
+    def _prefill(self, runner, table, group: list[_Row], router: PrefillRouter | None):
+        """Last-position logits, cache and attention mask of the group's left-padded prompts (positions as HF
+        generate gives them: counted over real tokens only), each row through its own slot."""
+        import torch
+
+        prompts = [row.request.prompt for row in group]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=runner.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runner.device)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        self._set_rows(table, group)
+        routed = [k for k, row in enumerate(group) if row.slot is None]
+        hooks = self._route_hooks(runner, table, group, routed, width, router) if routed else []
+        try:
+            out = runner(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        if any(row.slot is None for row in group):
+            raise RuntimeError("the prefill ended before its rows were routed")
+        return out.logits[:, -1], kv.with_room(out.cache), mask
+
+    def _route_hooks(self, runner, table, group: list[_Row], routed: list[int], width: int,
+                     router: PrefillRouter) -> list:
+        """Hooks that route ``routed`` rows of the prefilling group once it has run ``router.layers[-1]`` decoder
+        layers, then set their slots, so the prefill's later layers and every step run each row's adapter."""
+        from mint.base import decoder_layers
+
+        layers = decoder_layers(runner)
+        captured: dict[int, object] = {}
+        padding = [width - len(group[k].request.prompt) for k in routed]
+
+        def capture(layer: int):
+            def hook(_module, _inputs, output):
+                captured[layer] = (output[0] if isinstance(output, tuple) else output)[routed]
+                if layer == router.layers[-1]:
+                    slots = router.decide([group[k].index for k in routed], dict(captured), padding)
+                    for k, slot in zip(routed, slots):
+                        group[k].slot = slot
+                    self._set_rows(table, group)
+            return hook
+
+        return [layers[n - 1].register_forward_hook(capture(n)) for n in router.layers]
+
+    def _step(self, runner, running: list[_Row], cache, mask, batch_size: int, device) -> tuple[list[bool], object]:
+        """One decode step of the running rows (each with its drafts, if any): which rows finished, and the
+        attention mask extended by the step's columns (refused drafts masked out)."""
+        import torch
+
+        # drafts fill only the rows that finished sequences left: rows x (1 + draft) <= batch_size
+        room = batch_size // len(running) - 1
+        row_drafts = [row.lookup.draft(min(room, row.request.lookup, row.request.max_new_tokens - len(row.tokens) - 1))
+                      if row.lookup is not None and room > 0 else [] for row in running]
+        width = 1 + max(map(len, row_drafts), default=0)
+        fed = torch.tensor([[row.tokens[-1], *draft, *[self.pad] * (width - 1 - len(draft))]
+                            for row, draft in zip(running, row_drafts)], device=device)
+        start = [len(row.request.prompt) + len(row.tokens) - 1 for row in running]
+        positions = torch.tensor([[p + j for j in range(width)] for p in start], device=device)
+        mask = torch.cat([mask, mask.new_ones((len(running), width))], dim=1)
+        out = runner(input_ids=fed, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+        if width == 1:
+            return [self._finished(row, token) for row, token in zip(running, self._choose(out.logits[:, -1], running))], mask
+        picks = out.logits.float().argmax(-1).tolist()
+        sampled = [i for i, row in enumerate(running) if row.sampling]
+        drawn = dict(zip(sampled, self._choose(out.logits[sampled, 0], [running[i] for i in sampled]))) \
+            if sampled else {}
+        done = []
+        for index, (row, draft) in enumerate(zip(running, row_drafts)):
+            if row.sampling:     # a sampled row drafts nothing: its first column is its step
+                finished = self._finished(row, drawn[index])
+                if not finished:
+                    mask[index, mask.shape[1] - width + 1:] = 0
+                done.append(finished)
+            else:
+                done.append(drafts.take_checked(row, draft, picks[index], self._finished, mask, index, width))
+        return done, mask
+
+    def _choose(self, logits, rows: list[_Row]) -> list[int]:
+        """Each row's next token from its logits: greedy's argmax, or a draw from its own generator."""
+        import torch
+
+        logits = logits.float()
+        picks = logits.argmax(-1).tolist()
+        groups: dict[int, list[int]] = {}     # rows sampling with one set of processors, drawn together
+        for k, row in enumerate(rows):
+            if row.sampling:
+                groups.setdefault(id(row.processors), []).append(k)
+        for members in groups.values():
+            processors, row_wise = rows[members[0]].processors
+            if row_wise:   # these processors read no history: one call for the rows gives each row's own
+                probs = torch.softmax(processors(None, logits[members]), dim=-1)
+            else:
+                probs = torch.cat([torch.softmax(processors(
+                    torch.tensor([rows[k].request.prompt + rows[k].tokens], device=logits.device), logits[k][None]),
+                    dim=-1) for k in members])
+            for k, p in zip(members, probs):
+                picks[k] = int(torch.multinomial(p[None], 1, generator=rows[k].generator))
+        return picks
+
+    def _sampling(self, runner, request: Request):
+        """The logits processors HF generate applies for this request's sampling (temperature, top-k/top-p from
+        the model's generation config too), so that sampling draws from exactly HF's distribution; one object
+        per (temperature, top_p), which ``_choose`` groups rows by."""
+        key = (id(runner), request.temperature, request.top_p)
+        if key not in self._processors:
+            if len(self._processors) >= 64:     # a server's clients may ask for any number of settings
+                self._processors.clear()
+            config, _ = runner._prepare_generation_config(None, do_sample=True, temperature=request.temperature,
+                                                          top_p=request.top_p, max_new_tokens=request.max_new_tokens)
+            processors = runner._get_logits_processor(generation_config=config, device=str(runner.device))
+            self._processors[key] = (processors, all(type(p).__name__ in _ROW_WISE_PROCESSORS for p in processors))
+        return self._processors[key]
+
+    def _finished(self, row: _Row, token: int) -> bool:
+        """Take ``token`` into the row; whether the row ends here."""
+        if token in self.eos:
+            row.reason = "stop"
+            return True
+        row.tokens.append(token)
+        if row.lookup is not None:
+            row.lookup.extend((token,))
+        if row.listener is not None:
+            self._tell(row, row.text.push(row.tokens) if row.text else "")
+            if row.reason is not None:
+                return True
+        kinds = row.request.answer_end
+        if kinds and self.closes(token) and answer_complete(
+                self.tokenizer.decode(row.tokens, skip_special_tokens=True), kinds):
+            row.reason = "stop"
+            return True
+        if len(row.tokens) >= row.request.max_new_tokens:
+            row.reason = "length"
+            return True
+        return False
+
+    @staticmethod
+    def _tell(row: _Row, delta: str) -> None:
+        """Give the listener its text; a listener that refuses or fails cancels its row, never the batch."""
+        try:
+            alive = row.listener(delta)
+        except Exception:  # noqa: BLE001 - the receiver's trouble is the receiver's, not the other rows'
+            alive = False
+        if not alive:
+            row.reason, row.listener = CANCELLED, None
+
+    def _result(self, row: _Row, now: float) -> Decoded:
+        if row.text is None:
+            text = final_text(self.tokenizer, row.tokens)
+        else:
+            text, rest = row.text.finish(row.tokens)
+            if rest and row.listener is not None:
+                self._tell(row, rest)
+        return Decoded(row.tokens, text, row.reason or "length", row.slot or BASE_SLOT, row.admitted, now)
+
+
+# --- a contract's (or an experience step's) settings ---------------------------------------------
+
+@dataclass
+class Generation:
+    outputs: list[list[str]]       # settings.samples outputs per conversation, in the caller's order
+    latencies_ms: list[float]      # each conversation's time in the stream: first admitted to last done
+    new_tokens: int                # tokens generated for these outputs (not counting EOS)
+    seconds: float                 # the stream's time inside the decode loop
+    precision: str                 # "fp32", "bf16" or "int8": what generated the outputs
+    precision_reason: str
+    row_tokens: list[int] = field(default_factory=list)   # tokens generated per conversation (all its samples)
+    stream_tokens: int = 0         # tokens the whole stream generated (other slots' too)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """The stream's tokens/s (every slot decoded in it)."""
+        return (self.stream_tokens or self.new_tokens) / self.seconds if self.seconds > 0 else 0.0
+
+
+def prompt_ids(tokenizer, conversations) -> list[list[int]]:
+    """Each conversation's prompt token ids: its chat template with the generation prompt."""
+    return [prompt.ids for prompt in Renderer(tokenizer).prompts(conversations)]
+
+
+def generate_each(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
+                  slots: Sequence[int], progress: Callable[[int], None] | None = None, *,
+                  answer_end: tuple[str, ...] = (),
+                  on_done: Callable[[int, int], None] | None = None) -> list[Generation]:
+    """``settings.samples`` outputs per conversation from each LoRA slot of ``slots``, all in one stream (one
+    ``Generation`` per slot, in order). Output ``s`` of conversation ``c`` samples with seed
+    ``c * samples + s`` whatever the slot, so a slot's outputs are the ones it gives decoded alone.
+    ``answer_end`` (``mint.generation.stops.answer_ends``) stops each row at the end of its answer;
+    ``progress(n)`` is told how many more conversations are done, ``on_done(k, c)`` that slot ``slots[k]`` has
+    answered conversation ``c``."""
+    precision, reason = resolve_precision(settings.precision, str(model.device))
+    prompts = prompt_ids(tokenizer, conversations)
+    samples = settings.samples
+    requests, owners = [], []
+    for k, slot in enumerate(slots):
+        for c, prompt in enumerate(prompts):
+            for s in range(samples):
+                requests.append(Request(prompt, settings.max_new_tokens, slot, settings.temperature, settings.top_p,
+                                        seed=c * samples + s, answer_end=tuple(answer_end),
+                                        lookup=settings.prompt_lookup if settings.temperature <= 0 else 0))
+                owners.append((k, c))
+    left = {owner: samples for owner in set(owners)}
+
+    def done(index: int) -> None:
+        owner = owners[index]
+        left[owner] -= 1
+        if left[owner] == 0:
+            if progress:
+                progress(1)
+            if on_done:
+                on_done(*owner)
+
+    run = Engine(model, tokenizer).decode(requests, batch_size=settings.batch_size, precision=precision,
+                                          on_done=done)
+    generations = []
+    for k in range(len(slots)):
+        mine = run.results[k * len(prompts) * samples:(k + 1) * len(prompts) * samples]
+        per = [mine[c * samples:(c + 1) * samples] for c in range(len(prompts))]
+        row_tokens = [sum(len(d.tokens) for d in outs) for outs in per]
+        generations.append(Generation(
+            outputs=[[d.text for d in outs] for outs in per],
+            latencies_ms=[(max(d.finished for d in outs) - min(d.admitted for d in outs)) * 1000 for outs in per],
+            new_tokens=sum(row_tokens), seconds=run.seconds, precision=precision, precision_reason=reason,
+            row_tokens=row_tokens, stream_tokens=run.new_tokens))
+    return generations
+
+
+def generate(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
+             progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
+             on_done: Callable[[int], None] | None = None, slot: int = BASE_SLOT) -> Generation:
+    """``settings.samples`` outputs per conversation from one slot (the bare base by default); see
+    ``generate_each``. ``on_done(c)`` is told that conversation ``c`` is done."""
+    return generate_each(model, tokenizer, conversations, settings, [slot], progress, answer_end=answer_end,
+                         on_done=(lambda _k, c: on_done(c)) if on_done else None)[0]
+
+
+def generate_batches(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
+                     progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
+                     slot: int = BASE_SLOT) -> tuple[list[list[str]], list[float]]:
+    """``settings.samples`` outputs per conversation, and each conversation's latency in ms."""
+    result = generate(model, tokenizer, conversations, settings, progress, answer_end=answer_end, slot=slot)
+    return result.outputs, result.latencies_ms
+
+
+def compare_precisions(model, tokenizer, conversations, settings, answer_end=(), precision: str = "bf16") -> dict:
+    """fp32 and ``precision`` greedy on the first ``PARITY_PROMPTS`` conversations: each one's tokens/s (after
+    a two-token warm-up, so a first call's one-off costs are not timed) and whether their outputs are
+    identical. What a contract's ``precision: auto`` is resolved from, and what the benchmark prints."""
+    import dataclasses
+
+    prompts = conversations[:PARITY_PROMPTS]
+    greedy = dataclasses.replace(settings, temperature=0.0, samples=1, precision="fp32")
+    runs = {}
+    for name in ("fp32", precision):
+        at = dataclasses.replace(greedy, precision=name)
+        generate(model, tokenizer, prompts[:1], dataclasses.replace(at, max_new_tokens=2), answer_end=answer_end)
+        result = generate(model, tokenizer, prompts, at, answer_end=answer_end)
+        runs[name] = {"outputs": result.outputs, "new_tokens": result.new_tokens, "seconds": round(result.seconds, 4),
+                      "tokens_per_s": round(result.new_tokens / result.seconds, 2) if result.seconds > 0 else 0.0}
+    same = [a[0] == b[0] for a, b in zip(runs["fp32"]["outputs"], runs[precision]["outputs"])]
+    parity = {"compared": f"greedy {precision} vs fp32", "examples": len(prompts), "identical": sum(same),
+              "agreement": sum(same) / len(prompts) if prompts else 1.0,
+              "mismatches": [{"prompt": i, "fp32": runs["fp32"]["outputs"][i][0][:300],
+                              precision: runs[precision]["outputs"][i][0][:300]}
+                             for i, ok in enumerate(same) if not ok]}
+    fp32_speed = runs["fp32"]["tokens_per_s"]
+    return {"parity": parity,
+            "speed": {name: {k: v for k, v in run.items() if k != "outputs"} for name, run in runs.items()},
+            "speedup": round(runs[precision]["tokens_per_s"] / fp32_speed, 3) if fp32_speed else 0.0}

@@ -1,0 +1,105 @@
+"""Several revisions under one contract: one mixed-adapter stream, and each revision's report is the one it gets
+evaluated alone; a baseline without a report joins the stream, so nothing is decoded twice."""
+import json
+
+import pytest
+
+from mint.cli import main
+from mint.contract.evaluate import evaluate, evaluate_many
+from mint.errors import BadInput
+from mint.generation import engine
+from mint.registry import store
+from mint.registry.promotion import promote
+from tests.contract.conftest import card_contract
+from tests.contract.test_schema import GOOD
+
+# four prompts of different lengths at batch 3: rows of every revision join, leave and share batches
+CONTRACT = GOOD.replace("decoding: {max_new_tokens: 8, batch_size: 2}", "decoding: {max_new_tokens: 10, batch_size: 3}")
+
+
+@pytest.fixture
+def contract(tmp_path):
+    path = card_contract(tmp_path, CONTRACT)
+    rows = [{"messages": [{"role": "user", "content": text}], "reference": {"type": "Card"}}
+            for text in ("Show a card", "Show a card titled Weather in Oslo with today's forecast and a link",
+                         "A login form", "Make a dashboard of three cards: sales, costs and the margin between")]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def streams(monkeypatch):
+    """The number of LoRA slots of each stream decoded (one entry per stream)."""
+    seen, decode = [], engine.generate_each
+    monkeypatch.setattr(engine, "generate_each", lambda model, tokenizer, conversations, settings, slots, *args, **kw:
+                        seen.append(len(slots)) or decode(model, tokenizer, conversations, settings, slots, *args, **kw))
+    return seen
+
+
+@pytest.fixture
+def revisions(ws, tiny_loras):
+    from mint.registry.artifacts import register
+
+    return [register(ws, tiny_loras[name], specialist="genui", base="tiny-random", method="sft")
+            for name in ("chat", "agent", "coding")]
+
+
+def what_alone_must_match(result) -> dict:
+    """A report without what depends on when and beside what it was decoded (times, tokens/s, the stream)."""
+    report = result.report.to_dict()
+    rows = [{k: v for k, v in json.loads(line).items() if k != "latency_ms"}
+            for line in open(result.predictions_path, encoding="utf-8")]
+    untimed = {k: v for k, v in report["metrics"].items() if not k.startswith("latency.")}
+    gates = [g if not g["metric"].startswith("latency.") else (g["metric"], g["passed"]) for g in report["gates"]]
+    baseline = {**report["baseline"], "metrics": {k: v for k, v in report["baseline"]["metrics"].items()
+                                                  if not k.startswith("latency.")}}
+    return {"rows": rows, "metrics": untimed, "gates": gates, "baseline": baseline, "verdict": report["verdict"],
+            "precision": report["precision"], "examples_sha256": report["examples_sha256"]}
+
+
+def test_revisions_evaluated_together_decode_as_one_stream_and_each_gets_its_report_alone(ws, contract, revisions,
+                                                                                         streams):
+    together = evaluate_many(ws, [r.ref for r in revisions], contract)
+    assert streams == [4]            # three revisions and their baseline, the bare base, decoded once, together
+    assert [r.report.revision for r in together] == [r.ref for r in revisions]
+    alone = [evaluate(ws, r.ref, contract) for r in revisions]
+    assert streams == [4, 1, 1, 1]   # alone: each revision by itself (the base's report is registered now)
+    for joint, single in zip(together, alone):
+        assert what_alone_must_match(joint) == what_alone_must_match(single)
+        assert joint.report.generation["core"]["stream"] == ["base", *(r.ref for r in revisions)]
+    outputs = {json.dumps(what_alone_must_match(r)["rows"]) for r in together}
+    assert len(outputs) == 3         # guards the test: each adapter answers differently
+
+
+def test_a_champion_without_a_report_and_its_baseline_join_the_candidates_stream(ws, contract, revisions, streams):
+    champion, *candidates = revisions
+    promote(ws, champion.ref, force=True, why="bootstrap")
+    results = evaluate_many(ws, [c.ref for c in candidates], contract)
+    assert streams == [4]            # the base, the champion and both candidates: nothing decoded twice
+    conn = store.open_store(ws)
+    try:
+        [champion_report] = store.reports_for(conn, champion.id)
+    finally:
+        conn.close()
+    for result in results:
+        assert result.baseline_evaluated and result.report.baseline.revision_id == champion.id
+        assert result.report.baseline.report == champion_report["id"]
+    champion_result = evaluate(ws, champion.ref, contract)        # its own baseline is the base's report
+    assert champion_result.report.baseline.label == "base" and not champion_result.baseline_evaluated
+
+
+def test_the_same_revision_twice_another_specialists_or_out_with_several_are_bad_input(ws, contract, revisions,
+                                                                                       candidate):
+    with pytest.raises(BadInput, match="are one revision"):
+        evaluate_many(ws, [revisions[0].ref, revisions[0].id[:12]], contract)
+    with pytest.raises(BadInput, match="contract ui is for genui"):
+        evaluate_many(ws, [revisions[0].ref, candidate("coding").ref], contract)
+
+
+def test_mint_eval_takes_several_revisions_and_prints_a_report_each(ws, contract, revisions, capsys):
+    assert main(["eval", revisions[0].ref, revisions[1].ref, "--contract", str(contract), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [r["revision"] for r in shown["reports"]] == [revisions[0].ref, revisions[1].ref]
+    assert all(r["report_path"] and r["verdict"] == "pass" for r in shown["reports"])
+    assert main(["eval", revisions[0].ref, revisions[1].ref, "--contract", str(contract), "--out", "x"]) == 2
+    assert "--out" in capsys.readouterr().err
