@@ -55,17 +55,6 @@ def load_report(ws: Workspace, ref_or_file: str) -> Report:
     raise BadInput(f"{detail.ref} has no report; run `mint eval {detail.ref} --contract FILE`", field="REF")
 
 
-def gate_delta(gate: dict) -> tuple[float | None, list[float] | None]:
-    """A gate's paired delta (candidate − baseline) and its 95% interval, from a gate as JSON holds it (the
-    loop's recorded evaluations); a report's gates say the same as ``GateResult.paired_delta`` and ``interval``."""
-    paired = gate.get("delta") if isinstance(gate, dict) else None
-    if not isinstance(paired, dict):
-        return None, None
-    delta, low, high = paired.get("delta"), paired.get("low"), paired.get("high")
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (low, high))
-    return (delta if isinstance(delta, (int, float)) else None), ([low, high] if numbers else None)
-
-
 def _gates_by_metric(report: Report) -> dict[str, GateResult]:
     return {g.metric: g for g in report.gates}
 

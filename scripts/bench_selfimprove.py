@@ -199,7 +199,8 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
     """Per specialist and generation: the primary metric from the registered report, its paired delta against the
     previous generation and against the baseline its gates used, the verdict, the experience pool, the twin,
     and the retention figures of a promoted generation."""
-    from mint.loop.placebo import paired_on_examples, primary_metric
+    from mint.loop.placebo import paired_on_examples
+    from mint.loop.results import EvalOutput
     from mint.registry import queries
 
     out: dict[str, dict] = {}
@@ -216,8 +217,9 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
         entry["generations"].append(figures)
         if not evaluation:
             continue
-        report = queries.newest_report(ws, evaluation["revision_id"])
-        metric = primary_metric(evaluation)
+        evaluation = EvalOutput.from_dict(evaluation)
+        report = queries.newest_report(ws, evaluation.revision_id)
+        metric = evaluation.primary_metric
         if report is None or metric is None:
             figures["reason"] = "no registered report" if report is None else "its contract gates no quality metric"
             continue
@@ -249,7 +251,7 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
                 if name.startswith("retention.") and not name.endswith(".examples"):
                     figures["retention"].append({"metric": name, "delta": gate.paired_delta, "interval": gate.interval,
                                                  "against": row["baseline"]})
-            for transfer in evaluation.get("backward_transfer") or []:
+            for transfer in evaluation.backward_transfer:
                 if "delta" in transfer:
                     figures["backward_transfer"].append(
                         {"metric": transfer["metric"], "against": transfer["introduced_by"],

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
+from mint.loop.results import ControlData, ExperienceResult
 from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
 
@@ -319,84 +320,6 @@ def _episode(specialist: str, prompt: ExperiencePrompt, text: str, rating: int, 
 
 
 # --- the step ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ControlData:
-    """A control's dataset: the placebo twin's (the logs and every sampled answer kept as if it had passed),
-    or the steps control's (the logs alone)."""
-
-    dataset: str
-    version: str
-    episodes: int
-    unverified: int | None = None                   # the twin's sampled answers (the steps control has none)
-    steps_control: ControlData | None = None        # the twin's: the logs-only control beside it
-
-    def to_dict(self) -> dict:
-        out = {"dataset": self.dataset, "version": self.version, "episodes": self.episodes}
-        if self.unverified is not None:
-            out["unverified"] = self.unverified
-        if self.steps_control is not None:
-            out["steps_control"] = self.steps_control.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ControlData:
-        steps = data.get("steps_control")
-        return cls(data["dataset"], data["version"], data["episodes"], data.get("unverified"),
-                   cls.from_dict(steps) if isinstance(steps, dict) else None)
-
-
-# an experience's keys as the loop's state records them, in their order (then repair_skipped, twin, plan)
-_RECORDED = ("prompts", "answers", "passed", "accepted", "dpo_pairs", "mean_reward", "served_by", "sources",
-             "skipped_sources", "pool", "repaired", "file", "version", "episodes_added", "new_examples",
-             "logged_examples")
-
-
-@dataclass(frozen=True)
-class ExperienceResult:
-    """What one experience step gathered: the prompts drawn (per source: offered, kept and why others were left
-    out, accepted), the answers sampled and how many passed, the pool's pass@1 and pass@k, the +1/-1 episodes
-    and DPO pairs written to the dataset's new version, the control datasets, and the plan the next generation
-    trains by (set by ``experience_step``). The loop records it as ``to_dict()`` and reads it back with
-    ``from_dict``."""
-
-    prompts: int
-    served_by: str
-    pool: dict                      # pass@1, pass@k, k, prompts_between, prompts_always, prompts_never
-    logged_examples: int            # SFT examples the logs give (what a generation from the base learns too)
-    sources: dict = field(default_factory=dict)            # source -> its counts (mint.loop.experience)
-    skipped_sources: dict = field(default_factory=dict)    # source -> why it gave nothing
-    answers: int = 0
-    passed: int = 0
-    accepted: int = 0               # distinct verified answers kept (+1)
-    dpo_pairs: int = 0
-    mean_reward: float | None = None
-    repaired: int = 0               # accepted answers that are repairs of failing ones
-    file: str | None = None         # the episodes written, before ingest
-    version: str | None = None      # the dataset version they were ingested into
-    episodes_added: int = 0
-    new_examples: int = 0
-    repair_skipped: str | None = None   # why repair was asked for and not done
-    twin: ControlData | None = None
-    plan: dict | None = None        # mint.loop.placebo.training_plan
-
-    def to_dict(self) -> dict:
-        out = {key: getattr(self, key) for key in _RECORDED}
-        if self.repair_skipped is not None:
-            out["repair_skipped"] = self.repair_skipped
-        if self.twin is not None:
-            out["twin"] = self.twin.to_dict()
-        if self.plan is not None:
-            out["plan"] = self.plan
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ExperienceResult:
-        twin = data.get("twin")
-        return cls(**{key: data[key] for key in _RECORDED if key in data},
-                   repair_skipped=data.get("repair_skipped"), plan=data.get("plan"),
-                   twin=ControlData.from_dict(twin) if isinstance(twin, dict) else None)
-
 
 def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str, project, samples: int = 4,
                       prompts: int = 16, temperature: float = 0.8, max_new_tokens: int = 256,

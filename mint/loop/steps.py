@@ -8,6 +8,7 @@ steps after it through the ``LoopContext``.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from mint.workspace import Workspace
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file
 
 if TYPE_CHECKING:
-    from mint.loop.experience import ExperienceResult
+    from mint.loop.results import Decision, EvalOutput, ExperienceResult, TrainOutput
 
 
 def content_key(*parts: Any) -> str:
@@ -35,9 +36,9 @@ class LoopContext:
     def __init__(self, ws: Workspace, recipe, project, emit: Callable[[dict], None]) -> None:
         self.ws, self.recipe, self.project, self.emit = ws, recipe, project, emit
         self.base = recipe.base or project.base
-        self.candidates: dict[str, dict] = {}
-        self.evaluations: dict[str, dict] = {}
-        self.decisions: dict[str, dict] = {}
+        self.candidates: dict[str, TrainOutput] = {}
+        self.evaluations: dict[str, EvalOutput] = {}
+        self.decisions: dict[str, Decision] = {}
         self.experiences: dict[str, ExperienceResult] = {}   # this iteration's experience per specialist
 
     def begin_iteration(self, iteration: int) -> None:
@@ -243,7 +244,7 @@ class Experience(StepKind):
         return output.to_dict()
 
     def recorded(self, record):
-        from mint.loop.experience import ExperienceResult
+        from mint.loop.results import ExperienceResult
 
         return ExperienceResult.from_dict(record)
 
@@ -285,6 +286,8 @@ class Train(StepKind):
                            self.parent(context, step), context.base, *([plan] if plan else []))
 
     def run(self, context, step):
+        from mint.loop.results import TrainOutput
+        from mint.train.config import SettingsOverride
         from mint.train.run import train
 
         o = step.options
@@ -292,21 +295,28 @@ class Train(StepKind):
         plan = context.experience_plan(step.specialist)   # verified experience decides the start, steps and rate
         if plan and plan["init"] == "base":
             parent = None
-        # continuing from a champion keeps its adapter's LoRA shape: lora.* settings apply to a new adapter only
-        sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items() if not (parent and str(k).startswith("lora."))]
+        settings = SettingsOverride.from_keys(o.get("set") or {})
+        if parent:      # continuing from a champion keeps its adapter's LoRA shape: lora.* apply to a new one only
+            settings = settings.without("lora")
         if plan:
             from mint.loop.placebo import planned_settings
 
-            sets = planned_settings(plan, sets)
+            settings = planned_settings(plan, settings)
         result = train(context.ws, specialist=step.specialist, data=context.recipe.dataset, method=o["method"],
-                       from_ref=parent, base=None if parent else context.base, sets=sets)
-        return {"revision": result.ref, "revision_id": result.revision_id, "run": result.run,
-                "parent": parent, "steps": result.steps, "examples": result.examples,
-                "train_loss": result.metrics.get("train_loss"), "method": o["method"], "sets": sets,
-                **({"plan": plan} if plan else {})}
+                       from_ref=parent, base=None if parent else context.base, override=settings)
+        return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
+                           result.metrics.get("train_loss"), o["method"], settings, plan)
+
+    def record(self, output):
+        return output.to_dict()
+
+    def recorded(self, record):
+        from mint.loop.results import TrainOutput
+
+        return TrainOutput.from_dict(record)
 
     def absorb(self, context, step, output):
-        if output.get("revision_id"):
+        if output.revision_id:
             context.candidates[step.specialist] = output
 
 
@@ -339,40 +349,47 @@ class Eval(StepKind):
         if candidate is None:
             return None
         contract = context.recipe.path.parent / step.options["contract"]
-        return content_key("eval", candidate["revision_id"], hashlib.sha256(contract.read_bytes()).hexdigest(),
+        return content_key("eval", candidate.revision_id, hashlib.sha256(contract.read_bytes()).hexdigest(),
                            step.options.get("limit"))
 
     def run(self, context, step):
         from mint.contract.evaluate import evaluate_many
         from mint.contract.forgetting import backward_transfer
         from mint.contract.schema import load_contract
+        from mint.loop.results import EvalOutput
 
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
         gathered = context.experiences.get(step.specialist)
-        twin = gathered.twin.to_dict() if gathered and gathered.twin else None
+        twin = gathered.twin if gathered else None
         controls = []
-        if twin and candidate.get("plan"):   # the placebo twin (and steps control): the same steps without experience
+        if twin and candidate.plan:   # the placebo twin (and steps control): the same steps without experience
             from mint.loop.placebo import train_controls
 
             controls = train_controls(context.ws, specialist=step.specialist, twin=twin, candidate=candidate,
                                       base=context.base)
         # the generation and its controls decode as one stream, each measured as it would be alone
-        result, *measured = evaluate_many(context.ws, [candidate["revision"], *(c.trained.ref for c in controls)],
+        result, *measured = evaluate_many(context.ws, [candidate.revision, *(c.trained.ref for c in controls)],
                                           contract_path, limit=step.options.get("limit"))
         report = result.report
-        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate["revision"],
+        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate.revision,
                                      Path(result.report_path), base=context.base)
-        output = {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
-                  "report": result.report_path, "verdict": report.verdict, "metrics": report.metrics,
-                  "baseline": report.baseline.to_dict(), "gates": [g.to_dict() for g in report.gates],
-                  "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites
-                                                    else {})}
+        output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
+                            report.metrics, report.baseline.to_dict(), report.gates, transfer, report.live_suites)
         if controls:
             from mint.loop.placebo import judge_controls
 
-            output["twin"] = judge_controls(context.ws, controls, [m.report_path for m in measured], output)
+            output = dataclasses.replace(output, twin=judge_controls(context.ws, controls,
+                                                                     [m.report_path for m in measured], output))
         return output
+
+    def record(self, output):
+        return output.to_dict()
+
+    def recorded(self, record):
+        from mint.loop.results import EvalOutput
+
+        return EvalOutput.from_dict(record)
 
     def absorb(self, context, step, output):
         context.evaluations[step.specialist] = output
@@ -388,55 +405,49 @@ class Promote(StepKind):
         evaluation = context.evaluations.get(step.specialist)
         if evaluation is None:
             return None
-        return content_key("promote", evaluation["revision_id"], evaluation["report"])
+        return content_key("promote", evaluation.revision_id, evaluation.report)
 
     def run(self, context, step):
         from mint.contract.identity import contract_identity
+        from mint.loop.results import Decision
         from mint.registry.promotion import promote, reject
 
         evaluation = context.evaluations[step.specialist]
-        ref = evaluation["revision"]
-        hacked = self.guard(context, step.specialist, evaluation) if evaluation["verdict"] == "pass" else None
-        if hacked is None and evaluation["verdict"] == "pass":
+        ref = evaluation.revision
+        hacked = self.guard(context, step.specialist, evaluation) if evaluation.verdict == "pass" else None
+        if hacked is None and evaluation.verdict == "pass":
             from mint.contract.forgetting import forgetting_reason
 
-            hacked = forgetting_reason(evaluation.get("backward_transfer") or [])
+            hacked = forgetting_reason(evaluation.backward_transfer)
         if hacked:
             reject(context.ws, ref, why=hacked)
-            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": hacked,
-                    "champion": context.champion_ref(step.specialist)}
-        if evaluation["verdict"] != "pass":
-            failing = [g for g in evaluation["gates"] if not g.get("passed")]
-            why = "failed gates: " + "; ".join(f"{g.get('metric')} ({g.get('rule')})" for g in failing) \
+            return Decision("rejected", ref, "fail", hacked, context.champion_ref(step.specialist))
+        if evaluation.verdict != "pass":
+            failing = [g for g in evaluation.gates if not g.passed]
+            why = "failed gates: " + "; ".join(f"{g.metric} ({g.rule})" for g in failing) \
                 if failing else "failed its contract"
             reject(context.ws, ref, why=why)
-            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": why,
-                    "champion": context.champion_ref(step.specialist)}
+            return Decision("rejected", ref, "fail", why, context.champion_ref(step.specialist))
         try:
-            promote(context.ws, ref, report_path=Path(evaluation["report"]),
-                    identify_contract=contract_identity)
+            promote(context.ws, ref, report_path=Path(evaluation.report), identify_contract=contract_identity)
         except Refused as exc:
-            return {"action": "refused", "revision": ref, "verdict": "fail", "reason": str(exc),
-                    "champion": context.champion_ref(step.specialist)}
-        return {"action": "promoted", "revision": ref, "verdict": "pass", "reason": None,
-                "champion": context.champion_ref(step.specialist)}
+            return Decision("refused", ref, "fail", str(exc), context.champion_ref(step.specialist))
+        return Decision("promoted", ref, "pass", None, context.champion_ref(step.specialist))
 
-    def guard(self, context: LoopContext, specialist: str, evaluation: dict) -> str | None:
+    def guard(self, context: LoopContext, specialist: str, evaluation: EvalOutput) -> str | None:
         """The reward-hacking guard on the candidate's training run and its answers against the baseline's."""
         from mint.loop.guards import reward_hacking
         from mint.registry import store
 
-        metric = next((g.get("metric") for g in evaluation["gates"] if isinstance(g.get("metric"), str)
-                       and not g["metric"].startswith("latency.") and g["metric"] in evaluation["metrics"]), None)
+        metric = evaluation.primary_metric
         if metric is None:
             return None
-        gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
-        baseline_value = gate.get("baseline", (evaluation.get("baseline") or {}).get("metrics", {}).get(metric))
-        candidate = context.candidates.get(specialist) or {}
-        run_dir = context.ws.runs / candidate["run"] if candidate.get("run") else None
-        predictions = Path(evaluation["report"]).parent / "predictions.jsonl"
+        baseline_value = evaluation.baseline_value(metric)
+        candidate = context.candidates.get(specialist)
+        run_dir = context.ws.runs / candidate.run if candidate and candidate.run else None
+        predictions = Path(evaluation.report).parent / "predictions.jsonl"
         baseline_predictions = None
-        baseline_id = (evaluation.get("baseline") or {}).get("revision_id")
+        baseline_id = evaluation.baseline.get("revision_id")
         if baseline_id and store.exists(context.ws):
             conn = store.open_store(context.ws)
             try:
@@ -448,8 +459,16 @@ class Promote(StepKind):
                 if candidate_file.is_file():
                     baseline_predictions = candidate_file
                     break
-        return reward_hacking(metric=metric, value=evaluation["metrics"].get(metric), baseline=baseline_value,
+        return reward_hacking(metric=metric, value=evaluation.metrics.get(metric), baseline=baseline_value,
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
+
+    def record(self, output):
+        return output.to_dict()
+
+    def recorded(self, record):
+        from mint.loop.results import Decision
+
+        return Decision.from_dict(record)
 
     def absorb(self, context, step, output):
         context.decisions[step.specialist] = output

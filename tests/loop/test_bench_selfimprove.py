@@ -157,8 +157,11 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
 
     monkeypatch.setattr(queries, "newest_report", lambda ws, revision_id: report(revision_id))
     monkeypatch.setattr(placebo, "paired_on_examples", paired)
-    evaluation = lambda n, transfer: {"revision_id": f"r{n}", "metrics": {"core.request_match": 0.5},  # noqa: E731
-                                      "gates": [{"metric": "core.request_match"}], "backward_transfer": transfer}
+    evaluation = lambda n, transfer: {"revision": f"genui:v{n}", "revision_id": f"r{n}",  # noqa: E731
+                                      "report": f"r{n}/report.json", "verdict": "pass",
+                                      "metrics": {"core.request_match": 0.5},
+                                      "gates": [{"metric": "core.request_match", "passed": True}],
+                                      "backward_transfer": transfer}
     transfer = [{"metric": "retention.request_match", "introduced_by": "genui:v1",
                  "delta": {"delta": -0.03, "low": -0.2, "high": 0.1}}, {"suite": "retention", "unavailable": "gone"}]
     twin = {"revision": "genui:v3", "verdict": "no experience effect",

@@ -356,7 +356,7 @@ def test_experience_episodes_are_canonical_episodes_with_their_verdicts_as_ratin
 
 
 def test_an_experience_as_a_loop_recorded_it_reads_back_typed_and_records_the_same():
-    from mint.loop.experience import ControlData, ExperienceResult
+    from mint.loop.results import ControlData, ExperienceResult
 
     # the keys, in their order, the experience step recorded before its result was a type
     record = {"prompts": 2, "answers": 8, "passed": 3, "accepted": 2, "dpo_pairs": 1, "mean_reward": 0.375,
