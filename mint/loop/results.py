@@ -188,3 +188,53 @@ class Decision:
     @classmethod
     def from_dict(cls, data: dict) -> Decision:
         return cls(data["action"], data["revision"], data["verdict"], data.get("reason"), data.get("champion"))
+
+
+@dataclass(frozen=True)
+class IngestOutput:
+    """What an ingest step added to the recipe's dataset, and the sources it could not find."""
+
+    version: str | None
+    created: bool
+    episodes_added: int
+    missing: list[str] = field(default_factory=list)
+    quarantined: int | None = None      # None: nothing was read (every source missing)
+
+    def to_dict(self) -> dict:
+        out = {"version": self.version, "created": self.created, "episodes_added": self.episodes_added}
+        if self.quarantined is not None:
+            out["quarantined"] = self.quarantined
+        return {**out, "missing": self.missing}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> IngestOutput:
+        return cls(data.get("version"), data.get("created", False), data.get("episodes_added", 0),
+                   data.get("missing") or [], data.get("quarantined"))
+
+
+@dataclass(frozen=True)
+class RouteOutput:
+    """The router a route step trained, its verdict under its contract, and what became of it."""
+
+    revision: str
+    revision_id: str
+    verdict: str | None                 # pass | fail, or None where no contract judged it
+    examples: int
+    metrics: dict
+    action: str | None = None           # promoted | refused | rejected; None where nothing was decided
+    reason: str | None = None
+    champion: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {"revision": self.revision, "revision_id": self.revision_id, "verdict": self.verdict,
+               "examples": self.examples, "metrics": self.metrics}
+        if self.action is not None:
+            out["action"] = self.action
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return {**out, "champion": self.champion}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RouteOutput:
+        return cls(data["revision"], data["revision_id"], data.get("verdict"), data.get("examples", 0),
+                   data.get("metrics") or {}, data.get("action"), data.get("reason"), data.get("champion"))

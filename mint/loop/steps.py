@@ -13,16 +13,15 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from mint.errors import BadInput, Refused
+from mint.loop.results import Decision, EvalOutput, ExperienceResult, IngestOutput, RouteOutput, TrainOutput
+from mint.serve.replay import ReplayResult
 from mint.text import closest
 from mint.train.examples import METHODS
 from mint.workspace import Workspace
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file
-
-if TYPE_CHECKING:
-    from mint.loop.results import Decision, EvalOutput, ExperienceResult, TrainOutput
 
 
 def content_key(*parts: Any) -> str:
@@ -80,6 +79,7 @@ class StepKind(abc.ABC):
     needs_specialist: bool = True
     after: tuple[str, str] | None = None    # the kind an earlier step of its specialist must be, and why
     judged: bool = False                    # an output whose verdict is "fail" is a failed step
+    result: type                            # what ``run`` returns (mint.loop.results): to_dict, from_dict
 
     def check(self, doc: YamlDoc, recipe_path: Path, options: dict, at: str, check_contracts: bool) -> None:
         """Refuse bad options at ``file:line: field`` before anything runs (the common keys are checked)."""
@@ -99,11 +99,11 @@ class StepKind(abc.ABC):
 
     def record(self, output) -> dict:
         """The output as the loop's state records it (JSON)."""
-        return output
+        return output.to_dict()
 
     def recorded(self, record: dict):
         """A recorded output read back as ``run`` returns it."""
-        return record
+        return self.result.from_dict(record)
 
     def absorb(self, context: LoopContext, step, output) -> None:
         """Hand a (run or recorded) output to the steps after it."""
@@ -111,6 +111,7 @@ class StepKind(abc.ABC):
 
 class Ingest(StepKind):
     name = "ingest"
+    result = IngestOutput
     options = ("sources", "format")
     needs_specialist = False
 
@@ -150,15 +151,16 @@ class Ingest(StepKind):
         missing = [str(p) for p in self.sources(context, step) if not p.exists()]
         paths = [p for p in self.sources(context, step) if p.exists()]
         if not paths:
-            return {"version": context.dataset_version(), "created": False, "episodes_added": 0, "missing": missing}
+            return IngestOutput(context.dataset_version(), False, 0, missing)
         result = ingest(context.ws, paths, dataset=context.recipe.dataset, fmt=step.options.get("format", "auto"),
                         project=context.project)
-        return {"version": result.version, "created": result.created, "episodes_added": result.episodes_added,
-                "quarantined": result.quarantined_new, "missing": missing}
+        return IngestOutput(result.version, result.created, result.episodes_added, missing, result.quarantined_new)
+
 
 
 class Experience(StepKind):
     name = "experience"
+    result = ExperienceResult
     options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
                "per_prompt", "seed", "init", "control", "repair", "epochs", "batch_size", "min_steps", "max_steps",
                "learning_rate", "continuation_learning_rate")
@@ -240,13 +242,6 @@ class Experience(StepKind):
                                base=context.base, project=context.project, options=step.options,
                                contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent)
 
-    def record(self, output):
-        return output.to_dict()
-
-    def recorded(self, record):
-        from mint.loop.results import ExperienceResult
-
-        return ExperienceResult.from_dict(record)
 
     def absorb(self, context, step, output):
         context.experiences[step.specialist] = output
@@ -254,6 +249,7 @@ class Experience(StepKind):
 
 class Train(StepKind):
     name = "train"
+    result = TrainOutput
     options = ("specialist", "method", "from", "set", "data")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
@@ -286,7 +282,6 @@ class Train(StepKind):
                            self.parent(context, step), context.base, *([plan] if plan else []))
 
     def run(self, context, step):
-        from mint.loop.results import TrainOutput
         from mint.train.config import SettingsOverride
         from mint.train.run import train
 
@@ -307,13 +302,6 @@ class Train(StepKind):
         return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
                            result.metrics.get("train_loss"), o["method"], settings, plan)
 
-    def record(self, output):
-        return output.to_dict()
-
-    def recorded(self, record):
-        from mint.loop.results import TrainOutput
-
-        return TrainOutput.from_dict(record)
 
     def absorb(self, context, step, output):
         if output.revision_id:
@@ -324,6 +312,7 @@ class Eval(StepKind):
     """The candidate under its contract, then on every earlier generation's retention suites."""
 
     name = "eval"
+    result = EvalOutput
     options = ("specialist", "contract", "limit")
     after = ("train", "eval evaluates its candidate")
     judged = True
@@ -356,7 +345,6 @@ class Eval(StepKind):
         from mint.contract.evaluate import evaluate_many
         from mint.contract.forgetting import backward_transfer
         from mint.contract.schema import load_contract
-        from mint.loop.results import EvalOutput
 
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
@@ -383,13 +371,6 @@ class Eval(StepKind):
                                                                      [m.report_path for m in measured], output))
         return output
 
-    def record(self, output):
-        return output.to_dict()
-
-    def recorded(self, record):
-        from mint.loop.results import EvalOutput
-
-        return EvalOutput.from_dict(record)
 
     def absorb(self, context, step, output):
         context.evaluations[step.specialist] = output
@@ -397,6 +378,7 @@ class Eval(StepKind):
 
 class Promote(StepKind):
     name = "promote"
+    result = Decision
     options = ("specialist",)
     after = ("eval", "promote needs its report")
     judged = True
@@ -409,7 +391,6 @@ class Promote(StepKind):
 
     def run(self, context, step):
         from mint.contract.identity import contract_identity
-        from mint.loop.results import Decision
         from mint.registry.promotion import promote, reject
 
         evaluation = context.evaluations[step.specialist]
@@ -462,13 +443,6 @@ class Promote(StepKind):
         return reward_hacking(metric=metric, value=evaluation.metrics.get(metric), baseline=baseline_value,
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
-    def record(self, output):
-        return output.to_dict()
-
-    def recorded(self, record):
-        from mint.loop.results import Decision
-
-        return Decision.from_dict(record)
 
     def absorb(self, context, step, output):
         context.decisions[step.specialist] = output
@@ -476,6 +450,7 @@ class Promote(StepKind):
 
 class Route(StepKind):
     name = "route"
+    result = RouteOutput
     options = ("contract",)
     needs_specialist = False
 
@@ -502,21 +477,20 @@ class Route(StepKind):
         result = train_specialist(context.ws, context.project, router, data=context.recipe.dataset,
                                   base=context.base, contract=contract if contract.is_file() else None)
         verdict = result.metrics.get("verdict")
-        output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
-                  "examples": result.examples,
-                  "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}}
+        action = reason = None
         if verdict == "pass":
             try:
                 promote(context.ws, result.ref, identify_contract=contract_identity)
-                output["action"] = "promoted"
+                action = "promoted"
             except Refused as exc:
-                output.update(action="refused", reason=str(exc))
+                action, reason = "refused", str(exc)
         elif verdict == "fail":
-            why = f"failed contracts/{contract.name}"
-            reject(context.ws, result.ref, why=why)
-            output.update(action="rejected", reason=why)
-        output["champion"] = context.champion_ref(router)
-        return output
+            action, reason = "rejected", f"failed contracts/{contract.name}"
+            reject(context.ws, result.ref, why=reason)
+        return RouteOutput(result.ref, result.revision_id, verdict, result.examples,
+                           {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}, action, reason,
+                           context.champion_ref(router))
+
 
     def routing_labels(self, context: LoopContext) -> str:
         """A digest of (turn, specialist) pairs: the router is retrained only when what it learns from changed."""
@@ -538,6 +512,7 @@ class Serve(StepKind):
     traffic a deployment serves, which a later experience step reads back from the logs."""
 
     name = "serve"
+    result = ReplayResult
     options = ("requests", "clients", "max_tokens")
     needs_specialist = False
 
@@ -561,6 +536,7 @@ class Serve(StepKind):
 
         return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
                               clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256))
+
 
 
 STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Serve(), Experience(), Train(), Eval(),
