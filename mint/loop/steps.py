@@ -157,7 +157,6 @@ class Ingest(StepKind):
         return IngestOutput(result.version, result.created, result.episodes_added, missing, result.quarantined_new)
 
 
-
 class Experience(StepKind):
     name = "experience"
     result = ExperienceResult
@@ -242,7 +241,6 @@ class Experience(StepKind):
                                base=context.base, project=context.project, options=step.options,
                                contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent)
 
-
     def absorb(self, context, step, output):
         context.experiences[step.specialist] = output
 
@@ -301,7 +299,6 @@ class Train(StepKind):
                        from_ref=parent, base=None if parent else context.base, override=settings)
         return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
                            result.metrics.get("train_loss"), o["method"], settings, plan)
-
 
     def absorb(self, context, step, output):
         if output.revision_id:
@@ -370,7 +367,6 @@ class Eval(StepKind):
             output = dataclasses.replace(output, twin=judge_controls(context.ws, controls,
                                                                      [m.report_path for m in measured], output))
         return output
-
 
     def absorb(self, context, step, output):
         context.evaluations[step.specialist] = output
@@ -443,7 +439,6 @@ class Promote(StepKind):
         return reward_hacking(metric=metric, value=evaluation.metrics.get(metric), baseline=baseline_value,
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
-
     def absorb(self, context, step, output):
         context.decisions[step.specialist] = output
 
@@ -491,7 +486,6 @@ class Route(StepKind):
                            {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}, action, reason,
                            context.champion_ref(router))
 
-
     def routing_labels(self, context: LoopContext) -> str:
         """A digest of (turn, specialist) pairs: the router is retrained only when what it learns from changed."""
         from mint.data.datasets import iter_episodes
@@ -536,7 +530,6 @@ class Serve(StepKind):
 
         return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
                               clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256))
-
 
 
 STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Serve(), Experience(), Train(), Eval(),
