@@ -14,12 +14,12 @@ from pathlib import Path
 
 from mint.errors import BadInput
 from mint.text import closest
-from mint.yamlfile import load_yaml
+from mint.yamlfile import check_keys, check_number, check_string, load_yaml
 
 PROJECT_FILE = "mint.yaml"
 CONFIG_ENV = "MINT_CONFIG"          # the project file, when it is not ./mint.yaml (`mint --config FILE`)
-PROJECT_KEYS = ("base", "specialists", "monitor")
-TRAINING_KEYS = {"lora", "trl", "rewards"}   # the keys of `mint train --train-config FILE`
+PROJECT_KEYS = ("base", "fallback", "specialists", "monitor")
+TRAINING_KEYS = {"lora", "trl", "rewards", "examples"}   # the blocks of `mint train --train-config FILE`
 GENERATOR, ROUTER_KIND = "generator", "router"
 KINDS = (GENERATOR, ROUTER_KIND)    # what a specialist is (mint.kinds says how each is trained and scored)
 DEFAULT_ROUTER = "router"           # the router's name in a mint.yaml that declares none
@@ -46,6 +46,13 @@ class Project:
     monitor: tuple[tuple[str, float], ...] = MONITOR_DEFAULTS   # `mint monitor` thresholds
     router: str = DEFAULT_ROUTER     # the specialist of kind `router`: it picks among ``specialists``
     router_description: str = ROUTER_DESCRIPTION
+    fallback_name: str | None = None   # `fallback:` in mint.yaml (None: the first specialist)
+
+    @property
+    def fallback(self) -> str:
+        """The specialist of an ingested episode that no rule labels, where no router champion places it: the
+        one mint.yaml names under ``fallback``, else the first (chat in the default project)."""
+        return self.fallback_name or self.specialists[0].name
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -123,13 +130,15 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
         "# mint project file: the base model and the specialists the router picks from.",
         "# `mint ingest` labels an episode that has no specialist of its own with the",
         "# specialist marked `tool_use: true` when it calls tools or defines them, else with the",
-        "# specialist whose keywords its user turns mention most (whole words, any case);",
-        "# an episode that matches none stays `unlabeled`.",
+        "# specialist whose keywords its user turns mention most (whole words, any case; one",
+        "# one-word keyword alone is too common to decide). An episode that matches none goes to",
+        "# the router champion when there is one, else to the `fallback` specialist.",
         "# The router sends a turn outright to the one specialist whose `patterns` (regexes, any case)",
         "# it matches; a turn that matches none, or those of two specialists, goes to the learned probe.",
         "# Each specialist has a `kind`: `generator` (the default: a LoRA adapter that answers) or",
         "# `router` (the one that picks among the generators; without one, it is named `router`).",
         f"base: {project.base}",
+        f"fallback: {project.fallback}",
         "specialists:",
     ]
     for s in project.specialists:
@@ -167,26 +176,15 @@ def load_project(path: Path | None = None) -> Project:
     data = doc.data
     if not isinstance(data, dict):
         raise doc.error("", "expected a mapping with `base` and `specialists`")
-    unknown = set(data) - {"base", "specialists", "monitor"}
-    if unknown:
-        key = str(sorted(unknown, key=str)[0])   # YAML keys may be numbers too
-        if unknown <= TRAINING_KEYS:
-            raise doc.error(key, "this is a training settings file, not a project file: pass it to "
-                                 "`mint train --train-config FILE` (--config names the project's mint.yaml)")
-        raise doc.error(key, f"unknown key{closest(key, PROJECT_KEYS, listing='expected')}")
+    unknown = set(data) - set(PROJECT_KEYS)
+    if unknown and unknown <= TRAINING_KEYS:
+        raise doc.error(str(sorted(unknown, key=str)[0]), "this is a training settings file, not a project file: "
+                        "pass it to `mint train --train-config FILE` (--config names the project's mint.yaml)")
+    check_keys(doc, data, "", PROJECT_KEYS)
     monitor = dict(MONITOR_DEFAULTS)
-    raw_monitor = data.get("monitor") or {}
-    if not isinstance(raw_monitor, dict):
-        raise doc.error("monitor", "expected a mapping like {share_shift: 0.15, max_share: 0.8}")
-    for key, value in raw_monitor.items():
-        if key not in monitor:
-            raise doc.error(f"monitor.{key}", f"unknown key (expected {', '.join(monitor)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise doc.error(f"monitor.{key}", "expected a number between 0 and 1")
-        monitor[key] = float(value)
-    base = data.get("base", DEFAULT_PROJECT.base)
-    if not isinstance(base, str) or not base:
-        raise doc.error("base", "expected a base name or path")
+    for key, value in check_keys(doc, data.get("monitor") or {}, "monitor", tuple(monitor)).items():
+        monitor[key] = float(check_number(doc, value, f"monitor.{key}", minimum=0, maximum=1))
+    base = check_string(doc, data.get("base", DEFAULT_PROJECT.base), "base")
     raw = data.get("specialists")
     if not isinstance(raw, dict) or not raw:
         raise doc.error("specialists", "expected a mapping of specialist names to {description, keywords}")
@@ -202,11 +200,8 @@ def load_project(path: Path | None = None) -> Project:
         kind = spec.get("kind", ROUTER_KIND if name == DEFAULT_ROUTER else GENERATOR)
         if kind not in KINDS:
             raise doc.error(f"{where}.kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
-        allowed = ("kind", "description") if kind == ROUTER_KIND else \
-            ("kind", "description", "keywords", "tool_use", "patterns")
-        extra = set(spec) - set(allowed)
-        if extra:
-            raise doc.error(f"{where}.{sorted(extra, key=str)[0]}", f"unknown key (expected {', '.join(allowed)})")
+        check_keys(doc, spec, where, ("kind", "description") if kind == ROUTER_KIND else
+                   ("kind", "description", "keywords", "tool_use", "patterns"))
         description = spec.get("description", "")
         if not isinstance(description, str):
             raise doc.error(f"{where}.description", "expected a string")
@@ -234,8 +229,13 @@ def load_project(path: Path | None = None) -> Project:
     if not specialists:
         raise doc.error("specialists", "expected at least one specialist of kind generator")
     router, router_description = routers[0] if routers else (DEFAULT_ROUTER, ROUTER_DESCRIPTION)
+    fallback = data.get("fallback")
+    names = [s.name for s in specialists]
+    if fallback is not None and fallback not in names:
+        raise doc.error("fallback", f"{fallback!r} is not a generator specialist of this file"
+                        + closest(fallback, names, listing="expected one of"))
     return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()),
-                   router=router, router_description=router_description)
+                   router=router, router_description=router_description, fallback_name=fallback)
 
 
 @dataclass(frozen=True)

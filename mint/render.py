@@ -95,7 +95,7 @@ def schema_order(arguments, tool_name: str, tools: list | None):
 def render_message(message: dict, tools: list | None = None) -> dict:
     """A canonical message as plain role/content (tool calls as text, arguments in the order of the
     tool's schema in ``tools``), for any ChatML template; a turn marked ``weight: 0`` (shown to the model,
-    not trained on) keeps that mark."""
+    not trained on) keeps that mark, and an assistant turn its ``reasoning``."""
     content = message.get("content") or ""
     calls = message.get("tool_calls")
     if calls:
@@ -105,6 +105,10 @@ def render_message(message: dict, tools: list | None = None) -> dict:
             ensure_ascii=False) + "</tool_call>" for c in calls)
         content = (content + "\n" if content else "") + blocks
     rendered = {"role": message["role"], "content": content}
+    if message.get("reasoning") and message["role"] == "assistant":
+        # the assistant's reasoning, apart from its answer: a training row keeps it for the chat template to
+        # render where it can (mint.train.run.reasoning_for_template)
+        rendered["reasoning"] = message["reasoning"]
     if message.get("weight") == 0:
         rendered["weight"] = 0
     return rendered

@@ -30,12 +30,6 @@ def _figure(width=6.4, height=3.2):
     return plt.subplots(figsize=(width, height))
 
 
-def _interval(gate: dict):
-    from mint.reports import gate_delta
-
-    return gate_delta(gate)[1]
-
-
 def _on_value(row):
     """The delta's interval placed on the value (baseline + low .. baseline + high), as error bar lengths."""
     if row.interval and row.value is not None and row.baseline_value is not None:
@@ -102,11 +96,11 @@ def gates_figure(name: str, entry: dict) -> str | None:
     metrics = []
     for g in rows:
         for gate in g["gates"]:
-            if gate.get("metric") not in metrics:
-                metrics.append(gate.get("metric"))
+            if gate.metric not in metrics:
+                metrics.append(gate.metric)
     from matplotlib.colors import ListedColormap
 
-    grid = [[next((1 if x.get("passed") else 0 for x in g["gates"] if x.get("metric") == m), 0.5) for m in metrics]
+    grid = [[next((1 if x.passed else 0 for x in g["gates"] if x.metric == m), 0.5) for m in metrics]
             for g in rows]
     fig, ax = _figure(6.4, 0.6 + 0.35 * len(rows))
     ax.imshow(grid, cmap=ListedColormap([RED, "#eeeeee", GREEN]), vmin=0, vmax=1, aspect="auto")
@@ -144,15 +138,13 @@ def _table(entry: dict) -> str:
     rows = []
     for g in entry["generations"]:
         metric = g["primary"]
-        gate = next((x for x in g["gates"] if x.get("metric") == metric), {})
-        value, before = g["metrics"].get(metric) if metric else None, gate.get("baseline",
-                                                                               g["baseline_metrics"].get(metric))
-        from mint.reports import gate_delta
-
-        delta = gate_delta(gate)[0]
+        gate = next((x for x in g["gates"] if x.metric == metric), None)
+        value = g["metrics"].get(metric) if metric else None
+        before = gate.baseline if gate and gate.baseline is not None else g["baseline_metrics"].get(metric)
+        delta = gate.paired_delta if gate else None
         if delta is None and isinstance(value, (int, float)) and isinstance(before, (int, float)):
             delta = value - before
-        interval = _interval(gate)
+        interval = gate.interval if gate else None
         ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else ""
         verdict = g["verdict"] or "not evaluated"
         color = GREEN if verdict == "pass" else RED if verdict == "fail" else GREY

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mint.errors import BadInput
-from mint.registry.report import Report, read_report
+from mint.registry.report import GateResult, Report, read_report
 from mint.workspace import Workspace
 
 REPORT_FILE = "report.json"
@@ -55,19 +55,8 @@ def load_report(ws: Workspace, ref_or_file: str) -> Report:
     raise BadInput(f"{detail.ref} has no report; run `mint eval {detail.ref} --contract FILE`", field="REF")
 
 
-def gate_delta(gate: dict) -> tuple[float | None, list[float] | None]:
-    """A gate's paired delta (candidate − baseline) and its 95% interval, as `mint eval` records them."""
-    paired = gate.get("delta") if isinstance(gate, dict) else None
-    if not isinstance(paired, dict):
-        return None, None
-    delta, low, high = paired.get("delta"), paired.get("low"), paired.get("high")
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (low, high))
-    return (delta if isinstance(delta, (int, float)) else None), ([low, high] if numbers else None)
-
-
-def _gates_by_metric(report: Report) -> dict[str, dict]:
-    gates = report.gates or []
-    return {g["metric"]: g for g in gates if isinstance(g, dict) and isinstance(g.get("metric"), str)}
+def _gates_by_metric(report: Report) -> dict[str, GateResult]:
+    return {g.metric: g for g in report.gates}
 
 
 def _number(value) -> float | None:
@@ -83,8 +72,8 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
         va, vb = _number(a.metrics.get(name)), _number(b.metrics.get(name))
         ga, gb = gates_a.get(name), gates_b.get(name)
         rows.append(MetricDiff(name, va, vb, None if va is None or vb is None else vb - va,
-                               ga.get("passed") if ga else None, gb.get("passed") if gb else None,
-                               (gb or ga or {}).get("rule")))
+                               ga.passed if ga else None, gb.passed if gb else None,
+                               (gb or ga).rule if gb or ga else None))
     same = a.contract.sha256 == b.contract.sha256
     return ReportDiff(a=_header(a), b=_header(b), same_contract=same, metrics=rows)
 
@@ -101,9 +90,8 @@ def _header(report: Report) -> dict:
 def _primary_metric(report: Report) -> str | None:
     """The contract's first gated metric that is not latency: what "better" means for the specialist."""
     for gate in report.gates:
-        name = gate.get("metric") if isinstance(gate, dict) else None
-        if isinstance(name, str) and not name.startswith("latency.") and name in report.metrics:
-            return name
+        if not gate.metric.startswith("latency.") and gate.metric in report.metrics:
+            return gate.metric
     metrics = [m for m in report.metrics if not m.startswith("latency.")]
     return metrics[0] if metrics else None
 
@@ -184,7 +172,7 @@ def lineage_report(ws: Workspace) -> dict:
     for revision in registry.revisions:
         entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
         report = _newest_readable_report(registry.reports[revision.id])
-        gates = [g for g in (report.gates if report else []) if isinstance(g, dict)]
+        gates = list(report.gates) if report else []
         entry["generations"].append({
             "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
             "dataset": revision.dataset, "created_at": revision.created_at,
@@ -348,11 +336,11 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
         report = _newest_readable_report(registry.reports[revision.id])
         record = made.get((revision.specialist, revision.ref), {})
         metric = _primary_metric(report) if report else None
-        gate = next((g for g in report.gates if isinstance(g, dict) and g.get("metric") == metric), {}) \
-            if report and metric else {}
+        gate = next((g for g in report.gates if g.metric == metric), None) if report and metric else None
         value = _number(report.metrics.get(metric)) if metric else None
-        before = _number(gate.get("baseline", report.baseline.metrics.get(metric))) if metric else None
-        delta, interval = gate_delta(gate)
+        before = _number(gate.baseline if gate and gate.baseline is not None
+                         else report.baseline.metrics.get(metric)) if metric else None
+        delta, interval = (gate.paired_delta, gate.interval) if gate else (None, None)
         if delta is None and value is not None and before is not None:
             delta = value - before
         baseline = None

@@ -1,4 +1,5 @@
-"""Safe YAML loading that remembers where each value came from.
+"""Safe YAML loading that remembers where each value came from, and the field checks every config file
+(mint.yaml, contracts, recipes) makes with it.
 
 Config errors must name ``file:line: field``; PyYAML's safe loader drops the
 marks, so the document is composed once more to map each field path
@@ -14,6 +15,7 @@ from typing import Any
 import yaml
 
 from mint.errors import BadInput
+from mint.text import closest
 
 
 @dataclass
@@ -32,6 +34,39 @@ class YamlDoc:
 
     def error(self, dotted: str, message: str) -> BadInput:
         return BadInput(message, file=str(self.path), line=self.line(dotted), field=dotted or None)
+
+
+def check_keys(doc: YamlDoc, value, where: str, allowed) -> dict:
+    """``value`` when it is a mapping whose keys are all ``allowed``; else BadInput at the field, with the
+    nearest allowed key (or all of them)."""
+    if not isinstance(value, dict):
+        raise doc.error(where, "expected a mapping")
+    for key in value:
+        if key not in allowed:
+            raise doc.error(f"{where}.{key}" if where else str(key),
+                            "unknown key" + closest(key, allowed, listing="expected one of"))
+    return value
+
+
+def check_number(doc: YamlDoc, value, where: str, *, minimum=None, maximum=None, integer: bool = False,
+                 exclusive: bool = False):
+    """``value`` when it is a number (an integer with ``integer``) at least ``minimum`` (more than it with
+    ``exclusive``) and at most ``maximum``; else BadInput at the field."""
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool):
+        raise doc.error(where, f"expected {'an integer' if integer else 'a number'}, got {type(value).__name__}")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise doc.error(where, f"must be {'greater than' if exclusive else 'at least'} {minimum}")
+    if maximum is not None and value > maximum:
+        raise doc.error(where, f"must be at most {maximum}")
+    return value
+
+
+def check_string(doc: YamlDoc, value, where: str) -> str:
+    """``value`` when it is a non-empty string; else BadInput at the field."""
+    if not isinstance(value, str) or not value.strip():
+        raise doc.error(where, "expected a non-empty string")
+    return value
 
 
 def _index(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int], ancestors: set[int]) -> None:

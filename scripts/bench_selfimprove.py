@@ -199,9 +199,9 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
     """Per specialist and generation: the primary metric from the registered report, its paired delta against the
     previous generation and against the baseline its gates used, the verdict, the experience pool, the twin,
     and the retention figures of a promoted generation."""
-    from mint.loop.placebo import paired_on_examples, primary_metric
+    from mint.loop.placebo import paired_on_examples
+    from mint.loop.results import EvalOutput
     from mint.registry import queries
-    from mint.reports import gate_delta
 
     out: dict[str, dict] = {}
     for row in loop["generations"]:
@@ -217,16 +217,18 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
         entry["generations"].append(figures)
         if not evaluation:
             continue
-        report = queries.newest_report(ws, evaluation["revision_id"])
-        metric = primary_metric(evaluation)
+        evaluation = EvalOutput.from_dict(evaluation)
+        report = queries.newest_report(ws, evaluation.revision_id)
+        metric = evaluation.primary_metric
         if report is None or metric is None:
             figures["reason"] = "no registered report" if report is None else "its contract gates no quality metric"
             continue
         entry.update(metric=metric, contract=f"{report.contract.name} v{report.contract.version}")
         figures.update(value=report.metrics.get(metric), examples=report.examples, report=report.path)
-        gates = {g.get("metric"): g for g in report.gates if isinstance(g, dict)}
-        delta, interval = gate_delta(gates.get(metric, {}))
-        figures["vs_baseline"] = {"delta": delta, "interval": interval}
+        gates = {g.metric: g for g in report.gates}
+        gate = gates.get(metric)
+        figures["vs_baseline"] = {"delta": gate.paired_delta if gate else None, "interval": gate.interval if gate
+                                  else None}
         if previous is None:            # generation 1's baseline is generation 0, the bare base
             figures["vs_previous_generation"] = {**figures["vs_baseline"], "against": "base (generation 0)"}
         elif previous.get("report"):
@@ -246,11 +248,10 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
                                "nothing was trained on it" if not plan.get("max_steps") else "no twin in the loop"}
         if figures["verdict"] == "promoted":
             for name, gate in gates.items():
-                if isinstance(name, str) and name.startswith("retention.") and not name.endswith(".examples"):
-                    d, i = gate_delta(gate)
-                    figures["retention"].append({"metric": name, "delta": d, "interval": i,
+                if name.startswith("retention.") and not name.endswith(".examples"):
+                    figures["retention"].append({"metric": name, "delta": gate.paired_delta, "interval": gate.interval,
                                                  "against": row["baseline"]})
-            for transfer in evaluation.get("backward_transfer") or []:
+            for transfer in evaluation.backward_transfer:
                 if "delta" in transfer:
                     figures["backward_transfer"].append(
                         {"metric": transfer["metric"], "against": transfer["introduced_by"],

@@ -291,7 +291,7 @@ def logged_ids(home: Path) -> Counter:
             for line in f:
                 record = json.loads(line)
                 if "messages" in record:     # a turn; feedback lines ({"upstream_id", "feedback"}) name one
-                    counts[record["id"]] += 1
+                    counts[record.get("upstream_id", record["id"])] += 1   # the answer's id
     return counts
 
 

@@ -74,3 +74,14 @@ def test_bad_kinds_name_file_line_and_field(tmp_path, text, where):
     with pytest.raises(BadInput) as info:
         load_project(tmp_path / "mint.yaml")
     assert str(info.value).startswith(str(tmp_path / where.split(":")[0]) + ":" + where.split(":", 1)[1])
+
+
+def test_the_fallback_specialist_is_the_first_unless_mint_yaml_names_one(tmp_path):
+    init_project(tmp_path)
+    assert load_project(tmp_path / "mint.yaml").fallback == DEFAULT_PROJECT.fallback == "chat"
+    (tmp_path / "mint.yaml").write_text("base: x\nfallback: coding\nspecialists:\n  chat: {}\n  coding: {}\n")
+    assert load_project(tmp_path / "mint.yaml").fallback == "coding"
+    (tmp_path / "mint.yaml").write_text("base: x\nspecialists:\n  chat: {}\n  coding: {}\nfallback: codin\n")
+    with pytest.raises(BadInput, match=r"mint.yaml:5: fallback: 'codin' is not a generator specialist of this file "
+                                       r"\(did you mean coding\?\)"):
+        load_project(tmp_path / "mint.yaml")

@@ -14,6 +14,7 @@ from rich.console import Console, ConsoleDimensions
 
 from mint import __version__
 from mint.errors import BadInput
+from mint.registry.report import GateResult
 
 app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", no_args_is_help=True,
                   add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -94,8 +95,11 @@ def ws(*, writes: bool = False):
 
 
 def plain(value: Any) -> Any:
-    """Dataclasses, paths and containers as JSON-ready values."""
+    """Dataclasses, paths and containers as JSON-ready values; a type with its own JSON shape (``to_dict``, as a
+    report's gate has) is written in that shape."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if callable(getattr(value, "to_dict", None)):
+            return plain(value.to_dict())
         return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
@@ -121,11 +125,11 @@ def number(value) -> str:
     return f"{value:.4g}"
 
 
-def gate_outcome(gate: dict) -> str:
+def gate_outcome(gate: GateResult) -> str:
     """A gate's result cell: pass, FAIL, or skipped (its rule says why)."""
-    if gate.get("skipped"):
+    if gate.skipped:
         return "[yellow]skipped[/]"
-    return "[green]pass[/]" if gate.get("passed") else "[red]FAIL[/]"
+    return "[green]pass[/]" if gate.passed else "[red]FAIL[/]"
 
 
 def baseline_description(report: dict) -> str:

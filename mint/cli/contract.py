@@ -119,18 +119,18 @@ def _render_report(result) -> None:
     for column in ("metric", "value", "baseline", "rule", "result"):
         table.add_column(column)
     gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
-    for g in report["gates"]:
-        gated.setdefault(g["metric"], []).append(g)
+    for g in result.report.gates:
+        gated.setdefault(g.metric, []).append(g)
     baseline = report["baseline"]["metrics"]
     for metric, value in sorted(report["metrics"].items()):
         gates = gated.pop(metric, None) or [None]
         for gate in gates:
             table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
-                          escape(gate["rule"]) if gate else "",
+                          escape(gate.rule) if gate else "",
                           gate_outcome(gate) if gate else "")
     for metric, gates in gated.items():
         for gate in gates:
-            table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
+            table.add_row(metric, _fmt(gate.value), _fmt(gate.baseline), escape(gate.rule),
                           gate_outcome(gate))
     out.print(table)
     out.print(f"baseline: {escape(baseline_description(report))}"

@@ -81,6 +81,8 @@ def ingest(
     if result.by_specialist:
         out.print("new episodes by specialist: " + ", ".join(
             f"{k} {v:,}" for k, v in sorted(result.by_specialist.items(), key=lambda kv: -kv[1])))
+    if result.unmatched_note:
+        out.print(escape(result.unmatched_note))
     if result.scrubbed:
         out.print("scrubbed: " + ", ".join(f"{k} {v:,}" for k, v in sorted(result.scrubbed.items())))
     if result.skipped:

@@ -80,15 +80,16 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
     if json_out:
         return print_json({**report.to_dict(), "path": report.path})
     base_metrics = report.baseline.metrics
-    gates = {g.get("metric"): g for g in report.gates if isinstance(g, dict)}
+    gates = {g.metric: g for g in report.gates}
     table = Table(title=escape(f"{report.label} under {report.contract.name} v{report.contract.version}"))
     for column in ("metric", "value", "baseline", "rule", "result"):
         table.add_column(column, overflow="fold")
     for metric in sorted(set(report.metrics) | set(gates), key=str):
-        gate = gates.get(metric) or {}
-        value = report.metrics.get(metric, gate.get("value"))
-        table.add_row(escape(str(metric)), _num(value), _num(gate.get("baseline", base_metrics.get(metric))),
-                      escape(str(gate.get("rule", ""))), gate_outcome(gate) if gate else "")
+        gate = gates.get(metric)
+        value = report.metrics.get(metric, gate.value if gate else None)
+        table.add_row(escape(str(metric)), _num(value), _num(gate.baseline if gate and gate.baseline is not None
+                                                            else base_metrics.get(metric)),
+                      escape(gate.rule if gate else ""), gate_outcome(gate) if gate else "")
     out.print(table)
     out.print(f"verdict: {escape(report.verdict)}  baseline: {escape(baseline_description(report.to_dict()))}  "
               f"source: {escape(report.source)}")

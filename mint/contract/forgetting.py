@@ -24,7 +24,7 @@ from mint.contract.precision import report_precision
 from mint.contract.schema import Contract, Suite, load_contract, read_suite
 from mint.errors import BadInput
 from mint.registry import queries
-from mint.registry.report import read_report
+from mint.registry.report import Report, read_report
 from mint.workspace import Workspace
 
 RETENTION_PREFIX = "retention"
@@ -47,14 +47,13 @@ def _suites_of(report: dict) -> list[dict]:
              "sha256": None if s.live else hashlib.sha256(s.data.read_bytes()).hexdigest()} for s in contract.suites]
 
 
-def _tolerances(report: dict, suite_name: str) -> dict[str, float]:
+def _tolerances(report: Report, suite_name: str) -> dict[str, float]:
     """metric -> no_regression tolerance of the report's gates on ``suite_name`` (0 when gated otherwise)."""
     out = {}
-    for gate in report.get("gates") or []:
-        metric = gate.get("metric")
-        if isinstance(metric, str) and metric.startswith(suite_name + ".") and not metric.endswith(".examples"):
-            found = _TOLERANCE.search(str(gate.get("rule") or ""))
-            out[metric.partition(".")[2]] = float(found.group(1)) if found else 0.0
+    for gate in report.gates:
+        if gate.metric.startswith(suite_name + ".") and not gate.metric.endswith(".examples"):
+            found = _TOLERANCE.search(gate.rule)
+            out[gate.metric.partition(".")[2]] = float(found.group(1)) if found else 0.0
     return out
 
 
@@ -82,7 +81,7 @@ def earlier_retention_suites(ws: Workspace, specialist: str, exclude_revision: s
                 continue
             found[digest] = {"suite": suite["name"], "sha256": digest, "source": suite.get("source"),
                              "metrics": list(suite.get("metrics") or []), "introduced_by": promoted.revision.ref,
-                             "report": promoted.report.path, "tolerances": _tolerances(data, suite["name"])}
+                             "report": promoted.report.path, "tolerances": _tolerances(promoted.report, suite["name"])}
     return list(found.values())
 
 

@@ -8,21 +8,9 @@ Comparisons allow for float rounding (mint.contract.paired.EPSILON).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mint.contract.paired import EPSILON, PairedDelta, significant_gain, significant_regression
 from mint.contract.schema import Contract, Gate
-
-
-@dataclass(frozen=True)
-class GateResult:
-    metric: str
-    value: float | None
-    baseline: float | None
-    rule: str
-    passed: bool
-    delta: dict | None = None   # PairedDelta as a dict: n, delta, low, high, method, ...
-    skipped: bool = False       # not checked, and why is its rule (latency where no example carried any)
+from mint.registry.report import GateResult
 
 
 def lower_is_better(contract: Contract, metric: str) -> bool:

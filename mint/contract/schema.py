@@ -16,7 +16,7 @@ from mint.generation.precision import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
 from mint.text import closest
-from mint.yamlfile import YamlDoc, is_file, load_yaml
+from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, is_file, load_yaml
 
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
@@ -91,31 +91,6 @@ class Contract:
     @property
     def ref(self) -> dict:
         return {"name": self.name, "version": self.version, "sha256": self.sha256, "path": str(self.path)}
-
-
-def check_keys(doc: YamlDoc, value, where: str, allowed) -> dict:
-    if not isinstance(value, dict):
-        raise doc.error(where, "expected a mapping")
-    for key in value:
-        if key not in allowed:
-            raise doc.error(f"{where}.{key}" if where else str(key),
-                            "unknown key" + closest(key, allowed, listing="expected one of"))
-    return value
-
-
-def check_number(doc, value, where, *, minimum=None, integer=False, exclusive=False):
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if not ok or isinstance(value, bool):
-        raise doc.error(where, f"expected {'an integer' if integer else 'a number'}, got {type(value).__name__}")
-    if minimum is not None and (value <= minimum if exclusive else value < minimum):
-        raise doc.error(where, f"must be {'greater than' if exclusive else 'at least'} {minimum}")
-    return value
-
-
-def check_string(doc, value, where):
-    if not isinstance(value, str) or not value.strip():
-        raise doc.error(where, "expected a non-empty string")
-    return value
 
 
 def load_contract(path: Path, *, check_data: bool = True) -> Contract:

@@ -18,22 +18,23 @@ import hashlib
 import json
 import multiprocessing
 import os
-from json.encoder import encode_basestring  # the C string escaper json.dumps uses
 import sqlite3
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, NamedTuple
 
 from mint.data import datasets
-from mint.data.episode import FORMATS, RecordError, normalize, normalize_feedback, upstream_id
+from mint.data.formats import FORMATS, RecordError, normalize
+from mint.data.formats.fields import normalize_feedback, upstream_id
+from mint.data.formats.llamafactory import remap
 from mint.data.labels import Labeler
-from mint.data.llamafactory import remap
-from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, discover, parse_line,
-                               read_line_batches, read_source)
-from mint.data.scrub import scrub_text, scrub_value
+from mint.data.readers import DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, parse_line, read_line_batches
+from mint.data.schema import Episode, Feedback, Message
+from mint.data.scrub import scrub_episode, scrub_text
+from mint.data.sources import discover, read_source
 from mint.errors import BadInput
 from mint.faults import checkpoint
 from mint.project import Project
@@ -82,6 +83,11 @@ class IngestResult:
     reasons: dict[str, int] = field(default_factory=dict)
     episodes_updated: int = 0    # earlier episodes replaced by a newer record of the same conversation
     skipped: list[str] = field(default_factory=list)   # files in the folders given that are not logs
+    # where the new episodes that no record label, serving specialist, tool or keyword placed went: to the
+    # router champion (``router``, its revision) when there is one, else to mint.yaml's ``fallback``
+    unmatched: dict[str, int] = field(default_factory=dict)
+    fallback: str | None = None
+    router: str | None = None
 
     @property
     def failed_sources(self) -> list[SourceStats]:
@@ -94,6 +100,20 @@ class IngestResult:
         read = sum(s.read for s in self.sources)
         return read > 0 and sum(s.quarantined for s in self.sources) == read
 
+    @property
+    def unmatched_note(self) -> str | None:
+        """Where the episodes no rule labelled went, and how to send them elsewhere; None when there were none."""
+        total = sum(self.unmatched.values())
+        if not total:
+            return None
+        if self.router is not None:
+            where = ", ".join(f"{name} {n:,}" for name, n in sorted(self.unmatched.items(), key=lambda kv: -kv[1]))
+            return (f"{total:,} new episode(s) matched no label, tool or keyword of mint.yaml: the router champion "
+                    f"{self.router} placed them ({where}); to label a file yourself, ingest it with --specialist NAME")
+        return (f"{total:,} new episode(s) matched no label, tool or keyword of mint.yaml and went to {self.fallback}, "
+                "its fallback specialist; to send them elsewhere set `fallback: NAME` in mint.yaml (or train a "
+                "router champion, which then places them), or ingest a file with --specialist NAME")
+
 
 def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: str = "auto",
            project: Project, scrub: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
@@ -102,7 +122,8 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
     """Ingest ``paths`` into ``dataset``. ``workers``: processes that parse and scrub big JSON Lines
     files (default: one per core when there are several; 0 or 1 parses in this process).
     ``specialist`` labels every record (a public dataset meant for one specialist); ``file_formats``
-    gives the format of single files (``--format FILE=FORMAT``) where sniffing cannot tell."""
+    gives the format of single files (``--format FILE=FORMAT``) where sniffing cannot tell. Episodes that no
+    rule labels go to the router champion where one exists, else to the project's fallback specialist."""
     started = time.perf_counter()
     datasets.check_name(dataset)
     for path, name in [(None, fmt), *(file_formats or {}).items()]:
@@ -120,10 +141,13 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
     skipped: list[str] = []
     sources = discover(paths, fmt, skipped=skipped)   # missing or unreadable paths fail here, before any write
     file_formats = {Path(p).resolve(): f for p, f in (file_formats or {}).items()}
-    unmatched = set(file_formats) - {source.path.resolve() for source in sources}
-    if unmatched:
-        raise BadInput("--format names a file that is not among the paths given", file=str(sorted(unmatched)[0]))
-    settings = _Settings(fmt, Labeler(project), scrub, specialist)
+    unmatched_formats = set(file_formats) - {source.path.resolve() for source in sources}
+    if unmatched_formats:
+        raise BadInput("--format names a file that is not among the paths given",
+                       file=str(sorted(unmatched_formats)[0]))
+    router = _ChampionRouter.find(ws, project) if specialist is None else None
+    settings = _Settings(fmt, Labeler(project), scrub, specialist, fallback=project.fallback,
+                         route=router is not None)
     directory = ws.datasets / dataset
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -135,6 +159,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         stats: list[SourceStats] = []
         by_specialist: Counter = Counter()
         labeled_by: Counter = Counter()
+        unmatched: Counter = Counter()
         scrubbed: Counter = Counter()
         reasons: Counter = Counter()
         added = 0
@@ -152,30 +177,24 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                         report = (lambda n, label=label, size=source.size: progress(label, n, size)) \
                             if progress else None
                         here = _source_settings(settings, source, file_formats)
-                        for line, specialist, how, found, keys, pair in _outcomes(source, label, here,
-                                                                            max_record_bytes, report, workers):
+                        outcomes = _outcomes(source, label, here, max_record_bytes, report, workers)
+                        for outcome in router.place(outcomes) if router is not None else outcomes:
                             source_stats.read += 1
-                            if found:
-                                scrubbed.update(found)
-                                source_stats.scrubbed += sum(found.values())
-                            if how == "feedback":   # a rating for an episode logged earlier: rewrite that one
+                            if outcome.scrubbed:
+                                scrubbed.update(outcome.scrubbed)
+                                source_stats.scrubbed += sum(outcome.scrubbed.values())
+                            if isinstance(outcome, FeedbackEvent):   # a rating for an episode logged earlier
                                 out.flush()
-                                line, specialist, bad = _apply_feedback(index, directory, tmp, line, settings)
-                                if bad is not None:
-                                    source_stats.quarantined += 1
-                                    reasons[datasets.reason_kind(specialist)] += 1
-                                    _count(source_stats.reasons, datasets.reason_kind(specialist))
-                                    quarantine.write(bad)
-                                    continue
-                                keys = conversation_keys(json.loads(line))
-                            if how == "quarantine":
+                                outcome = _apply_feedback(index, directory, tmp, outcome, settings)
+                            if isinstance(outcome, Quarantined):
                                 source_stats.quarantined += 1
-                                reasons[datasets.reason_kind(specialist)] += 1
-                                _count(source_stats.reasons, datasets.reason_kind(specialist))
-                                quarantine.write(line)
+                                reasons[datasets.reason_kind(outcome.reason)] += 1
+                                _count(source_stats.reasons, datasets.reason_kind(outcome.reason))
+                                quarantine.write(outcome.entry)
                                 continue
-                            key = bytes.fromhex(line[7:39].decode("ascii"))   # the first 128 bits of the id
-                            if index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,)).rowcount == 0:
+                            keys = outcome.keys
+                            if index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)",
+                                             (outcome.key,)).rowcount == 0:
                                 source_stats.duplicate += 1
                                 continue
                             earlier = _earlier_episode(index, keys) if keys else None
@@ -188,13 +207,15 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 replaced[earlier_specialist] += 1
                                 source_stats.updated += 1
                             if keys:
-                                _remember_conversation(index, keys, key, specialist, None, out.tell())
+                                _remember_conversation(index, keys, outcome.key, outcome.specialist, None, out.tell())
                             source_stats.kept += 1
-                            source_stats.pairs += pair
+                            source_stats.pairs += outcome.pair
                             added += 1
-                            by_specialist[specialist] += 1
-                            labeled_by[how] += 1
-                            out.write(line)
+                            by_specialist[outcome.specialist] += 1
+                            labeled_by[outcome.how] += 1
+                            if outcome.how in ("routed", "fallback"):
+                                unmatched[outcome.specialist] += 1
+                            out.write(outcome.line)
                 checkpoint("ingest.episodes_written")
                 if not added:
                     raise _NothingNew
@@ -230,7 +251,9 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         total_episodes=total, sources=stats, by_specialist=dict(by_specialist), labeled_by=dict(labeled_by),
         scrubbed=dict(scrubbed), quarantine_file=str(directory / datasets.QUARANTINE_FILE),
         quarantined_new=quarantined_new, seconds=time.perf_counter() - started, reasons=dict(reasons),
-        episodes_updated=updated, skipped=skipped)
+        episodes_updated=updated, skipped=skipped, unmatched=dict(unmatched) if created else {},
+        fallback=settings.fallback if specialist is None else None,
+        router=router.revision if router is not None else None)
 
 
 def _count(counts: dict[str, int], key: str) -> None:
@@ -248,6 +271,8 @@ class _Settings:
     scrub: bool
     specialist: str | None = None    # --specialist: every record of the sources is this specialist's
     layout: dict | None = None       # the source's LLaMA-Factory columns and tags
+    fallback: str | None = None      # the specialist of episodes no rule labels, when no router places them
+    route: bool = False              # a router champion places the episodes no rule labels (in this process)
 
 
 def _source_settings(settings: _Settings, source: Source, file_formats: dict[Path, str]) -> _Settings:
@@ -260,11 +285,48 @@ def _source_settings(settings: _Settings, source: Source, file_formats: dict[Pat
     return settings
 
 
-# What one record became: (line, specialist, how, scrub counts, conversation keys). ``how`` is the
-# labeling rule for an episode, whose line is its JSON in UTF-8; for a bad record it is "quarantine",
-# ``line`` is the quarantine entry and ``specialist`` the reason.
-# ``pair``: the episode carries a chosen/rejected preference.
-Outcome = tuple[bytes, str, str, "Counter | None", "ConversationKeys | None", bool]
+# --- what one record became ------------------------------------------------------------------------------
+# ``scrubbed``: what scrubbing found in the record (None: nothing). Outcomes are NamedTuples so that they cross
+# from worker processes as plain tuples (``_process_batch``): a dataclass pickles at several times the cost.
+
+class Kept(NamedTuple):
+    """An episode, serialized: its line (UTF-8 JSON), the first 128 bits of its id, its specialist and the
+    rule that labelled it, the keys that link it to other records of its conversation, and whether it
+    carries a chosen/rejected preference."""
+    line: bytes
+    key: bytes
+    specialist: str
+    how: str               # record | served_by | tools | keywords | routed | fallback | --specialist | feedback
+    keys: "ConversationKeys | None"
+    pair: bool
+    scrubbed: Counter | None
+
+
+class Quarantined(NamedTuple):
+    """A record that is not an episode: why, and its quarantine entry (UTF-8 JSON)."""
+    reason: str
+    entry: bytes
+    scrubbed: Counter | None
+
+
+class FeedbackEvent(NamedTuple):
+    """A rating or correction for an episode logged earlier, named by its upstream id (its record as read is
+    kept for the quarantine, should no episode have that id)."""
+    upstream_id: str
+    feedback: Feedback
+    source: str
+    raw: str
+    scrubbed: Counter | None
+
+
+class Unplaced(NamedTuple):
+    """An episode that no rule labels, for the router champion to place (in the main process)."""
+    episode: Episode
+    scrubbed: Counter | None
+
+
+Outcome = Kept | Quarantined | FeedbackEvent | Unplaced
+_OUTCOME_TYPES = (Kept, Quarantined, FeedbackEvent, Unplaced)
 
 PARALLEL_MIN_BYTES = 4 << 20     # smaller files are done before worker processes would have started
 _BATCH_LINES = 2000
@@ -273,93 +335,94 @@ _BATCH_LINES = 2000
 def _process(record: RawRecord, settings: _Settings) -> Outcome:
     found: Counter = Counter()
     if record.error:
-        return _quarantine_outcome(record, record.error, settings, found)
+        return _quarantined(record, record.error, settings, found)
     try:
         return _episode_outcome(record, settings, found)
     except RecordError as exc:
-        return _quarantine_outcome(record, str(exc), settings, Counter())
+        return _quarantined(record, str(exc), settings, Counter())
     except RecursionError:
-        return _quarantine_outcome(record, "nested too deeply to process", settings, Counter())
+        return _quarantined(record, "nested too deeply to process", settings, Counter())
     except UnicodeEncodeError:
-        return _quarantine_outcome(record, _surrogate_reason(record.data), settings, Counter())
+        return _quarantined(record, _surrogate_reason(record.data), settings, Counter())
     except Exception as exc:  # noqa: BLE001 - one odd record must never stop the run; its reason says why
-        return _quarantine_outcome(record, f"could not be processed ({type(exc).__name__}: {exc}); "
-                                   "please report this record", settings, Counter())
+        return _quarantined(record, f"could not be processed ({type(exc).__name__}: {exc}); "
+                            "please report this record", settings, Counter())
 
 
 # a record with any of these is a conversation; without them, an upstream id and feedback, a feedback event
-_CONVERSATION_FIELDS = ("messages", "conversations", "request", "prompt", "instruction", "chosen", "rejected",
-                        "chosen_messages", "rejected_messages")
+_CONVERSATION_FIELDS = frozenset(("messages", "conversations", "request", "prompt", "instruction", "chosen",
+                                  "rejected", "chosen_messages", "rejected_messages"))
 
 
-def _feedback_event(record: RawRecord, settings: _Settings, found: Counter) -> Outcome | None:
-    data = record.data
-    if not isinstance(data, dict) or any(k in data for k in _CONVERSATION_FIELDS):
+def _feedback_event(record: RawRecord, data, settings: _Settings, found: Counter) -> FeedbackEvent | None:
+    if not isinstance(data, dict) or not _CONVERSATION_FIELDS.isdisjoint(data):
         return None
     upstream = upstream_id(data)
     if upstream is None:
         return None
     feedback = normalize_feedback(data)
-    if feedback["rating"] is None and not feedback["correction"]:
+    if not feedback.given:
         return None
-    if settings.scrub and feedback["correction"]:
-        feedback["correction"] = scrub_text(feedback["correction"], found)
-    event = {"upstream_id": upstream, "feedback": feedback, "source": record.source,
-             "raw": record.raw if record.raw is not None else json.dumps(data, ensure_ascii=False)[:RAW_KEEP_CHARS]}
-    return (json.dumps(event, ensure_ascii=False).encode("utf-8"), "", "feedback", found or None,
-            ConversationKeys(_key("upstream", upstream), None, (), True), False)
+    if settings.scrub and feedback.correction:
+        feedback = Feedback(feedback.rating, scrub_text(feedback.correction, found))
+    raw = record.raw if record.raw is not None else json.dumps(data, ensure_ascii=False)[:RAW_KEEP_CHARS]
+    return FeedbackEvent(upstream, feedback, record.source, raw, found or None)
 
 
 def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> Outcome:
+    data = record.data
     if settings.layout is not None:
-        record = dataclasses.replace(record, data=remap(record.data, settings.layout))
-    event = _feedback_event(record, settings, found)
+        data = remap(data, settings.layout)
+    event = _feedback_event(record, data, settings, found)
     if event is not None:
         return event
-    episode = normalize(record.data, settings.fmt)
+    episode = normalize(data, settings.fmt)
     labeler = settings.labeler
-    own = episode.pop("label")
     if settings.specialist is not None:
         specialist, how = settings.specialist, "--specialist"
     else:
-        specialist, how = labeler.label(own, episode["messages"], episode["tools"], served_by=episode["served_by"])
-    if how == "record" and specialist not in labeler.names:
-        reason = (f"specialist: {specialist!r} is not a specialist in mint.yaml "
-                  f"({', '.join(sorted(labeler.names))})")
-        return _quarantine_outcome(record, reason, settings, found)
-    rejected = episode["preference"]["rejected"] if episode["preference"] else []
+        asked, tools = [], bool(episode.tools)
+        for m in episode.messages:
+            if m.role == "user":
+                asked.append(m.content)
+            elif m.tool_calls or m.role == "tool":
+                tools = True
+        specialist, how = labeler.label(episode.specialist, "\n".join(asked), tools, episode.served_by)
+        if how == "record" and specialist not in labeler.names:
+            reason = (f"specialist: {specialist!r} is not a specialist in mint.yaml "
+                      f"({', '.join(sorted(labeler.names))})")
+            return _quarantined(record, reason, settings, found)
     if settings.scrub:
-        for message in episode["messages"] + rejected:
-            message["content"] = scrub_text(message["content"], found)
-            if "reasoning" in message:
-                message["reasoning"] = scrub_text(message["reasoning"], found)
-            for call in message.get("tool_calls", ()):
-                call["function"]["arguments"] = scrub_value(call["function"]["arguments"], found)
-        if episode["feedback"]["correction"]:
-            episode["feedback"]["correction"] = scrub_text(episode["feedback"]["correction"], found)
-        if episode["session"]:
-            episode["session"] = scrub_text(episode["session"], found)
-        if episode["tools"]:   # a tool's description or default can quote a key or an address as well
-            episode["tools"] = scrub_value(episode["tools"], found)
-    line, messages_json = _episode_line(episode, specialist, record.source)
-    # encoding is where a lone surrogate fails
-    return (line.encode("utf-8"), specialist, how, found or None, conversation_keys(episode, messages_json),
-            episode["preference"] is not None)
+        episode = scrub_episode(episode, found)
+    if specialist is None:
+        if settings.route:
+            episode = episode.placed(None, record.source)
+            episode.serialize().line.encode("utf-8")   # a lone surrogate fails here, not in the main process
+            return Unplaced(episode, found or None)
+        specialist, how = settings.fallback, "fallback"
+    return kept(episode.placed(specialist, record.source, how), how, found or None)
+
+
+def kept(episode: Episode, how: str, found: Counter | None) -> Kept:
+    """The outcome of an episode with its specialist and source: serialized once for its id, its line and its
+    conversation keys. Encoding is where a lone surrogate fails (UnicodeEncodeError)."""
+    serialized = episode.serialize()
+    return Kept(serialized.line.encode("utf-8"), bytes.fromhex(serialized.id[:32]), episode.specialist, how,
+                conversation_keys(episode, serialized.message_jsons), episode.preference is not None, found)
 
 
 def _surrogate_reason(data) -> str:
     return f"{lone_surrogate_at(data) or 'record'}: {LONE_SURROGATE}"
 
 
-def _quarantine_outcome(record: RawRecord, reason: str, settings: _Settings, found: Counter) -> Outcome:
+def _quarantined(record: RawRecord, reason: str, settings: _Settings, found: Counter) -> Quarantined:
     content = record.raw
     if content is None and record.data is not None:
         try:
             content = json.dumps(record.data, ensure_ascii=False, sort_keys=True, default=str)
         except (RecursionError, ValueError):
             content = None
-    return (_quarantine_line(record.source, reason, content, settings, found), reason, "quarantine", found or None,
-            None, False)
+    return Quarantined(reason, _quarantine_line(record.source, reason, content, settings, found), found or None)
 
 
 def _quarantine_line(source: str, reason: str, content: str | None, settings: _Settings, found: Counter) -> bytes:
@@ -376,7 +439,8 @@ def _quarantine_line(source: str, reason: str, content: str | None, settings: _S
         return (json.dumps(entry) + "\n").encode("ascii")
 
 
-def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progress, workers: int | None):
+def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progress,
+              workers: int | None) -> Iterator[Outcome]:
     """The outcome of every record of ``source``, in file order."""
     if workers is None:
         workers = os.cpu_count() or 1
@@ -392,9 +456,9 @@ def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progres
         for batch in read_line_batches(source, max_record_bytes=cap, progress=progress, batch=_BATCH_LINES):
             pending.append(pool.apply_async(_process_batch, (label, batch)))
             if len(pending) >= 2 * workers:
-                yield from pending.popleft().get()
+                yield from _typed(pending.popleft().get())
         while pending:
-            yield from pending.popleft().get()
+            yield from _typed(pending.popleft().get())
 
 
 _worker_settings: _Settings | None = None
@@ -405,30 +469,93 @@ def _init_worker(settings: _Settings) -> None:
     _worker_settings = settings
 
 
-def _process_batch(label: str, batch: list) -> list[Outcome]:
+def _process_batch(label: str, batch: list) -> list[tuple[int, tuple]]:
+    """The batch's outcomes as (type, fields), the form that pickles cheapest."""
     out = []
     for item in batch:
         record = parse_line(label, item)
         if record is not None:
-            out.append(_process(record, _worker_settings))
+            outcome = _process(record, _worker_settings)
+            out.append((_OUTCOME_TYPES.index(type(outcome)), tuple(outcome)))
     return out
 
 
-def _episode_line(episode: dict, specialist: str, source: str) -> tuple[str, str]:
-    """The canonical episode as one JSON line, and its messages' JSON; each part is serialized once,
-    for the id, the line and the conversation keys."""
-    parts = [_dumps(episode["messages"]), _dumps(episode["tools"]), _dumps(episode["feedback"])]
-    # a preference is part of what the episode is (the same prompt and chosen answer against another
-    # rejected one is another pair); episodes without one keep the ids they always had
-    if episode.get("preference"):
-        parts.append(_dumps(episode["preference"]))
-    digest = hashlib.sha256(("[" + ",".join(parts) + "]").encode("utf-8")).hexdigest()
-    optional = "".join(f',"{key}":{_dumps(episode[key])}' for key in ("preference", "media", "parallel_tool_calls")
-                       if episode.get(key) is not None)
-    return (f'{{"id":"{digest}","session":{_string(episode["session"])},"ts":{_string(episode["ts"])},'
-            f'"specialist":{_string(specialist)},"messages":{parts[0]},"tools":{parts[1]},"feedback":{parts[2]},'
-            f'"served_by":{_string(episode["served_by"])},"upstream_id":{_string(episode["upstream_id"])}'
-            f'{optional},"source":{_string(source)}}}\n'), parts[0]
+def _typed(batch: list[tuple[int, tuple]]) -> Iterator[Outcome]:
+    for kind, fields in batch:
+        yield _OUTCOME_TYPES[kind]._make(fields)
+
+
+# --- the router champion places what no rule labels --------------------------------------------------------
+
+class _ChampionRouter:
+    """The router champion, asked about the episodes no rule labels (their conversation up to the last user
+    turn, as the mixture asks it about a turn), in batches and in file order; the base it reads is loaded
+    on the first batch."""
+
+    BATCH = 64
+
+    def __init__(self, router, base: str, revision: str) -> None:
+        self.router, self.base, self.revision = router, base, revision
+        self._loaded = None
+
+    @classmethod
+    def find(cls, ws: Workspace, project: Project) -> "_ChampionRouter | None":
+        from mint.mol.router import champion_router
+        from mint.registry import store
+
+        if not store.exists(ws):
+            return None
+        router, base = champion_router(ws, project)
+        if router.probe is None:
+            return None
+        return cls(router, base or project.base, router.revision)
+
+    def place(self, outcomes: Iterator[Outcome]) -> Iterator[Outcome]:
+        """``outcomes`` in their order, each Unplaced one placed (a Kept labelled ``routed``)."""
+        held: list[Outcome] = []
+        waiting = 0
+        for outcome in outcomes:
+            if not held and not isinstance(outcome, Unplaced):
+                yield outcome
+                continue
+            held.append(outcome)
+            waiting += isinstance(outcome, Unplaced)
+            if waiting >= self.BATCH:
+                yield from self._placed(held)
+                held, waiting = [], 0
+        yield from self._placed(held)
+
+    def _placed(self, held: list[Outcome]) -> list[Outcome]:
+        unplaced = [o for o in held if isinstance(o, Unplaced)]
+        if not unplaced:
+            return held
+        conversations = [_asked(o.episode.messages) for o in unplaced]
+        routes = self.router.route(conversations, [False] * len(conversations), self._features)
+        placed = iter(routes)
+        out: list[Outcome] = []
+        for outcome in held:
+            if isinstance(outcome, Unplaced):
+                episode = outcome.episode
+                out.append(kept(episode.placed(next(placed).specialist, episode.source, "routed"), "routed",
+                                outcome.scrubbed))
+            else:
+                out.append(outcome)
+        return out
+
+    def _features(self, conversations, layer, reads):
+        from mint.base import load_base
+        from mint.mol.router import probe_features
+
+        if self._loaded is None:
+            self._loaded = load_base(self.base)
+        return probe_features(self._loaded.model, self._loaded.tokenizer, conversations, layer, reads)
+
+
+def _asked(messages: tuple[Message, ...]) -> list[dict]:
+    """The conversation up to its last user turn, as plain role/content turns."""
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=len(messages) - 1)
+    return [{"role": m.role, "content": m.content} for m in messages[:last_user + 1]
+            if m.role in ("system", "user", "assistant")]
 
 
 # --- one conversation logged more than once -------------------------------------------------------
@@ -446,40 +573,38 @@ class ConversationKeys:
     has_feedback: bool
 
 
-def conversation_keys(episode: dict, messages_json: str | None = None) -> ConversationKeys | None:
-    """The episode's keys; ``messages_json`` is its messages as ``_dumps`` wrote them, when at hand.
+def conversation_keys(episode: Episode, message_jsons: tuple[str, ...] | None = None) -> ConversationKeys | None:
+    """The episode's keys; ``message_jsons`` are its messages' JSON as ``serialize`` wrote them, when at hand.
 
     A key is the hash of the session (else the upstream id) and the messages' JSON, so the prefix keys of
-    a longer log equal the full key of each shorter one (``_dumps`` of a list joins the ``_dumps`` of its
-    items with ",").
+    a longer log equal the full key of each shorter one.
     """
-    upstream = _key("upstream", episode.get("upstream_id")) if episode.get("upstream_id") else None
+    upstream = _key("upstream", episode.upstream_id) if episode.upstream_id else None
     full, prefixes = None, []
-    if episode["session"]:
-        head = b"session\0" + episode["session"].encode("utf-8") + b"\0"
-    elif episode.get("upstream_id"):
-        head = b"upstream\0" + episode["upstream_id"].encode("utf-8") + b"\0"
+    if episode.session:
+        head = b"session\0" + episode.session.encode("utf-8") + b"\0"
+    elif episode.upstream_id:
+        head = b"upstream\0" + episode.upstream_id.encode("utf-8") + b"\0"
     else:
         head = None
     if head is not None:
-        messages = episode["messages"]
+        messages = episode.messages
+        jsons = message_jsons if message_jsons is not None else tuple(m.json() for m in messages)
         # a conversation is re-logged after an answer: prefixes that end with one are its earlier logs
         ends = {i for i in range(len(messages) - 1)
-                if messages[i]["role"] == "assistant" and messages[i + 1]["role"] != "assistant"}
+                if messages[i].role == "assistant" and messages[i + 1].role != "assistant"}
         if ends:
             running = hashlib.sha256(head + b"[")
             for i in range(max(ends) + 1):
-                running.update((b"," if i else b"") + _dumps(messages[i]).encode("utf-8"))
+                running.update((b"," if i else b"") + jsons[i].encode("utf-8"))
                 if i in ends:
                     prefix = running.copy()
                     prefix.update(b"]")
                     prefixes.append(prefix.digest()[:16])
-        full = hashlib.sha256(head + (messages_json or _dumps(messages)).encode("utf-8")).digest()[:16]
+        full = hashlib.sha256(head + ("[" + ",".join(jsons) + "]").encode("utf-8")).digest()[:16]
     if upstream is None and full is None:
         return None
-    feedback = episode["feedback"]
-    return ConversationKeys(upstream, full, tuple(prefixes),
-                            feedback["rating"] is not None or bool(feedback["correction"]))
+    return ConversationKeys(upstream, full, tuple(prefixes), episode.feedback.given)
 
 
 def _key(kind: str, value: str) -> bytes:
@@ -512,31 +637,25 @@ def _remember_conversation(index: sqlite3.Connection, keys: ConversationKeys, ep
                           "VALUES (?, ?, ?, ?, ?)", (key, episode, specialist, version, offset))
 
 
-def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, event_line: bytes,
-                    settings: _Settings) -> tuple[bytes, str, bytes | None]:
-    """(episode line, specialist, None) for the earlier episode with the event's feedback merged in, or
-    (b"", reason, quarantine line) when no episode of this dataset has the event's upstream id."""
-    event = json.loads(event_line)
+def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, event: FeedbackEvent,
+                    settings: _Settings) -> Kept | Quarantined:
+    """The earlier episode with the event's feedback merged in, or the event quarantined when no episode of
+    this dataset has its upstream id."""
     row = index.execute("SELECT specialist, version, offset FROM conversation WHERE key = ?",
-                        (_key("upstream", event["upstream_id"]),)).fetchone()
+                        (_key("upstream", event.upstream_id),)).fetchone()
     if row is None:
-        reason = (f"feedback for {event['upstream_id']!r}: no earlier episode in this dataset has that id "
+        reason = (f"feedback for {event.upstream_id!r}: no earlier episode in this dataset has that id "
                   "(ingest the conversation first)")
-        return b"", reason, _quarantine_line(event["source"], reason, event["raw"], settings, Counter())
+        return Quarantined(reason, _quarantine_line(event.source, reason, event.raw, settings, Counter()), None)
     specialist, version, offset = row
     path = (directory / version if version else staging) / datasets.EPISODES_FILE
     with open(path, "rb") as f:
         f.seek(offset)
-        episode = json.loads(f.readline())
-    episode["feedback"] = {**episode["feedback"], **{k: v for k, v in event["feedback"].items() if v is not None}}
-    return _episode_line(episode, specialist, episode["source"])[0].encode("utf-8"), specialist, None
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
-
-
-def _string(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
+        episode = Episode.from_dict(json.loads(f.readline()))
+    given = event.feedback
+    feedback = Feedback(given.rating if given.rating is not None else episode.feedback.rating,
+                        given.correction if given.correction is not None else episode.feedback.correction)
+    return kept(dataclasses.replace(episode, feedback=feedback), "feedback", None)
 
 
 _INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys
@@ -566,12 +685,12 @@ def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
         for version in datasets.chain(directory, head):
             with open(directory / version / datasets.EPISODES_FILE, "rb") as f:
                 while line := f.readline():
-                    episode = json.loads(line)
-                    key = bytes.fromhex(episode["id"][:32])
+                    stored = json.loads(line)
+                    key = bytes.fromhex(stored["id"][:32])
                     index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,))
-                    keys = conversation_keys({"upstream_id": None, **episode})
+                    keys = conversation_keys(Episode.from_dict(stored))
                     if keys:
-                        _remember_conversation(index, keys, key, episode["specialist"], version, f.tell() - len(line))
+                        _remember_conversation(index, keys, key, stored["specialist"], version, f.tell() - len(line))
         for entry_key in datasets.quarantine_keys(directory):
             index.execute("INSERT OR IGNORE INTO quarantined(key) VALUES (?)", (entry_key,))
         index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (head,))

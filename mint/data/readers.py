@@ -1,12 +1,12 @@
-"""Stream log records out of files and folders, one at a time, with their ``file:line``.
+"""Stream log records out of files, one at a time, with their ``file:line``.
 
 JSON Lines (plain, ``.gz``, ``.zst``, ``.bz2``, ``.xz``, rotated ``.1``) is read
 line by line; a JSON array or a file of concatenated JSON values is split into
 values by a bracket scanner, so one invalid or oversized value costs only
-itself; Parquet in row groups (a corrupt group costs only its rows); a Hugging
-Face dataset saved with ``save_to_disk`` row by row. A byte-order mark picks
-the encoding (UTF-8, UTF-16 or UTF-32); a binary file is reported once. Memory
-stays bounded by the size cap whatever the file size.
+itself; Parquet in row groups (a corrupt group costs only its rows). A
+byte-order mark picks the encoding (UTF-8, UTF-16 or UTF-32); a binary file is
+reported once. Memory stays bounded by the size cap whatever the file size.
+Which files of a folder are read, and how, is ``mint.data.sources``.
 """
 from __future__ import annotations
 
@@ -19,14 +19,12 @@ import gzip
 import io
 import json
 import lzma
-import os
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mint.errors import BadInput
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 JSON_SUFFIXES = (".json",)
@@ -62,74 +60,7 @@ class Source:
     layout: dict | None = None        # a LLaMA-Factory entry's formatting, ranking, columns and tags
 
 
-def _is_hf_dataset_dir(path: Path) -> bool:
-    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-        return True
-    return (path / "dataset_info.json").is_file() and llamafactory_info(path) is None
-
-
-def llamafactory_info(path: Path) -> dict | None:
-    """The entries of a LLaMA-Factory ``dataset_info.json`` in the folder (name -> {file_name, formatting,
-    ranking, columns, tags}), or None when the folder has none (a ``save_to_disk`` dataset_info.json
-    describes one dataset's features instead)."""
-    where = path / "dataset_info.json"
-    try:
-        info = json.loads(where.read_text(encoding="utf-8-sig"))
-    except OSError:
-        return None
-    except json.JSONDecodeError as exc:   # both LLaMA-Factory and save_to_disk write JSON: neither layout is this
-        raise BadInput(f"invalid JSON: {exc.msg} (column {exc.colno})", file=str(where), line=exc.lineno) from None
-    except ValueError as exc:              # not UTF-8
-        raise BadInput(f"not UTF-8 JSON: {exc}", file=str(where)) from None
-    if not isinstance(info, dict) or not info or "features" in info or "builder_name" in info:
-        return None
-    sources = ("file_name", "hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
-    if not all(isinstance(v, dict) for v in info.values()) or \
-            not any(any(k in v for k in sources) for v in info.values()):
-        return None
-    return info
-
-
-def _llamafactory_sources(path: Path, info: dict, skipped: list[str] | None) -> list[Source]:
-    """A source per local file the folder's dataset_info.json names, with its format and columns; entries
-    that live on a hub, and files of the folder no entry names, go to ``skipped``."""
-    found, named = [], {path / "dataset_info.json"}
-    for name, entry in info.items():
-        file_name = entry.get("file_name")
-        if not isinstance(file_name, str) or not file_name:
-            if skipped is not None:
-                skipped.append(f"{path / 'dataset_info.json'}:{name} (not in this folder: a hub dataset)")
-            continue
-        target = path / file_name
-        if not target.exists():
-            if skipped is not None:
-                skipped.append(f"{path / 'dataset_info.json'}:{name} ({file_name} is not in the folder)")
-            continue
-        formatting = entry.get("formatting", "alpaca")
-        if formatting not in ("alpaca", "sharegpt", "openai"):
-            raise BadInput(f"{name}.formatting: {formatting!r} (expected alpaca, sharegpt or openai)",
-                           file=str(path / "dataset_info.json"))
-        for key in ("columns", "tags"):
-            if key in entry and not isinstance(entry[key], dict):
-                raise BadInput(f"{name}.{key}: expected an object", file=str(path / "dataset_info.json"))
-        layout = {"formatting": formatting, "ranking": bool(entry.get("ranking")),
-                  "columns": entry.get("columns") or {}, "tags": entry.get("tags") or {}}
-        files = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
-        for file in files:
-            kind, compression = _kind(file)
-            if kind is None:
-                if skipped is not None:
-                    skipped.append(str(file))
-                continue
-            named.add(file)
-            found.append(Source(file, kind, file.stat().st_size, compression, "llamafactory", layout))
-    if skipped is not None:
-        skipped.extend(str(p) for p in sorted(path.iterdir()) if p.is_file() and p not in named
-                       and not p.name.startswith("."))
-    return found
-
-
-def _kind(path: Path) -> tuple[str | None, str | None]:
+def file_kind(path: Path) -> tuple[str | None, str | None]:
     """(kind, compression) from the file name; kind None: not a log file by its name."""
     name = path.name.lower()
     compression = None
@@ -145,105 +76,6 @@ def _kind(path: Path) -> tuple[str | None, str | None]:
     if name.endswith(PARQUET_SUFFIXES) and compression is None:
         return "parquet", None
     return None, compression
-
-
-def discover(paths: list[Path], fmt: str, *, skipped: list[str] | None = None) -> list[Source]:
-    """Every readable source under ``paths``; a missing or unreadable path is BadInput before any read.
-
-    Files a folder walk passes over (other suffixes) are appended to ``skipped``; hidden files are not.
-    """
-    sources: list[Source] = []
-    for path in paths:
-        if not path.exists():
-            raise BadInput("no such file or directory", file=str(path))
-        if path.is_dir():
-            info = llamafactory_info(path) if fmt != "hf" else None
-            if info is not None:
-                found = _llamafactory_sources(path, info, skipped)
-                if not found:
-                    raise BadInput("its dataset_info.json names no file of this folder", file=str(path))
-                sources.extend(found)
-                continue
-            if fmt == "hf" or _is_hf_dataset_dir(path):
-                if not _is_hf_dataset_dir(path):
-                    raise BadInput("not a dataset saved with save_to_disk (no dataset_info.json or "
-                                   "dataset_dict.json)", file=str(path))
-                sources.append(Source(path, "hf", _tree_size(path)))
-                continue
-            found = []
-            for dirpath, dirnames, filenames in os.walk(path):
-                dirnames.sort()
-                here = Path(dirpath)
-                for dirname in list(dirnames):
-                    info = llamafactory_info(here / dirname)
-                    if info is not None:
-                        found.extend(_llamafactory_sources(here / dirname, info, skipped))
-                        dirnames.remove(dirname)
-                    elif _is_hf_dataset_dir(here / dirname):
-                        found.append(Source(here / dirname, "hf", _tree_size(here / dirname)))
-                        dirnames.remove(dirname)
-                for filename in sorted(filenames):
-                    if filename.startswith("."):
-                        continue
-                    kind, compression = _kind(here / filename)
-                    if kind:
-                        found.append(Source(here / filename, kind, (here / filename).stat().st_size, compression))
-                    elif skipped is not None:
-                        skipped.append(str(here / filename))
-            if not found:
-                raise BadInput("no .jsonl, .json, .parquet (plain or .gz/.zst/.bz2/.xz) or saved dataset inside",
-                               file=str(path))
-            sources.extend(found)
-        else:
-            # an explicit file is read whatever its suffix: JSON Lines unless it says otherwise
-            kind, compression = _kind(path)
-            sources.append(Source(path, kind or "jsonl", path.stat().st_size, compression))
-    for source in sources:
-        _check_readable(source)
-    return sources
-
-
-def _tree_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _check_readable(source: Source) -> None:
-    path = source.path
-    try:
-        if path.is_dir():
-            os.listdir(path)
-            if _is_hf_dataset_dir(path):
-                _load_hf(path)   # memory-mapped: cheap, and a broken folder fails before any write
-        else:
-            with open(path, "rb") as f:
-                head = f.read(6)
-            if source.compression:
-                magic = next(m for codec, m in COMPRESSIONS.values() if codec == source.compression)
-                if not head.startswith(magic):
-                    raise BadInput(f"not a {source.compression} file", file=str(path))
-    except PermissionError:
-        raise BadInput("permission denied", file=str(path)) from None
-    except OSError as exc:
-        raise BadInput(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
-
-
-def read_source(source: Source, label: str, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                progress: ProgressFn | None = None) -> Iterator[RawRecord]:
-    """Yield the records of one source; ``label`` is the path shown in ``file:line``."""
-    if source.kind == "hf":
-        yield from _read_hf(source.path, label, progress)
-        return
-    if source.kind == "parquet":
-        yield from _read_parquet(source.path, label, progress)
-        return
-    if source.kind == "json":
-        yield from _read_json_file(source, label, max_record_bytes, progress)
-        return
-    for batch in read_line_batches(source, max_record_bytes=max_record_bytes, progress=progress):
-        for item in batch:
-            record = parse_line(label, item)
-            if record is not None:
-                yield record
 
 
 class _CountingReader(io.RawIOBase):
@@ -315,7 +147,7 @@ def _sniff_encoding(head: bytes) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def _open_decoded(source: Source, progress: ProgressFn | None) -> Iterator[tuple[io.BufferedReader, str]]:
+def open_decoded(source: Source, progress: ProgressFn | None) -> Iterator[tuple[io.BufferedReader, str]]:
     """The decompressed bytes of ``source`` past any byte-order mark, and their encoding."""
     with open(source.path, "rb") as raw_file:
         stream: Any = io.BufferedReader(_CountingReader(raw_file, progress), _CHUNK)
@@ -395,7 +227,7 @@ def read_line_batches(source: Source, *, max_record_bytes: int = DEFAULT_MAX_REC
     assert source.kind == "jsonl"
     pending: list[LineItem] = []
     try:
-        with _open_decoded(source, progress) as (stream, encoding):
+        with open_decoded(source, progress) as (stream, encoding):
             if encoding != "utf-8":
                 stream = io.BufferedReader(_Utf8Transcoder(stream, encoding), _CHUNK)
             for item in _jsonl_lines(stream, max_record_bytes):
@@ -422,10 +254,10 @@ _SCALAR_END = re.compile(r'[\s,\[\]{}"]')
 _CLOSER = {"]": "[", "}": "{"}
 
 
-def _read_json_file(source: Source, label: str, cap: int, progress: ProgressFn | None) -> Iterator[RawRecord]:
+def read_json_file(source: Source, label: str, cap: int, progress: ProgressFn | None) -> Iterator[RawRecord]:
     line = 1
     try:
-        with _open_decoded(source, progress) as (stream, encoding):
+        with open_decoded(source, progress) as (stream, encoding):
             text = io.TextIOWrapper(stream, encoding=encoding, errors="strict", newline="\n")
             for line, value, size, note in _json_values(text):
                 where = f"{label}:{line}"
@@ -598,7 +430,7 @@ def plain(value: Any, where: str = "") -> Any:
     raise NotPlain(f"{where}: a {type(value).__name__} value has no JSON form")
 
 
-def _arrow_record(where: str, row: dict) -> RawRecord:
+def arrow_record(where: str, row: dict) -> RawRecord:
     try:
         return RawRecord(where, data=plain(row))
     except NotPlain as exc:
@@ -607,7 +439,7 @@ def _arrow_record(where: str, row: dict) -> RawRecord:
         return RawRecord(where, error="nested too deeply to read")
 
 
-def _read_parquet(path: Path, label: str, progress: ProgressFn | None) -> Iterator[RawRecord]:
+def read_parquet(path: Path, label: str, progress: ProgressFn | None) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
     try:
@@ -626,35 +458,9 @@ def _read_parquet(path: Path, label: str, progress: ProgressFn | None) -> Iterat
                 for record in batch.to_pylist():
                     if progress:
                         progress(per_row)
-                    yield _arrow_record(f"{label}:{row}", record)
+                    yield arrow_record(f"{label}:{row}", record)
                     row += 1
         except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ...
             yield RawRecord(f"{label}:{row}", error=f"unreadable Parquet row group {group} (rows {row}-"
                             f"{first + rows - 1}): {exc}")
         first += rows
-
-
-def _read_hf(path: Path, label: str, progress: ProgressFn | None) -> Iterator[RawRecord]:
-    from datasets import Dataset, DatasetDict
-
-    loaded = _load_hf(path)
-    splits = loaded.items() if isinstance(loaded, DatasetDict) else [(None, loaded)]
-    total = max(1, sum(len(split) for _name, split in splits))
-    per_row = max(1, _tree_size(path) // total)
-    for name, split in splits:
-        assert isinstance(split, Dataset)
-        where = f"{label}/{name}" if name else label
-        for row, record in enumerate(split, start=1):
-            if progress:
-                progress(per_row)
-            # Arrow fills absent struct fields with None: plain() drops them so sniffing sees the real shape
-            yield _arrow_record(f"{where}:{row}", record)
-
-
-def _load_hf(path: Path):
-    from datasets import load_from_disk
-
-    try:
-        return load_from_disk(str(path))
-    except Exception as exc:  # noqa: BLE001 - datasets raises several types for a bad folder
-        raise BadInput(f"not a dataset saved with save_to_disk: {exc}", file=str(path)) from None

@@ -20,7 +20,10 @@ import ipaddress
 import re
 import string
 from collections import Counter
+from dataclasses import replace
 from typing import Callable
+
+from mint.data.schema import Episode, Feedback, Message, Preference
 
 Replacer = Callable[[re.Match], str | None]   # None: a look-alike, keep the text
 
@@ -289,3 +292,46 @@ def scrub_value(value, counts: Counter):
     if isinstance(value, dict):
         return {k: scrub_value(v, counts) for k, v in value.items()}
     return value
+
+
+def scrub_episode(episode: Episode, counts: Counter) -> Episode:
+    """``episode`` with every text a client or a dataset gave scrubbed: messages (their reasoning and tool-call
+    arguments too), the rejected answer, the correction, the session and the tools (a description or a default
+    can quote a key or an address as well); the same object when nothing was found."""
+    messages = _scrub_messages(episode.messages, counts)
+    preference = episode.preference
+    if preference is not None:
+        rejected = _scrub_messages(preference.rejected, counts)
+        if rejected is not preference.rejected:
+            preference = Preference(preference.prompt_messages, rejected)
+    feedback = episode.feedback
+    if feedback.correction:
+        correction = scrub_text(feedback.correction, counts)
+        if correction != feedback.correction:
+            feedback = Feedback(feedback.rating, correction)
+    session = scrub_text(episode.session, counts) if episode.session else episode.session
+    tools = tuple(scrub_value(list(episode.tools), counts)) if episode.tools else episode.tools
+    if messages is episode.messages and preference is episode.preference and feedback is episode.feedback \
+            and session == episode.session and tools == episode.tools:
+        return episode
+    return replace(episode, messages=messages, preference=preference, feedback=feedback, session=session,
+                   tools=tools)
+
+
+def _scrub_messages(messages: tuple[Message, ...], counts: Counter) -> tuple[Message, ...]:
+    out, changed = [], False
+    for message in messages:
+        content = scrub_text(message.content, counts)
+        reasoning = scrub_text(message.reasoning, counts) if message.reasoning else message.reasoning
+        calls = message.tool_calls
+        if calls:
+            calls = tuple({**call, "function": {**call["function"],
+                                                "arguments": scrub_value(call["function"]["arguments"], counts)}}
+                          for call in calls)
+        # a look-alike (a version, an order number) is kept: the text comes back equal, not the same object
+        if content != message.content or reasoning != message.reasoning or calls != message.tool_calls:
+            message = replace(message, content=content, reasoning=reasoning, tool_calls=calls)
+            changed = True
+        out.append(message)
+    return tuple(out) if changed else messages
+

@@ -21,13 +21,16 @@ the same steps without any experience (mint.loop.placebo).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
+from mint.loop.results import ControlData, ExperienceResult
 from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
 
@@ -312,9 +315,8 @@ def experience_episodes(specialist: str, prompt: ExperiencePrompt, answers: list
 
 
 def _episode(specialist: str, prompt: ExperiencePrompt, text: str, rating: int, served_by: str) -> dict:
-    return {"messages": prompt.prompt + [{"role": "assistant", "content": text}],
-            **({"tools": prompt.tools} if prompt.tools else {}),
-            "feedback": {"rating": rating}, "specialist": specialist, "served_by": served_by}
+    return Episode(tuple(Message.from_dict(m) for m in prompt.prompt) + (Message("assistant", text),),
+                   tuple(prompt.tools), Feedback(rating), specialist, served_by=served_by).record()
 
 
 # --- the step ----------------------------------------------------------------------------------------
@@ -323,7 +325,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       prompts: int = 16, temperature: float = 0.8, max_new_tokens: int = 256,
                       threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
                       contracts: list[Path] | None = None, control: bool | list = False,
-                      repair: bool = False, recipe_dir: Path | None = None) -> dict:
+                      repair: bool = False, recipe_dir: Path | None = None) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``)."""
     from mint.data.datasets import iter_episodes
@@ -346,14 +348,14 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     repair_answer = repairer_for(harness or specialist) if repair else None
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts)
-    result = {"prompts": len(chosen), "answers": 0, "passed": 0, "accepted": 0, "dpo_pairs": 0,
-              "mean_reward": None, "served_by": served_by, "sources": per_source, "skipped_sources": skipped,
-              "pool": pool_statistics([], samples), "repaired": 0, "file": None, "version": None,
-              "episodes_added": 0, "new_examples": 0, "logged_examples": _logged_examples(episodes)}
-    if repair and repair_answer is None:     # said, not silently ignored: this harness's answers have no repair
-        result["repair_skipped"] = f"the {harness or specialist} harness has no repair for its answers"
+    # said, not silently ignored: this harness's answers have no repair
+    repair_skipped = f"the {harness or specialist} harness has no repair for its answers" \
+        if repair and repair_answer is None else None
+    drawn = ExperienceResult(prompts=len(chosen), served_by=served_by, pool=pool_statistics([], samples),
+                             logged_examples=_logged_examples(episodes), sources=per_source,
+                             skipped_sources=skipped, repair_skipped=repair_skipped)
     if not chosen:
-        return result
+        return drawn
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
                       max_new_tokens=max_new_tokens, seed=seed)
     kept, unverified, passes, total, pairs, repaired = [], [], [], 0.0, 0, 0
@@ -376,18 +378,18 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         unverified += [_episode(specialist, prompt, text, 1, served_by) for text in outs]
     scored = sum(n for n, _ in passes)
     accepted = sum(1 for e in kept if e["feedback"]["rating"] == 1)
-    result.update(answers=scored, passed=sum(c for _, c in passes), accepted=accepted, dpo_pairs=pairs,
-                  mean_reward=round(total / scored, 4) if scored else None, pool=pool_statistics(passes, samples),
-                  new_examples=accepted, repaired=repaired)
+    written = {}
     if kept:
         path = _write(ws, dataset, specialist, kept)
         ingested = ingest(ws, [path], dataset=dataset, project=project)
-        result.update(file=str(path), version=ingested.version, episodes_added=ingested.episodes_added)
+        written = {"file": str(path), "version": ingested.version, "episodes_added": ingested.episodes_added}
     arms = control_arms(control)
-    if arms:
-        result["twin"] = _twin_dataset(ws, dataset, specialist, episodes, unverified, project,
-                                       steps_control="steps" in arms)
-    return result
+    twin = _twin_dataset(ws, dataset, specialist, episodes, unverified, project, steps_control="steps" in arms) \
+        if arms else None
+    return dataclasses.replace(drawn, answers=scored, passed=sum(c for _, c in passes), accepted=accepted,
+                               dpo_pairs=pairs, mean_reward=round(total / scored, 4) if scored else None,
+                               pool=pool_statistics(passes, samples), new_examples=accepted, repaired=repaired,
+                               twin=twin, **written)
 
 
 def control_arms(control) -> tuple[str, ...]:
@@ -419,7 +421,7 @@ GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
-                    contracts: list[Path], recipe_dir: Path) -> dict:
+                    contracts: list[Path], recipe_dir: Path) -> ExperienceResult:
     """What the loop's experience step records: the gathered experience and the plan the next generation
     trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``."""
     from mint.loop.placebo import training_plan
@@ -428,9 +430,8 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
                                contracts=contracts, recipe_dir=recipe_dir,
                                **{k: v for k, v in options.items() if k in GATHER_KEYS})
     plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k != "specialist"}
-    result["plan"] = training_plan(new_examples=result["new_examples"], logged_examples=result["logged_examples"],
-                                   **plan_options)
-    return result
+    return dataclasses.replace(result, plan=training_plan(new_examples=result.new_examples,
+                                                          logged_examples=result.logged_examples, **plan_options))
 
 
 def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
@@ -444,14 +445,13 @@ def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
     return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.is_file()]
 
 
-def experience_summary(result: dict) -> dict:
+def experience_summary(result: ExperienceResult) -> dict:
     """What a generation's row shows of its experience: the pool, what was kept, and from which source."""
-    return {"pool": result.get("pool"), "prompts": result.get("prompts"), "accepted": result.get("accepted"),
-            "repaired": result.get("repaired", 0), "dpo_pairs": result.get("dpo_pairs"),
-            "kept_per_source": {name: c.get("kept", 0) for name, c in (result.get("sources") or {}).items()},
-            "accepted_per_source": {name: c.get("accepted", 0)
-                                    for name, c in (result.get("sources") or {}).items()},
-            "plan": result.get("plan")}
+    return {"pool": result.pool, "prompts": result.prompts, "accepted": result.accepted,
+            "repaired": result.repaired, "dpo_pairs": result.dpo_pairs,
+            "kept_per_source": {name: c.get("kept", 0) for name, c in result.sources.items()},
+            "accepted_per_source": {name: c.get("accepted", 0) for name, c in result.sources.items()},
+            "plan": result.plan}
 
 
 def _logged_examples(episodes: list[dict]) -> int:
@@ -553,7 +553,7 @@ def steps_dataset_name(dataset: str, specialist: str) -> str:
 
 
 def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dict], unverified: list[dict],
-                  project, steps_control: bool = False) -> dict:
+                  project, steps_control: bool = False) -> ControlData:
     """The placebo twin's data: the same logs, and every sampled answer kept as if it had passed; with
     ``steps_control``, also the logs alone, for the control that takes the same steps without experience."""
     from mint.data.ingest import ingest
@@ -563,10 +563,9 @@ def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dic
             for e in logged]
     path = _write(ws, dataset, f"{specialist}-twin", logs + unverified)
     ingested = ingest(ws, [path], dataset=name, project=project)
-    twin = {"dataset": name, "version": ingested.version, "episodes": len(logs) + len(unverified),
-            "unverified": len(unverified)}
+    control = None
     if steps_control:
         steps_name = steps_dataset_name(dataset, specialist)
         steps = ingest(ws, [_write(ws, dataset, f"{specialist}-steps", logs)], dataset=steps_name, project=project)
-        twin["steps_control"] = {"dataset": steps_name, "version": steps.version, "episodes": len(logs)}
-    return twin
+        control = ControlData(steps_name, steps.version, len(logs))
+    return ControlData(name, ingested.version, len(logs) + len(unverified), len(unverified), control)

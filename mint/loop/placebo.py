@@ -25,8 +25,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from mint.jsonl import read_jsonl
 from mint.workspace import Workspace
+
+if TYPE_CHECKING:
+    from mint.loop.results import ControlData, EvalOutput, TrainOutput
+    from mint.train.config import SettingsOverride
 
 INITS = ("champion", "base")
 PLAN_DEFAULTS = {"init": "champion", "epochs": 2, "batch_size": 4, "min_steps": 2, "max_steps": 24,
@@ -49,11 +55,12 @@ def training_plan(*, new_examples: int, logged_examples: int, init: str = PLAN_D
             "learning_rate": rate, "per_device_train_batch_size": batch_size}
 
 
-def planned_settings(plan: dict, sets: list[str]) -> list[str]:
-    """``sets`` with the plan's steps, learning rate and batch size in place of the recipe's."""
+def planned_settings(plan: dict, settings: SettingsOverride) -> SettingsOverride:
+    """``settings`` with the plan's steps, learning rate and batch size in place of the recipe's."""
+    from mint.train.config import SettingsOverride
+
     planned = ("max_steps", "learning_rate", "per_device_train_batch_size")
-    kept = [s for s in sets if s.partition("=")[0] not in planned]
-    return kept + [f"{key}={plan[key]}" for key in planned]
+    return SettingsOverride(trl={key: plan[key] for key in planned}).over(settings)
 
 
 def _scores_by_example(predictions: Path, metric: str) -> dict[tuple, float]:
@@ -69,24 +76,15 @@ def _scores_by_example(predictions: Path, metric: str) -> dict[tuple, float]:
     return scores
 
 
-def primary_metric(evaluation: dict) -> str | None:
-    """The first gated quality metric of an eval (latency gates say nothing about what was learned)."""
-    return next((g["metric"] for g in evaluation.get("gates") or [] if isinstance(g.get("metric"), str)
-                 and not g["metric"].startswith("latency.") and g["metric"] in (evaluation.get("metrics") or {})),
-                None)
-
-
-def compare_with_twin(evaluation: dict, twin_report: str) -> dict:
+def compare_with_twin(evaluation: EvalOutput, twin_report: str) -> dict:
     """Generation k+1 against generation k (its gate's paired delta) and against its twin (paired here on the
     examples both answered), each with its 95% interval, and the verdict."""
-    from mint.reports import gate_delta
-
-    metric = primary_metric(evaluation)
+    metric = evaluation.primary_metric
     if metric is None:
         return {"metric": None, "verdict": NO_EXPERIENCE_EFFECT, "why": "the contract gates no quality metric"}
-    gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
-    delta, interval = gate_delta(gate)
-    vs_twin = paired_on_examples(evaluation["report"], twin_report, metric)
+    gate = evaluation.gate(metric)
+    delta, interval = gate.paired_delta, gate.interval
+    vs_twin = paired_on_examples(evaluation.report, twin_report, metric)
     effect = vs_twin.pop("significant_gain")
     return {"metric": metric,
             "vs_previous": {"delta": delta, "interval": interval},
@@ -117,21 +115,21 @@ class Control:
     why: str                    # why it is rejected once measured
 
 
-def train_controls(ws: Workspace, *, specialist: str, twin: dict, candidate: dict, base: str) -> list[Control]:
+def train_controls(ws: Workspace, *, specialist: str, twin: ControlData, candidate: TrainOutput,
+                   base: str) -> list[Control]:
     """The placebo twin, trained as the candidate was (same parent, method and settings) on the twin dataset, and
     with a steps control in ``twin``, the same steps on the logs alone. Evaluated beside the candidate (one stream:
     ``mint.contract.evaluate.evaluate_many``) and judged by ``judge_controls``."""
-    controls = [Control("placebo", _train_control(ws, specialist, twin["dataset"], candidate, base),
-                        f"placebo twin of {candidate['revision']}: trained on unverified answers, never promoted")]
-    steps = twin.get("steps_control")
-    if isinstance(steps, dict):
-        controls.append(Control("steps", _train_control(ws, specialist, steps["dataset"], candidate, base),
-                                f"steps control of {candidate['revision']}: the same steps on the logs alone, never "
+    controls = [Control("placebo", _train_control(ws, specialist, twin.dataset, candidate, base),
+                        f"placebo twin of {candidate.revision}: trained on unverified answers, never promoted")]
+    if twin.steps_control is not None:
+        controls.append(Control("steps", _train_control(ws, specialist, twin.steps_control.dataset, candidate, base),
+                                f"steps control of {candidate.revision}: the same steps on the logs alone, never "
                                 "promoted"))
     return controls
 
 
-def judge_controls(ws: Workspace, controls: list[Control], reports: list[str], evaluation: dict) -> dict:
+def judge_controls(ws: Workspace, controls: list[Control], reports: list[str], evaluation: EvalOutput) -> dict:
     """Reject every control once measured (``reports``, in order), and compare the generation with each: the twin
     first; a gain that more training without any experience also gives is no experience effect, so with a steps
     control the verdict asks for a significant gain over both."""
@@ -152,10 +150,10 @@ def judge_controls(ws: Workspace, controls: list[Control], reports: list[str], e
     return result
 
 
-def with_steps_control(twin: dict, evaluation: dict, control_report: str) -> dict:
+def with_steps_control(twin: dict, evaluation: EvalOutput, control_report: str) -> dict:
     """The twin's comparison with the steps control's added: the generation against the same steps on the logs
     alone, paired, and an experience effect only when the gain is significant over that control too."""
-    vs_control = paired_on_examples(evaluation["report"], control_report, twin["metric"])
+    vs_control = paired_on_examples(evaluation.report, control_report, twin["metric"])
     beaten = vs_control.pop("significant_gain")
     result = {**twin, "steps_control": {"report": control_report, "vs_control": vs_control}}
     if twin["verdict"] == EXPERIENCE_EFFECT and not beaten:
@@ -164,10 +162,9 @@ def with_steps_control(twin: dict, evaluation: dict, control_report: str) -> dic
     return result
 
 
-def _train_control(ws: Workspace, specialist: str, dataset: str, candidate: dict, base: str):
+def _train_control(ws: Workspace, specialist: str, dataset: str, candidate: TrainOutput, base: str):
     """A control trained as the candidate was (same parent, method and settings) on ``dataset``."""
     from mint.train.run import train
 
-    parent = candidate.get("parent")
-    return train(ws, specialist=specialist, data=dataset, method=candidate["method"], from_ref=parent,
-                 base=None if parent else base, sets=list(candidate.get("sets") or []))
+    return train(ws, specialist=specialist, data=dataset, method=candidate.method, from_ref=candidate.parent,
+                 base=None if candidate.parent else base, override=candidate.settings)

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mint.contract.schema import check_keys, check_number, check_string
 from mint.errors import BadInput
 from mint.loop.steps import STEPS
 from mint.text import closest
-from mint.yamlfile import YamlDoc, load_yaml
+from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, load_yaml
 
 TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps")
 LOOP_KEYS = ("iterations",)

@@ -270,12 +270,13 @@ class _Context(LoopContext):
         began = time.perf_counter()
         if key in state.steps:
             output = state.steps[key]
-            kind.absorb(self, step, output)
+            kind.absorb(self, step, kind.recorded(output))
             self.emit({"event": "skip", "iteration": iteration, "step": step.label})
             return StepOutcome(iteration, step.index, step.label, "skipped", 0.0, output)
         self.emit({"event": "start", "iteration": iteration, "step": step.label})
-        output = kind.run(self, step)
-        kind.absorb(self, step, output)
+        result = kind.run(self, step)
+        kind.absorb(self, step, result)
+        output = kind.record(result)
         state.steps[key] = output
         state.save()
         fault_point(f"loop.{iteration}.{step.index}")
@@ -285,28 +286,25 @@ class _Context(LoopContext):
         return StepOutcome(iteration, step.index, step.label, "failed" if failed else "ran", seconds, output)
 
     def generation_rows(self, iteration: int) -> list[GenerationRow]:
-        from mint.reports import gate_delta
+        from mint.loop.experience import experience_summary
 
         rows = []
         for specialist, evaluation in self.evaluations.items():
-            decision = self.decisions.get(specialist, {})
-            baseline = evaluation.get("baseline") or {}
-            base_metrics = baseline.get("metrics") or {}
+            decision = self.decisions.get(specialist)
             metrics = {}
-            for gate in evaluation["gates"]:
-                name = gate.get("metric")
-                if not name or name.startswith("latency.") or name not in evaluation["metrics"]:
+            for gate in evaluation.gates:
+                name = gate.metric
+                if name.startswith("latency.") or name not in evaluation.metrics:
                     continue
-                value, before = evaluation["metrics"].get(name), gate.get("baseline", base_metrics.get(name))
-                delta, interval = gate_delta(gate)
+                value, before = evaluation.metrics.get(name), evaluation.baseline_value(name)
+                delta, interval = gate.paired_delta, gate.interval
                 if delta is None and value is not None and before is not None:
                     delta = value - before
                 metrics[name] = {"value": value, "baseline": before, "delta": delta, "interval": interval}
-            from mint.loop.experience import experience_summary
-
             gathered = self.experiences.get(specialist)
-            rows.append(GenerationRow(iteration, specialist, evaluation["revision"], evaluation["verdict"],
-                                      decision.get("champion") or self.champion_ref(specialist),
-                                      baseline.get("revision_id") or "base", metrics, decision.get("reason"),
-                                      experience_summary(gathered) if gathered else None, evaluation.get("twin")))
+            rows.append(GenerationRow(iteration, specialist, evaluation.revision, evaluation.verdict,
+                                      (decision.champion if decision else None) or self.champion_ref(specialist),
+                                      evaluation.baseline.get("revision_id") or "base", metrics,
+                                      decision.reason if decision else None,
+                                      experience_summary(gathered) if gathered else None, evaluation.twin))
         return rows

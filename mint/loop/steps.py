@@ -8,18 +8,20 @@ steps after it through the ``LoopContext``.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Callable
 
-from mint.contract.schema import check_number, check_string
 from mint.errors import BadInput, Refused
+from mint.loop.results import Decision, EvalOutput, ExperienceResult, IngestOutput, RouteOutput, TrainOutput
+from mint.serve.replay import ReplayResult
 from mint.text import closest
 from mint.train.examples import METHODS
 from mint.workspace import Workspace
-from mint.yamlfile import YamlDoc, exists, is_file
+from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file
 
 
 def content_key(*parts: Any) -> str:
@@ -33,10 +35,10 @@ class LoopContext:
     def __init__(self, ws: Workspace, recipe, project, emit: Callable[[dict], None]) -> None:
         self.ws, self.recipe, self.project, self.emit = ws, recipe, project, emit
         self.base = recipe.base or project.base
-        self.candidates: dict[str, dict] = {}
-        self.evaluations: dict[str, dict] = {}
-        self.decisions: dict[str, dict] = {}
-        self.experiences: dict[str, dict] = {}   # this iteration's experience per specialist (mint.loop.experience)
+        self.candidates: dict[str, TrainOutput] = {}
+        self.evaluations: dict[str, EvalOutput] = {}
+        self.decisions: dict[str, Decision] = {}
+        self.experiences: dict[str, ExperienceResult] = {}   # this iteration's experience per specialist
 
     def begin_iteration(self, iteration: int) -> None:
         self.candidates, self.evaluations, self.decisions, self.experiences = {}, {}, {}, {}
@@ -45,7 +47,8 @@ class LoopContext:
     def experience_plan(self, specialist: str) -> dict | None:
         """The plan this iteration's experience set for the specialist's next generation, when it found
         something new to learn: it decides the start (champion or base), the steps and the learning rate."""
-        plan = (self.experiences.get(specialist) or {}).get("plan")
+        gathered = self.experiences.get(specialist)
+        plan = gathered.plan if gathered else None
         return plan if plan and plan.get("max_steps") else None
 
     def dataset_version(self) -> str | None:
@@ -76,6 +79,7 @@ class StepKind(abc.ABC):
     needs_specialist: bool = True
     after: tuple[str, str] | None = None    # the kind an earlier step of its specialist must be, and why
     judged: bool = False                    # an output whose verdict is "fail" is a failed step
+    result: type                            # what ``run`` returns (mint.loop.results): to_dict, from_dict
 
     def check(self, doc: YamlDoc, recipe_path: Path, options: dict, at: str, check_contracts: bool) -> None:
         """Refuse bad options at ``file:line: field`` before anything runs (the common keys are checked)."""
@@ -90,15 +94,24 @@ class StepKind(abc.ABC):
         """The content key of the step's settings and inputs; None when there is nothing to do."""
 
     @abc.abstractmethod
-    def run(self, context: LoopContext, step) -> dict:
-        """Run the step: one library function; its output is what the loop records."""
+    def run(self, context: LoopContext, step):
+        """Run the step: one library function; its output, as ``record`` writes it, is what the loop records."""
 
-    def absorb(self, context: LoopContext, step, output: dict) -> None:
+    def record(self, output) -> dict:
+        """The output as the loop's state records it (JSON)."""
+        return output.to_dict()
+
+    def recorded(self, record: dict):
+        """A recorded output read back as ``run`` returns it."""
+        return self.result.from_dict(record)
+
+    def absorb(self, context: LoopContext, step, output) -> None:
         """Hand a (run or recorded) output to the steps after it."""
 
 
 class Ingest(StepKind):
     name = "ingest"
+    result = IngestOutput
     options = ("sources", "format")
     needs_specialist = False
 
@@ -138,15 +151,15 @@ class Ingest(StepKind):
         missing = [str(p) for p in self.sources(context, step) if not p.exists()]
         paths = [p for p in self.sources(context, step) if p.exists()]
         if not paths:
-            return {"version": context.dataset_version(), "created": False, "episodes_added": 0, "missing": missing}
+            return IngestOutput(context.dataset_version(), False, 0, missing)
         result = ingest(context.ws, paths, dataset=context.recipe.dataset, fmt=step.options.get("format", "auto"),
                         project=context.project)
-        return {"version": result.version, "created": result.created, "episodes_added": result.episodes_added,
-                "quarantined": result.quarantined_new, "missing": missing}
+        return IngestOutput(result.version, result.created, result.episodes_added, missing, result.quarantined_new)
 
 
 class Experience(StepKind):
     name = "experience"
+    result = ExperienceResult
     options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
                "per_prompt", "seed", "init", "control", "repair", "epochs", "batch_size", "min_steps", "max_steps",
                "learning_rate", "continuation_learning_rate")
@@ -192,7 +205,6 @@ class Experience(StepKind):
         if not isinstance(sources, list) or not sources:
             raise doc.error(f"{at}.sources", "expected a non-empty list of prompt sources: served, unaccepted, "
                                              "{jsonl: FILE}, {generator: NAME, count: N}")
-        from mint.contract.schema import check_keys
 
         for j, source in enumerate(sources):
             where = f"{at}.sources[{j}]"
@@ -235,6 +247,7 @@ class Experience(StepKind):
 
 class Train(StepKind):
     name = "train"
+    result = TrainOutput
     options = ("specialist", "method", "from", "set", "data")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
@@ -245,10 +258,10 @@ class Train(StepKind):
         sets = options.get("set", {})
         if not isinstance(sets, dict):
             raise doc.error(f"{at}.set", "expected a mapping of TRL/LoRA settings (KEY: VALUE)")
-        from mint.train.config import check_settings
+        from mint.train.config import SettingsOverride, check_settings
 
         try:    # the same typed check `mint train --set` makes, before anything runs
-            check_settings(method, None, [f"{key}={value}" for key, value in sets.items()])
+            check_settings(method, None, [], SettingsOverride.from_keys(sets))
         except BadInput as exc:
             field = (exc.field or "").partition(".")[2] or exc.field
             raise doc.error(f"{at}.set.{field}" if field and field in sets else f"{at}.set",
@@ -267,6 +280,7 @@ class Train(StepKind):
                            self.parent(context, step), context.base, *([plan] if plan else []))
 
     def run(self, context, step):
+        from mint.train.config import SettingsOverride
         from mint.train.run import train
 
         o = step.options
@@ -274,21 +288,20 @@ class Train(StepKind):
         plan = context.experience_plan(step.specialist)   # verified experience decides the start, steps and rate
         if plan and plan["init"] == "base":
             parent = None
-        # continuing from a champion keeps its adapter's LoRA shape: lora.* settings apply to a new adapter only
-        sets = [f"{k}={v}" for k, v in (o.get("set") or {}).items() if not (parent and str(k).startswith("lora."))]
+        settings = SettingsOverride.from_keys(o.get("set") or {})
+        if parent:      # continuing from a champion keeps its adapter's LoRA shape: lora.* apply to a new one only
+            settings = settings.without("lora")
         if plan:
             from mint.loop.placebo import planned_settings
 
-            sets = planned_settings(plan, sets)
+            settings = planned_settings(plan, settings)
         result = train(context.ws, specialist=step.specialist, data=context.recipe.dataset, method=o["method"],
-                       from_ref=parent, base=None if parent else context.base, sets=sets)
-        return {"revision": result.ref, "revision_id": result.revision_id, "run": result.run,
-                "parent": parent, "steps": result.steps, "examples": result.examples,
-                "train_loss": result.metrics.get("train_loss"), "method": o["method"], "sets": sets,
-                **({"plan": plan} if plan else {})}
+                       from_ref=parent, base=None if parent else context.base, override=settings)
+        return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
+                           result.metrics.get("train_loss"), o["method"], settings, plan)
 
     def absorb(self, context, step, output):
-        if output.get("revision_id"):
+        if output.revision_id:
             context.candidates[step.specialist] = output
 
 
@@ -296,6 +309,7 @@ class Eval(StepKind):
     """The candidate under its contract, then on every earlier generation's retention suites."""
 
     name = "eval"
+    result = EvalOutput
     options = ("specialist", "contract", "limit")
     after = ("train", "eval evaluates its candidate")
     judged = True
@@ -321,7 +335,7 @@ class Eval(StepKind):
         if candidate is None:
             return None
         contract = context.recipe.path.parent / step.options["contract"]
-        return content_key("eval", candidate["revision_id"], hashlib.sha256(contract.read_bytes()).hexdigest(),
+        return content_key("eval", candidate.revision_id, hashlib.sha256(contract.read_bytes()).hexdigest(),
                            step.options.get("limit"))
 
     def run(self, context, step):
@@ -331,28 +345,27 @@ class Eval(StepKind):
 
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
-        twin = (context.experiences.get(step.specialist) or {}).get("twin")
+        gathered = context.experiences.get(step.specialist)
+        twin = gathered.twin if gathered else None
         controls = []
-        if twin and candidate.get("plan"):   # the placebo twin (and steps control): the same steps without experience
+        if twin and candidate.plan:   # the placebo twin (and steps control): the same steps without experience
             from mint.loop.placebo import train_controls
 
             controls = train_controls(context.ws, specialist=step.specialist, twin=twin, candidate=candidate,
                                       base=context.base)
         # the generation and its controls decode as one stream, each measured as it would be alone
-        result, *measured = evaluate_many(context.ws, [candidate["revision"], *(c.trained.ref for c in controls)],
+        result, *measured = evaluate_many(context.ws, [candidate.revision, *(c.trained.ref for c in controls)],
                                           contract_path, limit=step.options.get("limit"))
         report = result.report
-        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate["revision"],
+        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate.revision,
                                      Path(result.report_path), base=context.base)
-        output = {"revision": candidate["revision"], "revision_id": candidate["revision_id"],
-                  "report": result.report_path, "verdict": report.verdict, "metrics": report.metrics,
-                  "baseline": report.baseline.to_dict(), "gates": report.gates,
-                  "backward_transfer": transfer, **({"live_suites": report.live_suites} if report.live_suites
-                                                    else {})}
+        output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
+                            report.metrics, report.baseline.to_dict(), report.gates, transfer, report.live_suites)
         if controls:
             from mint.loop.placebo import judge_controls
 
-            output["twin"] = judge_controls(context.ws, controls, [m.report_path for m in measured], output)
+            output = dataclasses.replace(output, twin=judge_controls(context.ws, controls,
+                                                                     [m.report_path for m in measured], output))
         return output
 
     def absorb(self, context, step, output):
@@ -361,6 +374,7 @@ class Eval(StepKind):
 
 class Promote(StepKind):
     name = "promote"
+    result = Decision
     options = ("specialist",)
     after = ("eval", "promote needs its report")
     judged = True
@@ -369,55 +383,48 @@ class Promote(StepKind):
         evaluation = context.evaluations.get(step.specialist)
         if evaluation is None:
             return None
-        return content_key("promote", evaluation["revision_id"], evaluation["report"])
+        return content_key("promote", evaluation.revision_id, evaluation.report)
 
     def run(self, context, step):
         from mint.contract.identity import contract_identity
         from mint.registry.promotion import promote, reject
 
         evaluation = context.evaluations[step.specialist]
-        ref = evaluation["revision"]
-        hacked = self.guard(context, step.specialist, evaluation) if evaluation["verdict"] == "pass" else None
-        if hacked is None and evaluation["verdict"] == "pass":
+        ref = evaluation.revision
+        hacked = self.guard(context, step.specialist, evaluation) if evaluation.verdict == "pass" else None
+        if hacked is None and evaluation.verdict == "pass":
             from mint.contract.forgetting import forgetting_reason
 
-            hacked = forgetting_reason(evaluation.get("backward_transfer") or [])
+            hacked = forgetting_reason(evaluation.backward_transfer)
         if hacked:
             reject(context.ws, ref, why=hacked)
-            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": hacked,
-                    "champion": context.champion_ref(step.specialist)}
-        if evaluation["verdict"] != "pass":
-            failing = [g for g in evaluation["gates"] if not g.get("passed")]
-            why = "failed gates: " + "; ".join(f"{g.get('metric')} ({g.get('rule')})" for g in failing) \
+            return Decision("rejected", ref, "fail", hacked, context.champion_ref(step.specialist))
+        if evaluation.verdict != "pass":
+            failing = [g for g in evaluation.gates if not g.passed]
+            why = "failed gates: " + "; ".join(f"{g.metric} ({g.rule})" for g in failing) \
                 if failing else "failed its contract"
             reject(context.ws, ref, why=why)
-            return {"action": "rejected", "revision": ref, "verdict": "fail", "reason": why,
-                    "champion": context.champion_ref(step.specialist)}
+            return Decision("rejected", ref, "fail", why, context.champion_ref(step.specialist))
         try:
-            promote(context.ws, ref, report_path=Path(evaluation["report"]),
-                    identify_contract=contract_identity)
+            promote(context.ws, ref, report_path=Path(evaluation.report), identify_contract=contract_identity)
         except Refused as exc:
-            return {"action": "refused", "revision": ref, "verdict": "fail", "reason": str(exc),
-                    "champion": context.champion_ref(step.specialist)}
-        return {"action": "promoted", "revision": ref, "verdict": "pass", "reason": None,
-                "champion": context.champion_ref(step.specialist)}
+            return Decision("refused", ref, "fail", str(exc), context.champion_ref(step.specialist))
+        return Decision("promoted", ref, "pass", None, context.champion_ref(step.specialist))
 
-    def guard(self, context: LoopContext, specialist: str, evaluation: dict) -> str | None:
+    def guard(self, context: LoopContext, specialist: str, evaluation: EvalOutput) -> str | None:
         """The reward-hacking guard on the candidate's training run and its answers against the baseline's."""
         from mint.loop.guards import reward_hacking
         from mint.registry import store
 
-        metric = next((g.get("metric") for g in evaluation["gates"] if isinstance(g.get("metric"), str)
-                       and not g["metric"].startswith("latency.") and g["metric"] in evaluation["metrics"]), None)
+        metric = evaluation.primary_metric
         if metric is None:
             return None
-        gate = next(g for g in evaluation["gates"] if g.get("metric") == metric)
-        baseline_value = gate.get("baseline", (evaluation.get("baseline") or {}).get("metrics", {}).get(metric))
-        candidate = context.candidates.get(specialist) or {}
-        run_dir = context.ws.runs / candidate["run"] if candidate.get("run") else None
-        predictions = Path(evaluation["report"]).parent / "predictions.jsonl"
+        baseline_value = evaluation.baseline_value(metric)
+        candidate = context.candidates.get(specialist)
+        run_dir = context.ws.runs / candidate.run if candidate and candidate.run else None
+        predictions = Path(evaluation.report).parent / "predictions.jsonl"
         baseline_predictions = None
-        baseline_id = (evaluation.get("baseline") or {}).get("revision_id")
+        baseline_id = evaluation.baseline.get("revision_id")
         if baseline_id and store.exists(context.ws):
             conn = store.open_store(context.ws)
             try:
@@ -429,7 +436,7 @@ class Promote(StepKind):
                 if candidate_file.is_file():
                     baseline_predictions = candidate_file
                     break
-        return reward_hacking(metric=metric, value=evaluation["metrics"].get(metric), baseline=baseline_value,
+        return reward_hacking(metric=metric, value=evaluation.metrics.get(metric), baseline=baseline_value,
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
     def absorb(self, context, step, output):
@@ -438,6 +445,7 @@ class Promote(StepKind):
 
 class Route(StepKind):
     name = "route"
+    result = RouteOutput
     options = ("contract",)
     needs_specialist = False
 
@@ -461,25 +469,22 @@ class Route(StepKind):
             folder = context.project.path.parent if context.project.path else Path.cwd()
             contract = default_contract(router, folder)
         contract = context.recipe.path.parent / contract
-        sets = [f"contract={contract}"] if contract.is_file() else []
         result = train_specialist(context.ws, context.project, router, data=context.recipe.dataset,
-                                  base=context.base, sets=sets)
+                                  base=context.base, contract=contract if contract.is_file() else None)
         verdict = result.metrics.get("verdict")
-        output = {"revision": result.ref, "revision_id": result.revision_id, "verdict": verdict,
-                  "examples": result.examples,
-                  "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}}
+        action = reason = None
         if verdict == "pass":
             try:
                 promote(context.ws, result.ref, identify_contract=contract_identity)
-                output["action"] = "promoted"
+                action = "promoted"
             except Refused as exc:
-                output.update(action="refused", reason=str(exc))
+                action, reason = "refused", str(exc)
         elif verdict == "fail":
-            why = f"failed contracts/{contract.name}"
-            reject(context.ws, result.ref, why=why)
-            output.update(action="rejected", reason=why)
-        output["champion"] = context.champion_ref(router)
-        return output
+            action, reason = "rejected", f"failed contracts/{contract.name}"
+            reject(context.ws, result.ref, why=reason)
+        return RouteOutput(result.ref, result.revision_id, verdict, result.examples,
+                           {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}, action, reason,
+                           context.champion_ref(router))
 
     def routing_labels(self, context: LoopContext) -> str:
         """A digest of (turn, specialist) pairs: the router is retrained only when what it learns from changed."""
@@ -501,6 +506,7 @@ class Serve(StepKind):
     traffic a deployment serves, which a later experience step reads back from the logs."""
 
     name = "serve"
+    result = ReplayResult
     options = ("requests", "clients", "max_tokens")
     needs_specialist = False
 

@@ -19,7 +19,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from mint.data.scrub import scrub_text, scrub_value
+from mint.data.schema import Episode, Message, ServedRoute
+from mint.data.scrub import scrub_episode, scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.mol.router import PROMPT, Probe, Route, Router, probe_features, starter_router
 from mint.generation.engine import CANCELLED
@@ -101,21 +102,17 @@ class TurnBook:
             with self._pending_lock:
                 self._pending[answer.id] = (time.monotonic(), owner)
 
-    def _episode(self, turn: Turn, answer: Answer) -> dict:
+    def _episode(self, turn: Turn, answer: Answer) -> Episode:
         # the training target is the answer generated here; the client's history, its assistant turns
         # included, is context it wrote itself (weight 0: shown to the model, never trained on)
-        history = [{**m, "weight": 0} if m["role"] == "assistant" else m for m in turn.messages]
-        episode = {
-            "id": answer.id, "session": turn.session, "ts": now(), "specialist": answer.specialist,
-            "messages": [*history, {"role": "assistant", "content": answer.text}],
-            **({"tools": turn.tools} if turn.tools else {}),
-            "feedback": {"rating": None, "correction": None},
-            "served_by": answer.served_by,
-            "route": {"probabilities": answer.route.probabilities, "decided_by": answer.route.decided_by,
-                      "revision": answer.route.revision},
-            "latency_ms": round(answer.latency_ms, 3), "route_ms": round(answer.route_ms, 3),
-        }
-        return self._scrubbed(episode) if self.scrub_logs else episode
+        history = [Message.from_dict({**m, "weight": 0} if m["role"] == "assistant" else m) for m in turn.messages]
+        route = answer.route
+        episode = Episode(messages=(*history, Message("assistant", answer.text)), tools=tuple(turn.tools),
+                          specialist=answer.specialist, session=turn.session, ts=now(), served_by=answer.served_by,
+                          upstream_id=answer.id, served=ServedRoute(route.probabilities, route.decided_by,
+                                                                    route.revision, round(answer.latency_ms, 3),
+                                                                    round(answer.route_ms, 3)))
+        return scrub_episode(episode, Counter()) if self.scrub_logs else episode
 
     def _scrubbed(self, record: dict) -> dict:
         """``record`` with PII replaced by placeholders in every text a client gave (``--scrub-logs``)."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from mint.data.labels import UNLABELED, Labeler
+from mint.data.labels import Labeler
 from mint.errors import BadInput
 from mint.project import Project
 from mint.text import check_unicode
@@ -102,8 +102,8 @@ class Rules:
             (keywords.rule == "keywords" and keywords.specialist == self.tool_specialist)
 
     def keywords(self, text: str) -> Route:
-        label, _how = self.labeler.label(None, [{"role": "user", "content": text}], [])
-        if label == UNLABELED:
+        label, _decisive = self.labeler.keywords(text)   # any keyword is a better guess than none here
+        if label is None:
             return self._certain(self.names[0], "default")
         return self._certain(label, "keywords")
 

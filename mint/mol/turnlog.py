@@ -1,9 +1,10 @@
 """The served-turn log: every answered turn as a canonical episode in ``$MINT_HOME/logs/``.
 
-One JSON object per line in ``logs/served.jsonl`` (mint's own log format: ``messages``, ``feedback``,
-``served_by``, plus ``route`` and ``latency_ms``), so ``mint ingest $MINT_HOME/logs`` reads it back. A turn is
-written when it is answered; feedback that comes later is a line of its own, ``{"upstream_id": ID, "feedback":
-{...}}``, which ingest (and ``read_turns``) merge into the turn with that id. When the file passes
+One JSON object per line in ``logs/served.jsonl``: each turn a canonical episode (``mint.data.schema``: its
+content hash as ``id``, the answer's id, which the client rates it by, as ``upstream_id``, plus ``route`` and
+``latency_ms``), so ``mint ingest $MINT_HOME/logs`` reads it back. A turn is written when it is answered;
+feedback that comes later is a line of its own, ``{"upstream_id": ID, "feedback": {...}}``, which ingest (and
+``read_turns``) merge into the turn with that upstream id. When the file passes
 ``max_bytes``, or holds turns from more than a day ago while a retention is set, it is renamed to
 ``served-<time>-<n>.jsonl`` and a new one begins; with ``retention_days``, renamed files last written longer
 ago than that are deleted. Lines are appended whole under a lock, so concurrent writers never interleave.
@@ -17,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from mint.data.schema import Episode
 from mint.errors import BadInput
 from mint.workspace import Workspace, file_lock
 
@@ -45,8 +47,10 @@ class TurnLog:
         if self.directory.stat().st_mode & 0o777 != PRIVATE_DIR:
             os.chmod(self.directory, PRIVATE_DIR)
 
-    def append(self, record: dict) -> Path:
-        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    def append(self, record: dict | Episode) -> Path:
+        """Append a turn (an ``Episode``) or a feedback line."""
+        line = (record.line() if isinstance(record, Episode) else
+                json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         self._private_directory()
         current = self.directory / CURRENT
         with self._lock, file_lock(self.directory / ".served.lock"):
@@ -147,6 +151,8 @@ def scan_turns(ws: Workspace) -> tuple[list[dict], int]:
                         turn["feedback"] = {**(turn.get("feedback") or {}), **given}
                 else:
                     turns.append(record)
-                    if isinstance(record.get("id"), str):
-                        by_id[record["id"]] = record
+                    # a turn's answer id: its upstream_id (logs written before turns were canonical: its id)
+                    answer_id = record.get("upstream_id", record.get("id"))
+                    if isinstance(answer_id, str):
+                        by_id[answer_id] = record
     return turns, skipped

@@ -107,12 +107,11 @@ def _newest_registered_report(conn, revision_id: str, verdict: str | None = "pas
 
 def failing_gates(report: Report) -> str:
     """The gates a report failed, each with its value and rule: ``core.request_match 0.2 (min 0.4)``."""
-    failed = [g for g in report.gates if isinstance(g, dict) and not g.get("passed")]
     shown = []
-    for gate in failed:
-        value = gate.get("value")
-        value = "not measured" if value is None else f"{value:.4g}" if isinstance(value, (int, float)) else value
-        shown.append(f"{gate.get('metric')} {value} ({gate.get('rule')})")
+    for gate in report.gates:
+        if not gate.passed:
+            value = "not measured" if gate.value is None else f"{gate.value:.4g}"
+            shown.append(f"{gate.metric} {value} ({gate.rule})")
     return "; ".join(shown) or "no gate failed, but its verdict is not pass"
 
 

@@ -60,6 +60,74 @@ class ReportBaseline:
         return out
 
 
+# a gate's keys, in the order `mint eval` writes them; `skipped` only when true
+_GATE_ORDER = ("metric", "value", "baseline", "rule", "passed", "delta", "skipped")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate's verdict in a report: the candidate's value, the baseline's, the rule as checked and whether it
+    held. ``delta`` is the paired candidate-minus-baseline delta as the contract package computed it (n, delta,
+    low, high, method, ...), or None where the gate compared with no baseline."""
+
+    metric: str
+    value: float | None
+    baseline: float | None
+    rule: str
+    passed: bool
+    delta: dict | None = None
+    skipped: bool = False       # not checked, and why is its rule (latency where no example carried any)
+    extra: dict = field(default_factory=dict)
+    # the keys a gate read from a file had, in their order, so it is written back in the shape it came in
+    keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def interval(self) -> list[float] | None:
+        """The paired delta's 95% interval [low, high] (as JSON writes it), where the gate recorded one."""
+        low, high = (self.delta or {}).get("low"), (self.delta or {}).get("high")
+        return [low, high] if _is_number(low) and _is_number(high) else None
+
+    @property
+    def paired_delta(self) -> float | None:
+        """The paired delta (candidate - baseline) the gate recorded, if any."""
+        value = (self.delta or {}).get("delta")
+        return value if _is_number(value) else None
+
+    def to_dict(self) -> dict:
+        keys = self.keys if self.keys is not None else \
+            [k for k in _GATE_ORDER if k != "skipped" or self.skipped]
+        return {**{k: getattr(self, k) for k in keys}, **self.extra}
+
+    @classmethod
+    def from_dict(cls, data, *, file: str, field_name: str) -> GateResult:
+        """A gate as a report holds it; a malformed one is a BadInput naming ``field_name`` (``gates[2].rule``)."""
+        if not isinstance(data, dict):
+            raise BadInput("expected a gate object", file=file, field=field_name)
+
+        def typed(key: str, kinds: tuple, what: str, *, optional: bool = True):
+            value = data.get(key)
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+                raise BadInput(f"expected {what}" + (" or null" if optional else ""), file=file,
+                               field=f"{field_name}.{key}")
+            return value
+
+        return cls(metric=typed("metric", (str,), "a string", optional=False),
+                   value=typed("value", (int, float), "a number"),
+                   baseline=typed("baseline", (int, float), "a number"),
+                   rule=typed("rule", (str,), "a string") or "",
+                   passed=typed("passed", (bool,), "true or false", optional=False),
+                   delta=typed("delta", (dict,), "an object"),
+                   skipped=bool(typed("skipped", (bool,), "true or false")),
+                   extra={k: v for k, v in data.items() if k not in _GATE_ORDER},
+                   keys=tuple(k for k in data if k in _GATE_ORDER))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 # the keys of a report, in the order `mint eval` writes them; `extra` keeps any other key (the router's
 # confusion matrix, for one) in the order it came
 _ORDER = ("format_version", "revision", "revision_id", "base", "base_fingerprint", "contract", "baseline",
@@ -76,7 +144,7 @@ class Report:
     contract: ContractIdentity
     baseline: ReportBaseline
     metrics: dict
-    gates: list
+    gates: tuple[GateResult, ...]
     verdict: str
     created_at: str
     source: str = "generated"       # "generated" by mint eval, or "predictions" made elsewhere
@@ -115,6 +183,8 @@ class Report:
             value = getattr(self, key)
             if key in ("contract", "baseline"):
                 value = value.to_dict()
+            elif key == "gates":
+                value = [gate.to_dict() for gate in value]
             if key in _OPTIONAL and value is None:     # absent and null read the same
                 continue
             out[key] = value
@@ -189,7 +259,9 @@ class Report:
             revision_id=typed(data.get("revision_id"), (str,), "revision_id"),
             contract=identity, baseline=baseline,
             metrics=typed(data.get("metrics"), (dict,), "metrics", what="an object") or {},
-            gates=typed(data.get("gates", []), (list,), "gates", what="a list"),
+            gates=tuple(GateResult.from_dict(gate, file=where, field_name=f"gates[{i}]")
+                        for i, gate in enumerate(typed(data.get("gates", []), (list,), "gates", what="a list")
+                                                 or [])),
             verdict=verdict,
             created_at=typed(data.get("created_at"), (str,), "created_at") or "",
             source=source,

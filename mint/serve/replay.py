@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
@@ -53,8 +54,29 @@ def _post(url: str, key: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
+@dataclass(frozen=True)
+class ReplayResult:
+    """Requests answered through a real `mint serve`: how many were served and by which revision, the failures
+    (the first ten, each with its request's index and reason), the tokens generated and the seconds taken."""
+
+    requests: int
+    served: int
+    by_revision: dict[str, int] = field(default_factory=dict)
+    failures: list[dict] = field(default_factory=list)
+    failed: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ReplayResult:
+        return cls(**data)
+
+
 def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base: str | None = None,
-                   clients: int = 8, max_tokens: int = 256) -> dict:
+                   clients: int = 8, max_tokens: int = 256) -> ReplayResult:
     """Answer every request in ``requests_path`` through a real `mint serve` on loopback; returns how many were
     served, by which revision, the failures (each with its reason) and the seconds taken."""
     from mint.mol.mixture import Mixture
@@ -95,6 +117,5 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
         if "error" not in result:
             served[result["served_by"] or "base"] = served.get(result["served_by"] or "base", 0) + 1
     failures = [{"request": i, "error": r["error"]} for i, r in enumerate(results) if "error" in r]
-    return {"requests": len(rows), "served": len(rows) - len(failures), "by_revision": served,
-            "failures": failures[:10], "failed": len(failures),
-            "tokens": sum(r.get("tokens") or 0 for r in results), "seconds": round(time.monotonic() - started, 1)}
+    return ReplayResult(len(rows), len(rows) - len(failures), served, failures[:10], len(failures),
+                        sum(r.get("tokens") or 0 for r in results), round(time.monotonic() - started, 1))

@@ -1,10 +1,11 @@
 """Training settings: mint's hardware-aware defaults, then the config file, then ``--set`` overrides.
 
-A config file has up to three blocks::
+A config file has up to four blocks::
 
     lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear, from_layer: router}
     trl: {learning_rate: 2.0e-4, max_steps: 40, per_device_train_batch_size: 4}
     rewards: [mypkg.rewards:exact_match]      # grpo: extra reward functions, module:function
+    examples: {reasoning: true}               # how episodes become rows (see EXAMPLE_KEYS)
 
 ``--set trl.max_steps=20`` or ``--set max_steps=20`` (trl is the default block) overrides one key.
 
@@ -29,7 +30,11 @@ from mint.errors import BadInput
 from mint.text import closest
 from mint.yamlfile import load_yaml
 
-BLOCKS = ("lora", "trl", "rewards")
+BLOCKS = ("lora", "trl", "rewards", "examples")
+# reasoning: train on the assistant's reasoning (kept apart from its answer) where the chat template renders it;
+# false leaves it out of every row
+EXAMPLE_KEYS = ("reasoning",)
+DEFAULT_EXAMPLES = {"reasoning": True}
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "from_layer")
 # from_layer: the first decoder layer the adapter changes (0: every layer). `router`, the default, is the
 # router probe's layer (mint.base.probe_layers): the layers the probe reads stay the base's, so the
@@ -61,6 +66,59 @@ def hardware_defaults(method: str) -> dict[str, Any]:
     return {**common, **per_method}
 
 
+OVERRIDE_BLOCKS = ("lora", "trl", "examples")
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingsOverride:
+    """Settings laid over the config file and mint's defaults, block by block (``trl``, ``lora``, ``examples``),
+    as values: what ``--set`` says once its text is read, and what a recipe's train step hands on as it is.
+    ``check_settings`` checks them like any other setting."""
+
+    trl: dict = dataclasses.field(default_factory=dict)
+    lora: dict = dataclasses.field(default_factory=dict)
+    examples: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_sets(cls, sets: list[str]) -> SettingsOverride:
+        """``--set`` text: ``["trl.max_steps=20", "lora.r=8"]``."""
+        return cls(**parse_sets(sets))
+
+    @classmethod
+    def from_keys(cls, values: dict) -> SettingsOverride:
+        """A mapping keyed as ``--set`` is (``max_steps``, ``trl.max_steps``, ``lora.r``), values kept as given:
+        a recipe's ``set:`` block."""
+        out: dict[str, dict] = {}
+        for key, value in values.items():
+            block, dot, name = str(key).partition(".")
+            if not dot:
+                block, name = "trl", block
+            if block not in OVERRIDE_BLOCKS:
+                raise BadInput(f"{key}: takes lora.KEY, trl.KEY or examples.KEY (or a bare TRL key)"
+                               f"{closest(block, OVERRIDE_BLOCKS)}", field=str(key))
+            out.setdefault(block, {})[name] = value
+        return cls(**out)
+
+    def keys(self) -> list[str]:
+        """Every key as ``block.name``."""
+        return [f"{block}.{name}" for block in OVERRIDE_BLOCKS for name in getattr(self, block)]
+
+    def over(self, other: SettingsOverride) -> SettingsOverride:
+        """``other`` with these settings laid over it (these win)."""
+        return SettingsOverride(**{block: {**getattr(other, block), **getattr(self, block)}
+                                   for block in OVERRIDE_BLOCKS})
+
+    def without(self, block: str) -> SettingsOverride:
+        return dataclasses.replace(self, **{block: {}})
+
+    def to_dict(self) -> dict:
+        return {block: dict(getattr(self, block)) for block in OVERRIDE_BLOCKS if getattr(self, block)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SettingsOverride:
+        return cls(**{block: dict(data.get(block) or {}) for block in OVERRIDE_BLOCKS})
+
+
 def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
     """``["trl.max_steps=20", "lora.r=8"]`` as ``{"trl": {"max_steps": 20}, "lora": {"r": 8}}``."""
     out: dict[str, dict[str, Any]] = {}
@@ -71,9 +129,9 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
         block, dot, name = key.strip().partition(".")
         if not dot:
             block, name = "trl", block
-        if block not in ("lora", "trl"):
-            raise BadInput(f"{key}: --set takes lora.KEY or trl.KEY (or a bare TRL key)"
-                           f"{closest(block, ('lora', 'trl'))}", field="--set")
+        if block not in ("lora", "trl", "examples"):
+            raise BadInput(f"{key}: --set takes lora.KEY, trl.KEY or examples.KEY (or a bare TRL key)"
+                           f"{closest(block, ('lora', 'trl', 'examples'))}", field="--set")
         if not name.strip():
             raise BadInput(f"expected {block}.KEY=VALUE, got {item!r}", field="--set")
         value = _scalar(raw)
@@ -211,10 +269,13 @@ class UserSettings:
     trl: dict
     rewards: tuple[str, ...]
     lora_asked: tuple[str, ...] = ()    # the LoRA keys the user set (the rest are mint's defaults)
+    examples: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_EXAMPLES))
 
 
-def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSettings:
-    """The user's settings, every key and type checked; imports neither torch nor TRL."""
+def check_settings(method: str, config: Path | None, sets: list[str],
+                   override: SettingsOverride | None = None) -> UserSettings:
+    """The user's settings, every key and type checked; imports neither torch nor TRL. ``override`` is laid over
+    ``sets``, which is laid over the config file."""
     file_blocks: dict = {}
     doc = None
     if config is not None:
@@ -225,10 +286,10 @@ def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSet
         for key in file_blocks:
             if key not in BLOCKS:
                 raise doc.error(str(key), f"unknown block{closest(str(key), BLOCKS)}")
-        for block in ("lora", "trl"):
+        for block in ("lora", "trl", "examples"):
             if not isinstance(file_blocks.get(block) or {}, dict):
                 raise doc.error(block, "expected a mapping of KEY: VALUE")
-    overrides = parse_sets(sets)
+    overrides = (override or SettingsOverride()).over(SettingsOverride.from_sets(sets)).to_dict()
 
     def where_of(block):
         return lambda key, message: _unknown(doc, file_blocks, block, key, message)
@@ -257,7 +318,16 @@ def check_settings(method: str, config: Path | None, sets: list[str]) -> UserSet
         raise (doc.error("rewards", "expected a list of module:function") if doc else
                BadInput("expected a list of module:function", field="rewards"))
     lora_asked = tuple(sorted({*map(str, file_blocks.get("lora") or {}), *overrides.get("lora", {})}))
-    return UserSettings(method, lora, trl_values, tuple(rewards), lora_asked)
+    examples = dict(DEFAULT_EXAMPLES)
+    for key, value in {**(file_blocks.get("examples") or {}), **overrides.get("examples", {})}.items():
+        key = str(key)
+        if key not in EXAMPLE_KEYS:
+            raise where_of("examples")(key, f"unknown key{closest(key, EXAMPLE_KEYS, listing='expected one of')}")
+        try:
+            examples[key] = typed_value(["bool"], value, f"examples.{key}")
+        except BadInput as exc:
+            raise where_of("examples")(key, str(exc).split(": ", 1)[1]) from None
+    return UserSettings(method, lora, trl_values, tuple(rewards), lora_asked, examples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,9 +337,12 @@ class TrainSettings:
     trl: dict
     rewards: tuple[str, ...]
     hardware: dict = dataclasses.field(default_factory=dict)   # what mint.hardware chose and why (not hashed)
+    examples: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_EXAMPLES))
 
     def digest(self) -> str:
-        record = {k: v for k, v in dataclasses.asdict(self).items() if k != "hardware"}
+        # the example options count only when they differ from the defaults (runs from before they existed)
+        record = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k != "hardware" and not (k == "examples" and v == DEFAULT_EXAMPLES)}
         return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -281,16 +354,17 @@ def resolve_settings(user: UserSettings) -> TrainSettings:
     hardware.apply_threads(threads)
     trl_values = hardware.reconcile({**hardware_defaults(user.method), **plan.settings(), **user.trl}, user.trl)
     record = {**plan.record(user.trl), "torch_threads": dataclasses.asdict(threads)}
-    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record)
+    return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record, dict(user.examples))
 
 
-def planned_settings(method: str | None, config: Path | None, sets: list[str]) -> TrainSettings:
+def planned_settings(method: str | None, config: Path | None, sets: list[str],
+                     override: SettingsOverride | None = None) -> TrainSettings:
     """What ``mint train --dry-run`` shows: the settings a run would use and why, without a model or a trainer."""
     from mint.train.examples import METHODS
 
     if method not in METHODS:
         raise BadInput(f"expected one of {', '.join(METHODS)}", field="--method")
-    return resolve_settings(check_settings(method, config, sets))
+    return resolve_settings(check_settings(method, config, sets, override))
 
 
 def _unknown(doc, file_blocks: dict, block: str, key: str, message: str) -> BadInput:

@@ -19,6 +19,8 @@ import json
 import random
 from pathlib import Path
 
+from mint.data.formats.fields import score_rating
+from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
 from mint.plugins import load_object
 
@@ -214,10 +216,10 @@ def recorded(cls: type, rollouts: Path) -> type:
             messages.append({"role": "assistant", "content": "", "tool_calls": [
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]})
             messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": str(result)})
-        episode = {"messages": messages, "specialist": "agent", "served_by": "grpo-rollout",
-                   "feedback": {"score": max(0.0, min(1.0, reward))}, "reward": reward}
+        episode = Episode(tuple(Message.from_dict(m) for m in messages), specialist="agent", served_by="grpo-rollout",
+                          feedback=Feedback(score_rating(max(0.0, min(1.0, reward)))))
         with open(rollouts, "a", encoding="utf-8") as f:
-            f.write(json.dumps(episode, ensure_ascii=False, default=str) + "\n")
+            f.write(episode.line())
         return reward
 
     members.update(reset=reset, get_reward=get_reward)

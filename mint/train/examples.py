@@ -104,7 +104,7 @@ def per_turn_rows(rows: list[dict]) -> list[dict]:
         for i, message in enumerate(messages):
             if message["role"] == "assistant" and message.get("weight") != 0:
                 prompt = [{k: v for k, v in m.items() if k != "weight"} for m in messages[:i]]
-                out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": message["content"]}],
+                out.append({"prompt": prompt, "completion": [{k: v for k, v in message.items() if k != "weight"}],
                             **({"tools": row["tools"]} if "tools" in row else {})})
     return out
 

@@ -44,20 +44,21 @@ def _train_adapter(ws, project: Project, specialist: str, **request):
 
 
 def _plan_adapter(ws, project: Project, specialist: str, *, data=None, method=None, config=None, sets=None,
-                  **_request) -> TrainPreview:
+                  override=None, **_request) -> TrainPreview:
     from mint.train.config import planned_settings
     from mint.train.run import planned_examples
 
-    settings = planned_settings(method, config, sets or [])
+    settings = planned_settings(method, config, sets or [], override)
     # with --data the dry run also counts what the data yields for the method
     examples = planned_examples(ws, specialist=specialist, data=data, method=method) if data else None
     return TrainPreview(settings, examples)
 
 
-def _train_probe(ws, project: Project, specialist: str, *, data=None, base=None, sets=None, **_request):
+def _train_probe(ws, project: Project, specialist: str, *, data=None, base=None, sets=None, contract=None,
+                 **_request):
     from mint.train.router import train_router
 
-    return train_router(ws, data=data, base=base, sets=list(sets or []), project=project)
+    return train_router(ws, data=data, base=base, sets=list(sets or []), project=project, contract_file=contract)
 
 
 def _plan_probe(ws, project: Project, specialist: str, *, sets=None, **_request) -> TrainPreview:

@@ -127,12 +127,26 @@ KEYWORD_GUESS_WEIGHT = 0.25
 
 
 def may_be_a_keyword_guess(labeler, episode: dict) -> bool:
-    """True when ingest could have labelled ``episode`` from its keywords alone: no tools, no serving
-    specialist, and the keyword winner is its label. Such labels count less: they teach the probe the keyword
-    list back, junk included (a ShareGPT line that mentions a card number is not a UI request)."""
-    label, how = labeler.label(None, episode["messages"], episode.get("tools") or [],
+    """True when ingest labelled ``episode`` from its keywords alone (``labeled_by: keywords``; in a dataset
+    ingested before episodes said so: no tools, no serving specialist, and the keyword winner is its label). Such
+    labels count less: they teach the probe the keyword list back, junk included (a ShareGPT line that mentions a
+    card number is not a UI request)."""
+    if "labeled_by" in episode:
+        return episode["labeled_by"] == "keywords"
+    messages = episode["messages"]
+    label, how = labeler.label(None, "\n".join(m["content"] for m in messages if m["role"] == "user"),
+                               bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
+                                                                 for m in messages),
                                served_by=episode.get("served_by"))
-    return how == "keywords" and label == episode["specialist"]
+    if how != "none":
+        return how == "keywords" and label == episode["specialist"]
+    winner, _decisive = labeler.keywords("\n".join(m["content"] for m in messages if m["role"] == "user"))
+    return winner == episode["specialist"]     # an older ingest took one keyword as decisive
+
+
+# labels that say nothing of the turn: mint.yaml's fallback for what no rule labelled, and the router's own
+# choice (a probe trained on its own answers learns nothing new)
+NOT_EVIDENCE = ("fallback", "routed")
 
 
 def humaneval_requests(heldout_texts: list[str]) -> list[str]:
@@ -184,7 +198,7 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
     texts, labels, weights, tools = [], [], [], []
     for episode in iter_episodes(ws, name, version or None):
         text = last_user_text(episode["messages"])
-        if episode["specialist"] in project.names and text.strip():
+        if episode["specialist"] in project.names and text.strip() and episode.get("labeled_by") not in NOT_EVIDENCE:
             texts.append(text)
             tools.append(bool(episode.get("tools")) or any("tool_calls" in m or m["role"] == "tool"
                                                            for m in episode["messages"]))
@@ -205,9 +219,10 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
 
 
 def train_router(ws: Workspace, *, data: str | None, base: str | None = None, sets: list[str] | None = None,
-                 project: Project | None = None) -> TrainResult:
+                 project: Project | None = None, contract_file: Path | None = None) -> TrainResult:
     """Fit the probe on ``data``'s labelled episodes, register it as the next revision of the project's router,
-    and evaluate it under its contract (``mint eval``'s path: report, gates, registration)."""
+    and evaluate it under its contract (``mint eval``'s path: report, gates, registration): ``contract_file`` where
+    given, else ``contract=FILE`` in ``sets``, else contracts/router.yaml here."""
     from mint.base import load_base
     from mint.contract.evaluate import evaluate
     from mint.mol.router import Probe
@@ -219,7 +234,7 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
         raise BadInput("the router learns from a dataset's labelled episodes: pass --data DATASET", field="--data")
     project = project or load_project()
     settings = _settings(sets or [])
-    contract_path = settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
+    contract_path = contract_file or settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
     contract = load_contract(contract_path) if contract_path else None
     if contract is not None:
         heldout_turns(contract, project.names)      # labels checked before anything is fitted

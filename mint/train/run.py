@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
@@ -33,7 +34,7 @@ from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
 from mint.registry.refs import check_name
 from mint.text import closest
-from mint.train.config import TrainSettings, UserSettings, check_settings, resolve_settings
+from mint.train.config import SettingsOverride, TrainSettings, UserSettings, check_settings, resolve_settings
 from mint.train.envs import load_environment
 from mint.train.examples import METHODS, build_examples, per_turn_rows
 from mint.train.rundir import (EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE,  # noqa: F401
@@ -57,6 +58,7 @@ class TrainRequest:
     resume: str | None = None
     num_processes: int = 1
     accelerate_config: Path | None = None
+    override: SettingsOverride | None = None    # settings as values (a recipe's), laid over ``sets``
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,11 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
           from_ref: str | None = None, base: str | None = None, config: Path | None = None,
           sets: list[str] | None = None, resume: str | None = None, num_processes: int = 1,
           accelerate_config: Path | None = None, env: str | None = None,
-          progress: TrainProgress | None = None) -> TrainResult:
+          override: SettingsOverride | None = None, progress: TrainProgress | None = None) -> TrainResult:
     """Check the request, prepare the run (or find the one to resume), train, register the adapter: a
     generator's training (mint.train.kinds picks the trainer of each kind)."""
     request = TrainRequest(specialist, data, method, from_ref, base, config, tuple(sets or ()), env, resume,
-                           num_processes, accelerate_config)
+                           num_processes, accelerate_config, override)
     if request.resume:
         run_dir = check_resume(ws, request)
     else:
@@ -183,7 +185,7 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
         raise BadInput("which specialist does this train? (or --resume RUN)", field="--specialist")
     check_name(request.specialist)
     environment = _check_env(request)
-    user = check_settings(request.method, request.config, list(request.sets))
+    user = check_settings(request.method, request.config, list(request.sets), request.override)
     dataset, in_dataset = None, []
     if request.data is not None:
         name, _, version = request.data.partition("@")
@@ -247,7 +249,8 @@ def check_resume(ws: Workspace, request: TrainRequest) -> Path:
     given = [flag for flag, value in (("--specialist", request.specialist), ("--data", request.data),
                                       ("--method", request.method), ("--from", request.from_ref),
                                       ("--base", request.base), ("--train-config", request.config),
-                                      ("--set", request.sets), ("--env", request.env)) if value]
+                                      ("--set", request.sets or request.override), ("--env", request.env))
+             if value]
     if given:
         raise BadInput(f"--resume continues run {request.resume} with the settings it recorded; {', '.join(given)} "
                        "cannot change them (start a new run to train with other settings)", field=given[0])
@@ -278,9 +281,12 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
     rows = build_run_examples(ws, plan)
     template, template_source = resolve_chat_template(plan, settings)
     rows, settings, changed = rows_for_template(plan.method, rows, template_source, settings)
+    key = reasoning_key(template if template is not None else own_chat_template(plan.base))
+    rows, reasoning = reasoning_for_template(rows, key, settings.examples["reasoning"])
     effective = {"chat_template": {"source": template_source,
                                    "sha256": hashlib.sha256(template.encode()).hexdigest() if template else None},
-                 "lora": effective_lora(plan, settings), "changed": changed}
+                 "lora": effective_lora(plan, settings), "changed": changed,
+                 **({"reasoning": reasoning} if reasoning["turns"] else {})}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
     run_dir, again = ws.runs / name, 2
@@ -349,6 +355,52 @@ def resolve_chat_template(plan: TrainPlan, settings: TrainSettings) -> tuple[str
     return patched, "TRL training template for the base's own"
 
 
+# the message keys chat templates read an assistant turn's reasoning from (Qwen3, DeepSeek-R1, GLM: the first;
+# gpt-oss: the second)
+REASONING_KEYS = ("reasoning_content", "thinking")
+
+
+def own_chat_template(base: str) -> str:
+    """The chat template the base's tokenizer brings ("" when it has none)."""
+    template = load_tokenizer(base).chat_template if base not in (SMOLLM2, TINY) else training_chat_template()
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template or ""
+
+
+def reasoning_key(template: str) -> str | None:
+    """The message key ``template`` renders an assistant's reasoning from, or None when it has no place for it."""
+    for key in REASONING_KEYS:
+        if re.search(rf"""(?:\.{key}\b|\[['"]{key}['"]\])""", template):   # m.thinking, message['thinking']
+            return key
+    return None
+
+
+def reasoning_for_template(rows: list[dict], key: str | None, train: bool) -> tuple[list[dict], dict]:
+    """(rows, what became of the reasoning they carry): each assistant turn's reasoning under the template's
+    ``key``, where it has one and ``train`` (examples.reasoning) is on; else left out, and counted."""
+    turns = 0
+
+    def place(message: dict) -> dict:
+        nonlocal turns
+        if "reasoning" not in message:
+            return message
+        turns += 1
+        out = {k: v for k, v in message.items() if k != "reasoning"}
+        if key is not None and train:
+            out[key] = message["reasoning"]
+        return out
+
+    placed = [{name: [place(m) for m in value] if isinstance(value, list) and value and isinstance(value[0], dict)
+               else value for name, value in row.items()} for row in rows]
+    trained = key is not None and train
+    why = (f"rendered under `{key}` by the chat template" if trained else
+           "left out: examples.reasoning is false" if key is not None else
+           "left out: the chat template has no place for reasoning (reasoning_content or thinking)")
+    return placed, {"turns": turns, "trained": turns if trained else 0, "left_out": 0 if trained else turns,
+                    "why": why}
+
+
 def rows_for_template(method: str, rows: list[dict], template_source: str,
                       settings: TrainSettings) -> tuple[list[dict], TrainSettings, dict]:
     """(rows, settings, what changed and why) for the chat template in use.
@@ -367,7 +419,7 @@ def rows_for_template(method: str, rows: list[dict], template_source: str,
     if trl_values.get("assistant_only_loss"):
         trl_values["assistant_only_loss"] = False
         changed["trl.assistant_only_loss"] = "false: the loss falls on each row's completion (one assistant turn)"
-    return per_turn_rows(rows), TrainSettings(settings.method, settings.lora, trl_values, settings.rewards), changed
+    return per_turn_rows(rows), replace(settings, trl=trl_values), changed
 
 
 def effective_lora(plan: TrainPlan, settings: TrainSettings) -> dict:
@@ -451,5 +503,9 @@ def register_run(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
                         metrics={k: v for k, v in metrics.items() if v is not None})
     atomic_write_json(run_dir / RESULT_FILE, {**result, "registered": True, "revision": revision.ref,
                                                "revision_id": revision.id})
+    reasoning = (run.get("effective") or {}).get("reasoning") or {}
+    notes = [f"{reasoning['left_out']} assistant turn(s)' reasoning {reasoning['why']}"] \
+        if reasoning.get("left_out") else []
     return TrainResult(revision.ref, revision.id, run_dir.name, str(run_dir), run["method"], result["steps"],
-                       run["examples"], metrics, result.get("resumed_from_step"), list(result.get("warnings") or []))
+                       run["examples"], metrics, result.get("resumed_from_step"),
+                       notes + list(result.get("warnings") or []))

@@ -59,8 +59,8 @@ def test_candidate_is_gated_against_the_champions_report_then_promoted(ws, candi
     assert second.report.baseline.revision_id == v1.id
     assert second.report.baseline.metrics == first.report.metrics
     assert not second.baseline_evaluated
-    gate = next(g for g in second.report.gates if g["metric"] == "core.parse_rate")
-    assert gate["rule"].startswith("min 0; no_regression 0; delta +0 [+0, +0] on 3 paired")
+    gate = next(g for g in second.report.gates if g.metric == "core.parse_rate")
+    assert gate.rule.startswith("min 0; no_regression 0; delta +0 [+0, +0] on 3 paired")
     # the report's baseline is the champion: CAS holds
     assert promote(ws, v2.ref, identify_contract=contract_identity).new == v2.id
 

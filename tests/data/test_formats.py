@@ -187,7 +187,7 @@ def test_an_openai_evals_sample_learns_its_ideal_answer(ws, project):
 
 
 def test_a_preference_is_part_of_the_episode_id(ws, project, tmp_path):
-    from mint.data.episode import episode_id
+    from mint.data.schema import episode_id
 
     path = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "The sky is", "chosen": " blue.", "rejected": " green."},
                                               {"prompt": "The sky is", "chosen": " blue.", "rejected": " red."}])
@@ -195,3 +195,22 @@ def test_a_preference_is_part_of_the_episode_id(ws, project, tmp_path):
     assert result.sources[0].kept == 2   # the same chosen answer against another rejected one: another pair
     for e in datasets.iter_episodes(ws, "d"):
         assert e["id"] == episode_id(e["messages"], e["tools"], e["feedback"], e["preference"])
+
+
+def test_llamafactorys_v1_reasoning_file_keeps_50_of_50_with_reasoning_apart_from_answers(ws, project):
+    result, episodes = _ingest(ws, project, "reason_tool_use_demo_50.jsonl.gz")
+    assert (result.sources[0].read, result.sources[0].kept) == (50, 50)
+    answers = [m for e in episodes for m in e["messages"] if m["role"] == "assistant"]
+    assert sum("reasoning" in m for m in answers) == 112 and sum(len(m.get("tool_calls", ())) for m in answers) == 68
+    assert not any("reasoning" in m for e in episodes for m in e["messages"] if m["role"] != "assistant")
+    assert sum(bool(e["tools"]) for e in episodes) == 48      # two records list no tools (`"tools": "[]"`)
+
+
+def test_every_reasoning_shape_is_read(ws, project):
+    result, episodes = _ingest(ws, project, "reasoning_parts.jsonl")
+    assert result.sources[0].kept == 4
+    assert [[m.get("reasoning") for m in e["messages"] if m["role"] == "assistant"] for e in episodes] == [
+        ["The user wants the weather; get_weather takes a city.", "18 C is mild."], ["6 * 7 = 42."],
+        ["11 has no divisors but 1 and 11."], ["91 = 7 * 13."]]
+    assert episodes[0]["messages"][2]["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                                       "arguments": {"city": "Paris"}}

@@ -42,8 +42,9 @@ def test_episodes_are_canonical(ws, project, tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", session="s-1", ts="2026-11-29T10:00:00Z")])
     ingest(ws, [path], dataset="d", project=project)
     (episode,) = datasets.iter_episodes(ws, "d")
-    assert list(episode) == ["id", "session", "ts", "specialist", "messages", "tools", "feedback", "served_by",
-                             "upstream_id", "source"]
+    assert list(episode) == ["id", "session", "ts", "specialist", "labeled_by", "messages", "tools", "feedback",
+                             "served_by", "upstream_id", "source"]
+    assert episode["labeled_by"] == "fallback"      # "hi" names no specialist, calls no tool
     assert episode["session"] == "s-1" and episode["source"] == f"{path}:1"
     assert len(episode["id"]) == 64
 
@@ -96,7 +97,7 @@ def test_no_scrub_keeps_text(ws, project, tmp_path):
     assert next(datasets.iter_episodes(ws, "d"))["messages"][0]["content"] == "mail bob@example.com"
 
 
-def test_labels_come_from_record_then_tools_then_keywords(ws, project, tmp_path):
+def test_labels_come_from_record_then_tools_then_keywords_then_the_fallback(ws, project, tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [
         chat_row("anything", specialist="genui"),
         {**chat_row("what now"), "tools": [{"type": "function", "function": {"name": "f"}}]},
@@ -104,7 +105,7 @@ def test_labels_come_from_record_then_tools_then_keywords(ws, project, tmp_path)
         chat_row("Who was the 37th president?"),
     ])
     ingest(ws, [path], dataset="d", project=project)
-    assert [e["specialist"] for e in datasets.iter_episodes(ws, "d")] == ["genui", "agent", "genui", "unlabeled"]
+    assert [e["specialist"] for e in datasets.iter_episodes(ws, "d")] == ["genui", "agent", "genui", "chat"]
 
 
 def test_unknown_record_label_is_quarantined(ws, project, tmp_path):
@@ -203,11 +204,12 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
 
     monkeypatch.setattr(ingest_module, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(ingest_module, "_BATCH_LINES", 3)
-    rows = [chat_row(f"python question {i} from a{i}@example.com") for i in range(20)] + MIXED
+    rows = [chat_row(f"python question {i} from a{i}@example.com") for i in range(20)] + MIXED + [
+        chat_row("rate me later", upstream_id="chatcmpl-77"), {"upstream_id": "chatcmpl-77", "feedback": {"rating": 1}}]
     path = write_jsonl(tmp_path / "a.jsonl", rows)
     one = ingest(ws, [path], dataset="one", project=project, workers=1)
     many = ingest(ws, [path], dataset="many", project=project, workers=2)
-    assert many.version == one.version
+    assert many.version == one.version and many.labeled_by["feedback"] == 1
     assert many.sources[0] == one.sources[0] and many.scrubbed == one.scrubbed == {"EMAIL": 20}
     assert open(many.quarantine_file).read() == open(one.quarantine_file).read()
 

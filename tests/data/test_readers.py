@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mint.data.readers import discover, read_source
+from mint.data.sources import discover, read_source
 from mint.errors import BadInput
 from tests.conftest import chat_row, write_jsonl
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from mint.registry.report import GateResult
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_selfimprove.py"
 GOALS = ("every evaluation on at least 48 held-out examples", "generation 3 >= generation 2 > generation 1",
@@ -139,7 +141,7 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     scores = {"r1": [1, 0, 0, 0], "r2": [1, 1, 1, 0], "r3": [1, 1, 1, 1]}    # core.request_match per example
 
     def gate(metric, delta, low, high):
-        return {"metric": metric, "delta": {"delta": delta, "low": low, "high": high}, "passed": True}
+        return GateResult(metric, None, None, "", True, {"delta": delta, "low": low, "high": high})
 
     def report(revision_id):
         return SimpleNamespace(metrics={"core.request_match": sum(scores[revision_id]) / 4},
@@ -155,8 +157,11 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
 
     monkeypatch.setattr(queries, "newest_report", lambda ws, revision_id: report(revision_id))
     monkeypatch.setattr(placebo, "paired_on_examples", paired)
-    evaluation = lambda n, transfer: {"revision_id": f"r{n}", "metrics": {"core.request_match": 0.5},  # noqa: E731
-                                      "gates": [{"metric": "core.request_match"}], "backward_transfer": transfer}
+    evaluation = lambda n, transfer: {"revision": f"genui:v{n}", "revision_id": f"r{n}",  # noqa: E731
+                                      "report": f"r{n}/report.json", "verdict": "pass",
+                                      "metrics": {"core.request_match": 0.5},
+                                      "gates": [{"metric": "core.request_match", "passed": True}],
+                                      "backward_transfer": transfer}
     transfer = [{"metric": "retention.request_match", "introduced_by": "genui:v1",
                  "delta": {"delta": -0.03, "low": -0.2, "high": 0.1}}, {"suite": "retention", "unavailable": "gone"}]
     twin = {"revision": "genui:v3", "verdict": "no experience effect",

@@ -38,9 +38,9 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
     listing = AgentHarness(HarnessSettings()).system({"messages": [USER], "tools": TOOLS})
     assert [{"role": "system", "content": listing}, USER] in shown and len(shown) == 2
     assert stops == [("json", "fence", "tool_call")]
-    assert result["passed"] == 2   # both corrections are the call it makes
+    assert result.passed == 2   # both corrections are the call it makes
     # the agent's answers have no repair: said, not silently ignored
-    assert result["repaired"] == 0 and result["repair_skipped"] == "the agent harness has no repair for its answers"
+    assert result.repaired == 0 and result.repair_skipped == "the agent harness has no repair for its answers"
 
 
 def test_experience_refuses_a_champion_whose_files_changed(ws, project, candidate):
@@ -121,9 +121,9 @@ def test_served_turns_in_the_logs_become_experience_episodes_of_the_dataset(ws, 
     _answer_with(monkeypatch, [LOGIN_FORM, TREE])
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=2, sources=["served"])
-    assert result["sources"]["served"]["kept"] == 1 and result["prompts"] == 1
-    assert result["sources"]["served"]["accepted"] == 1      # where the next generation's examples came from
-    learned = [e for e in iter_episodes(ws, "d", result["version"]) if e["feedback"]["rating"] == 1
+    assert result.sources["served"]["kept"] == 1 and result.prompts == 1
+    assert result.sources["served"]["accepted"] == 1      # where the next generation's examples came from
+    learned = [e for e in iter_episodes(ws, "d", result.version) if e["feedback"]["rating"] == 1
                and e["messages"][0]["content"] == "Show a login form with a submit button."]
     assert [e["messages"][-1]["content"] for e in learned] == [LOGIN_FORM]   # not "Done.", which fails it
 
@@ -141,7 +141,7 @@ def test_unaccepted_requests_are_drawn_and_accepted_ones_are_not(ws, project, tm
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=1, sources=["unaccepted"])
     assert sorted(seen) == ["Corrected here.", "Never answered.", "Thumbs down here."]
-    assert result["sources"]["unaccepted"]["kept"] == 3
+    assert result.sources["unaccepted"]["kept"] == 3
 
 
 def test_a_jsonl_source_gives_prompts_in_either_form_and_a_bad_line_names_its_line_and_field(tmp_path):
@@ -168,7 +168,7 @@ def test_a_task_generator_that_is_not_installed_is_skipped_with_its_reason(ws, p
     _ingest(ws, project, tmp_path, [_genui("Already answered.", TREE)])
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                sources=[{"generator": "basic_arithmetic", "count": 2}])
-    assert "not installed" in result["skipped_sources"]["generator:basic_arithmetic"] and result["prompts"] == 0
+    assert "not installed" in result.skipped_sources["generator:basic_arithmetic"] and result.prompts == 0
 
 
 def test_an_installed_task_generator_gives_its_questions_with_their_answers_as_references(monkeypatch):
@@ -204,7 +204,7 @@ def test_held_out_prompts_never_enter_experience(ws, project, tmp_path, monkeypa
                                samples=1, sources=[{"jsonl": "requests.jsonl"}], contracts=[SMOKE_CONTRACT],
                                recipe_dir=recipe_dir)
     assert seen == ["A fresh request."]
-    assert result["sources"]["jsonl:requests.jsonl"]["heldout"] == 2
+    assert result.sources["jsonl:requests.jsonl"]["heldout"] == 2
 
 
 def test_only_distinct_passing_answers_are_kept_up_to_the_cap_per_prompt():
@@ -240,10 +240,10 @@ def test_passing_and_failing_answers_to_one_prompt_become_dpo_pairs(ws, project,
     _answer_with(monkeypatch, lambda text: [PRICE_LIST, "nope", other, "nope "] if "price" in text else [CHART, CHART])
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=4, per_prompt=2, sources=["unaccepted"])
-    assert result["pool"]["pass@1"] == pytest.approx((0.5 + 1.0) / 2) and result["pool"]["prompts_between"] == 1
-    assert result["accepted"] == 3 and result["dpo_pairs"] == 1       # "nope" and "nope " are one failing answer
-    rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result["version"])
-                               if e["served_by"] == result["served_by"]])
+    assert result.pool["pass@1"] == pytest.approx((0.5 + 1.0) / 2) and result.pool["prompts_between"] == 1
+    assert result.accepted == 3 and result.dpo_pairs == 1       # "nope" and "nope " are one failing answer
+    rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result.version)
+                               if e["served_by"] == result.served_by])
     assert {(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows} == {(PRICE_LIST, "nope"),
                                                                                         (other, "nope")}
 
@@ -258,7 +258,7 @@ def test_a_request_the_training_data_already_answers_is_not_drawn_from_any_sourc
     _answer_with(monkeypatch, [TREE], seen)
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=1, sources=[{"jsonl": "requests.jsonl"}], recipe_dir=tmp_path)
-    assert seen == ["A new one."] and result["sources"]["jsonl:requests.jsonl"]["answered"] == 1
+    assert seen == ["A new one."] and result.sources["jsonl:requests.jsonl"]["answered"] == 1
 
 
 def test_new_served_turns_or_a_changed_source_file_make_the_loop_gather_experience_again(ws, tmp_path):
@@ -330,13 +330,48 @@ def test_a_repaired_answer_is_accepted_only_when_the_verifier_passes_it_and_pair
     _answer_with(monkeypatch, lambda text: [broken_list, broken_list] if "price" in text else [wrong_chart])
     plain = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                               samples=2, sources=["unaccepted"])
-    assert plain["accepted"] == 0 and plain["repaired"] == 0 and plain["pool"]["pass@1"] == 0.0
+    assert plain.accepted == 0 and plain.repaired == 0 and plain.pool["pass@1"] == 0.0
     result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                samples=2, sources=["unaccepted"], repair=True)
     # the pool is the samples as drawn; the repair is one more answer, which passes for the list alone
-    assert result["pool"]["pass@1"] == 0.0 and result["accepted"] == 1 and result["repaired"] == 1
-    assert result["sources"]["unaccepted"]["accepted"] == 1 and result["dpo_pairs"] == 1
-    rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result["version"])
-                               if e["served_by"] == result["served_by"]])
+    assert result.pool["pass@1"] == 0.0 and result.accepted == 1 and result.repaired == 1
+    assert result.sources["unaccepted"]["accepted"] == 1 and result.dpo_pairs == 1
+    rows = method_rows("dpo", [e for e in iter_episodes(ws, "d", result.version)
+                               if e["served_by"] == result.served_by])
     assert [(canonical_answer(r["chosen"][0]["content"]), r["rejected"][0]["content"]) for r in rows] == [
         (canonical_answer(PRICE_LIST), broken_list)]
+
+
+def test_experience_episodes_are_canonical_episodes_with_their_verdicts_as_ratings():
+    from mint.data.schema import Episode
+    from mint.loop.experience import ExperiencePrompt, experience_episodes
+
+    prompt = ExperiencePrompt("served", [{"role": "user", "content": "2+2?"}], [{"type": "function", "function": {
+        "name": "add", "parameters": {}}}])
+    episodes, pairs = experience_episodes("agent", prompt, ["4", "5", "4 "], [True, False, True], 2, "agent:v1")
+    assert pairs == 1 and [e["feedback"]["rating"] for e in episodes] == [1, -1]
+    for episode in episodes:
+        assert episode["id"] == Episode.from_dict(episode).id and episode["specialist"] == "agent"
+        assert episode["tools"] == prompt.tools and episode["served_by"] == "agent:v1"
+
+
+def test_an_experience_as_a_loop_recorded_it_reads_back_typed_and_records_the_same():
+    from mint.loop.results import ControlData, ExperienceResult
+
+    # the keys, in their order, the experience step recorded before its result was a type
+    record = {"prompts": 2, "answers": 8, "passed": 3, "accepted": 2, "dpo_pairs": 1, "mean_reward": 0.375,
+              "served_by": "genui:v1", "sources": {"served": {"offered": 2, "kept": 2, "heldout": 0, "answered": 0,
+                                                               "repeated": 0, "over_limit": 0, "accepted": 2}},
+              "skipped_sources": {}, "pool": {"pass@1": 0.375, "pass@4": 1.0, "k": 4, "prompts_between": 2,
+                                              "prompts_always": 0, "prompts_never": 0},
+              "repaired": 0, "file": "/h/experience/d/genui-0123.jsonl", "version": "v2", "episodes_added": 3,
+              "new_examples": 2, "logged_examples": 5,
+              "twin": {"dataset": "d-twin-genui", "version": "t1", "episodes": 13, "unverified": 8,
+                       "steps_control": {"dataset": "d-steps-genui", "version": "s1", "episodes": 5}},
+              "plan": {"init": "champion", "max_steps": 2, "learning_rate": 1e-4, "per_device_train_batch_size": 2}}
+    gathered = ExperienceResult.from_dict(record)
+    assert gathered.twin == ControlData("d-twin-genui", "t1", 13, 8, ControlData("d-steps-genui", "s1", 5))
+    assert (gathered.accepted, gathered.pool["pass@4"], gathered.plan["max_steps"]) == (2, 1.0, 2)
+    assert gathered.to_dict() == record and list(gathered.to_dict()) == list(record)
+    bare = {k: v for k, v in record.items() if k not in ("twin", "plan")}
+    assert ExperienceResult.from_dict(bare).to_dict() == bare and ExperienceResult.from_dict(bare).twin is None

@@ -7,8 +7,11 @@ import pytest
 from mint.loop import experience
 from mint.loop.placebo import (EXPERIENCE_EFFECT, NO_EXPERIENCE_EFFECT, compare_with_twin, planned_settings,
                                 training_plan, with_steps_control)
+from mint.loop.results import EvalOutput
 from mint.loop.runner import run_loop
 from mint.registry import store
+from mint.registry.report import GateResult
+from mint.train.config import SettingsOverride
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
@@ -33,8 +36,17 @@ def test_a_continuation_learns_the_new_examples_at_a_lower_rate_than_a_retrainin
 
 def test_the_plan_replaces_the_recipes_steps_rate_and_batch_and_keeps_the_rest():
     plan = training_plan(new_examples=3, logged_examples=0, batch_size=2, min_steps=1)
-    assert planned_settings(plan, ["max_steps=36", "learning_rate=0.001", "max_length=96"]) == [
-        "max_length=96", "max_steps=3", "learning_rate=0.0001", "per_device_train_batch_size=2"]
+    recipe = SettingsOverride(trl={"max_steps": 36, "learning_rate": 0.001, "max_length": 96}, lora={"r": 4})
+    assert planned_settings(plan, recipe) == SettingsOverride(
+        trl={"max_steps": 3, "learning_rate": 0.0001, "max_length": 96, "per_device_train_batch_size": 2},
+        lora={"r": 4})
+
+
+def _evaluated(report: str) -> EvalOutput:
+    """The eval step's result for ``report``: its gate paired the candidate with its baseline, +0.5 [0.1, 0.8]."""
+    return EvalOutput("genui:v2", "r2", report, "pass", {"core.parse_rate": 1.0}, {},
+                      (GateResult("core.parse_rate", 1.0, 0.5, "no_regression 0", True,
+                                  {"delta": 0.5, "low": 0.1, "high": 0.8}),))
 
 
 def _evaluation(folder: Path, scores: list[float]) -> str:
@@ -50,8 +62,7 @@ def _evaluation(folder: Path, scores: list[float]) -> str:
 def test_a_gain_over_the_twin_counts_only_when_its_interval_is_above_zero(tmp_path, twin_wins_lost, verdict):
     ours = _evaluation(tmp_path / "candidate", [1.0] * 12)
     twin = _evaluation(tmp_path / "twin", [0.0] * twin_wins_lost + [1.0] * (12 - twin_wins_lost))
-    evaluation = {"report": ours, "metrics": {"core.parse_rate": 1.0},
-                  "gates": [{"metric": "core.parse_rate", "delta": {"delta": 0.5, "low": 0.1, "high": 0.8}}]}
+    evaluation = _evaluated(ours)
     result = compare_with_twin(evaluation, twin)
     assert result["verdict"] == verdict
     assert result["vs_twin"]["n"] == 12 and result["vs_twin"]["delta"] == pytest.approx(twin_wins_lost / 12, abs=1e-4)
@@ -66,8 +77,7 @@ def test_a_gain_over_the_twin_that_the_same_steps_on_the_logs_also_give_is_no_ex
     ours = _evaluation(tmp_path / "candidate", [1.0] * 12)
     twin = _evaluation(tmp_path / "twin", [0.0] * 12)
     control = _evaluation(tmp_path / "control", [0.0] * control_wins_lost + [1.0] * (12 - control_wins_lost))
-    evaluation = {"report": ours, "metrics": {"core.parse_rate": 1.0},
-                  "gates": [{"metric": "core.parse_rate", "delta": {"delta": 0.5, "low": 0.1, "high": 0.8}}]}
+    evaluation = _evaluated(ours)
     compared = compare_with_twin(evaluation, twin)
     assert compared["verdict"] == EXPERIENCE_EFFECT            # the twin alone would call it an effect
     result = with_steps_control(compared, evaluation, control)
@@ -118,7 +128,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     assert gathered["accepted"] == 2 and gathered["twin"]["unverified"] == 4        # every sample, the broken too
     trained = ran[(2, "train genui")]
     assert trained["plan"]["learning_rate"] == 1.0e-4 and trained["steps"] == 1 == trained["plan"]["max_steps"]
-    assert "learning_rate=0.0001" in trained["sets"]     # the continuation's rate, not the recipe's default
+    assert trained["settings"]["trl"]["learning_rate"] == 0.0001   # the continuation's rate, not the recipe's
     twin = ran[(2, "eval genui")]["twin"]
     assert twin["steps"] == trained["steps"] and twin["verdict"] == NO_EXPERIENCE_EFFECT   # 4 examples show nothing
     assert len(twin["vs_twin"]["interval"]) == 2 and "vs_previous" in twin

@@ -1,12 +1,14 @@
 """The Report type: one shape on disk, read back byte for byte; malformed reports name their field."""
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from mint.cli import main
 from mint.errors import BadInput
 from mint.registry.promotion import promote
-from mint.registry.report import FORMAT_VERSION, Report, read_report
+from mint.registry.report import FORMAT_VERSION, GateResult, Report, read_report
 
 # a report as `mint eval` wrote it before reports carried a format version (docs/contracts.md, "The report")
 MAIN_REPORT = {
@@ -74,3 +76,42 @@ def test_promotion_reads_the_report_through_the_report_type(ws, candidate, repor
     path.write_text(json.dumps({**data, "format_version": FORMAT_VERSION + 1}))
     with pytest.raises(BadInput, match="format_version: format 2 is newer than this mint reads"):
         promote(ws, revision.ref, report_path=path)
+
+
+# `mint eval --predictions` as main wrote it while a report's gates were plain dicts: a paired gate, a skipped
+# latency gate and a per-suite examples gate
+REPORT_V1 = Path(__file__).parent / "data" / "report_v1.json"
+
+
+def test_a_report_written_before_gates_were_typed_loads_its_gates_as_gate_results_and_writes_the_same_bytes():
+    report = read_report(REPORT_V1)
+    paired, latency, examples = report.gates
+    assert all(isinstance(g, GateResult) for g in report.gates)
+    assert (paired.metric, paired.value, paired.baseline, paired.passed) == ("core.parse_rate", 1.0, 0.0, True)
+    assert paired.paired_delta == 1.0 and paired.interval == [pytest.approx(-0.4152, abs=1e-4), 1.0]
+    assert latency.skipped and latency.value is None and latency.interval is None
+    assert examples.rule == "min 2 per suite (promotion.min_examples)" and not examples.skipped
+    assert report.to_json().encode("utf-8") == REPORT_V1.read_bytes()       # the shape on disk, unchanged
+
+
+def test_report_show_reads_the_typed_gates(ws, capsys):
+    assert main(["report", "show", str(REPORT_V1)]) == 0
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.strip("│ ").split("│")]
+            for line in capsys.readouterr().out.splitlines() if line.count("│") > 4}
+    assert rows["latency.p95_ms"][-1] == "skipped" and rows["core.parse_rate"][-1] == "pass"
+    assert rows["core.parse_rate"][3].startswith("min 0; no_regression 0; delta +1")
+
+
+@pytest.mark.parametrize("gate, field", [
+    ("not a gate", "gates[1]"),
+    ({"value": 0.3, "passed": True}, "gates[1].metric"),
+    ({"metric": "core.pass_at_1", "passed": "yes"}, "gates[1].passed"),
+    ({"metric": "core.pass_at_1", "passed": True, "value": "high"}, "gates[1].value"),
+    ({"metric": "core.pass_at_1", "passed": True, "delta": [0.1]}, "gates[1].delta"),
+])
+def test_a_malformed_gate_is_bad_input_naming_it(tmp_path, gate, field):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**MAIN_REPORT, "gates": MAIN_REPORT["gates"] + [gate]}))
+    with pytest.raises(BadInput, match=re.escape(f"bad.json: {field}: ")) as caught:
+        read_report(path)
+    assert caught.value.field == field

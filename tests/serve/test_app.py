@@ -92,7 +92,7 @@ def test_concurrent_clients_are_answered_and_feedback_is_logged(server, ws):
 
     answer = httpx.post(f"{url}/v1/feedback", json={"id": results[0].id, "rating": -1, "correction": "Knock knock."})
     assert answer.status_code == 200
-    [turn] = [t for t in read_turns(ws) if t["id"] == results[0].id]
+    [turn] = [t for t in read_turns(ws) if t["upstream_id"] == results[0].id]
     assert turn["feedback"] == {"rating": -1, "correction": "Knock knock."}
     assert turn["served_by"] == "base" and turn["route"]["decided_by"] == "rules"
 
@@ -230,7 +230,7 @@ def test_a_lone_surrogate_is_refused_by_field_and_spares_the_batch_and_the_feedb
                          headers={"content-type": "application/json"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "correction"
     assert httpx.post(f"{url}/v1/feedback", json={"id": answer_id, "rating": 1}).status_code == 200
-    [turn] = [t for t in read_turns(ws) if t["id"] == answer_id]
+    [turn] = [t for t in read_turns(ws) if t["upstream_id"] == answer_id]
     assert turn["feedback"] == {"rating": 1, "correction": None}
 
 
@@ -365,7 +365,7 @@ def test_stream_sends_text_while_the_turn_is_still_decoding_and_logs_it_once(ser
     assert [c.choices[0].finish_reason for c in chunks][-1] == reply.choices[0].finish_reason
     assert len({c.id for c in chunks}) == 1
     assert httpx.post(f"{url}/v1/feedback", json={"id": chunks[0].id, "rating": 1}).status_code == 200
-    assert [t["messages"][-1]["content"] for t in read_turns(ws) if t["id"] == chunks[0].id] == \
+    assert [t["messages"][-1]["content"] for t in read_turns(ws) if t["upstream_id"] == chunks[0].id] == \
         [reply.choices[0].message.content]
 
 
@@ -402,7 +402,7 @@ def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(se
     assert waited == [True]
     app.state.backend.mixture.expire_pending(all_of_them=True)
     answer_id = json.loads(first[len("data: "):])["id"]
-    assert not [t for t in read_turns(ws) if t["id"] == answer_id]
+    assert not [t for t in read_turns(ws) if t["upstream_id"] == answer_id]
     reply = client(url).chat.completions.create(model="mint/coding", max_tokens=3,
                                                 messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content is not None

@@ -363,7 +363,7 @@ def test_a_turn_is_on_disk_when_answered(guarded, ws):
 
     url, _app, _port = guarded
     answer_id = httpx.post(f"{url}/v1/chat/completions", json=ask(), headers=auth()).json()["id"]
-    assert [t["id"] for t in read_turns(ws)] == [answer_id]       # before any feedback or shutdown
+    assert [t["upstream_id"] for t in read_turns(ws)] == [answer_id]       # before any feedback or shutdown
 
 
 # --- logs at rest -------------------------------------------------------------------------------------

@@ -22,14 +22,14 @@ def test_each_request_is_answered_over_http_and_logged_as_a_served_turn(ws, crow
         {"prompt": "Show a product card for the Onyx monitor with a buy button."},
         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}]) + "\n")
     result = serve_requests(ws, TINY_PROJECT, requests, base="tiny-random", clients=3, max_tokens=8)
-    assert (result["requests"], result["served"], result["failed"]) == (3, 3, 0), result["failures"]
+    assert (result.requests, result.served, result.failed) == (3, 3, 0), result.failures
     turns, _skipped = scan_turns(ws)
     assert len(turns) == 3
     users = sorted(t["messages"][-2]["content"] for t in turns)
     assert users == ["Make a signup form with email and password fields.",
                      "Show a product card for the Onyx monitor with a buy button.", "hi"]
     assert all(t["messages"][-1]["role"] == "assistant" for t in turns)    # the answer the server generated
-    assert sum(result["by_revision"].values()) == 3
+    assert sum(result.by_revision.values()) == 3
     genui = [t for t in turns if t["specialist"] == "genui"]
     assert genui and all(t["served_by"] == "genui:v1" for t in genui)     # the champion answered its turns
 

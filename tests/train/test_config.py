@@ -167,3 +167,41 @@ def test_dry_run_prints_tables_not_raw_json(one_dataset, capsys):
     assert "sft examples from logs@" in shown and len(shown.splitlines()) < 80
     assert main(["train", "--dry-run", "--specialist", "genui", "--data", "logs", "--method", "sft", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["lora"]["r"] == 16       # the whole plan, for programs
+
+
+def test_the_examples_block_says_whether_to_train_on_reasoning(tmp_path):
+    from mint.train.config import TrainSettings
+
+    assert check_settings("sft", None, []).examples == {"reasoning": True}
+    assert check_settings("dpo", None, ["examples.reasoning=false"]).examples == {"reasoning": False}
+    (tmp_path / "train.yaml").write_text("examples:\n  reasoning: maybe\n")
+    with pytest.raises(BadInput, match=r"train.yaml:2: examples.reasoning: expected true or false, got 'maybe'"):
+        check_settings("sft", tmp_path / "train.yaml", [])
+    with pytest.raises(BadInput, match=r"examples.reasonning: unknown key \(did you mean reasoning\?\)"):
+        check_settings("sft", None, ["examples.reasonning=true"])
+    # settings as runs recorded them before the block existed keep their hash; turning reasoning off changes it
+    import hashlib
+
+    plain = TrainSettings("sft", {"r": 4}, {"max_steps": 2}, ())
+    before = {"method": "sft", "lora": {"r": 4}, "trl": {"max_steps": 2}, "rewards": ()}
+    assert plain.digest() == hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()
+    assert plain.digest() != TrainSettings("sft", {"r": 4}, {"max_steps": 2}, (), examples={"reasoning": False}).digest()
+
+
+def test_settings_handed_on_as_values_are_checked_as_set_is_and_win_over_it():
+    """A recipe's train step hands its settings on as values (SettingsOverride), not as KEY=VALUE text."""
+    from mint.train.config import SettingsOverride
+
+    override = SettingsOverride.from_keys({"max_steps": 3, "trl.learning_rate": "1e-4", "lora.r": 8,
+                                           "lora.target_modules": ["q_proj", "v_proj"], "examples.reasoning": False})
+    assert override.trl == {"max_steps": 3, "learning_rate": "1e-4"} and override.examples == {"reasoning": False}
+    user = check_settings("sft", None, ["max_steps=5", "seed=7"], override)
+    assert (user.trl["max_steps"], user.trl["seed"], user.trl["learning_rate"]) == (3, 7, 1e-4)
+    assert user.lora["r"] == 8 and user.lora["target_modules"] == ["q_proj", "v_proj"]
+    assert user.lora_asked == ("r", "target_modules") and user.examples == {"reasoning": False}
+    assert SettingsOverride.from_dict(override.to_dict()) == override
+    with pytest.raises(BadInput, match=r"did you mean max_steps\?") as caught:
+        check_settings("sft", None, [], SettingsOverride(trl={"max_stepz": 1}))
+    assert caught.value.field == "trl.max_stepz"
+    with pytest.raises(BadInput, match="takes lora.KEY, trl.KEY or examples.KEY"):
+        SettingsOverride.from_keys({"lroa.r": 8})

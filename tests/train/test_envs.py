@@ -133,3 +133,17 @@ class Counter:
                          "per_device_train_batch_size=2", "lora.r=4"])
     assert result.steps == 1
     assert len(open(os.path.join(result.run_dir, "rollouts.jsonl")).readlines()) == 2
+
+
+def test_a_rollout_is_a_canonical_episode_rated_by_its_reward(tmp_path):
+    from mint.data.schema import Episode
+
+    env_class = recorded(OrdersCalendar, tmp_path / "rollouts.jsonl")
+    env = env_class()
+    env.reset(**OrdersCalendar.tasks(1)[0])
+    env.list_orders()
+    reward = env.get_reward()
+    (episode,) = [json.loads(line) for line in open(tmp_path / "rollouts.jsonl")]
+    assert episode["id"] == Episode.from_dict(episode).id
+    assert episode["feedback"] == {"rating": 1 if reward >= 0.6 else -1 if reward <= 0.4 else 0, "correction": None}
+    assert (episode["specialist"], episode["served_by"]) == ("agent", "grpo-rollout")

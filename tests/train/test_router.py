@@ -30,6 +30,21 @@ def test_labels_that_may_be_keyword_guesses_are_found():
     assert not may_be_a_keyword_guess(labeler, episode("tell me a joke", "coding"))     # not the keywords' choice
 
 
+def test_the_router_learns_from_what_ingest_knew_not_from_its_fallback_or_its_own_choices(ws, tmp_path):
+    from mint.data.ingest import ingest
+    from mint.project import DEFAULT_PROJECT
+    from mint.train.router import KEYWORD_GUESS_WEIGHT, router_training_set
+
+    rows = [chat_row("Who was the 37th president?"),                           # no rule: the fallback (chat)
+            chat_row("Design a card layout for my shop"),                      # two keywords: genui
+            chat_row("Tell me a story", specialist="chat"), chat_row("fix it", specialist="coding")]
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", rows)], dataset="d", project=DEFAULT_PROJECT)
+    trained = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=())
+    assert sorted(zip(trained.texts, trained.labels, trained.weights)) == [
+        ("Design a card layout for my shop", "genui", KEYWORD_GUESS_WEIGHT), ("Tell me a story", "chat", 1.0),
+        ("fix it", "coding", 1.0)]
+
+
 def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_problems():
     from mint.contract.schema import load_contract
     from mint.project import DEFAULT_PROJECT

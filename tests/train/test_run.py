@@ -172,3 +172,61 @@ def test_weight_0_turns_under_a_foreign_template_become_per_turn_rows_and_say_so
     split, changed_settings, changed = rows_for_template("sft", rows, "base (has generation markers)", settings)
     assert [r["completion"][0]["content"] for r in split] == ["y"]
     assert changed_settings.trl["assistant_only_loss"] is False and "trl.assistant_only_loss" in changed
+
+
+# a template that renders an assistant's reasoning (Qwen3's way: <think> before the answer), with generation markers
+THINKING = ("{%- for m in messages %}{%- if m['role'] == 'assistant' %}<|im_start|>assistant\n{%- generation %}"
+            "{%- if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{%- endif %}{{ m['content'] }}"
+            "<|im_end|>{%- endgeneration %}\n{%- else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+            "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+
+
+@pytest.fixture
+def reasoning_dataset(ws, project, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
+                          {"role": "assistant", "content": str(2 * i), "reasoning_content": f"{i} doubled"}],
+             "specialist": "coding"} for i in range(8)]
+    ingest(ws, [write_jsonl(tmp_path / "r.jsonl", rows)], dataset="r", project=project)
+    return "r"
+
+
+def _rows(run_dir):
+    return [json.loads(line) for line in open(run_dir / "examples.jsonl")]
+
+
+def test_reasoning_trains_where_the_chat_template_renders_it(ws, reasoning_dataset, tmp_path):
+    base = local_base(tmp_path / "thinking-base", THINKING)
+    run_dir = prepare_run(ws, check_request(ws, TrainRequest(specialist="coding", data=reasoning_dataset,
+                                                             method="sft", base=base)))
+    rows = _rows(run_dir)     # the training split's: the held-out split's episodes are not among them
+    answers = [m for row in rows for m in row["messages"] if m["role"] == "assistant"]
+    assert answers and all(m["reasoning_content"] == f"{int(m['content']) // 2} doubled" for m in answers)
+    assert json.load(open(run_dir / RUN_FILE))["effective"]["reasoning"]["trained"] == len(answers)
+    from mint.base import load_tokenizer
+
+    shown = load_tokenizer(base).apply_chat_template(rows[0]["messages"], tokenize=False)
+    assert "<think>" in shown and "doubled</think>" in shown
+
+
+@pytest.mark.parametrize("base, sets, why", [
+    ("tiny-random", (), "the chat template has no place for reasoning"),
+    ("thinking", ("examples.reasoning=false",), "examples.reasoning is false"),
+])
+def test_reasoning_is_left_out_and_counted_where_the_template_cannot_render_it_or_it_is_not_wanted(
+        ws, reasoning_dataset, tmp_path, base, sets, why):
+    if base == "thinking":
+        base = local_base(tmp_path / "thinking-base", THINKING)
+    run_dir = prepare_run(ws, check_request(ws, TrainRequest(specialist="coding", data=reasoning_dataset,
+                                                             method="sft", base=base, sets=sets)))
+    rows = _rows(run_dir)
+    assert rows and not any("reasoning" in key for row in rows for m in row["messages"] for key in m)
+    reasoning = json.load(open(run_dir / RUN_FILE))["effective"]["reasoning"]
+    assert (reasoning["turns"], reasoning["left_out"], reasoning["trained"]) == (len(rows), len(rows), 0)
+    assert why in reasoning["why"]
+
+
+def test_a_finished_run_says_how_much_reasoning_it_left_out(ws, reasoning_dataset):
+    result = train(ws, specialist="coding", data=reasoning_dataset, method="sft", base="tiny-random",
+                   sets=FAST[1:] + ["max_steps=1"])
+    assert result.warnings[0].startswith(f"{result.examples} assistant turn(s)' reasoning left out: the chat template "
+                                         "has no place")

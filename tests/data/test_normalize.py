@@ -1,6 +1,20 @@
+"""Each format's records as canonical episodes (mint.data.formats), compared as they are stored."""
 import pytest
 
-from mint.data.episode import RecordError, episode_id, normalize, normalize_feedback
+from mint.data import formats
+from mint.data.formats import RecordError
+from mint.data.formats.fields import normalize_feedback as read_feedback
+from mint.data.schema import episode_id
+
+
+def normalize(record, fmt="auto") -> dict:
+    """The episode of ``record`` as stored, with the record's own ``label``."""
+    episode = formats.normalize(record, fmt)
+    return {**episode.record(), "label": episode.specialist}
+
+
+def normalize_feedback(record) -> dict:
+    return read_feedback(record).to_dict()
 
 
 def test_openai_record_keeps_tool_calls_and_tool_definitions():
@@ -221,3 +235,45 @@ def test_an_unrelated_top_level_label_or_score_column_is_not_feedback(extra):
 def test_a_top_level_correction_is_read_beside_a_feedback_object():
     record = _chat(feedback={"thumbs": "down"}, correction="the right answer")
     assert normalize(record)["feedback"] == {"rating": -1, "correction": "the right answer"}
+
+
+def test_llamafactory_v1_reasoning_and_tool_call_parts_are_the_reasoning_and_the_calls():
+    episode = normalize({"messages": [
+        {"role": "user", "content": [{"type": "text", "value": "Weather in Paris?"}]},
+        {"role": "assistant", "content": [{"type": "reasoning", "value": "get_weather takes a city"},
+                                          {"type": "tool_call", "value": '{"name": "get_weather", "arguments": '
+                                                                         '{"city": "Paris"}}'}]},
+        {"role": "tool", "content": [{"type": "text", "value": "18C"}]},
+        {"role": "assistant", "content": [{"type": "reasoning", "value": "mild"}, {"type": "text", "value": "18C."}]}]})
+    assert episode["messages"][1] == {"role": "assistant", "content": "", "reasoning": "get_weather takes a city",
+                                      "tool_calls": [{"type": "function", "function": {
+                                          "name": "get_weather", "arguments": {"city": "Paris"}}}]}
+    assert episode["messages"][3] == {"role": "assistant", "content": "18C.", "reasoning": "mild"}
+
+
+def test_reasoning_content_and_openai_reasoning_items_are_kept_apart_from_the_answer():
+    beside = normalize({"messages": [{"role": "user", "content": "6*7?"},
+                                     {"role": "assistant", "content": "42", "reasoning_content": "6*7=42"}]})
+    assert beside["messages"][1] == {"role": "assistant", "content": "42", "reasoning": "6*7=42"}
+    item = normalize({"messages": [{"role": "user", "content": "a prime?"},
+                                   {"type": "reasoning", "id": "rs_1",
+                                    "summary": [{"type": "summary_text", "text": "11 is prime"}]},
+                                   {"role": "assistant", "content": "11"}]})
+    assert item["messages"] == [{"role": "user", "content": "a prime?"},
+                                {"role": "assistant", "content": "11", "reasoning": "11 is prime"}]
+    part = normalize({"messages": [{"role": "user", "content": "91 prime?"}, {"role": "assistant", "content": [
+        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "91 = 7*13"}], "summary": []},
+        {"type": "reasoning", "encrypted_content": "gAAAA", "summary": []},      # nothing a model can learn
+        {"type": "output_text", "text": "No."}]}]})
+    assert part["messages"][1] == {"role": "assistant", "content": "No.", "reasoning": "91 = 7*13"}
+
+
+@pytest.mark.parametrize("part, field", [
+    ({"type": "tool_call", "value": "get_weather(Paris)"}, r"messages\[1\].content\[0\].value"),
+    ({"type": "tool_call", "value": '{"arguments": {}}'}, r"messages\[1\].content\[0\].function.name"),
+    ({"type": "reasoning", "value": 3}, r"messages\[1\].content\[0\].value"),
+    ({"type": "reasoning", "summary": "not a list"}, r"messages\[1\].content\[0\].summary"),
+])
+def test_a_bad_reasoning_or_tool_call_part_names_its_field(part, field):
+    with pytest.raises(RecordError, match=field):
+        normalize({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [part]}]})
