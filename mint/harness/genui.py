@@ -230,6 +230,45 @@ def _without_repeats(value: Any) -> Any:
     return kept
 
 
+@functools.lru_cache(maxsize=4)
+def _catalog_parts(catalog: Path = DEFAULT_CATALOG) -> dict[str, tuple[frozenset, dict, frozenset]]:
+    """Per component type: the keys a node may have, a validator per prop it may have, its required props."""
+    from jsonschema import Draft202012Validator
+
+    schema = load_catalog(catalog)[0]
+    defs = schema.get("$defs") or {}
+    parts = {}
+    for name, spec in defs.items():
+        node_keys = (spec.get("properties") or {}) if isinstance(spec, dict) else {}
+        const = (node_keys.get("type") or {}).get("const") if isinstance(node_keys.get("type"), dict) else None
+        if not isinstance(const, str):
+            continue
+        props = node_keys.get("props") if isinstance(node_keys.get("props"), dict) else {}
+        validators = {key: Draft202012Validator({"$defs": defs, **sub})
+                      for key, sub in (props.get("properties") or {}).items() if isinstance(sub, dict)}
+        parts[const] = (frozenset(node_keys), validators, frozenset(props.get("required") or ()))
+    return parts
+
+
+def _catalog_pruned(node: Any, parts: dict, root: bool = True) -> Any:
+    """``node`` with what the catalog does not allow dropped: keys a node or its props may not have, an
+    optional prop whose value the catalog refuses, and a child that stays refused (an unknown component, a
+    required prop missing or refused); None for such a child. Nothing is added or changed, and the root is
+    kept even when it stays refused (the verifier says why)."""
+    if not isinstance(node, dict) or node.get("type") not in parts or not isinstance(node.get("props"), dict):
+        return node if root else None
+    node_keys, validators, required = parts[node["type"]]
+    kept = {key: value for key, value in node["props"].items()
+            if key in validators and validators[key].is_valid(value)}
+    if not root and not required <= kept.keys():
+        return None
+    pruned = {"type": node["type"], "props": kept}
+    if "children" in node_keys and isinstance(node.get("children"), list):
+        pruned["children"] = [child for child in (_catalog_pruned(c, parts, root=False) for c in node["children"])
+                              if child is not None]
+    return pruned
+
+
 def _dumped(value: Any) -> str:
     """``value`` as JSON text that can be written as UTF-8: a lone surrogate (``"\\udcff"`` in the answer)
     stays escaped."""
@@ -241,20 +280,21 @@ def _dumped(value: Any) -> str:
     return text
 
 
-def repair(answer: str) -> str | None:
+def repair(answer: str, catalog: Path = DEFAULT_CATALOG) -> str | None:
     """A failing answer's tree put into form without adding to what it says, or None when there is none to
     repair: closing brackets in the right order, a cut-off answer closed after its last complete element,
-    objects repeated in a list dropped. The repaired answer is one more candidate for the verifier, which
-    decides as for any other (experience's ``repair``: answers the champion almost wrote, which a prompt it
-    never solves would otherwise not give). What it cannot repair: a wrong component, a missing part or
-    label, text that is not JSON inside the brackets."""
+    what the catalog does not allow dropped (a prop or key a component may not have, an optional prop with a
+    refused value, a child node that stays refused), objects repeated in a list dropped. The repaired answer is
+    one more candidate for the verifier, which decides as for any other (experience's ``repair``: answers the
+    champion almost wrote, which a prompt it never solves would otherwise not give). What it cannot repair: a
+    wrong component, a missing part or label, text that is not JSON inside the brackets."""
     if not isinstance(answer, str):
         return None
     closed = _closed(answer)
     value = _json_value(closed) if closed is not None else None
     if not isinstance(value, dict) or too_deep(value):
         return None
-    cleaned = _without_repeats(value)
+    cleaned = _without_repeats(_catalog_pruned(value, _catalog_parts(catalog)))
     text = closed if cleaned == value else _dumped(cleaned)
     return text if text.strip() != answer.strip() else None
 
@@ -328,46 +368,123 @@ def _short_message(message: str, limit: int = 200) -> str:
 
 # --- agreement with the request -------------------------------------------------------------
 # A valid tree is not yet an answer: one fixed tree ({"type": "Text", "props": {"text": "Done."}}) is valid for
-# every request. ``request_match`` asks the tree to be the one the request (or its reference) describes.
+# every request. ``request_match`` asks the tree to be the one the request (or its reference) describes, and one a
+# person would accept: no field or button shown twice, no part the request names left out.
 
 # the words a request names a component by
-COMPONENT_WORDS = {"button": "Button", "buttons": "Button", "card": "Card", "chart": "Chart", "plot": "Chart",
-                   "form": "Form", "image": "Image", "photo": "Image", "picture": "Image", "list": "List",
-                   "dropdown": "Select", "table": "Table", "field": "TextField", "fields": "TextField"}
+COMPONENT_WORDS = {"button": "Button", "buttons": "Button", "card": "Card", "cards": "Card", "chart": "Chart",
+                   "charts": "Chart", "graph": "Chart", "plot": "Chart", "form": "Form", "image": "Image",
+                   "images": "Image", "photo": "Image", "photos": "Image", "picture": "Image", "pictures": "Image",
+                   "avatar": "Image", "list": "List", "dropdown": "Select", "dropdowns": "Select", "table": "Table",
+                   "field": "TextField", "fields": "TextField", "input": "TextField", "inputs": "TextField"}
+_PLURALS = frozenset(w for w in COMPONENT_WORDS if w.endswith("s") and w[:-1] in COMPONENT_WORDS)
+# the nouns whose descriptor is the control's visible label: "a save button", "email and phone fields"
+CONTROL_NOUNS = {"button": "Button", "buttons": "Button", "field": "field", "fields": "field", "input": "field",
+                 "inputs": "field", "dropdown": "Select", "dropdowns": "Select"}
 _WORD = re.compile(r"\$?\w[\w'-]*")
+_TOKEN = re.compile(r"\$?\w[\w'-]*|[^\w\s]")
 _SENTENCE_END = re.compile(r"[.!?:;]\s+")
+_QUOTED = re.compile(r"\"([^\"]{1,120})\"|\u201c([^\u201d]{1,120})\u201d")
 # words too common to show that a tree is about its request (the fallback when a request names no label)
 _COMMON = frozenset("about after also build create display give have into make me page plot please render "
                     "show that their them then these this those what when where which with would your".split())
+# words that end a control's descriptor when read backwards from its noun ("with a photo and a SAVE button")
+_DESCRIPTOR_END = frozenset("a an the with for of to from has have having each every its my your our their his her "
+                            "this that these those some any also".split())
+# a descriptor word that says how a control looks, not what it says ("a text field", "a primary button")
+_STYLE_WORDS = frozenset("text input required optional primary secondary danger big small large wide new single "
+                         "separate big blue red green".split())
+_COUNTS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+_LINKS = frozenset(("and", "or", ","))
+CHART_KINDS = ("line", "bar", "pie")
 
 
 @dataclass(frozen=True)
 class RequestTerms:
     """What a request asks of its tree: the root component (the first it names), the parts it names after
-    ``with``, the labels it names (capitalized words past a sentence's first, amounts, numbers), and its
-    content words (one of them must appear where it names no label)."""
+    ``with``, the labels it names (capitalized words past a sentence's first, amounts, numbers), its content
+    words (one of them must appear where it names no label), the controls it names by what they say (a
+    ``Button`` "save", a ``field`` "email", a ``Select`` "plan"), how many of a component it counts ("three
+    cards"), the texts it quotes, and the chart kinds it names."""
 
     root: str | None
     parts: tuple[str, ...]
     labels: tuple[str, ...]
     words: tuple[str, ...]
+    controls: tuple[tuple[str, str], ...] = ()
+    counts: tuple[tuple[str, int], ...] = ()
+    quoted: tuple[str, ...] = ()
+    chart_kinds: tuple[str, ...] = ()
+
+
+def _descriptors(tokens: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, int]], set[int]]:
+    """The controls named by their descriptor (read backwards from each control noun, items split at commas,
+    ``and`` and ``or``; a dropdown also forwards: "a dropdown for the plan"), the counted components ("three
+    plan cards"), and the token positions that describe a component rather than name a label ("a KPI card")."""
+    controls, counts, descriptive = [], [], set()
+    lower = [t.lower() for t in tokens]
+    for index, word in enumerate(lower):
+        if word not in COMPONENT_WORDS:
+            continue
+        items, current, j = [], [], index - 1
+        while j >= 0 and (lower[j] in _LINKS or (_WORD.fullmatch(tokens[j]) and lower[j] not in _DESCRIPTOR_END
+                                                   and lower[j] not in COMPONENT_WORDS)):
+            if lower[j] in _LINKS:
+                if current:
+                    items.append(" ".join(reversed(current)))
+                current = []
+            elif lower[j] in _COUNTS or lower[j].isdigit():      # "three plan cards", "2 save buttons"
+                counts.append((COMPONENT_WORDS[word], _COUNTS.get(lower[j]) or int(lower[j])))
+                break
+            else:
+                current.append(tokens[j])
+            j -= 1
+        if current:
+            items.append(" ".join(reversed(current)))
+        kind = CONTROL_NOUNS.get(word)
+        if kind is None:
+            if len(items) == 1:     # "a KPI card" says what kind of card, not what it shows
+                descriptive.update(range(j + 1, index))
+            continue
+        named = [item for item in reversed(items)
+                 if any(w.lower() not in _STYLE_WORDS for w in _WORD.findall(item))]
+        if not named and kind == "Select" and index + 2 < len(tokens) and lower[index + 1] in ("for", "of"):
+            following, j = [], index + 2
+            while j < len(tokens) and _WORD.fullmatch(tokens[j]) and lower[j] not in ("and", "or", "with"):
+                if lower[j] not in _DESCRIPTOR_END:
+                    following.append(tokens[j])
+                j += 1
+            named = [" ".join(following)] if following else []
+        controls += [(kind, item) for item in named]
+    return controls, counts, descriptive
 
 
 def request_terms(request: str) -> RequestTerms:
-    """The components and labels ``request`` names. The root is the first component named before ``with``
-    (\"a form to book a table with ... fields\" asks for a Form, whose parts are TextFields, not a Table)."""
+    """The components, labels and controls ``request`` names. The root is the first component named before
+    ``with`` (\"a form to book a table with ... fields\" asks for a Form, whose parts are TextFields, not a Table)."""
     head, _sep, tail = request.partition(" with ")
-    named = [COMPONENT_WORDS[w.lower()] for w in _WORD.findall(head) if w.lower() in COMPONENT_WORDS]
-    parts = tuple(dict.fromkeys(COMPONENT_WORDS[w.lower()] for w in _WORD.findall(tail)
-                                if w.lower() in COMPONENT_WORDS))
+    head_words = [w.lower() for w in _WORD.findall(head) if w.lower() in COMPONENT_WORDS]
+    # "three plan cards" are parts: one tree has one root, so it is the container that holds them
+    named = [COMPONENT_WORDS[w] for w in head_words if w not in _PLURALS]
+    parts = tuple(dict.fromkeys([COMPONENT_WORDS[w] for w in head_words if w in _PLURALS]
+                                + [COMPONENT_WORDS[w.lower()] for w in _WORD.findall(tail)
+                                   if w.lower() in COMPONENT_WORDS]))
+    tokens = _TOKEN.findall(request)
+    controls, counts, descriptive = _descriptors(tokens)
+    descriptive_words = {tokens[i] for i in descriptive}
     labels = []
     for sentence in _SENTENCE_END.split(request):
         for index, word in enumerate(_WORD.findall(sentence)):
-            if word[:1] == "$" or word.isdigit() or (index > 0 and len(word) > 1 and word[:1].isupper()):
+            if word[:1] == "$" or word.isdigit() or (index > 0 and len(word) > 1 and word[:1].isupper()
+                                                     and word not in descriptive_words):
                 labels.append(word)
     words = tuple(dict.fromkeys(w.lower() for w in _WORD.findall(request)
                                 if len(w) >= 4 and w.lower() not in _COMMON and w.lower() not in COMPONENT_WORDS))
-    return RequestTerms(named[0] if named else None, parts, tuple(dict.fromkeys(labels)), words)
+    quoted = tuple(a or b for a, b in _QUOTED.findall(request))
+    kinds = re.findall(r"\b(" + "|".join(CHART_KINDS) + r")\s+(?:chart|graph|plot)s?\b", request, re.I)
+    return RequestTerms(named[0] if named else None, parts, tuple(dict.fromkeys(labels)), words,
+                        tuple(dict.fromkeys(controls)), tuple(dict.fromkeys(counts)), quoted,
+                        tuple(dict.fromkeys(k.lower() for k in kinds)))
 
 
 def tree_types(tree: Any) -> set[str]:
@@ -392,11 +509,123 @@ def tree_text(tree: Any) -> str:
     return "\n".join(found)
 
 
+def _props(node: Any) -> dict:
+    return node.get("props") if isinstance(node, dict) and isinstance(node.get("props"), dict) else {}
+
+
+def _shown(value: Any) -> str:
+    """A label as a person compares two of them: case, spacing and trailing punctuation aside."""
+    return " ".join(re.findall(r"\w+", str(value).lower()))
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def _says(text: str, phrase: str) -> bool:
+    """Whether ``text`` holds one of ``phrase``'s words (a word of the text may extend it: "birth" in
+    "Birthday", "log" in "Login")."""
+    have = [_stem(w) for w in re.findall(r"\w+", text.lower())]
+    wanted = [_stem(w) for w in re.findall(r"\w+", phrase.lower()) if w.lower() not in _DESCRIPTOR_END | _LINKS]
+    return any(any(h.startswith(w) for h in have) for w in wanted if w)
+
+
+def _control_texts(tree: Any) -> dict[str, list[str]]:
+    """What each kind of control says: every Button's label and a Form's submit label (a form renders its own
+    submit button), every field's label, name and placeholder, every dropdown's label, name and options."""
+    found = {"Button": [], "field": [], "Select": []}
+    for _path, node in _nodes(tree):
+        props, kind = _props(node), node.get("type") if isinstance(node, dict) else None
+        if kind == "Button":
+            found["Button"].append(str(props.get("label", "")))
+        elif kind == "Form" and props.get("submitLabel"):
+            found["Button"].append(str(props["submitLabel"]))
+        elif kind in ("TextField", "Select"):
+            text = " ".join(str(props.get(k, "")) for k in ("label", "name", "placeholder"))
+            found["field"].append(text)
+            if kind == "Select":
+                options = props.get("options") if isinstance(props.get("options"), list) else []
+                found["Select"].append(text + " " + " ".join(map(str, options)))
+    return found
+
+
+def _missing_control(terms: RequestTerms, tree: Any) -> str | None:
+    """The first control the request names that no distinct control of its kind says: each named item needs a
+    control of its own (two named buttons are two buttons), the items with the fewest candidates placed first."""
+    texts = _control_texts(tree)
+    for kind in ("field", "Select", "Button"):
+        items = [item for k, item in terms.controls if k == kind]
+        candidates = {item: {i for i, text in enumerate(texts[kind]) if _says(text, item)} for item in items}
+        taken: set[int] = set()
+        for item in sorted(items, key=lambda i: len(candidates[i])):
+            free = sorted(candidates[item] - taken)
+            if not free:
+                noun = {"field": "field", "Select": "dropdown", "Button": "button"}[kind]
+                return f"no {noun} for {item!r}"
+            taken.add(free[0])
+    return None
+
+
+def _repeats(tree: Any) -> str | None:
+    """What a person would see twice: a field (its label or name) twice in one form, a button label twice among
+    one container's buttons (a form's own submit button counted), an entry twice in a table's columns or rows,
+    a list's items, a dropdown's options or a chart's labels, or one child repeated under its parent."""
+    scopes: dict[int, dict[str, list]] = {}
+    stack = [(tree, id(tree))]
+    while stack:
+        node, form_scope = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        props, kind = _props(node), node.get("type")
+        if kind == "Form":
+            form_scope = id(node)
+        if kind in ("TextField", "Select"):
+            fields = scopes.setdefault(form_scope, {"labels": [], "names": []})
+            fields["labels"].append(_shown(props.get("label", "")))
+            fields["names"].append(str(props.get("name", "")))
+        for key, entries in (("columns", props.get("columns")), ("items", props.get("items")),
+                             ("options", props.get("options")), ("labels", props.get("labels"))):
+            if isinstance(entries, list):
+                shown = [_shown(e) for e in entries if isinstance(e, str)]
+                twice = next((e for i, e in enumerate(shown) if e and e in shown[:i]), None)
+                if twice is not None:
+                    return f"the {kind} shows {twice!r} twice in its {key}"
+        rows = props.get("rows")
+        if kind == "Table" and isinstance(rows, list):
+            dumped = [json.dumps(r, sort_keys=True) for r in rows]
+            if len(set(dumped)) < len(dumped):
+                return "the Table repeats a row"
+        children = node.get("children") if isinstance(node.get("children"), list) else []
+        buttons = [_shown(_props(c).get("label", "")) for c in children if isinstance(c, dict)
+                   and c.get("type") == "Button"]
+        if kind == "Form" and props.get("submitLabel"):
+            buttons.append(_shown(props["submitLabel"]))
+        twice = next((b for i, b in enumerate(buttons) if b and b in buttons[:i]), None)
+        if twice is not None:
+            return f"the button {twice!r} is shown twice"
+        dumped = [json.dumps(c, sort_keys=True) for c in children]
+        if len(set(dumped)) < len(dumped):
+            repeated = next(c for i, c in enumerate(children) if dumped[i] in dumped[:i])
+            return f"a {repeated.get('type') if isinstance(repeated, dict) else 'child'} is repeated"
+        stack.extend((child, form_scope) for child in children)
+    for fields in scopes.values():
+        for what in ("labels", "names"):
+            values = fields[what]
+            twice = next((v for i, v in enumerate(values) if v and v in values[:i]), None)
+            if twice is not None:
+                return f"the field {twice!r} is repeated" if what == "labels" else \
+                    f"two fields are both named {twice!r}"
+    return None
+
+
 def request_problem(request: str, tree: Any, valid: bool, reference: dict | None = None) -> str | None:
     """Why ``tree`` is not the answer to ``request`` (None when it is): it must be valid, have the root type
     of ``reference`` (else the root the request names), hold every component type of ``reference`` (else the
-    parts the request names after ``with``), and show every label the request names (or, where it names
-    none, one of its content words). The metric ``request_match`` and ``verify`` both decide with this."""
+    parts the request names after ``with``), as many of a component as the request counts, a control of its own
+    for each button, field and dropdown the request names by what it says, the chart kind it names, show every
+    label and quoted text the request names (or, where it names no label, one of its content words), and show
+    nothing twice that a person would see twice (a field, a button, a table's column or row, a list's item).
+    The metric ``request_match`` and ``verify`` both decide with this."""
     if not valid:
         return "not valid under the catalog"
     terms = request_terms(request)
@@ -404,16 +633,34 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     if root is not None and tree.get("type") != root:
         return f"root is {_short(tree.get('type'))}, the request asks for {root}"
     wanted = tree_types(reference) if isinstance(reference, dict) else set(terms.parts)
-    missing = sorted(wanted - tree_types(tree))
+    have = tree_types(tree) | ({"Button"} if "Form" in tree_types(tree) else set())  # a form's submit button
+    missing = sorted(wanted - have)
     if missing:
         return f"no {', '.join(missing)} in the tree"
+    nodes = [node for _path, node in _nodes(tree) if isinstance(node, dict)]
+    for kind, count in terms.counts:
+        found = sum(1 for n in nodes if n.get("type") == kind) + (
+            sum(1 for n in nodes if n.get("type") == "Form") if kind == "Button" else 0)
+        if found < count:
+            return f"{found} {kind} in the tree, the request asks for {count}"
+    charts = {_props(n).get("kind") for n in nodes if n.get("type") == "Chart"}
+    absent_kinds = [k for k in terms.chart_kinds if k not in charts]
+    if absent_kinds:
+        return f"no {absent_kinds[0]} chart in the tree"
+    missing_control = _missing_control(terms, tree)
+    if missing_control:
+        return missing_control
     text = tree_text(tree)
     absent = [label for label in terms.labels if label.lower() not in text]
     if absent:
         return f"the tree does not show {', '.join(map(repr, absent))}"
+    flat = _shown(text)
+    unquoted = [q for q in terms.quoted if _shown(q) not in flat]
+    if unquoted:
+        return f"the tree does not show {unquoted[0]!r}"
     if not terms.labels and terms.words and not any(word in text for word in terms.words):
         return "the tree shows none of the request's words"
-    return None
+    return _repeats(tree)
 
 
 def verify(request: str | dict, answer: str, catalog: Path = DEFAULT_CATALOG) -> tuple[bool, str]:

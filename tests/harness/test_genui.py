@@ -166,3 +166,148 @@ def test_a_repaired_tree_can_be_written_as_utf8_whatever_escapes_the_answer_hold
     fixed = repair('{"type": "List", "props": {"title": "Café", "items": ["\\udcff", "é", "é", "x')   # cut off; "é" repeats
     fixed.encode("utf-8")                           # a lone surrogate stays escaped, so the episode can be written
     assert json.loads(fixed)["props"]["items"] == ["\udcff", "é"]
+
+
+# --- what a person would reject: a field or a button twice, a part the request names left out --------------
+
+def _field(label, name=None):
+    return {"type": "TextField", "props": {"label": label, "name": name or label.lower()}}
+
+
+def _button(label, action="go"):
+    return {"type": "Button", "props": {"label": label, "action": action}}
+
+
+def _verdict(request, tree):
+    from mint.harness.genui import verify
+
+    return verify(request, json.dumps(tree))
+
+
+SIGNUP = "Make a form to sign up with name, email and phone fields."
+
+
+def _signup(*fields, submit="Sign up"):
+    return {"type": "Form", "props": {"title": "Sign up", "submitLabel": submit}, "children": list(fields)}
+
+
+def test_a_form_that_repeats_a_field_is_not_the_answer():
+    assert _verdict(SIGNUP, _signup(_field("Name"), _field("Email"), _field("Phone")))[0]
+    repeated = _signup(_field("Name"), _field("Email"), _field("Phone"), _field("Email", "email2"))
+    assert _verdict(SIGNUP, repeated) == (False, "the field 'email' is repeated")
+    # the same name under two labels loses one value when the form is sent
+    assert _verdict(SIGNUP, _signup(_field("Name"), _field("Email", "x"), _field("Phone", "x"))) == (
+        False, "two fields are both named 'x'")
+
+
+def test_a_field_the_request_names_must_be_in_the_form():
+    verdict = _verdict(SIGNUP, _signup(_field("Name"), _field("Email")))
+    assert verdict == (False, "no field for 'phone'")
+    # a label that extends the named word is the field ("date of birth" as "Birthday")
+    request = "Make a form to join with email and date of birth fields."
+    assert _verdict(request, _signup(_field("Email"), _field("Birthday")))[0]
+
+
+def test_a_button_label_shown_twice_is_not_the_answer():
+    request = "Show a card asking \"Delete this file?\" with Cancel and Delete buttons."
+    card = {"type": "Card", "props": {"title": "Delete this file?"},
+            "children": [_button("Cancel"), _button("Delete")]}
+    assert _verdict(request, card)[0]
+    card["children"].append(_button("Delete", "delete2"))
+    assert _verdict(request, card) == (False, "the button 'delete' is shown twice")
+    # a form draws its own submit button: a child button saying the same shows it twice
+    assert _verdict(SIGNUP, _signup(_field("Name"), _field("Email"), _field("Phone"), _button("Sign up"))) == (
+        False, "the button 'sign up' is shown twice")
+
+
+def test_each_button_the_request_names_needs_a_button_of_its_own():
+    request = "Show a card asking \"Delete this file?\" with Cancel and Delete buttons."
+    one = {"type": "Card", "props": {"title": "Delete this file? Cancel"}, "children": [_button("Delete")]}
+    assert _verdict(request, one) == (False, "no button for 'Cancel'")
+    request = "Show a profile card for Ana Silva with a photo and a message button."
+    card = {"type": "Card", "props": {"title": "Ana Silva"}, "children": [
+        {"type": "Image", "props": {"src": "a.png", "alt": "Ana"}}, _button("Follow")]}
+    assert _verdict(request, card) == (False, "no button for 'message'")
+    card["children"][1] = _button("Send a message")
+    assert _verdict(request, card)[0]
+    # a form's submit button is the button the request names
+    assert _verdict("Make a form with an email field and a subscribe button.",
+                    {"type": "Form", "props": {"submitLabel": "Subscribe"}, "children": [_field("Email")]})[0]
+
+
+def test_a_dropdown_the_request_names_must_offer_its_choice():
+    request = "Make a settings card with a dropdown for the theme (Light, Dark) and a save button."
+    select = {"type": "Select", "props": {"label": "Theme", "name": "theme", "options": ["Light", "Dark"]}}
+    card = {"type": "Card", "props": {"title": "Settings"}, "children": [select, _button("Save")]}
+    assert _verdict(request, card)[0]
+    select["props"].update(label="Mode", name="mode")
+    assert _verdict(request, card) == (False, "no dropdown for 'theme'")
+
+
+def test_a_counted_component_must_appear_that_many_times():
+    request = "Make three plan cards (Basic, Pro, Team) with a choose button in each."
+    cards = [{"type": "Card", "props": {"title": t}, "children": [_button("Choose", t)]} for t in ("Basic", "Pro")]
+    stack = {"type": "Stack", "props": {"direction": "horizontal"}, "children": cards + [
+        {"type": "Text", "props": {"text": "Team"}}]}
+    assert _verdict(request, stack) == (False, "2 Card in the tree, the request asks for 3")
+    stack["children"][2] = {"type": "Card", "props": {"title": "Team"}, "children": [_button("Choose", "team")]}
+    assert _verdict(request, stack)[0]     # the same label on each card's own button is not a repeat
+
+
+def test_the_chart_kind_the_request_names_is_the_chart_drawn():
+    request = "Plot visits per day as a line chart."
+    chart = {"type": "Chart", "props": {"title": "Visits per day", "kind": "bar", "labels": ["Mon", "Tue"],
+                                        "series": [{"name": "visits", "values": [3, 4]}]}}
+    assert _verdict(request, chart) == (False, "no line chart in the tree")
+    chart["props"]["kind"] = "line"
+    assert _verdict(request, chart)[0]
+
+
+def test_quoted_text_must_be_shown():
+    request = "Show an alert card saying \"Payment failed\" with a retry button."
+    card = {"type": "Card", "props": {"title": "Payment"}, "children": [_button("Retry")]}
+    assert _verdict(request, card) == (False, "the tree does not show 'Payment failed'")
+    card["props"]["title"] = "Payment failed!"
+    assert _verdict(request, card)[0]
+
+
+@pytest.mark.parametrize("kind, props, twice", [
+    ("Table", {"columns": ["Name", "Plan", "Name"], "rows": []}, "the Table shows 'name' twice in its columns"),
+    ("Table", {"columns": ["Name", "Plan"], "rows": [["a", "b"], ["a", "b"]]}, "the Table repeats a row"),
+    ("List", {"title": "Todo", "items": ["Milk", "Eggs", "milk"]}, "the List shows 'milk' twice in its items"),
+])
+def test_an_entry_shown_twice_is_not_the_answer(kind, props, twice):
+    from mint.harness.genui import request_problem
+
+    assert request_problem("Show my todo list as a list.", {"type": kind, "props": props}, True) == twice \
+        or kind == "Table"
+    assert request_problem("Render a table of plans with columns Name, Plan.", {"type": kind, "props": props},
+                           True) in (twice, "root is 'List', the request asks for Table")
+
+
+def test_a_word_that_says_what_kind_of_card_it_is_is_not_a_label():
+    request = "Make a KPI card showing Uptime: 99%, with a report button."
+    card = {"type": "Card", "props": {"title": "Uptime"}, "children": [
+        {"type": "Text", "props": {"text": "99%"}}, _button("Open report")]}
+    assert _verdict(request, card)[0]
+
+
+def test_repair_drops_what_the_catalog_does_not_allow_and_the_verifier_judges_the_rest():
+    from mint.harness.genui import repair, verify
+
+    request = "Show a profile card for Ana Silva with a photo and a message button."
+    answer = json.dumps({"type": "Card", "props": {"title": "Ana Silva", "gap": 8}, "children": [
+        {"type": "Image", "props": {"src": "a.png", "alt": "Ana", "width": "full"}},
+        {"type": "Avatar", "props": {"name": "Ana"}},                      # no such component
+        {"type": "Button", "props": {"label": "Message"}},                # no action: refused whatever is dropped
+        {"type": "Button", "props": {"label": "Message", "action": "msg", "variant": "loud"}}]})
+    assert not verify(request, answer)[0]
+    fixed = repair(answer)
+    assert json.loads(fixed) == {"type": "Card", "props": {"title": "Ana Silva"}, "children": [
+        {"type": "Image", "props": {"src": "a.png", "alt": "Ana"}},
+        {"type": "Button", "props": {"label": "Message", "action": "msg"}}]}
+    assert verify(request, fixed)[0]
+    # dropping cannot make up what is missing: a card without its button stays refused
+    bare = json.dumps({"type": "Card", "props": {"title": "Ana Silva", "gap": 8},
+                       "children": [{"type": "Image", "props": {"src": "a.png", "alt": "Ana"}}]})
+    assert repair(bare) is not None and not verify(request, repair(bare))[0]
