@@ -253,8 +253,9 @@ def _catalog_parts(catalog: Path = DEFAULT_CATALOG) -> dict[str, tuple[frozenset
 def _catalog_pruned(node: Any, parts: dict, root: bool = True) -> Any:
     """``node`` with what the catalog does not allow dropped: keys a node or its props may not have, an
     optional prop whose value the catalog refuses, and a child that stays refused (an unknown component, a
-    required prop missing or refused); None for such a child. Nothing is added or changed, and the root is
-    kept even when it stays refused (the verifier says why)."""
+    required prop missing or refused); None for such a child. Children written inside ``props`` (a props object
+    the answer forgot to close first) are the node's own. Nothing else is added or changed, and the root is kept
+    even when it stays refused (the verifier says why)."""
     if not isinstance(node, dict) or node.get("type") not in parts or not isinstance(node.get("props"), dict):
         return node if root else None
     node_keys, validators, required = parts[node["type"]]
@@ -263,8 +264,11 @@ def _catalog_pruned(node: Any, parts: dict, root: bool = True) -> Any:
     if not root and not required <= kept.keys():
         return None
     pruned = {"type": node["type"], "props": kept}
-    if "children" in node_keys and isinstance(node.get("children"), list):
-        pruned["children"] = [child for child in (_catalog_pruned(c, parts, root=False) for c in node["children"])
+    children = node.get("children")
+    if children is None and "children" not in validators:   # written before props closed: the node's own children
+        children = node["props"].get("children")
+    if "children" in node_keys and isinstance(children, list):
+        pruned["children"] = [child for child in (_catalog_pruned(c, parts, root=False) for c in children)
                               if child is not None]
     return pruned
 
@@ -415,6 +419,7 @@ class RequestTerms:
     counts: tuple[tuple[str, int], ...] = ()
     quoted: tuple[str, ...] = ()
     chart_kinds: tuple[str, ...] = ()
+    ordered_list: bool = False          # "as a numbered list", "an ordered list"
 
 
 def _descriptors(tokens: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, int]], set[int]]:
@@ -484,7 +489,8 @@ def request_terms(request: str) -> RequestTerms:
     kinds = re.findall(r"\b(" + "|".join(CHART_KINDS) + r")\s+(?:chart|graph|plot)s?\b", request, re.I)
     return RequestTerms(named[0] if named else None, parts, tuple(dict.fromkeys(labels)), words,
                         tuple(dict.fromkeys(controls)), tuple(dict.fromkeys(counts)), quoted,
-                        tuple(dict.fromkeys(k.lower() for k in kinds)))
+                        tuple(dict.fromkeys(k.lower() for k in kinds)),
+                        bool(re.search(r"\b(?:numbered|ordered)\s+list", request, re.I)))
 
 
 def tree_types(tree: Any) -> set[str]:
@@ -622,7 +628,8 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     """Why ``tree`` is not the answer to ``request`` (None when it is): it must be valid, have the root type
     of ``reference`` (else the root the request names), hold every component type of ``reference`` (else the
     parts the request names after ``with``), as many of a component as the request counts, a control of its own
-    for each button, field and dropdown the request names by what it says, the chart kind it names, show every
+    for each button, field and dropdown the request names by what it says, the chart kind it names, a numbered
+    list where it asks for one, show every
     label and quoted text the request names (or, where it names no label, one of its content words), and show
     nothing twice that a person would see twice (a field, a button, a table's column or row, a list's item).
     The metric ``request_match`` and ``verify`` both decide with this."""
@@ -647,6 +654,8 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     absent_kinds = [k for k in terms.chart_kinds if k not in charts]
     if absent_kinds:
         return f"no {absent_kinds[0]} chart in the tree"
+    if terms.ordered_list and not any(n.get("type") == "List" and _props(n).get("ordered") is True for n in nodes):
+        return "the list is not numbered (ordered: true)"
     missing_control = _missing_control(terms, tree)
     if missing_control:
         return missing_control

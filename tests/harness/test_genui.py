@@ -263,6 +263,15 @@ def test_the_chart_kind_the_request_names_is_the_chart_drawn():
     assert _verdict(request, chart)[0]
 
 
+def test_a_numbered_list_is_ordered():
+    request = "Show the steps to brew coffee as a numbered list."
+    steps = {"type": "List", "props": {"title": "Brew coffee", "items": ["Grind", "Pour", "Wait"]}}
+    assert _verdict(request, steps) == (False, "the list is not numbered (ordered: true)")
+    steps["props"]["ordered"] = True
+    assert _verdict(request, steps)[0]
+    assert _verdict("Show the steps to brew coffee as a list.", {**steps, "props": {**steps["props"], "ordered": False}})[0]
+
+
 def test_quoted_text_must_be_shown():
     request = "Show an alert card saying \"Payment failed\" with a retry button."
     card = {"type": "Card", "props": {"title": "Payment"}, "children": [_button("Retry")]}
