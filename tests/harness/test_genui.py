@@ -320,3 +320,15 @@ def test_repair_drops_what_the_catalog_does_not_allow_and_the_verifier_judges_th
     bare = json.dumps({"type": "Card", "props": {"title": "Ana Silva", "gap": 8},
                        "children": [{"type": "Image", "props": {"src": "a.png", "alt": "Ana"}}]})
     assert repair(bare) is not None and not verify(request, repair(bare))[0]
+
+
+def test_repair_gives_a_node_the_children_written_inside_its_props():
+    from mint.harness.genui import repair, verify
+
+    request = "Show an alert card saying \"Payment failed\" with a retry button."
+    answer = ('{"type": "Card", "props": {"title": "Payment failed", "children": '
+              '[{"type": "Button", "props": {"label": "Retry", "action": "retry"}}]}}')
+    assert not verify(request, answer)[0]
+    assert json.loads(repair(answer)) == {"type": "Card", "props": {"title": "Payment failed"}, "children": [
+        {"type": "Button", "props": {"label": "Retry", "action": "retry"}}]}
+    assert verify(request, repair(answer))[0]
