@@ -420,6 +420,8 @@ class RequestTerms:
     quoted: tuple[str, ...] = ()
     chart_kinds: tuple[str, ...] = ()
     ordered_list: bool = False          # "as a numbered list", "an ordered list"
+    columns: tuple[str, ...] = ()       # "with columns Name, Plan, Start date"
+    asks_input: bool = False            # names a form, a field or a dropdown, or asks to pick, enter or search
 
 
 def _descriptors(tokens: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, int]], set[int]]:
@@ -464,6 +466,30 @@ def _descriptors(tokens: list[str]) -> tuple[list[tuple[str, str]], list[tuple[s
     return controls, counts, descriptive
 
 
+def _named_columns(tokens: list[str]) -> tuple[str, ...]:
+    """The columns a request lists after ``columns``: capitalized names (a name may go on in lowercase: "Start
+    date"), split at commas and ``and``, up to the first word that starts none."""
+    lower = [t.lower() for t in tokens]
+    if "columns" not in lower:
+        return ()
+    columns, current = [], []
+    for token in tokens[lower.index("columns") + 1:]:
+        if token.lower() in _LINKS:
+            if current:
+                columns.append(" ".join(current))
+            current = []
+        elif _WORD.fullmatch(token) and (token[:1].isupper() or token[:1].isdigit() or current):
+            current.append(token)
+        else:
+            break
+    if current:
+        columns.append(" ".join(current))
+    return tuple(columns)
+
+
+_INPUT_WORDS = re.compile(r"\b(?:pick|choose|select|enter|type|fill|search|log ?in|sign ?in|sign ?up|subscribe)\b", re.I)
+
+
 def request_terms(request: str) -> RequestTerms:
     """The components, labels and controls ``request`` names. The root is the first component named before
     ``with`` (\"a form to book a table with ... fields\" asks for a Form, whose parts are TextFields, not a Table)."""
@@ -490,7 +516,9 @@ def request_terms(request: str) -> RequestTerms:
     return RequestTerms(named[0] if named else None, parts, tuple(dict.fromkeys(labels)), words,
                         tuple(dict.fromkeys(controls)), tuple(dict.fromkeys(counts)), quoted,
                         tuple(dict.fromkeys(k.lower() for k in kinds)),
-                        bool(re.search(r"\b(?:numbered|ordered)\s+list", request, re.I)))
+                        bool(re.search(r"\b(?:numbered|ordered)\s+list", request, re.I)), _named_columns(tokens),
+                        bool({"Form", "TextField", "Select"} & ({named[0]} if named else set()) | set(parts))
+                        or bool(_INPUT_WORDS.search(request)))
 
 
 def tree_types(tree: Any) -> set[str]:
@@ -499,13 +527,19 @@ def tree_types(tree: Any) -> set[str]:
             if isinstance(node, dict) and isinstance(node.get("type"), str)}
 
 
+# the props a person reading the page sees (an image's src and alt, an action, a field's name are not shown)
+VISIBLE_PROPS = frozenset(("title", "subtitle", "text", "label", "placeholder", "options", "submitLabel", "caption",
+                           "columns", "rows", "items", "labels", "series"))
+
+
 def tree_text(tree: Any) -> str:
-    """Every string a tree's props hold, lowercased and joined (what a person reading the page sees)."""
-    found, stack = [], [tree]
+    """Every string a person reading the page sees (``VISIBLE_PROPS``: titles, texts, labels, options, cells,
+    items, a chart's labels and series), lowercased and joined."""
+    found, stack = [], [_props(node).get(key) for _path, node in _nodes(tree) for key in VISIBLE_PROPS]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            stack.extend(value for key, value in item.items() if key != "type")
+            stack.extend(value for key, value in item.items() if key in ("name", "values"))
         elif isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, str):
@@ -524,21 +558,45 @@ def _shown(value: Any) -> str:
     return " ".join(re.findall(r"\w+", str(value).lower()))
 
 
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ers", "er", "ed", "es", "s", "e")
+# words that say nothing of what a control or a title is about
+_FILLER = frozenset("a an the to of in on at for and or my your our this that it now up".split())
+# the particles a word may be written together with ("Login" for "log in", "Signup" for "sign up")
+_PARTICLES = ("in", "up", "out", "on", "day")
+
+
 def _stem(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+    """``word`` without one common ending (\"saved\", \"saves\" and \"save\" alike), keeping three letters."""
+    word = word.lower()
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[:-len(suffix)]
+    return word
 
 
-def _says(text: str, phrase: str) -> bool:
-    """Whether ``text`` holds one of ``phrase``'s words (a word of the text may extend it: "birth" in
-    "Birthday", "log" in "Login")."""
-    have = [_stem(w) for w in re.findall(r"\w+", text.lower())]
-    wanted = [_stem(w) for w in re.findall(r"\w+", phrase.lower()) if w.lower() not in _DESCRIPTOR_END | _LINKS]
-    return any(any(h.startswith(w) for h in have) for w in wanted if w)
+def _content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _FILLER]
+
+
+def _same_word(shown: str, wanted: str) -> bool:
+    """Whether a shown word is the wanted one: the same stem, or the wanted word written together with a particle
+    or a word of its own (\"Login\" for \"log\", \"Birthday\" for \"birth\"; not \"Undownload\" for \"undo\")."""
+    if _stem(shown) == _stem(wanted):
+        return True
+    rest = shown[len(wanted):] if shown.startswith(wanted) and len(wanted) >= 3 else ""
+    return rest in _PARTICLES
+
+
+def _says(text: str, phrase: str, every: bool = False) -> bool:
+    """Whether ``text`` shows one of ``phrase``'s words (with ``every``, all of them; see ``_same_word``)."""
+    have = _content_words(text)
+    found = [any(_same_word(h, w) for h in have) for w in _content_words(phrase)]
+    return bool(found) and (all(found) if every else any(found))
 
 
 def _control_texts(tree: Any) -> dict[str, list[str]]:
-    """What each kind of control says: every Button's label and a Form's submit label (a form renders its own
-    submit button), every field's label, name and placeholder, every dropdown's label, name and options."""
+    """What each kind of control shows: every Button's label and a Form's submit label (a form renders its own
+    submit button), every field's label and placeholder, every dropdown's label, placeholder and options."""
     found = {"Button": [], "field": [], "Select": []}
     for _path, node in _nodes(tree):
         props, kind = _props(node), node.get("type") if isinstance(node, dict) else None
@@ -547,7 +605,7 @@ def _control_texts(tree: Any) -> dict[str, list[str]]:
         elif kind == "Form" and props.get("submitLabel"):
             found["Button"].append(str(props["submitLabel"]))
         elif kind in ("TextField", "Select"):
-            text = " ".join(str(props.get(k, "")) for k in ("label", "name", "placeholder"))
+            text = " ".join(str(props.get(k, "")) for k in ("label", "placeholder"))
             found["field"].append(text)
             if kind == "Select":
                 options = props.get("options") if isinstance(props.get("options"), list) else []
@@ -561,7 +619,9 @@ def _missing_control(terms: RequestTerms, tree: Any) -> str | None:
     texts = _control_texts(tree)
     for kind in ("field", "Select", "Button"):
         items = [item for k, item in terms.controls if k == kind]
-        candidates = {item: {i for i, text in enumerate(texts[kind]) if _says(text, item)} for item in items}
+        # a button's label says all of what the request calls it ("Log in" is not the "Log out" button)
+        candidates = {item: {i for i, text in enumerate(texts[kind]) if _says(text, item, every=kind == "Button")}
+                      for item in items}
         taken: set[int] = set()
         for item in sorted(items, key=lambda i: len(candidates[i])):
             free = sorted(candidates[item] - taken)
@@ -609,6 +669,11 @@ def _repeats(tree: Any) -> str | None:
         twice = next((b for i, b in enumerate(buttons) if b and b in buttons[:i]), None)
         if twice is not None:
             return f"the button {twice!r} is shown twice"
+        fields = {_shown(_props(c).get("label", "")) for c in children if isinstance(c, dict)
+                  and c.get("type") in ("TextField", "Select")}
+        twice = next((b for b in buttons if b and b in fields), None)     # one label, one control
+        if twice is not None:
+            return f"the label {twice!r} is on a field and a button"
         dumped = [json.dumps(c, sort_keys=True) for c in children]
         if len(set(dumped)) < len(dumped):
             repeated = next(c for i, c in enumerate(children) if dumped[i] in dumped[:i])
@@ -625,14 +690,17 @@ def _repeats(tree: Any) -> str | None:
 
 
 def request_problem(request: str, tree: Any, valid: bool, reference: dict | None = None) -> str | None:
-    """Why ``tree`` is not the answer to ``request`` (None when it is): it must be valid, have the root type
-    of ``reference`` (else the root the request names), hold every component type of ``reference`` (else the
-    parts the request names after ``with``), as many of a component as the request counts, a control of its own
-    for each button, field and dropdown the request names by what it says, the chart kind it names, a numbered
-    list where it asks for one, show every
-    label and quoted text the request names (or, where it names no label, one of its content words), and show
-    nothing twice that a person would see twice (a field, a button, a table's column or row, a list's item).
-    The metric ``request_match`` and ``verify`` both decide with this."""
+    """Why ``tree`` is not the answer to ``request`` (None when it is), judged as a careful person reading the
+    page would. It must be valid, have the root type of ``reference`` (else the root the request names), hold
+    every component type of ``reference`` (else the parts the request names after ``with``) and as many of a
+    component as the request counts, give each button, field and dropdown the request names by what it says a
+    control of its own, draw the chart kind it names, number a list it asks to number, show every label and
+    quoted text it names (or, where it names no label, one of its content words) and exactly the table columns
+    it lists, each row filling them. It must not show what nobody asked for: a field or dropdown where the
+    request asks for no input, a button that is not one the request names, a title that says none of the
+    request's words, a web address as text, or anything twice (a field, a button, a label on a field and a
+    button, a table's column or row, a list's item). The metric ``request_match`` and ``verify`` both decide
+    with this."""
     if not valid:
         return "not valid under the catalog"
     terms = request_terms(request)
@@ -669,7 +737,75 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
         return f"the tree does not show {unquoted[0]!r}"
     if not terms.labels and terms.words and not any(word in text for word in terms.words):
         return "the tree shows none of the request's words"
-    return _repeats(tree)
+    return (_column_problem(terms, nodes) or _unasked_control(request, terms, tree, nodes, reference)
+            or _unrelated_title(request, nodes) or _shown_link(request, tree) or _repeats(tree))
+
+
+def _column_problem(terms: RequestTerms, nodes: list[dict]) -> str | None:
+    """A table whose columns are not the ones the request lists, or a row that does not fill its columns."""
+    for node in nodes:
+        if node.get("type") != "Table":
+            continue
+        columns = [c for c in _props(node).get("columns") or [] if isinstance(c, str)]
+        if terms.columns:
+            shown = {_shown(c) for c in columns}
+            wanted = {_shown(c) for c in terms.columns}
+            missing = next((c for c in terms.columns if _shown(c) not in shown), None)
+            if missing is not None:
+                return f"the Table has no column {missing!r}"
+            extra = next((c for c in columns if _shown(c) not in wanted), None)
+            if extra is not None:
+                return f"the Table has a column the request does not name: {extra!r}"
+        for row in _props(node).get("rows") or []:
+            if isinstance(row, list) and len(row) != len(columns):
+                return f"a row of the Table has {len(row)} cell(s) for {len(columns)} column(s)"
+    return None
+
+
+def _unasked_control(request: str, terms: RequestTerms, tree: Any, nodes: list[dict],
+                     reference: dict | None) -> str | None:
+    """A control the request does not ask for: a field or dropdown where it asks for no input, a button that
+    is none of the buttons it names and says none of its words."""
+    types = {n.get("type") for n in nodes}
+    asks_input = bool({"TextField", "Select", "Form"} & tree_types(reference)) if isinstance(reference, dict) \
+        else terms.asks_input
+    unasked = next((t for t in ("TextField", "Select") if t in types), None) if not asks_input else None
+    if unasked is not None:
+        return f"a {unasked} the request does not ask for"
+    named = [item for kind, item in terms.controls if kind == "Button"]
+    wanted = _content_words(request)
+    for node in nodes:
+        if node.get("type") == "Button":
+            label = str(_props(node).get("label", ""))
+            # where the request names its buttons, each button is one of them (one per card may repeat); where it
+            # names none, a button at least says one of its words ("Save" for "... and save it")
+            asked = any(_says(label, item, every=True) for item in named) if named else any(
+                _same_word(h, w) for h in _content_words(label) for w in wanted)
+            if not asked:
+                return f"a button the request does not ask for: {label!r}"
+    return None
+
+
+_LINK = re.compile(r"https?://|www\.", re.I)
+
+
+def _shown_link(request: str, tree: Any) -> str | None:
+    """A web address shown as text that the request never gave (an image's address copied into a caption)."""
+    if _LINK.search(request):
+        return None
+    link = next((line for line in tree_text(tree).splitlines() if _LINK.search(line)), None)
+    return f"the tree shows a web address as text: {link!r}" if link else None
+
+
+def _unrelated_title(request: str, nodes: list[dict]) -> str | None:
+    """A title that says none of the request's words (a card titled "Powers up" for a password alert)."""
+    wanted = _content_words(request)
+    for node in nodes:
+        title = _props(node).get("caption" if node.get("type") == "Table" else "title")
+        if isinstance(title, str) and title.strip() and not any(
+                _same_word(h, w) for h in _content_words(title) for w in wanted):
+            return f"the {node.get('type')} title {title!r} says nothing of the request"
+    return None
 
 
 def verify(request: str | dict, answer: str, catalog: Path = DEFAULT_CATALOG) -> tuple[bool, str]:

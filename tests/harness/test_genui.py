@@ -187,8 +187,8 @@ def _verdict(request, tree):
 SIGNUP = "Make a form to sign up with name, email and phone fields."
 
 
-def _signup(*fields, submit="Sign up"):
-    return {"type": "Form", "props": {"title": "Sign up", "submitLabel": submit}, "children": list(fields)}
+def _signup(*fields, submit="Sign up", title="Sign up"):
+    return {"type": "Form", "props": {"title": title, "submitLabel": submit}, "children": list(fields)}
 
 
 def test_a_form_that_repeats_a_field_is_not_the_answer():
@@ -205,7 +205,7 @@ def test_a_field_the_request_names_must_be_in_the_form():
     assert verdict == (False, "no field for 'phone'")
     # a label that extends the named word is the field ("date of birth" as "Birthday")
     request = "Make a form to join with email and date of birth fields."
-    assert _verdict(request, _signup(_field("Email"), _field("Birthday")))[0]
+    assert _verdict(request, _signup(_field("Email"), _field("Birthday"), title="Join"))[0]
 
 
 def test_a_button_label_shown_twice_is_not_the_answer():
@@ -334,3 +334,88 @@ def test_repair_gives_a_node_the_children_written_inside_its_props():
     assert json.loads(repair(answer)) == {"type": "Card", "props": {"title": "Payment failed"}, "children": [
         {"type": "Button", "props": {"label": "Retry", "action": "retry"}}]}
     assert verify(request, repair(answer))[0]
+
+
+def test_only_what_the_page_shows_counts_as_shown():
+    # "Orders" only in the image's address and the button's action: the page never says it
+    request = "Show a stat card for Orders today at 96 with a refresh button."
+    card = {"type": "Card", "props": {"title": "Oders today"}, "children": [
+        {"type": "Image", "props": {"src": "https://img.example.com/orders.png", "alt": "Orders today"}},
+        {"type": "Text", "props": {"text": "96"}}, _button("Refresh", "refresh:orders")]}
+    assert _verdict(request, card) == (False, "the tree does not show 'Orders'")
+    # a field's name is not shown either: its label must say what the request calls it
+    request = "Make a settings section with a dropdown for my video quality (Auto, High) and a save button."
+    select = {"type": "Select", "props": {"label": "Same", "name": "video", "options": ["Auto", "High"]}}
+    assert _verdict(request, {"type": "Stack", "props": {"direction": "vertical"}, "children": [
+        select, _button("Save")]}) == (False, "no dropdown for 'video quality'")
+
+
+def test_a_word_is_matched_whole_not_by_its_first_letters():
+    request = "Make a notification card that says \"Password changed\" and has an undo button."
+    card = {"type": "Card", "props": {"title": "Password changed"}, "children": [_button("Undownload")]}
+    assert _verdict(request, card) == (False, "no button for 'undo'")
+    card["children"] = [_button("Undo")]
+    assert _verdict(request, card)[0]
+    # one word written together with a particle or a word of its own is still that word
+    assert _verdict("Show a login card with an email field and a log in button.", {
+        "type": "Card", "props": {"title": "Login"}, "children": [_field("Email"), _button("Login")]})[0]
+
+
+@pytest.mark.parametrize("columns, rows, why", [
+    (["Room", "Floor"], [["1", "Beds"]], "the Table has no column 'Beds'"),     # in a cell, not a column
+    (["Room", "Floor", "Beds", "Caption"], [["1", "2", "3", "x"]],
+     "the Table has a column the request does not name: 'Caption'"),
+    (["Room", "Floor", "Beds"], [["1", "2"]], "a row of the Table has 2 cell(s) for 3 column(s)"),
+])
+def test_a_table_shows_exactly_the_columns_the_request_lists_and_fills_them(columns, rows, why):
+    request = "Render a table of rooms with columns Room, Floor, Beds and the caption \"Free tonight\"."
+    table = {"type": "Table", "props": {"caption": "Free tonight", "columns": columns, "rows": rows}}
+    assert _verdict(request, table) == (False, why)
+    assert _verdict(request, {"type": "Table", "props": {"caption": "Free tonight", "columns": ["Room", "Floor", "Beds"],
+                                                         "rows": [["1", "2", "3"]]}})[0]
+
+
+def test_a_control_the_request_does_not_ask_for_is_not_the_answer():
+    request = "Make a notification card that says \"Password changed\" and has an undo button."
+    card = {"type": "Card", "props": {"title": "Password changed"}, "children": [
+        {"type": "Select", "props": {"label": "Choose", "name": "c", "options": ["Password"]}}, _button("Undo")]}
+    assert _verdict(request, card) == (False, "a Select the request does not ask for")
+    # where the request names its buttons, another button is not one of them ("Log in" is not "Log out")
+    request = "Make a card that asks \"Log out now?\" with a Cancel button and a Log out button."
+    card = {"type": "Card", "props": {"title": "Log out now?"}, "children": [
+        _button("Cancel"), _button("Log in", "in"), _button("Log out", "out")]}
+    assert _verdict(request, card) == (False, "a button the request does not ask for: 'Log in'")
+    card["children"] = [_button("Cancel"), _button("Log in", "in")]
+    assert _verdict(request, card) == (False, "no button for 'Log out'")
+    # where it names none, a button says one of its words: "Save" for "... and save it", not "Reward"
+    request = "Build a settings page section where I pick my theme and save it."
+    section = {"type": "Stack", "props": {"direction": "vertical"}, "children": [
+        {"type": "Select", "props": {"label": "Theme", "name": "theme", "options": ["Light", "Dark"]}}, _button("Save")]}
+    assert _verdict(request, section)[0]
+    section["children"].append(_button("Reward", "reward"))
+    assert _verdict(request, section) == (False, "a button the request does not ask for: 'Reward'")
+
+
+def test_a_title_that_says_nothing_of_the_request_is_not_the_answer():
+    request = "Make a notification card that says \"Password changed\" and has an undo button."
+    card = {"type": "Card", "props": {"title": "Powers up"}, "children": [
+        {"type": "Text", "props": {"text": "Password changed"}}, _button("Undo")]}
+    assert _verdict(request, card) == (False, "the Card title 'Powers up' says nothing of the request")
+
+
+def test_a_web_address_shown_as_text_is_not_the_answer():
+    request = "Show a profile card for Omar Chen, our chef, with a photo and a hire button."
+    card = {"type": "Card", "props": {"title": "Omar Chen"}, "children": [
+        {"type": "Image", "props": {"src": "https://img.example.com/chen.png", "alt": "Omar Chen"}},
+        {"type": "Text", "props": {"text": "Hire: https://img.example.com/henkel.png"}}, _button("Hire now")]}
+    assert _verdict(request, card) == (False, "the tree shows a web address as text: "
+                                              "'hire: https://img.example.com/henkel.png'")
+    card["children"][1] = {"type": "Text", "props": {"text": "Chef"}}
+    assert _verdict(request, card)[0]
+
+
+def test_one_label_on_a_field_and_a_button_is_shown_twice():
+    request = "Make a sign-in card with a username field, a password field and a sign in button."
+    card = {"type": "Card", "props": {"title": "Sign in"}, "children": [
+        _field("Username"), _field("Password"), _field("Sign in", "login"), _button("Sign in")]}
+    assert _verdict(request, card) == (False, "the label 'sign in' is on a field and a button")
