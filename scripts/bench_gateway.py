@@ -1,4 +1,4 @@
-"""Issue #27's gateway goals, measured side by side in one run: `mint serve --upstream` in front of a second
+"""The gateway's goals (overhead per turn, routing, memory), measured side by side in one run: `mint serve --upstream` in front of a second
 `mint serve` (the upstream, as vLLM would be), each its own process on 127.0.0.1.
 
 Run:   python scripts/bench_gateway.py                       (tiny-random base, a few minutes on 2 cores)

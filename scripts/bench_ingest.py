@@ -3,7 +3,7 @@
 Run: make bench   (or: python scripts/bench_ingest.py [--sizes 50000 500000])
 
 Each size is ingested by a fresh `mint ingest` process into a fresh workspace,
-so its peak RSS is that process's alone. Goals (issue #2): at least 10,000
+so its peak RSS is that process's alone. Goals: at least 10,000
 records/s (kept/s is reported beside it), and peak memory under 300 MB that does not grow with
 file size, the quarantine included.
 """

@@ -8,10 +8,10 @@ Run: make bench   (or: python scripts/bench_registry.py [--revisions N] [--round
 throwaway cluster (tests/registry/pgcluster.py, fsync on, as SQLite's synchronous=FULL) and stops it after.
 The revisions are written in bulk (COPY on PostgreSQL, about 10 s for 10^5 here), then a sample is resolved
 through the registry's API and compared with the rows written.
-Goals on PostgreSQL (issue #27, at 10^5 revisions: --revisions 100000): resolve p99 under 2 ms, promote p99
+Goals on PostgreSQL (at 10^5 revisions: --revisions 100000): resolve p99 under 2 ms, promote p99
 under 50 ms, 0 lost updates with eight racing promoters.
 
-Goals (issues #3, #9): resolve p99 under 1 ms (aliases too), a 20-row page under 50 ms (the middle and last
+Goals: resolve p99 under 1 ms (aliases too), a 20-row page under 50 ms (the middle and last
 ones included), promote under 10 ms, and with eight concurrent promoters 0 lost updates (exactly one winner a
 round, every champion move chained to the one before); their p99 latency is printed. The database size per
 revision is printed. Promotion commits with synchronous=FULL (it must survive a power loss), so its time

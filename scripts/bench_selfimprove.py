@@ -1,4 +1,4 @@
-"""Three generations of self-improvement, measured: issue #23's goal benchmark, each figure against its goal.
+"""Three generations of self-improvement, measured: the self-improvement goal benchmark, each figure against its goal.
 
 Run: python scripts/bench_selfimprove.py [--json PATH] [--keep DIR]      (quiet machine: the lead's run)
 Smoke run: python scripts/bench_selfimprove.py --base tiny-random --steps 1 --limit 2 --prompts 2 --max-new-tokens 8
@@ -273,7 +273,7 @@ def _number(value) -> bool:
 
 
 def goals(specialists: dict, sizes: dict, wall: dict) -> list[dict]:
-    """Each of issue #23's benchmark goals: what it asks, the figure, PASS or MISS."""
+    """Each of the benchmark's goals: what it asks, the figure, PASS or MISS."""
     rows = []
 
     def goal(text: str, figure: str, met: bool) -> None:

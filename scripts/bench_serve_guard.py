@@ -1,4 +1,4 @@
-"""The goals of issue #24, measured on a real `mint serve` on 127.0.0.1: keys, admission, isolation.
+"""The server's safety goals, measured on a real `mint serve` on 127.0.0.1: keys, admission, isolation.
 
 Run:   python scripts/bench_serve_guard.py                  (tiny-random base, about a minute on 2 cores)
        python scripts/bench_serve_guard.py --base smollm2-135m

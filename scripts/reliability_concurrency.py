@@ -1,4 +1,4 @@
-"""Reliability suite 2 (issue #12): many `mint loop`, `mint promote`, `mint reject` and `mint rollback`
+"""Reliability suite 2: many `mint loop`, `mint promote`, `mint reject` and `mint rollback`
 processes on one workspace, released together by a start barrier.
 
 Run: python scripts/reliability_concurrency.py [--runs N] [--loops N] [--ops N] [--seed N] [--quick]

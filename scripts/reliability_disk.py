@@ -1,4 +1,4 @@
-"""Reliability suite 7 (issue #12): ingest, train, eval and promote on a full disk and a read-only workspace.
+"""Reliability suite 7: ingest, train, eval and promote on a full disk and a read-only workspace.
 
 Run:   python scripts/reliability_disk.py            # every command x every condition, twice (16 cases)
        python scripts/reliability_disk.py --quick    # each case once (8 cases)

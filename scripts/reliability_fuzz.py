@@ -1,4 +1,4 @@
-"""Reliability suite 3 (issue #12): fuzz every input mint reads from outside, count the crashes.
+"""Reliability suite 3: fuzz every input mint reads from outside, count the crashes.
 
 Run:   python scripts/reliability_fuzz.py            (10,000+ cases, a few minutes on 2 cores)
        python scripts/reliability_fuzz.py --quick    (a few hundred cases)

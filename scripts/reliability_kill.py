@@ -1,4 +1,4 @@
-"""Reliability suite 1 (issue #12): kill -9 at random points of ingest, train, eval, promote and loop.
+"""Reliability suite 1: kill -9 at random points of ingest, train, eval, promote and loop.
 
 Run:   python scripts/reliability_kill.py            # the long form: 50 trials over the five commands
        python scripts/reliability_kill.py --quick    # a small version: 10 trials

@@ -1,4 +1,4 @@
-"""Reliability suite 5 (issue #12): recall and precision of mint's PII and secret scrubber, per type.
+"""Reliability suite 5: recall and precision of mint's PII and secret scrubber, per type.
 
 Run: python scripts/reliability_pii.py [--quick] [--seed N] [--split dev|heldout|both]
 

@@ -1,4 +1,4 @@
-"""Reliability suite 6 (issue #12): `mint serve` under load, with a promotion in the middle.
+"""Reliability suite 6: `mint serve` under load, with a promotion in the middle.
 
 Run:   python scripts/reliability_server.py            (1,000 requests from 16 clients, a few minutes on 2 cores)
        python scripts/reliability_server.py --quick    (100 requests from 4 clients)

@@ -1,4 +1,4 @@
-"""Reliability suite 4 (issue #12): tampered revisions and reports are refused by everything that uses them.
+"""Reliability suite 4: tampered revisions and reports are refused by everything that uses them.
 
 Run: python scripts/reliability_tamper.py [--flips N] [--seed N] [--quick]
 

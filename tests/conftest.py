@@ -66,7 +66,7 @@ def candidate(ws, adapter_dir):
 
 @pytest.fixture
 def report_for(ws, tmp_path):
-    """report_for(revision, baseline_id, verdict=...) -> path of an eval report in DESIGN.md's shape."""
+    """report_for(revision, baseline_id, verdict=...) -> path of an eval report in the shape of docs/contracts.md."""
     from mint.registry.store import now
 
     def make(revision, baseline=None, verdict="pass", version=3, contract_path=None):

@@ -141,8 +141,10 @@ def test_embedded_smollm2_converts_once_loads_fast_and_answers():
 
 
 @pytest.mark.slow
-def test_chat_cli_answers_on_the_embedded_base():
-    result = run_mint("chat", "What is the capital of France?", "--max-new-tokens", "16", "--json")
+def test_chat_cli_answers_on_the_embedded_base(tmp_path):
+    # chat logs its turn, so it runs in a project: here a workspace named by MINT_HOME
+    result = run_mint("chat", "What is the capital of France?", "--max-new-tokens", "16", "--json",
+                      env={"MINT_HOME": str(tmp_path / "home")})
     assert result.returncode == 0, result.stderr
     import json
     assert "Paris" in json.loads(result.stdout)["reply"]

@@ -1,4 +1,7 @@
 import json
+import os
+
+import pytest
 
 from mint import __version__
 from mint.cli import main
@@ -47,7 +50,7 @@ def test_ingest_human_summary(ws, tmp_path, capsys):
     path = write_jsonl(tmp_path / "a.jsonl", [chat_row("mail me at a@b.io")])
     assert main(["ingest", str(path), "--dataset", "d"]) == 0
     text = capsys.readouterr().out
-    assert "kept" in text and "EMAIL 1" in text and "+1 episodes" in text
+    assert "kept" in text and "EMAIL 1" in text and "+1 episode, 1 in all" in text
 
 
 def test_ingest_nonexistent_path_exits_2_and_writes_nothing(ws, tmp_path):
@@ -153,3 +156,163 @@ def test_a_long_path_in_a_message_stays_on_one_line_when_output_is_piped(tmp_pat
     assert done.returncode == 2, done.stderr
     quarantine = str(deep / ".mint" / "datasets" / "x" / "quarantine.jsonl")
     assert any(quarantine in line for line in done.stdout.splitlines()), done.stdout
+
+
+# --- a project is required where it matters ------------------------------------------------------------------
+
+WRITES = [
+    ["ingest", "logs.jsonl", "--dataset", "prod"],
+    ["train", "--specialist", "genui", "--data", "prod", "--method", "sft", "--base", "tiny-random"],
+    ["eval", "genui:v1", "--contract", "contracts/genui.yaml"],
+    ["promote", "genui:v1"],
+    ["reject", "genui:v1", "--why", "bad"],
+    ["rollback", "genui", "--why", "bad"],
+    ["loop", "recipes/smoke.yaml"],
+    ["serve", "--port", "0"],
+    ["chat", "hello"],
+    ["registry", "import", "lora", "--specialist", "genui"],
+    ["registry", "gc"],
+]
+
+
+def _outside_a_project(tmp_path, monkeypatch):
+    for name in ("MINT_HOME", "MINT_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "logs.jsonl", [chat_row("hi there")])
+
+
+@pytest.mark.parametrize("argv", WRITES, ids=lambda argv: " ".join(argv[:2]))
+def test_a_write_outside_a_project_is_refused_and_writes_nothing(argv, tmp_path, monkeypatch, capsys):
+    _outside_a_project(tmp_path, monkeypatch)
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == "error: no mint.yaml here: run `mint init`, or pass --config / --home"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs.jsonl"]     # no .mint, nothing else
+    (tmp_path / ".mint").mkdir()          # a workspace folder alone is not a project: it is read, never written
+    assert main(argv) == 2
+    assert "no mint.yaml here" in capsys.readouterr().err and not any((tmp_path / ".mint").iterdir())
+
+
+@pytest.mark.parametrize("argv", [["data", "ls"], ["runs", "ls"], ["registry", "ls"], ["registry", "history", "genui"],
+                                  ["report"], ["monitor"], ["data", "quarantine", "prod"]])
+def test_read_only_commands_say_so_outside_a_project_and_answer_in_a_new_one(argv, tmp_path, monkeypatch, capsys):
+    _outside_a_project(tmp_path, monkeypatch)
+    assert main(argv) == 2
+    assert "no mint.yaml here: run `mint init`" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs.jsonl"]
+    assert main(["init"]) == 0
+    capsys.readouterr()
+    # in a project with nothing in it yet: an empty answer, exit 0, and still nothing written
+    expected = 2 if argv[:2] == ["data", "quarantine"] else 0     # a dataset that does not exist is bad input
+    assert main(argv) == expected, capsys.readouterr()
+    assert not (tmp_path / ".mint").exists()
+
+
+def test_a_workspace_without_a_mint_yaml_is_read_but_not_written(tmp_path, monkeypatch, capsys):
+    _outside_a_project(tmp_path, monkeypatch)
+    (tmp_path / ".mint").mkdir()
+    assert main(["data", "ls"]) == 0
+    assert main(["ingest", "logs.jsonl"]) == 2
+
+
+def test_config_or_home_names_the_project_from_anywhere(tmp_path, monkeypatch, capsys):
+    _outside_a_project(tmp_path, monkeypatch)
+    project = tmp_path / "assistant"
+    assert main(["init", "--dir", str(project)]) == 0
+    assert main(["ingest", "logs.jsonl", "--dataset", "a", "--config", str(project / "mint.yaml")]) == 0
+    assert main(["ingest", "logs.jsonl", "--dataset", "b", "--home", str(tmp_path / "ws")]) == 0
+    capsys.readouterr()
+    assert main(["data", "ls", "--json"]) == 0                                # ./.mint, made by the first ingest
+    assert [d["name"] for d in json.loads(capsys.readouterr().out)["datasets"]] == ["a"]
+    assert main(["data", "ls", "--home", str(tmp_path / "ws"), "--json"]) == 0
+    assert [d["name"] for d in json.loads(capsys.readouterr().out)["datasets"]] == ["b"]
+
+
+def test_config_names_the_project_file_the_commands_read(tmp_path, monkeypatch, capsys):
+    _outside_a_project(tmp_path, monkeypatch)
+    (tmp_path / "legal.yaml").write_text("base: tiny-random\nspecialists:\n  legal:\n    keywords: [clause]\n")
+    write_jsonl(tmp_path / "clauses.jsonl", [chat_row("explain this clause", "it binds you")])
+    assert main(["ingest", "clauses.jsonl", "--config", "legal.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["by_specialist"] == {"legal": 1}
+    assert main(["--config", str(tmp_path / "legal.yaml"), "train", "--specialist", "legl", "--data", "default",
+                 "--method", "sft"]) == 2
+    assert "did you mean legal?" in capsys.readouterr().err
+    assert "MINT_CONFIG" not in os.environ                                # set for one invocation only
+
+
+def test_a_workspace_path_that_is_a_file_is_exit_2(tmp_path, monkeypatch, capsys):
+    _outside_a_project(tmp_path, monkeypatch)
+    monkeypatch.setenv("MINT_HOME", str(tmp_path / "logs.jsonl"))
+    assert main(["data", "ls"]) == 2
+    assert "logs.jsonl: --home: is a file, not a workspace folder" in capsys.readouterr().err
+
+
+# --- conventions: -q/-v on every command, completion, NO_COLOR ----------------------------------------------
+
+def test_quiet_and_verbose_are_on_every_command_and_v_is_not_version():
+    from mint.cli import root_command
+
+    groups = [root_command()] + [c for c in root_command().commands.values() if hasattr(c, "commands")]
+    leaves = [command for _path, command in _walk(root_command())]
+    assert len(leaves) > 20
+    for command in groups + leaves:
+        options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        assert {"-q", "--quiet", "-v", "--verbose"} <= options, command.name
+    data_show = root_command().commands["data"].commands["show"]
+    assert [p.opts for p in data_show.params if p.name == "version"] == [["--version"]]
+
+
+def _walk(command, path=()):
+    if hasattr(command, "commands"):
+        for name, sub in command.commands.items():
+            yield from _walk(sub, path + (name,))
+    else:
+        yield " ".join(path), command
+
+
+def test_quiet_silences_progress_and_verbose_says_where_an_error_was_raised(tmp_path, monkeypatch):
+    _outside_a_project(tmp_path, monkeypatch)
+    plain = run_mint("data", "ls", cwd=tmp_path)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    verbose = run_mint("data", "ls", "-v", cwd=tmp_path)
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr and "error: no mint.yaml here" in verbose.stderr
+    run_mint("init", cwd=tmp_path)
+    write_jsonl(tmp_path / "bad.jsonl", [{"text": "not a conversation"}])
+    loud = run_mint("ingest", "bad.jsonl", "logs.jsonl", cwd=tmp_path)
+    assert loud.returncode == 0 and "warning" in loud.stderr and "bad.jsonl" in loud.stderr
+    quiet = run_mint("-q", "ingest", "bad.jsonl", "logs.jsonl", "--dataset", "again", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "" and "version" in quiet.stdout   # the result, no warning
+
+
+def test_shell_completion_installs_and_completes(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    done = run_mint("--install-completion", "bash", env={"HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / ".bash_completions" / "mint.sh"
+    assert script.is_file() and f"source '{script}'" in (tmp_path / ".bashrc").read_text()
+    if shutil.which("bash") is None:
+        return
+    # what bash does on `mint da<TAB>` and `mint data <TAB>`, with the installed script, against this mint
+    shim = tmp_path / "bin" / "mint"
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m mint \"$@\"\n")
+    shim.chmod(0o755)
+    probe = (f"source {script}; COMP_WORDS=(mint da); COMP_CWORD=1; _mint_completion mint; echo ${{COMPREPLY[@]}}; "
+             "COMP_WORDS=(mint data ''); COMP_CWORD=2; _mint_completion mint; echo ${COMPREPLY[@]}")
+    shown = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}"})
+    first, second = shown.stdout.splitlines()
+    assert first == "data" and {"ls", "show", "export", "quarantine"} <= set(second.split()), shown
+
+
+def test_no_color_means_plain_text_not_even_bold(tmp_path):
+    run_mint("init", cwd=tmp_path)
+    write_jsonl(tmp_path / "logs.jsonl", [chat_row("hi there")])
+    run_mint("ingest", "logs.jsonl", cwd=tmp_path)
+    styled = run_mint("data", "ls", cwd=tmp_path, env={"FORCE_COLOR": "1", "NO_COLOR": ""})
+    assert "\x1b[" in styled.stdout                     # a terminal gets its bold header
+    plain = run_mint("data", "ls", cwd=tmp_path, env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    assert plain.returncode == 0 and "default" in plain.stdout and "\x1b[" not in plain.stdout

@@ -239,7 +239,7 @@ def test_the_hardware_record_does_not_change_the_config_hash(amx_machine, monkey
 
 
 def test_train_dry_run_prints_the_resolved_settings_and_reasons_without_training(ws, amx_machine, capsys):
-    assert main(["train", "--dry-run", "--method", "sft", "--set", "max_steps=3"]) == 0
+    assert main(["train", "--dry-run", "--method", "sft", "--set", "max_steps=3", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["trl"]["max_steps"] == 3 and shown["trl"]["bf16"] is True
     assert "amx_bf16" in shown["hardware"]["choices"]["bf16"]["reason"]

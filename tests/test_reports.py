@@ -193,3 +193,42 @@ def test_a_malformed_loop_state_is_exit_2_naming_the_file(ws, candidate, report_
     message = capsys.readouterr().err
     assert str(state) in message and where in message and "Traceback" not in message
     assert not page.exists()                                            # nothing half-written
+
+
+def test_show_says_its_baseline_as_eval_does_and_latency_in_plain_milliseconds(ws, candidate, report_for, capsys):
+    revision = candidate()
+    path = report_for(revision)
+    data = json.loads(path.read_text())
+    data["baseline"] = {"revision_id": None, "label": "base", "report": "r" * 64,
+                        "metrics": {"core.pass_at_1": 0.0, "latency.p95_ms": 41234.5}}
+    data["metrics"] = {"core.pass_at_1": 0.25, "latency.p95_ms": 38460.2}
+    data["gates"] = [{"metric": "latency.p95_ms", "value": 38460.2, "baseline": 41234.5, "rule": "max 120000",
+                      "passed": True}]
+    path.write_text(json.dumps(data))
+    _register(ws, path)
+    assert main(["report", "show", "coding:v1"]) == 0
+    shown = capsys.readouterr().out
+    assert "baseline: base (generation 0: the bare base under this contract)" in " ".join(shown.split())
+    (row,) = [line for line in shown.splitlines() if "latency.p95_ms" in line]
+    assert "38,460" in row and "41,234" in row and "e+" not in shown
+
+
+def test_a_force_promoted_failing_revision_is_marked_forced(ws, candidate, report_for, tmp_path, capsys):
+    from mint.registry.promotion import promote
+    from mint.report_html import render_html
+    from mint.reports import generation_progress, lineage_report
+
+    revision = candidate()
+    _register(ws, _report(report_for(revision), revision, {"core.pass_at_1": 0.1}, False))
+    promote(ws, revision.ref, force=True, why="hotfix for the launch")
+    assert main(["report"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "champion (forced)" in shown
+    assert "coding:v1 was promoted with --force past its report's verdict (fail): hotfix for the launch" in shown
+    (generation,) = [g for g in generation_progress(ws)["coding"] if g.revision == "coding:v1"]
+    assert generation.forced == "hotfix for the launch" and generation.verdict == "fail"
+    page = render_html(lineage_report(ws))
+    progress = page.split("<table class='progress'>")[1].split("</table>")[0]
+    lineage = page.replace(progress, "")
+    assert "fail, promoted by force: hotfix for the launch" in progress         # the generations table
+    assert "fail, promoted by force: hotfix for the launch" in lineage          # and the lineage table

@@ -55,3 +55,20 @@ def test_an_unknown_or_ambiguous_run_is_exit_2_naming_recent_runs(ws, capsys):
     assert "recent: coding-sft" in capsys.readouterr().err
     assert main(["runs", "show", "coding-sft"]) == 2
     assert "matches 2 runs" in capsys.readouterr().err
+
+
+def test_piped_runs_ls_keeps_each_run_id_whole_on_its_line(ws):
+    """`mint runs ls | grep` or a CI log: the id `--resume` needs is never split over lines, whatever the width."""
+    from tests.conftest import run_mint
+
+    names = [f"genui-sft-20261203-11490{i}-31337{i}" for i in range(3)]
+    for name in names:
+        (ws.home / "runs" / name).mkdir(parents=True)
+        (ws.home / "runs" / name / "run.json").write_text(json.dumps({
+            "run": name, "specialist": "genui", "method": "sft", "dataset": "prod@03353adc6834f00d",
+            "base": "smollm2-135m"}))
+    done = run_mint("runs", "ls", env={"COLUMNS": ""})
+    assert done.returncode == 0, done.stderr
+    for name in names:
+        (line,) = [line for line in done.stdout.splitlines() if name in line]
+        assert "prod@03353adc6834f00d" in line and "genui" in line

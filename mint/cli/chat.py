@@ -30,7 +30,6 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
          max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Longest answer, in tokens."),
          tools: Optional[Path] = typer.Option(None, "--tools", help="A JSON file of tool definitions (OpenAI's "
                                               "format) the model may call; the tool-use specialist answers."),
-         config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
          json_out: bool = JSON_OPT) -> None:
     """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged.
 
@@ -46,21 +45,21 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
     from mint.project import load_project
 
     quiet_transformers()
-    project = load_project(config)
+    project = load_project()
     if specialist is not None and specialist not in project.names:
         raise BadInput(f"unknown specialist {specialist!r} (expected {', '.join(project.names)})",
                        field="--specialist")
     tool_list = read_tools(tools) if tools is not None else []
     if prompt is not None:
         reply = chat_once(prompt, base=base, system=system, max_new_tokens=max_new_tokens, specialist=specialist,
-                          ws=ws(), project=project, tools=tool_list)
+                          ws=ws(writes=True), project=project, tools=tool_list)
         if json_out:
             return print_json(reply)
         out.print(f"[bold]user:[/] {escape(reply.prompt)}", highlight=False)
         return _render_reply(reply)
     if max_new_tokens < 1:
         raise BadInput("must be at least 1", field="--max-new-tokens")
-    session = ChatSession(Mixture.open(ws(), project, base=base), system=system, max_new_tokens=max_new_tokens,
+    session = ChatSession(Mixture.open(ws(writes=True), project, base=base), system=system, max_new_tokens=max_new_tokens,
                           specialist=specialist, tools=tool_list)
     revisions = ", ".join(f"{k} {v}" for k, v in session.mixture.revisions().items())
     err.print(f"serving: {escape(revisions)}  (/help for commands, /quit to leave)")

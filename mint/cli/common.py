@@ -3,24 +3,58 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 from mint import __version__
+from mint.errors import BadInput
 
 app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
+
+# piped into a file, grep or a CI log, a table takes its natural width: an id split over lines can be neither
+# copied nor grepped (COLUMNS still sets a width)
+PIPED_WIDTH = 10_000
+
+
+class _Console(Console):
+    """A rich console that respects NO_COLOR entirely (no colour, no bold: plain text) and lays tables out to
+    the terminal's width on a terminal, and to their natural width when the output is not a terminal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if os.environ.get("NO_COLOR"):
+            kwargs["color_system"] = None     # rich's own NO_COLOR handling drops colours but keeps bold
+        super().__init__(**kwargs)
+
+    def _size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)
+        if self._width is None and not self.is_terminal and not (self._environ.get("COLUMNS") or "").isdigit():
+            return ConsoleDimensions(PIPED_WIDTH, size.height)
+        return size
+
+    size = property(_size, Console.size.fset)
+
+
 # soft_wrap: a message is never broken into lines by rich (a path split across two lines of a CI log can be
-# neither copied nor grepped); tables are still laid out to the console's width
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# neither copied nor grepped)
+out = _Console(soft_wrap=True)
+err = _Console(stderr=True, soft_wrap=True)        # progress and warnings: silent under --quiet
+problems = _Console(stderr=True, soft_wrap=True)   # errors: always said
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
-_state: dict[str, Any] = {"home": None, "registry": None}
+_state: dict[str, Any] = {"home": None, "registry": None, "config": None, "verbosity": 0}
+
+NO_PROJECT = "no mint.yaml here: run `mint init`, or pass --config / --home"
+
+
+class NoProject(BadInput):
+    """A command that writes to the workspace ran where there is no project (exit 2): nothing was written."""
 
 
 def sub_app(name: str, help: str) -> typer.Typer:
@@ -30,15 +64,33 @@ def sub_app(name: str, help: str) -> typer.Typer:
     return group
 
 
-def ws():
+def in_project() -> bool:
+    """A project is here: ./mint.yaml exists, or the command names its project file (--config, $MINT_CONFIG) or
+    its workspace (--home, $MINT_HOME)."""
+    return bool(_state["config"] or _state["home"]) or Path("mint.yaml").is_file()
+
+
+def ws(*, writes: bool = False):
     """The workspace named by --home / $MINT_HOME, else ./.mint; its registry named by --registry /
-    $MINT_REGISTRY_URL, else its SQLite file."""
+    $MINT_REGISTRY_URL, else its SQLite file.
+
+    A command that ``writes`` (ingest, train, eval, promote, loop, serve, ...) runs only in a project, so that
+    nothing is made silently in a folder that is not one. A read-only command also reads a workspace that
+    exists without a mint.yaml beside it, or a shared registry; without any, it says so (exit 2) and creates
+    nothing."""
     from mint.registry.backend import check_url
     from mint.workspace import workspace
 
     if _state["registry"]:
         check_url(_state["registry"], field="--registry (or MINT_REGISTRY_URL)")
-    return workspace(_state["home"], registry_url=_state["registry"])
+    chosen = workspace(_state["home"], registry_url=_state["registry"])
+    if chosen.home.exists() and not chosen.home.is_dir():
+        raise BadInput("is a file, not a workspace folder: point --home (or MINT_HOME) at a folder",
+                       file=str(chosen.home), field="--home")
+    # a read also needs no project where there is something to read: a workspace, or a shared registry
+    if not in_project() and (writes or not (chosen.home.is_dir() or chosen.registry_url)):
+        raise NoProject(NO_PROJECT)
+    return chosen
 
 
 def plain(value: Any) -> Any:
@@ -58,15 +110,120 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(plain(value), ensure_ascii=False, indent=2) + "\n")
 
 
+def number(value) -> str:
+    """A metric as people read it: ``0.8958``, ``38,460`` (never ``3.846e+04``), ``-`` for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def gate_outcome(gate: dict) -> str:
+    """A gate's result cell: pass, FAIL, or skipped (its rule says why)."""
+    if gate.get("skipped"):
+        return "[yellow]skipped[/]"
+    return "[green]pass[/]" if gate.get("passed") else "[red]FAIL[/]"
+
+
+def baseline_description(report: dict) -> str:
+    """What a report was measured against, as `mint eval` and `mint report show` both say it."""
+    baseline = report.get("baseline") or {}
+    measured = baseline.get("label") or ("base" if baseline.get("revision_id") is None else baseline["revision_id"])
+    if baseline.get("report") is None and report.get("source") == "predictions":
+        return measured + (" (no baseline: gates that compare with one fail; see --baseline-predictions)"
+                           if measured == "none" else " (scored from the file)")
+    if baseline.get("revision_id") is None:
+        return f"{measured} (generation 0: the bare base under this contract)"
+    return measured
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``1,024 episodes``."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def verbose() -> bool:
+    return _state["verbosity"] > 0
+
+
+def quiet() -> bool:
+    return _state["verbosity"] < 0
+
+
 def quiet_transformers() -> None:
+    """Silence transformers', TRL's and datasets' own warnings and progress bars (mint says what matters);
+    --verbose keeps them."""
     import warnings
 
+    if verbose():
+        return
     from transformers.utils import logging as hf_logging
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="trl")
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    quiet_datasets()
+
+
+def quiet_datasets() -> None:
+    """datasets' progress bars ("Saving the dataset ...") off, unless --verbose."""
+    if verbose():
+        return
+    from datasets.utils import logging as ds_logging
+
+    ds_logging.set_verbosity_error()
+    ds_logging.disable_progress_bar()
+
+
+class ProgressLines:
+    """Progress of a long command: a bar with ETA on a terminal; when stderr is not one (cron, CI, a pipe),
+    a plain line at most every ``every_s`` seconds and at the end of each task, so a log never sits silent for
+    minutes. Nothing under --json or --quiet."""
+
+    def __init__(self, enabled: bool = True, every_s: float = 10.0) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.enabled = enabled and not quiet()
+        self.live = self.enabled and err.is_terminal
+        self.every_s = every_s
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TimeRemainingColumn(), console=err, transient=True, disable=not self.live)
+        self.tasks: dict[str, Any] = {}
+        self.said: dict[str, float] = {}
+        self.started: dict[str, float] = {}
+
+    def __enter__(self) -> "ProgressLines":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, label: str, done: int, total: int | None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if label not in self.tasks:
+            self.tasks[label] = self.bar.add_task(label, total=total)
+            self.started[label] = now
+        self.bar.update(self.tasks[label], completed=done, total=total)
+        if self.live:
+            return
+        finished = total is not None and done >= total
+        if finished or now - self.said.get(label, self.started[label]) >= self.every_s or (done == 0 and
+                                                                                           label not in self.said):
+            self.said[label] = now
+            elapsed = now - self.started[label]
+            eta = ""
+            if total and 0 < done < total:
+                left = int(elapsed / done * (total - done))
+                eta = f"  ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
+            err.print(f"{label}: {done}/{total if total is not None else '?'}"
+                      + (f" in {elapsed:.0f}s" if finished else eta), highlight=False, markup=False)
 
 
 def _version_callback(value: bool) -> None:
@@ -75,10 +232,26 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+def set_verbosity(ctx: typer.Context, param: typer.CallbackParam, value: bool) -> None:
+    """-q / -v, on the root and on every command: set only when given, so a command's default does not undo
+    the root's."""
+    if value:
+        _state["verbosity"] = -1 if param.name == "quiet" else 1
+        err.quiet = param.name == "quiet"
+
+
+def reset_state() -> None:
+    """Each invocation starts from the defaults (tests call the CLI many times in one process)."""
+    _state.update(home=None, registry=None, config=None, verbosity=0)
+    err.quiet = False
+
+
 @app.callback()
 def _root(
     home: Optional[Path] = typer.Option(None, "--home", envvar="MINT_HOME",
                                         help="Workspace folder (default ./.mint)."),
+    config: Optional[Path] = typer.Option(None, "--config", envvar="MINT_CONFIG",
+                                          help="The project file (default ./mint.yaml)."),
     registry: Optional[str] = typer.Option(None, "--registry", envvar="MINT_REGISTRY_URL",
                                            help="A shared registry, postgresql://USER@HOST:PORT/DB (default: the "
                                                 "workspace's SQLite file)."),
@@ -87,3 +260,6 @@ def _root(
 ) -> None:
     _state["home"] = home
     _state["registry"] = registry
+    _state["config"] = config
+    if config is not None:   # the library (and the processes it starts) read the project file from here
+        os.environ["MINT_CONFIG"] = str(config.absolute())

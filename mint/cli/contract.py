@@ -2,22 +2,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from mint.cli.common import (
     JSON_OPT,
+    ProgressLines,
     app,
+    baseline_description,
     err,
+    gate_outcome,
+    number,
     out,
     print_json,
     quiet_transformers,
@@ -25,7 +23,8 @@ from mint.cli.common import (
     ws,
 )
 
-contract_app = sub_app("contract", "HCP contracts: harness, suites and gates.")
+contract_app = sub_app("contract", "Contracts: what \"better\" means for one specialist (the harness it runs in, the suites it is "
+                                   "measured on, the gates a candidate must pass).")
 
 
 @contract_app.command("check")
@@ -83,18 +82,12 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
     from mint.contract.evaluate import evaluate
 
     quiet_transformers()
-    bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeRemainingColumn(), console=err, transient=True, disable=json_out or not err.is_terminal)
-    tasks: dict[str, Any] = {}
-
-    def progress(suite: str, done: int, total: int) -> None:
-        if suite not in tasks:
-            tasks[suite] = bars.add_task(suite, total=total)
-        bars.update(tasks[suite], completed=done)
-
-    with bars:
-        result = evaluate(ws(), ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
-                          progress=progress, baseline_predictions=baseline_predictions)
+    workspace = ws(writes=True)
+    with ProgressLines(enabled=not json_out) as bars:
+        if not bars.live and bars.enabled:   # a log shows what runs before its first finished example
+            err.print(f"evaluating {ref or 'base'} under {contract} ...", highlight=False, markup=False)
+        result = evaluate(workspace, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions, base=base,
+                          progress=bars.update, baseline_predictions=baseline_predictions)
     report = result.report.to_dict()
     if json_out:
         print_json({**report, "report_path": result.report_path, "predictions_path": result.predictions_path})
@@ -112,20 +105,13 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
             for gate in gates:
                 table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
                               escape(gate["rule"]) if gate else "",
-                              ("[green]pass[/]" if gate["passed"] else "[red]FAIL[/]") if gate else "")
+                              gate_outcome(gate) if gate else "")
         for metric, gates in gated.items():
             for gate in gates:
                 table.add_row(metric, _fmt(gate["value"]), _fmt(gate["baseline"]), escape(gate["rule"]),
-                              "[green]pass[/]" if gate["passed"] else "[red]FAIL[/]")
+                              gate_outcome(gate))
         out.print(table)
-        measured = report["baseline"]["label"]
-        if report["baseline"]["report"] is None and report.get("source") == "predictions":
-            what = " (no baseline: gates that compare with one fail; see --baseline-predictions)" \
-                if measured == "none" else " (scored from the file)"
-        else:
-            what = " (generation 0: the bare base under this contract)" if report["baseline"]["revision_id"] is None \
-                else ""
-        out.print(f"baseline: {escape(measured)}{what}"
+        out.print(f"baseline: {escape(baseline_description(report))}"
                   "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
         if report.get("precision"):
             out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
@@ -138,5 +124,4 @@ def eval_command(ref: Optional[str] = typer.Argument(None, help="A revision, or 
         raise typer.Exit(1)
 
 
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.4g}"
+_fmt = number

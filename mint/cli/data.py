@@ -18,10 +18,14 @@ from rich.table import Table
 
 from mint.cli.common import (
     JSON_OPT,
+    ProgressLines,
     app,
+    counted,
     err,
     out,
     print_json,
+    problems,
+    quiet_datasets,
     sub_app,
     ws,
 )
@@ -39,7 +43,6 @@ def ingest(
     specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
                                              help="Label every record as this specialist's (a public dataset "
                                                   "meant for one specialist)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
     no_scrub: bool = typer.Option(False, "--no-scrub", help="Keep PII and secrets as they are."),
     max_record_bytes: int = typer.Option(1_000_000, "--max-record-bytes", help="Larger records are quarantined."),
     json_out: bool = JSON_OPT,
@@ -51,7 +54,7 @@ def ingest(
     from mint.data.ingest import ingest as run_ingest
     from mint.project import load_project
 
-    project = load_project(config)
+    project = load_project()
     fmt, file_formats = "auto", {}
     for entry in formats:
         name, sep, value = entry.rpartition("=")
@@ -60,7 +63,7 @@ def ingest(
         else:
             fmt = value
     with _ByteProgress(enabled=not json_out) as progress:
-        result = run_ingest(ws(), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
+        result = run_ingest(ws(writes=True), paths, dataset=dataset, fmt=fmt, project=project, scrub=not no_scrub,
                             max_record_bytes=max_record_bytes, progress=progress.advance, specialist=specialist,
                             file_formats=file_formats)
     if json_out:
@@ -88,9 +91,10 @@ def ingest(
         out.print(f"updated {result.episodes_updated:,} earlier episode(s) (later feedback or a longer re-log)")
     if result.reasons:
         out.print("quarantined: " + "; ".join(f"{escape(k)} ×{v}" for k, v in sorted(result.reasons.items()))
-                  + f"  → {escape(result.quarantine_file)}")
+                  + f"  → {escape(result.quarantine_file)} (`mint data quarantine {escape(result.dataset)}` shows "
+                  "each record's file, line, field and value)")
     if result.created:
-        out.print(f"[green]version {result.version}[/] of {result.dataset}: +{result.episodes_added:,} episodes, "
+        out.print(f"[green]version {result.version}[/] of {result.dataset}: +{counted(result.episodes_added, 'episode')}, "
                   f"{result.total_episodes:,} in all ({result.seconds:.1f}s)")
     else:
         out.print(f"nothing new: {result.dataset} stays at version {result.version or '(empty)'}")
@@ -103,40 +107,45 @@ def _exit_if_nothing_kept(result) -> None:
     for source in result.failed_sources:
         top = sorted(source.reasons.items(), key=lambda kv: -kv[1])[:3]
         level = "error" if result.kept_nothing else "[yellow]warning[/]"
-        err.print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
+        (problems if result.kept_nothing else err).print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
                   + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
-                  + " (try --format FILE=FORMAT, or see the quarantine)")
+                  + f" (try --format FILE=FORMAT, or see `mint data quarantine {escape(result.dataset)}`)")
     if result.kept_nothing:
         raise typer.Exit(2)
 
 
 class _ByteProgress:
-    """A rich progress bar per source, shown only for sources big enough to take a while."""
+    """Progress per source, shown only for sources big enough to take a while: a bar with bytes and ETA on a
+    terminal, plain lines (MiB read of MiB) when stderr is a pipe."""
 
     MIN_BYTES = 8 << 20
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and err.is_terminal
+        self.lines = ProgressLines(enabled=enabled)
+        self.live = self.lines.live
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TimeRemainingColumn(), console=err, transient=True)
+                                 TimeRemainingColumn(), console=err, transient=True, disable=not self.live)
         self.tasks: dict[str, Any] = {}
+        self.read: dict[str, int] = {}
 
     def __enter__(self) -> "_ByteProgress":
-        if self.enabled:
-            self.progress.start()
+        self.progress.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.enabled:
-            self.progress.stop()
+        self.progress.stop()
 
     def advance(self, label: str, n: int, total: int) -> None:
-        if not self.enabled or total < self.MIN_BYTES:
+        if not self.lines.enabled or total < self.MIN_BYTES:
             return
-        task = self.tasks.get(label)
-        if task is None:
-            task = self.tasks[label] = self.progress.add_task(label, total=total)
-        self.progress.advance(task, n)
+        if self.live:
+            task = self.tasks.get(label)
+            if task is None:
+                task = self.tasks[label] = self.progress.add_task(label, total=total)
+            self.progress.advance(task, n)
+            return
+        self.read[label] = self.read.get(label, 0) + n
+        self.lines.update(f"{label} (MiB)", self.read[label] >> 20, total >> 20)
 
 
 @data_app.command("ls")
@@ -164,7 +173,7 @@ def data_ls(json_out: bool = JSON_OPT) -> None:
 
 
 @data_app.command("show")
-def data_show(name: str, version: Optional[str] = typer.Option(None, "--version", "-v",
+def data_show(name: str, version: Optional[str] = typer.Option(None, "--version",
                                                                help="Hash prefix or vN (default: latest)."),
               head: int = typer.Option(5, "--head", "-n", help="How many episodes to print."),
               json_out: bool = JSON_OPT) -> None:
@@ -203,10 +212,44 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
             out.print(f"  [bold red]rejected {message['role']}:[/] {escape(text[:200])}", highlight=False)
 
 
+@data_app.command("quarantine")
+def data_quarantine(name: str = typer.Argument(..., metavar="DATASET"),
+                    limit: int = typer.Option(20, "--limit", "-n", help="Show the newest N entries."),
+                    reason: Optional[str] = typer.Option(None, "--reason", help="Only entries whose reason holds "
+                                                                                "this text, e.g. 'unknown role'."),
+                    json_out: bool = JSON_OPT) -> None:
+    """What ingest set aside for DATASET: each reason with its count, then the newest entries with their file,
+    line, field and the value found there.
+
+    Example: mint data quarantine prod --reason "unknown role"
+    """
+    from mint.data.datasets import read_quarantine
+
+    view = read_quarantine(ws(), name, limit=limit, reason=reason)
+    if json_out:
+        return print_json(view)
+    if not view.total:
+        out.print(f"nothing quarantined in {escape(name)}: every record ingest read became an episode")
+        return
+    out.print(f"{counted(view.total, 'record')} set aside in {escape(name)} ({escape(view.file)}): "
+              + "; ".join(f"{escape(kind)} ×{n}" for kind, n in view.reasons.items()))
+    if not view.entries:
+        out.print(f"no entry's reason holds {escape(repr(reason))}")
+        return
+    table = Table(title=f"the newest {counted(len(view.entries), 'entry', 'entries')}")
+    for column in ("where", "field", "value", "reason"):
+        table.add_column(column, overflow="fold")
+    for e in view.entries:
+        where = f"{e.file}:{e.line}" if e.line is not None else e.file
+        value = e.value if e.value is not None else (e.raw[:80] if e.field is None and e.raw else "-")
+        table.add_row(escape(where), escape(e.field or "(record)"), escape(value), escape(e.reason))
+    out.print(table)
+
+
 @data_app.command("export")
 def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                 fmt: str = typer.Option("openai", "--format", "-f", help="openai (JSONL file) | hf (save_to_disk folder)"),
-                version: Optional[str] = typer.Option(None, "--version", "-v",
+                version: Optional[str] = typer.Option(None, "--version",
                                                       help="Hash prefix or vN (default: latest)."),
                 specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
                                                          help="Only episodes labeled with this specialist."),
@@ -216,20 +259,33 @@ def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
                     "correction); none for hf."),
                 split: str = typer.Option("train", "--split", help="train (what `mint train` sees) | heldout "
                                           "(what live contract suites draw) | all."),
+                trl_type: str = typer.Option("auto", "--type", help="hf: TRL's dataset type, preference (prompt, "
+                                             "chosen, rejected: DPOTrainer reads the folder as it is) or "
+                                             "conversation (messages); auto: preference when every episode is a "
+                                             "pair."),
                 force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
                 json_out: bool = JSON_OPT) -> None:
-    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder.
-    Prints what it left out and why (the held-out split, thumbs-down answers, other specialists).
+    """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder (TRL's
+    columns). Prints what it left out and why (the held-out split, thumbs-down answers, other specialists).
 
     Example: mint data export default train.jsonl --specialist coding --min-rating 1
+    Example: mint data export prefs prefs-hf --format hf   # preference pairs: load_from_disk, then DPOTrainer
     """
     from mint.data.datasets import export_dataset
 
+    if fmt == "hf":
+        quiet_datasets()     # datasets' own progress bars ("Saving the dataset") stay off; --verbose shows them
     result = export_dataset(ws(), name, fmt, out_path, version, specialist, force,
-                            min_rating="default" if min_rating is None else min_rating, split=split)
+                            min_rating="default" if min_rating is None else min_rating, split=split,
+                            trl_type=trl_type)
     if json_out:
         return print_json(result)
-    out.print(f"exported {result.episodes:,} episodes of {result.dataset}@{result.version} ({result.split} split) "
-              f"as {result.format} → {result.out}")
+    shape = {"preference": " (TRL preference: prompt, chosen, rejected)",
+             "conversation": " (TRL conversational: messages)"}.get(result.trl_type or "", "")
+    out.print(f"exported {counted(result.episodes, 'episode')} of {result.dataset}@{result.version} "
+              f"({result.split} split) as {result.format}{shape} → {result.out}")
+    if result.trl_type == "conversation" and result.preference_pairs:
+        out.print(f"{counted(result.preference_pairs, 'preference pair')} keep their rejected answers in the "
+                  "`preference` column; --type preference writes them as TRL's prompt, chosen and rejected")
     if result.left_out:
         out.print("left out: " + "; ".join(f"{escape(why)} {n:,}" for why, n in result.left_out.items()))

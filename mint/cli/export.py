@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -14,7 +13,6 @@ export_app = sub_app("export", "Hand the champions to another serving stack.")
 
 @export_app.command("vllm")
 def export_vllm_command(target: Path = typer.Argument(..., help="A new folder for the adapters and launch files."),
-                        config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
                         json_out: bool = JSON_OPT) -> None:
     """Write what serves every current champion on vLLM: adapters, launch command (--lora-modules,
     --max-lora-rank), and a note on running mint's router beside it.
@@ -24,7 +22,7 @@ def export_vllm_command(target: Path = typer.Argument(..., help="A new folder fo
     from mint.mol.export import export_vllm
     from mint.project import load_project
 
-    result = export_vllm(ws(), load_project(config), target)
+    result = export_vllm(ws(), load_project(), target)
     if json_out:
         return print_json(result)
     out.print(f"{len(result.adapters)} champions for vLLM in {escape(result.out)}: "

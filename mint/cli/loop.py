@@ -70,7 +70,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         elif event["event"] == "note":
             err.print(escape(event["message"]))
 
-    result = run_loop(ws(), recipe, iterations=iterations, resume=resume, dry_run=dry_run, events=events)
+    result = run_loop(ws(writes=not dry_run), recipe, iterations=iterations, resume=resume, dry_run=dry_run, events=events)
     if json_out:
         print_json(result)
     elif result.status == "dry run":
@@ -172,7 +172,7 @@ def _render_progress(result) -> None:
                 if t and t.reading else ""
             verdict = "" if not r.generation else \
                 ("[green]promoted[/]" if r.decision == "promoted" else "[red]rejected[/]" if r.decision == "rejected"
-                 else r.decision or "-") + \
+                 else r.decision or "-") + (" by force" if r.forced else "") + \
                 f" ({r.verdict or 'not evaluated'})"
             table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
                           f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",

@@ -1,14 +1,12 @@
 """mint monitor."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, err, out, print_json, ws
+from mint.cli.common import JSON_OPT, app, err, out, print_json, problems, ws
 
 
 def _pct(value) -> str:
@@ -21,7 +19,6 @@ def _ms(value) -> str:
 
 @app.command("monitor")
 def monitor_command(window: str = typer.Option("1d", "--window", help="1h, 1d or 7d."),
-                    config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
                     json_out: bool = JSON_OPT) -> None:
     """Routing share per specialist vs the previous window and the router's held-out split, feedback, latency and
     traffic per revision. Exits 1 when an alert fires (for cron).
@@ -31,7 +28,7 @@ def monitor_command(window: str = typer.Option("1d", "--window", help="1h, 1d or
     from mint.mol.monitor import monitor
     from mint.project import load_project
 
-    result = monitor(ws(), load_project(config), window=window)
+    result = monitor(ws(), load_project(), window=window)
     if json_out:
         print_json(result)
     else:
@@ -50,6 +47,6 @@ def monitor_command(window: str = typer.Option("1d", "--window", help="1h, 1d or
         if result.skipped:
             err.print(f"{result.skipped} log lines skipped: not a turn with a time and a specialist (torn or edited)")
         for alert in result.alerts:
-            err.print(f"[red]alert:[/] {escape(alert)}", highlight=False)
+            problems.print(f"[red]alert:[/] {escape(alert)}", highlight=False)
     if result.alerts:
         raise typer.Exit(1)

@@ -102,16 +102,22 @@ def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
     """
     from mint.registry import queries
 
-    events = queries.history(ws(), specialist)
+    workspace = ws()
+    events = queries.history(workspace, specialist)
+    names = queries.refs(workspace, [i for e in events for i in (e.old, e.new)])
     if json_out:
-        return print_json({"events": events})
+        return print_json({"events": events, "refs": names})
+    if not events:
+        out.print(f"no events for {escape(specialist)} yet: `mint promote {escape(specialist)}:vN` makes the first")
+        return
     table = Table(title=f"history of {specialist}")
     for column in ("#", "when", "who", "action", "old", "new", "contract", "reason"):
         table.add_column(column)
     for e in events:
         contract = f"{e.contract_name} v{e.contract_version}" if e.contract_name else "-"
-        table.add_row(str(e.seq), e.at, f"{e.user}@{e.host}:{e.pid}", e.action, (e.old or "-")[:12],
-                      (e.new or "-")[:12], contract, escape(e.reason or "-"))
+        table.add_row(str(e.seq), e.at, f"{e.user}@{e.host}:{e.pid}", e.action,
+                      names.get(e.old, (e.old or "-")[:12]), names.get(e.new, (e.new or "-")[:12]), contract,
+                      escape(e.reason or "-"))
     out.print(table)
 
 
@@ -122,8 +128,6 @@ def registry_import(directory: Path,
                                                        help="Default: the base the adapter's adapter_config.json "
                                                             "names, else mint.yaml's base."),
                     new: bool = typer.Option(False, "--new", help="Start a specialist that mint.yaml does not list."),
-                    config: Optional[Path] = typer.Option(None, "--config", help="The project file (default "
-                                                                                  "./mint.yaml)."),
                     json_out: bool = JSON_OPT) -> None:
     """Register an external PEFT adapter (safetensors) after checking it fits the base.
 
@@ -132,7 +136,7 @@ def registry_import(directory: Path,
     from mint.registry.transfer import import_adapter
 
     quiet_transformers()
-    result = import_adapter(ws(), directory, specialist=specialist, base=base, config=config, new=new)
+    result = import_adapter(ws(writes=True), directory, specialist=specialist, base=base, new=new)
     if json_out:
         return print_json(result)
     out.print(f"registered [bold]{result.ref}[/] ({result.revision.id}) as a candidate, on base "
@@ -190,7 +194,7 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
     """
     from mint.registry.maintenance import gc
 
-    result = gc(ws(), keep=keep, dry_run=dry_run)
+    result = gc(ws(writes=not dry_run), keep=keep, dry_run=dry_run)
     if json_out:
         return print_json(result)
     verb = "would remove" if dry_run else "removed"
@@ -234,7 +238,7 @@ def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", he
     from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote as run_promote
 
-    _render_move(run_promote(ws(), ref, report_path=report, force=force, why=why,
+    _render_move(run_promote(ws(writes=True), ref, report_path=report, force=force, why=why,
                              identify_contract=contract_identity), json_out)
 
 
@@ -246,7 +250,7 @@ def reject(ref: str, why: str = typer.Option(..., "--why", help="The reason, kep
     """
     from mint.registry.promotion import reject as run_reject
 
-    _render_move(run_reject(ws(), ref, why=why), json_out)
+    _render_move(run_reject(ws(writes=True), ref, why=why), json_out)
 
 
 @app.command()
@@ -264,7 +268,7 @@ def rollback(specialist: str,
     """
     from mint.registry.promotion import rollback as run_rollback
 
-    _render_move(run_rollback(ws(), specialist, why=why, expect=expect, to=to), json_out)
+    _render_move(run_rollback(ws(writes=True), specialist, why=why, expect=expect, to=to), json_out)
 
 
 def _render_move(move, json_out: bool) -> None:

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, out, print_json, ws
+from mint.cli.common import JSON_OPT, app, number, out, print_json, ws
 
 report_app = typer.Typer(help="The lineage of every specialist with its metrics and gates; evaluation reports.\n\n"
                               "Examples:\n\n\b\n  mint report --html report.html\n  mint report show coding:v3\n"
@@ -45,16 +45,20 @@ def report_lineage(ctx: typer.Context,
             table.add_column(column, overflow="fold")
         for g in entry["generations"]:
             metric = g["primary"]
-            table.add_row(g["ref"], g["parent"] or "-", g["status"], escape(metric or "-"),
+            status = f"{g['status']} (forced)" if g.get("forced") else g["status"]
+            table.add_row(g["ref"], g["parent"] or "-", status, escape(metric or "-"),
                           _num(g["baseline_metrics"].get(metric) if metric else None),
                           _num(g["metrics"].get(metric) if metric else None), g["verdict"] or "-")
         out.print(table)
+        for g in entry["generations"]:
+            if g.get("forced"):
+                out.print(f"{g['ref']} was promoted with --force past its report's verdict "
+                          f"({g['verdict'] or 'none'}): {escape(g['forced'])}")
     if html is not None:
         out.print(f"wrote {escape(str(html))}")
 
 
-def _num(value) -> str:
-    return "-" if value is None else f"{value:.4g}"
+_num = number
 
 
 def _gate(passed) -> str:
@@ -69,6 +73,7 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
 
     Example: mint report show genui:v1
     """
+    from mint.cli.common import baseline_description, gate_outcome
     from mint.reports import load_report
 
     report = load_report(ws(), ref)
@@ -83,10 +88,10 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
         gate = gates.get(metric) or {}
         value = report.metrics.get(metric, gate.get("value"))
         table.add_row(escape(str(metric)), _num(value), _num(gate.get("baseline", base_metrics.get(metric))),
-                      escape(str(gate.get("rule", ""))), _gate(gate.get("passed")))
+                      escape(str(gate.get("rule", ""))), gate_outcome(gate) if gate else "")
     out.print(table)
-    out.print(f"verdict: {escape(report.verdict)}  baseline: "
-              f"{escape(str(report.baseline.revision_id or 'none'))}  source: {escape(report.source)}")
+    out.print(f"verdict: {escape(report.verdict)}  baseline: {escape(baseline_description(report.to_dict()))}  "
+              f"source: {escape(report.source)}")
     out.print(f"report: {escape(str(report.path))}")
 
 

@@ -1,7 +1,6 @@
 """mint route."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -15,7 +14,6 @@ from mint.cli.common import JSON_OPT, app, out, print_json, quiet_transformers, 
 def route_command(text: str = typer.Argument(..., help="One user turn."),
                   tools: bool = typer.Option(False, "--tools", help="The turn comes with tool definitions."),
                   base: Optional[str] = typer.Option(None, "--base", "-b", help="Base for the probe (default: the router's)."),
-                  config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
                   json_out: bool = JSON_OPT) -> None:
     """Which specialist answers TEXT, its probability per specialist, and whether rules or the probe decided.
 
@@ -25,7 +23,7 @@ def route_command(text: str = typer.Argument(..., help="One user turn."),
     from mint.project import load_project
 
     quiet_transformers()
-    route = route_text(ws(), text, project=load_project(config), tools=tools, base=base)
+    route = route_text(ws(), text, project=load_project(), tools=tools, base=base)
     if json_out:
         return print_json({"specialist": route.specialist, "probabilities": route.probabilities,
                            "decided_by": route.decided_by, "revision": route.revision})

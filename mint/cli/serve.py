@@ -84,7 +84,7 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
         if not keys and not insecure and not is_loopback(bound):
             raise BadInput(f"{host} can be reached from other machines, and no API key is set: give --api-key "
                            "(or MINT_API_KEY), or --insecure to serve anyone who reaches the port", field="--host")
-        workspace = ws()
+        workspace = ws(writes=True)
         log = TurnLog(workspace, retention_days=retention_days)
         log.forget_expired()
         if upstream is not None:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, ws
+from mint.cli.common import JSON_OPT, app, counted, err, out, print_json, quiet_transformers, ws
 
 
 @app.command("train")
@@ -48,21 +48,23 @@ def train_command(
 
         preview = preview_training(ws(), project, specialist, data=data, method=method, config=config, sets=sets)
         settings, examples = preview.settings, preview.examples
-        if json_out or examples is None:
-            plain = asdict(settings) if is_dataclass(settings) else settings
+        plain = asdict(settings) if is_dataclass(settings) else settings
+        if json_out:
             return print_json({**plain, **({"examples": asdict(examples)} if examples else {})})
-        print_json(settings)
-        table = Table(title=f"{examples.method} examples from {escape(examples.dataset)} ({examples.specialist})")
-        table.add_column("")
-        table.add_column("episodes", justify="right")
-        table.add_row(f"[bold]examples[/] (at least {examples.needed} needed)", f"{examples.examples:,}")
-        for why, n in sorted(examples.left_out.items(), key=lambda kv: -kv[1]):
-            table.add_row(f"left out: {escape(why)}", f"{n:,}")
-        out.print(table)
+        _render_settings(plain)
+        if examples is not None:
+            table = Table(title=f"{examples.method} examples from {escape(examples.dataset)} ({examples.specialist})")
+            table.add_column("")
+            table.add_column("episodes", justify="right")
+            table.add_row(f"[bold]examples[/] (at least {examples.needed} needed)", f"{examples.examples:,}")
+            for why, n in sorted(examples.left_out.items(), key=lambda kv: -kv[1]):
+                table.add_row(f"left out: {escape(why)}", f"{n:,}")
+            out.print(table)
+        out.print("(--json prints the whole plan, with the hardware probe's figures)")
         return
     display = TrainDisplay(live=err.is_terminal and not json_out)
     with display.bar:
-        result = train_specialist(ws(), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
+        result = train_specialist(ws(writes=True), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
                                   config=config, sets=sets, resume=resume, num_processes=num_processes,
                                   accelerate_config=accelerate_config, env=env, progress=display.update)
     if json_out:
@@ -72,9 +74,43 @@ def train_command(
             err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     resumed = f", resumed from step {result.resumed_from_step}" if result.resumed_from_step else ""
     loss = result.metrics.get("train_loss")
-    out.print(f"[bold]{result.ref}[/] ({result.revision_id[:12]}): {result.method} on {result.examples} examples, "
-              f"{result.steps} steps{resumed}, train loss {loss:.4g}" if loss is not None else f"[bold]{result.ref}[/]")
+    out.print(f"[bold]{result.ref}[/] ({result.revision_id[:12]}): {result.method} on "
+              f"{counted(result.examples, 'example')}, {counted(result.steps, 'step')}{resumed}, train loss {loss:.4g}"
+              if loss is not None else f"[bold]{result.ref}[/]")
     out.print(f"run: {escape(result.run_dir)}")
+
+
+def _render_settings(plan: dict) -> None:
+    """What a run would use, as tables: each setting with its value, and the hardware-aware choices with why."""
+    def shown(value) -> str:
+        return escape(", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+
+    table = Table(title=f"{plan.get('method', '')} settings".strip())
+    for column in ("setting", "value"):
+        table.add_column(column)
+    for block in ("lora", "trl"):
+        for key, value in (plan.get(block) or {}).items():
+            table.add_row(f"{block}.{key}", shown(value))
+    if plan.get("rewards"):
+        table.add_row("rewards", shown(plan["rewards"]))
+    why = plan.get("why") if isinstance(plan.get("why"), dict) else {}
+    if why:
+        table.add_column("why")
+    for key, value in plan.items():   # what a kind of its own plans (the router's probe), flat
+        if key not in ("method", "lora", "trl", "rewards", "hardware") and not isinstance(value, dict):
+            table.add_row(key, shown(value), *([shown(why.get(key, ""))] if why else []))
+    out.print(table)
+    hardware = plan.get("hardware") or {}
+    choices = {**(hardware.get("choices") or {}),
+               **({"torch_threads": hardware["torch_threads"]} if "torch_threads" in hardware else {})}
+    if choices:
+        why = Table(title="chosen for this machine")
+        for column in ("setting", "value", "why"):
+            why.add_column(column)
+        for key, choice in choices.items():
+            if isinstance(choice, dict):
+                why.add_row(key, shown(choice.get("value")), escape(str(choice.get("reason", ""))))
+        out.print(why)
 
 
 class TrainDisplay:

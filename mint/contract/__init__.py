@@ -1,1 +1,1 @@
-"""HCP contracts: the harness, the suites and the gates that define "better" for one specialist."""
+"""Contracts: the harness, the suites and the gates that define "better" for one specialist."""

@@ -137,8 +137,10 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
     paired = paired_deltas(contract, rows, baseline.rows)
+    no_latency = None if any(k.startswith("latency.") for k in metrics) else \
+        "the predictions carry no latency_ms" if predictions is not None else "no example's latency was measured"
     gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
-                        {s.name: len(r) for s, r in suites}, paired)
+                        {s.name: len(r) for s, r in suites}, paired, no_latency)
     label = revision.ref if revision else ("base" if is_base else (ref or "predictions"))
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     report = Report(
@@ -148,7 +150,7 @@ def _evaluate(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, li
                                 report=baseline.report_id),
         # what every generation compared under this contract on this host decodes at, and why
         precision=precision.record(),
-        metrics=metrics, gates=[asdict(g) for g in gates],
+        metrics=metrics, gates=[{k: v for k, v in asdict(g).items() if k != "skipped" or v} for g in gates],
         verdict="pass" if all(g.passed for g in gates) else "fail",
         examples={suite.name: len(records) for suite, records in suites},
         examples_sha256=examples_sha256,
@@ -350,7 +352,7 @@ def _champion_baseline(ws, contract, champion_id, examples_sha256, limit, base, 
     if found is not None:
         return _load_baseline(ws, found), False
     result = _evaluate(ws, queries.revision_ref(ws, champion_id), contract, out_dir=None, limit=limit, predictions=None, base=base,
-                       progress=progress, loaded=loaded, resolved=resolved)
+                       progress=_labelled(progress, "baseline"), loaded=loaded, resolved=resolved)
     return _load_baseline(ws, result.report), True
 
 
@@ -368,8 +370,15 @@ def _base_baseline(ws, contract, base_name, examples_sha256, limit, progress, lo
     if found is not None:
         return _load_baseline(ws, found), False
     result = _evaluate(ws, "base", contract, out_dir=None, limit=limit, predictions=None, base=base_name,
-                       progress=progress, loaded=loaded, resolved=resolved)
+                       progress=_labelled(progress, "baseline"), loaded=loaded, resolved=resolved)
     return _load_baseline(ws, result.report), True
+
+
+def _labelled(progress: EvalProgress | None, label: str) -> EvalProgress | None:
+    """The baseline's suites are reported as ``baseline core``, apart from the candidate's ``core``."""
+    if progress is None:
+        return None
+    return lambda suite, done, total: progress(f"{label} {suite}", done, total)
 
 
 def _base_fingerprint(base_name: str, loaded: dict) -> str:

@@ -22,6 +22,7 @@ class GateResult:
     rule: str
     passed: bool
     delta: dict | None = None   # PairedDelta as a dict: n, delta, low, high, method, ...
+    skipped: bool = False       # not checked, and why is its rule (latency where no example carried any)
 
 
 def lower_is_better(contract: Contract, metric: str) -> bool:
@@ -35,11 +36,15 @@ def _interval(paired: PairedDelta) -> str:
 
 
 def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | None,
-               paired: PairedDelta | None) -> GateResult:
+               paired: PairedDelta | None, no_latency: str | None = None) -> GateResult:
     """``paired``: the candidate-minus-baseline delta of ``gate.metric`` over the examples both were scored on;
-    ``baseline`` None: there is no baseline at all, and a gate that compares with one fails naming it."""
+    ``baseline`` None: there is no baseline at all, and a gate that compares with one fails naming it.
+    ``no_latency``: why no example carries a latency (predictions without ``latency_ms``): a latency gate is
+    then skipped, saying so, instead of failing for a measurement that was never made."""
     value = metrics.get(gate.metric)
     reference = (baseline or {}).get(gate.metric)
+    if value is None and no_latency and gate.metric.startswith("latency."):
+        return GateResult(gate.metric, None, reference, f"skipped: {no_latency}", True, None, skipped=True)
     lower = lower_is_better(contract, gate.metric)
     rules, passed = [], value is not None
     if gate.min is not None:
@@ -74,9 +79,11 @@ def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | N
 
 
 def apply_gates(contract: Contract, metrics: dict, baseline: dict | None, examples: dict[str, int],
-                paired: dict[str, PairedDelta]) -> list[GateResult]:
-    """``examples``: records per suite; ``promotion.min_examples`` applies to each suite on its own."""
-    results = [check_gate(contract, gate, metrics, baseline, paired.get(gate.metric)) for gate in contract.gates]
+                paired: dict[str, PairedDelta], no_latency: str | None = None) -> list[GateResult]:
+    """``examples``: records per suite; ``promotion.min_examples`` applies to each suite on its own;
+    ``no_latency``: why no latency was measured, when none was (latency gates are then skipped)."""
+    results = [check_gate(contract, gate, metrics, baseline, paired.get(gate.metric), no_latency)
+               for gate in contract.gates]
     needed = max(1, contract.min_examples)
     for suite, count in examples.items():
         if contract.min_examples > 1 or count == 0:

@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 from mint.errors import BadInput, Refused
 from mint.jsonl import read_jsonl
+from mint.text import closest
 from mint.workspace import Workspace, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
@@ -157,8 +158,10 @@ def list_names(ws: Workspace) -> list[str]:
     return sorted(p.name for p in ws.datasets.iterdir() if p.is_dir() and read_head(p))
 
 
-def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tuple[Path, dict]:
-    """The manifest of ``version`` (a hash prefix, ``vN``, ``latest`` or None for the head)."""
+def resolve_version(ws: Workspace, name: str, version: str | None = None, *,
+                    field: str = "--version") -> tuple[Path, dict]:
+    """The manifest of ``version`` (a hash prefix, ``vN``, ``latest`` or None for the head); an error names
+    ``field``, the option the version came from (``--data`` takes ``NAME@VERSION``)."""
     directory = dataset_dir(ws, name)
     versions = chain(directory, read_head(directory))
     if version in (None, "", "latest", "head"):
@@ -170,7 +173,10 @@ def resolve_version(ws: Workspace, name: str, version: str | None = None) -> tup
         return directory, read_manifest(directory, matches[0])
     listing = ", ".join(f"v{i}={v}" for i, v in enumerate(versions, 1))
     why = "is ambiguous" if matches else "matches no version"
-    raise BadInput(f"{version!r} {why} of dataset {name!r} ({listing})", field="--version")
+    given = f"{name}@{version}" if field == "--data" else repr(version)
+    raise BadInput(f"{given}: {version!r} {why} of dataset {name!r} (it has {listing}; a version is vN or a "
+                   "hash prefix)" if field == "--data" else f"{given} {why} of dataset {name!r} ({listing})",
+                   field=field)
 
 
 def version_hash(parent: str | None, episodes: Path, superseded: Path) -> str:
@@ -300,6 +306,105 @@ def show_dataset(ws: Workspace, name: str, version: str | None = None, head: int
                        str(directory / QUARANTINE_FILE))
 
 
+# --- the quarantine, as people read it --------------------------------------------
+
+def reason_kind(reason: str) -> str:
+    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
+    for prefix in ("invalid JSON", "record over the size cap", "not UTF-", "unreadable", "could not be processed"):
+        if reason.startswith(prefix):
+            return prefix
+    return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
+
+
+_FIELD_PATH = re.compile(r"[A-Za-z_][\w-]*(\[\d+\])*(\.[A-Za-z_][\w-]*(\[\d+\])*)*")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class QuarantineEntry:
+    """One record ingest set aside: where it was, which field, what it held there and why it was refused."""
+
+    file: str
+    line: int | None
+    field: str | None               # ``conversations[0].from``; None when the whole record was refused
+    value: str | None               # the field's value as JSON (``"usr"``), ``missing``, or None when not known
+    reason: str                     # the reason without its field: ``unknown role 'usr'``
+    raw: str | None                 # the record as read (cut to its first characters, scrubbed)
+    version: str | None             # the dataset version the ingest that set it aside left
+
+
+@dataclass(frozen=True)
+class QuarantineView:
+    dataset: str
+    file: str                       # quarantine.jsonl
+    total: int
+    reasons: dict[str, int]         # reason kinds, most frequent first
+    entries: list[QuarantineEntry]  # the newest ``limit``, newest last
+
+
+def _field_value(raw: str | None, field: str) -> str | None:
+    """The JSON of what ``raw`` holds at ``field`` (``messages[0].role``), ``missing`` where the record has no
+    such field, None where ``raw`` is not JSON (or was cut short)."""
+    try:
+        value = json.loads(raw) if raw else _MISSING
+    except ValueError:
+        return None
+    if value is _MISSING:
+        return None
+    for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
+        if index:
+            value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else _MISSING
+        else:
+            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is _MISSING:
+            return "missing"
+    return json.dumps(value, ensure_ascii=False)[:200]
+
+
+def quarantine_entry(record: dict) -> QuarantineEntry:
+    """A quarantine line as mint wrote it (``source``, ``reason``, ``raw``) read into its parts."""
+    source = str(record.get("source") or "")
+    file, _, line = source.rpartition(":")
+    if not line.isdigit():
+        file, line = source, ""
+    reason = str(record.get("reason") or "")
+    field, sep, rest = reason.partition(": ")
+    raw = record.get("raw") if isinstance(record.get("raw"), str) else None
+    if sep and _FIELD_PATH.fullmatch(field):
+        value = _field_value(raw, field)
+        return QuarantineEntry(file, int(line) if line else None, field, value, rest, raw, record.get("version"))
+    return QuarantineEntry(file, int(line) if line else None, None, None, reason, raw, record.get("version"))
+
+
+def read_quarantine(ws: Workspace, name: str, *, limit: int = 20, reason: str | None = None) -> QuarantineView:
+    """What ingests into ``name`` set aside: every reason with its count, and the newest ``limit`` entries
+    (those whose reason contains ``reason``, when given) with file, line, field and value."""
+    from collections import Counter, deque
+
+    check_name(name)
+    if limit < 0:
+        raise BadInput("must be 0 or more", field="--limit")
+    directory = ws.datasets / name
+    if not directory.is_dir():
+        known = ", ".join(list_names(ws) + _quarantine_only(ws)) or "none yet"
+        raise BadInput(f"no dataset {name!r}{closest(name, list_names(ws) + _quarantine_only(ws))} "
+                       f"(datasets: {known})", field="DATASET")
+    path = directory / QUARANTINE_FILE
+    kinds: Counter = Counter()
+    newest: deque = deque(maxlen=limit)     # the file is append-only, oldest first
+    total = 0
+    if path.exists():
+        for _number, record in read_jsonl(path, torn="skip"):
+            if not isinstance(record, dict) or "reason" not in record:
+                continue   # not an entry mint wrote
+            total += 1
+            kinds[reason_kind(str(record["reason"]))] += 1
+            if reason is None or reason in str(record["reason"]):
+                newest.append(record)
+    return QuarantineView(name, str(path), total, dict(kinds.most_common()),
+                          [quarantine_entry(record) for record in newest])
+
+
 # --- export ----------------------------------------------------------------------
 
 @dataclass
@@ -312,9 +417,15 @@ class ExportResult:
     split: str = "train"
     # episodes of the version not written, by why: "held-out split", "rated below N", "specialist X"
     left_out: dict[str, int] = field(default_factory=dict)
+    # hf: TRL's dataset type written, "preference" (prompt, chosen, rejected) or "conversation" (messages)
+    trl_type: str | None = None
+    preference_pairs: int = 0       # preference episodes among those written
 
 
 EXPORT_SPLITS = ("train", "heldout", "all")
+# --format hf --type: TRL's preference type (prompt, chosen, rejected), its conversational language-modeling type
+# (messages), or preference when every episode written is a pair and messages otherwise
+EXPORT_TYPES = ("auto", "preference", "conversation")
 # file suffixes that say a single file; --format hf writes a folder
 _FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".gz", ".zst", ".txt")
 
@@ -400,15 +511,24 @@ def with_correction(episode: dict) -> dict:
 
 def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str | None = None,
                    specialist: str | None = None, force: bool = False, *,
-                   min_rating: int | None | str = "default", split: str = "train") -> ExportResult:
+                   min_rating: int | None | str = "default", split: str = "train",
+                   trl_type: str = "auto") -> ExportResult:
     """Write ``version`` of ``name`` to ``out``. ``min_rating``: leave out episodes rated lower
     (-1, 0 or 1; None keeps all; "default": 0 for fine-tuning formats, None for a dataset folder).
     ``split``: train (default: what `mint train` sees), heldout (what live contract suites draw) or all.
-    The result counts what was left out and why."""
+    ``trl_type`` (hf): ``preference`` writes preference episodes as TRL's conversational ``prompt``, ``chosen``,
+    ``rejected`` columns (DPOTrainer reads the folder as it is), ``conversation`` every episode as ``messages``;
+    ``auto`` the first when every episode written is a pair. The result counts what was left out and why."""
     if fmt not in EXPORT_FORMATS:
-        raise BadInput(f"unknown export format {fmt!r} (expected {' or '.join(EXPORT_FORMATS)})", field="--format")
+        raise BadInput(f"unknown export format {fmt!r}{closest(fmt, EXPORT_FORMATS)} (expected "
+                       f"{' or '.join(EXPORT_FORMATS)})", field="--format")
     if split not in EXPORT_SPLITS:
         raise BadInput(f"unknown split {split!r} (expected {', '.join(EXPORT_SPLITS)})", field="--split")
+    if trl_type not in EXPORT_TYPES:
+        raise BadInput(f"unknown type {trl_type!r}{closest(trl_type, EXPORT_TYPES)} (expected {', '.join(EXPORT_TYPES)})",
+                       field="--type")
+    if trl_type != "auto" and fmt != "hf":
+        raise BadInput("--type chooses the columns of --format hf; --format openai writes messages", field="--type")
     if fmt == "hf" and out.suffix.lower() in _FILE_SUFFIXES:
         raise BadInput(f"--format hf writes a dataset folder (save_to_disk), not a {out.suffix} file; give a "
                        "folder path, or use --format openai for JSON Lines", file=str(out))
@@ -433,7 +553,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
                        field="--specialist")
     episodes = itertools.chain([first], episodes)
     out = out.absolute()
-    count = 0
+    count = pairs = 0
     with staging_dir(out.parent, out.name) as tmp:
         if fmt == "openai":
             target = tmp / "export.jsonl"
@@ -442,17 +562,30 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
                     f.write(json.dumps(to_openai(episode), ensure_ascii=False) + "\n")
                     count += 1
                     if episode.get("preference"):   # a chat file holds the chosen side only
+                        pairs += 1
                         why = "rejected answers of preference pairs (--format hf keeps them)"
                         left_out[why] = left_out.get(why, 0) + 1
             final_tmp = target
         else:
-            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset", min_rating, split)
+            # what the rows will be, counted here: the worker that makes the dataset only writes them
+            left_out, pairs, conversations = {}, 0, 0
+            for episode in rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split,
+                                           left_out), min_rating, left_out):
+                if episode.get("preference"):
+                    pairs += 1
+                else:
+                    conversations += 1
+            if trl_type == "auto":
+                trl_type = "preference" if pairs and not conversations else "conversation"
+            if trl_type == "preference":
+                if not pairs:
+                    raise BadInput(f"{name}@{manifest['version']} has no preference episodes to write as prompt, "
+                                   "chosen and rejected here; --type conversation writes its episodes as messages",
+                                   field="--type")
+                if conversations:
+                    left_out["episodes without a rejected answer (--type conversation writes them)"] = conversations
+            count = _save_hf(ws, name, manifest["version"], specialist, tmp / "dataset", min_rating, split, trl_type)
             final_tmp = tmp / "dataset"
-            # the rows were counted in the worker that made the dataset: count what it left out here
-            left_out = {}
-            for _episode in rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split,
-                                            left_out), min_rating, left_out):
-                pass
         if out.exists():
             (shutil.rmtree if out.is_dir() else Path.unlink)(out)
         if final_tmp.is_dir():
@@ -460,39 +593,57 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
         else:
             final_tmp.rename(out)
     shutil.rmtree(tmp, ignore_errors=True)
-    return ExportResult(name, manifest["version"], fmt, str(out), count, split, left_out)
+    return ExportResult(name, manifest["version"], fmt, str(out), count, split, left_out,
+                        trl_type if fmt == "hf" else None, pairs)
+
+
+def _hf_message(m: dict) -> dict:
+    """One message as an Arrow row: every message has the same fields (tool calls as JSON text, since their
+    arguments' keys differ from call to call)."""
+    return {"role": m["role"], "content": m["content"],
+            "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if "tool_calls" in m else None,
+            "name": m.get("name"), "tool_call_id": m.get("tool_call_id"), "weight": m.get("weight", 1)}
 
 
 def _hf_rows(home: str, name: str, version: str, specialist: str | None,
-             min_rating: int | None = None, split: str = "train") -> Iterator[dict]:
+             min_rating: int | None = None, split: str = "train", trl_type: str = "conversation") -> Iterator[dict]:
     episodes = iter_episodes(Workspace(Path(home)), name, version, specialist, split=None if split == "all" else split)
     for episode in rated(episodes, min_rating):
+        preference = episode.get("preference")
+        if trl_type == "preference" and not preference:
+            continue
         record = to_openai(episode)
-        yield {
-            "id": episode["id"], "specialist": episode["specialist"],
-            "messages": [{"role": m["role"], "content": m["content"],
-                          "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if "tool_calls" in m else None,
-                          "name": m.get("name"), "tool_call_id": m.get("tool_call_id"),
-                          "weight": m.get("weight", 1)}
-                         for m in record["messages"]],
+        row = {"id": episode["id"], "specialist": episode["specialist"]}
+        if trl_type == "preference":
+            # TRL's conversational preference type: the prompt once, then each answer as the messages after it
+            cut = preference["prompt_messages"]
+            rejected = to_openai({**episode, "messages": episode["messages"][:cut] + preference["rejected"]})
+            row.update(prompt=[_hf_message(m) for m in record["messages"][:cut]],
+                       chosen=[_hf_message(m) for m in record["messages"][cut:]],
+                       rejected=[_hf_message(m) for m in rejected["messages"][cut:]])
+        else:
+            row["messages"] = [_hf_message(m) for m in record["messages"]]
+        row.update({
             "tools": json.dumps(episode["tools"], ensure_ascii=False) if episode["tools"] else None,
             "rating": episode["feedback"]["rating"], "correction": episode["feedback"]["correction"],
-            # JSON text, as tools are: {"prompt_messages": N, "rejected": [...]} and the media paths
-            "preference": json.dumps(episode["preference"], ensure_ascii=False) if episode.get("preference") else None,
             "media": json.dumps(episode["media"], ensure_ascii=False) if episode.get("media") else None,
             "source": episode["source"],
-        }
+        })
+        if trl_type != "preference":
+            # JSON text, as tools are: {"prompt_messages": N, "rejected": [...]}
+            row["preference"] = json.dumps(preference, ensure_ascii=False) if preference else None
+        yield row
 
 
 def _save_hf(ws: Workspace, name: str, version: str, specialist: str | None, target: Path,
-             min_rating: int | None = None, split: str = "train") -> int:
+             min_rating: int | None = None, split: str = "train", trl_type: str = "conversation") -> int:
     """A ``datasets.Dataset`` saved with ``save_to_disk``; tool calls and tools as JSON text, since
     Arrow needs one schema for arguments whose keys differ from call to call."""
     from datasets import Dataset
 
     dataset = Dataset.from_generator(
         _hf_rows, gen_kwargs={"home": str(ws.home), "name": name, "version": version, "specialist": specialist,
-                              "min_rating": min_rating, "split": split},
+                              "min_rating": min_rating, "split": split, "trl_type": trl_type},
         cache_dir=str(target.parent / "cache"))
     dataset.save_to_disk(str(target))
     return len(dataset)

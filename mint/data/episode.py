@@ -1,4 +1,4 @@
-"""The canonical episode (DESIGN.md) and the normalizers that turn log records into one.
+"""The canonical episode (docs/data.md) and the normalizers that turn log records into one.
 
 A record that cannot become an episode raises ``RecordError`` naming the field
 and the reason; ingest quarantines it and goes on.
@@ -36,6 +36,8 @@ class RecordError(Exception):
     """A record that cannot become an episode: ``field`` and ``reason`` go to the quarantine."""
 
     def __init__(self, field: str, reason: str) -> None:
+        if reason.startswith("expected ") and reason.endswith(", got NoneType"):   # absent, or null: say so
+            reason = f"missing ({reason[:-len(', got NoneType')]})"
         super().__init__(f"{field}: {reason}" if field else reason)
         self.field, self.reason = field, reason
 
@@ -397,6 +399,8 @@ def _sharegpt_messages(record: dict) -> list[dict]:
         speaker = turn.get("from", turn.get("role"))
         if not isinstance(speaker, str):
             raise RecordError(f"{where}.from", "missing" if speaker is None else "expected a string")
+        if "value" not in turn and "content" not in turn:
+            raise RecordError(f"{where}.value", "missing (a ShareGPT turn holds its text under `value`)")
         value = _content(turn.get("value", turn.get("content")), f"{where}.value")
         if speaker.strip().lower() in CALL_ROLES:
             try:

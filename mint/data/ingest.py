@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import os
 from json.encoder import encode_basestring  # the C string escaper json.dumps uses
-import re
 import sqlite3
 import tempfile
 import time
@@ -38,7 +37,7 @@ from mint.data.scrub import scrub_text, scrub_value
 from mint.errors import BadInput
 from mint.faults import checkpoint
 from mint.project import Project
-from mint.text import LONE_SURROGATE, lone_surrogate_at
+from mint.text import LONE_SURROGATE, closest, lone_surrogate_at
 from mint.workspace import Workspace, atomic_write_text, file_lock, publish_dir, remove_stale_temps, staging_dir
 
 # (source label, bytes just read, total bytes of that source)
@@ -106,12 +105,14 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
     gives the format of single files (``--format FILE=FORMAT``) where sniffing cannot tell."""
     started = time.perf_counter()
     datasets.check_name(dataset)
-    for name in [fmt, *(file_formats or {}).values()]:
+    for path, name in [(None, fmt), *(file_formats or {}).items()]:
         if name not in FORMATS:
-            raise BadInput(f"unknown format {name!r} (expected one of {', '.join(FORMATS)})", field="--format")
+            given = f"{path}={name}: " if path is not None else ""
+            raise BadInput(f"{given}unknown format {name!r}{closest(name, FORMATS)} (formats: {', '.join(FORMATS)})",
+                           field="--format")
     if specialist is not None and specialist not in project.names:
-        raise BadInput(f"{specialist!r} is not a specialist in mint.yaml ({', '.join(sorted(project.names))})",
-                       field="--specialist")
+        raise BadInput(f"{specialist!r} is not a specialist in mint.yaml{closest(specialist, project.names)} "
+                       f"({', '.join(sorted(project.names))})", field="--specialist")
     if max_record_bytes < 1:
         raise BadInput("must be a positive number of bytes", field="--max-record-bytes")
     if not paths:
@@ -162,15 +163,15 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 line, specialist, bad = _apply_feedback(index, directory, tmp, line, settings)
                                 if bad is not None:
                                     source_stats.quarantined += 1
-                                    reasons[_reason_kind(specialist)] += 1
-                                    _count(source_stats.reasons, _reason_kind(specialist))
+                                    reasons[datasets.reason_kind(specialist)] += 1
+                                    _count(source_stats.reasons, datasets.reason_kind(specialist))
                                     quarantine.write(bad)
                                     continue
                                 keys = conversation_keys(json.loads(line))
                             if how == "quarantine":
                                 source_stats.quarantined += 1
-                                reasons[_reason_kind(specialist)] += 1
-                                _count(source_stats.reasons, _reason_kind(specialist))
+                                reasons[datasets.reason_kind(specialist)] += 1
+                                _count(source_stats.reasons, datasets.reason_kind(specialist))
                                 quarantine.write(line)
                                 continue
                             key = bytes.fromhex(line[7:39].decode("ascii"))   # the first 128 bits of the id
@@ -536,14 +537,6 @@ _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", "
 
 def _string(value: str | None) -> str:
     return "null" if value is None else encode_basestring(value)
-
-
-def _reason_kind(reason: str) -> str:
-    """A quarantine reason without its specifics, for the summary: ``messages[].role: unknown role '…'``."""
-    for prefix in ("invalid JSON", "record over the size cap", "not UTF-", "unreadable", "could not be processed"):
-        if reason.startswith(prefix):
-            return prefix
-    return re.sub(r"'[^']*'", "'…'", re.sub(r"\[\d+\]", "[]", reason))
 
 
 _INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys

@@ -36,7 +36,7 @@ class Labeler:
 
         The keyword winner is the specialist with the most distinct keywords in the user turns.
         """
-        if own is not None:
+        if own is not None and own != UNLABELED:   # mint's own word for none (a record it exported): label anew
             return own, "record"
         if served_by is not None:
             server = served_by.partition(":")[0]   # coding:v3 -> coding; "base" is no specialist

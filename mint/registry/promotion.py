@@ -90,14 +90,37 @@ def find_registered_report(conn, owner: str, contract: ContractIdentity, example
     return None
 
 
-def _newest_registered_report(conn, revision_id: str) -> Report | None:
-    rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND verdict = 'pass' "
-                        "ORDER BY created_at DESC", (revision_id,)).fetchall()
+def _newest_registered_report(conn, revision_id: str, verdict: str | None = "pass") -> Report | None:
+    """The newest intact registered report of the revision with that ``verdict`` (any verdict for None)."""
+    if verdict is None:
+        rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? ORDER BY created_at DESC",
+                            (revision_id,)).fetchall()
+    else:
+        rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND verdict = ? ORDER BY created_at DESC",
+                            (revision_id, verdict)).fetchall()
     for (report_id,) in rows:
         report = _intact(conn, report_id)
         if report is not None:
             return report
     return None
+
+
+def failing_gates(report: Report) -> str:
+    """The gates a report failed, each with its value and rule: ``core.request_match 0.2 (min 0.4)``."""
+    failed = [g for g in report.gates if isinstance(g, dict) and not g.get("passed")]
+    shown = []
+    for gate in failed:
+        value = gate.get("value")
+        value = "not measured" if value is None else f"{value:.4g}" if isinstance(value, (int, float)) else value
+        shown.append(f"{gate.get('metric')} {value} ({gate.get('rule')})")
+    return "; ".join(shown) or "no gate failed, but its verdict is not pass"
+
+
+def _failed_report_message(revision: store.Revision, report: Report) -> str:
+    return (f"{revision.ref} failed its gates under {report.contract.name} v{report.contract.version}: "
+            f"{failing_gates(report)} (report {report.path}). Train a better candidate and `mint eval` it, or "
+            f"promote this one anyway with `mint promote {revision.ref} --force --why TEXT` (the event log keeps "
+            "the reason)")
 
 
 def _check_contract_is_current(conn, report: Report, ref: str, identify_contract: IdentifyContract | None) -> None:
@@ -253,14 +276,16 @@ def _check_servers_hold(ws: Workspace, revision: store.Revision) -> None:
 def _check_promotable(conn, revision: store.Revision, report: Report | None, current: str | None,
                       identify_contract: IdentifyContract | None) -> None:
     if report is None:
-        raise Refused(f"no passing report for {revision.ref}; run `mint eval {revision.ref} --contract FILE` "
-                      "or pass --report FILE")
+        failed = _newest_registered_report(conn, revision.id, verdict=None)
+        if failed is not None:
+            raise Refused(_failed_report_message(revision, failed))
+        raise Refused(f"no passing report for {revision.ref}: it has no report yet; run `mint eval {revision.ref} "
+                      "--contract FILE` first (or pass --report FILE)")
     if report.revision_id != revision.id:
         raise BadInput(f"the report is for revision {report.revision_id[:12]}, not {revision.ref} "
                        f"({revision.id[:12]})", file=report.path, field="revision_id")
     if report.verdict != "pass":
-        raise Refused(f"{revision.ref} failed its gates under {report.contract.name} "
-                      f"v{report.contract.version}; see {report.path}")
+        raise Refused(_failed_report_message(revision, report))
     if revision.status == "rejected":
         raise Refused(f"{revision.ref} was rejected; promote it with --force --why TEXT if you mean it")
     _check_contract_is_current(conn, report, revision.ref, identify_contract)
@@ -377,6 +402,10 @@ def rollback(ws: Workspace, specialist: str, *, why: str | None, expect: str | N
                                   f"(`mint promote {target.ref}`) or with --force --why TEXT")
             elif targets:
                 target = store.get_revision(conn, targets[0])
+            elif champion_stack(conn, specialist) in ([], [current]):
+                raise Refused(f"no previous champion to roll back to: {_describe(conn, current)} is the first "
+                              f"champion of {specialist}. To replace it, promote another revision (`mint promote "
+                              f"{specialist}:vN`)")
             else:
                 raise Refused(f"{specialist} has no previous champion to roll back to (every earlier one was "
                               "rolled away from or rejected); promote a revision instead")

@@ -61,6 +61,20 @@ def history(ws: Workspace, specialist: str) -> list[store.Event]:
         conn.close()
 
 
+def refs(ws: Workspace, revision_ids) -> dict[str, str]:
+    """The ref (``genui:v2``) of each registered revision id; an id the registry no longer has is left out."""
+    conn = store.open_store(ws, create=False)
+    try:
+        found = {}
+        for revision_id in {i for i in revision_ids if i}:
+            revision = store.get_revision(conn, revision_id)
+            if revision is not None:
+                found[revision_id] = revision.ref
+        return found
+    finally:
+        conn.close()
+
+
 # --- what the stages above read of the registry (none of them opens a connection or writes SQL) ---------
 
 def champion(ws: Workspace, specialist: str) -> str | None:

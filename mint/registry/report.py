@@ -1,4 +1,4 @@
-"""The evaluation report (DESIGN.md, "The report") as one typed value.
+"""The evaluation report (docs/contracts.md, "The report") as one typed value.
 
 ``mint eval`` builds a ``Report`` once, writes ``to_json()`` and registers the sha256 of exactly those bytes;
 promotion, ``mint report show/diff``, the loop and the HTML report read it back with ``from_json``. The type

@@ -33,6 +33,7 @@ from typing import Iterator
 from mint.errors import BadInput, Refused, unwritable
 from mint.registry.backend import BUSY_TIMEOUT_MS, Connection, connect_postgres, connect_sqlite
 from mint.registry.refs import Ref, check_name, parse_ref
+from mint.text import closest
 from mint.workspace import Workspace
 
 STATUSES = ("candidate", "champion", "rejected", "retired")
@@ -407,7 +408,8 @@ def resolve(conn: Connection, ref: str | Ref) -> Revision:
                            "JOIN revisions r ON r.id = a.revision_id WHERE a.specialist = ? AND a.name = ?",
                            (parsed.specialist, parsed.alias)).fetchone()
         if row is None:
-            raise BadInput(f"{parsed.text}: {parsed.specialist} has no {parsed.alias} yet", field="REF")
+            raise BadInput(f"{parsed.text}: {parsed.specialist} has no {parsed.alias} yet"
+                           f"{_other_specialist(conn, parsed.specialist)}", field="REF")
         revision = _revision(row)
     elif parsed.version is not None:
         row = conn.execute(f"SELECT {', '.join(REVISION_COLUMNS)} FROM revisions WHERE specialist = ? AND version = ?",
@@ -415,7 +417,8 @@ def resolve(conn: Connection, ref: str | Ref) -> Revision:
         if row is None:
             latest = next_version(conn, parsed.specialist) - 1
             known = f"versions v1..v{latest}" if latest else "no revisions"
-            raise BadInput(f"{parsed.text}: no such revision ({parsed.specialist} has {known})", field="REF")
+            raise BadInput(f"{parsed.text}: no such revision ({parsed.specialist} has {known})"
+                           f"{'' if latest else _other_specialist(conn, parsed.specialist)}", field="REF")
         revision = _revision(row)
     else:
         prefix = parsed.id_prefix
@@ -430,6 +433,13 @@ def resolve(conn: Connection, ref: str | Ref) -> Revision:
         revision = _revision(rows[0])
     assert revision is not None
     return revision
+
+
+def _other_specialist(conn: Connection, name: str) -> str:
+    """`` (did you mean genui?)`` when ``name`` has no revisions and is a near miss of a specialist that has."""
+    if conn.execute("SELECT 1 FROM revisions WHERE specialist = ? LIMIT 1", (name,)).fetchone():
+        return ""
+    return closest(name, [row[0] for row in conn.execute("SELECT DISTINCT specialist FROM revisions").fetchall()])
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def planned_examples(ws: Workspace, *, specialist: str | None, data: str | None,
     if name not in known:
         raise BadInput(f"no dataset {name!r}{closest(name, known)} (datasets: {', '.join(known) or 'none yet'})",
                        field="--data")
-    _directory, manifest = resolve_version(ws, name, version or None)
+    _directory, manifest = resolve_version(ws, name, version or None, field="--data")
     reasons: dict[str, int] = {}
     mine = []
     for episode in iter_episodes(ws, name, manifest["version"]):
@@ -191,7 +191,7 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
         if name not in known:
             raise BadInput(f"no dataset {name!r}{closest(name, known)} (datasets: {', '.join(known) or 'none yet'}; "
                            f"create one with `mint ingest PATH --dataset {name}`)", field="--data")
-        _directory, manifest = resolve_version(ws, name, version or None)
+        _directory, manifest = resolve_version(ws, name, version or None, field="--data")
         dataset = f"{name}@{manifest['version']}"
         in_dataset = sorted(manifest.get("by_specialist") or {})
     elif environment is None:

@@ -122,6 +122,30 @@ def test_predictions_generate_nothing_and_fail_only_the_gates_that_need_a_baseli
     assert gates["latency.p95_ms"]["passed"]                       # a threshold needs no baseline
 
 
+def test_predictions_without_latency_skip_the_latency_gate_and_say_so(ws, ui_contract, tmp_path, capsys):
+    rows = [{"suite": "core", "index": i, "output": json.dumps({"type": "Card", "props": {"title": str(i)}})}
+            for i in range(3)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({**r, "output": "no"}) + "\n" for r in rows))
+    args = ["eval", "--contract", str(ui_contract), "--predictions", str(tmp_path / "p.jsonl"),
+            "--baseline-predictions", str(tmp_path / "b.jsonl")]
+    assert main(args + ["--json"]) == 0                       # latency_ms is optional: its gate does not fail
+    report = json.loads(capsys.readouterr().out)
+    latency = next(g for g in report["gates"] if g["metric"] == "latency.p95_ms")
+    assert latency["skipped"] and latency["passed"] and latency["value"] is None
+    assert latency["rule"] == "skipped: the predictions carry no latency_ms"
+    assert main(args) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "latency.p95_ms" in line]
+    cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+    assert cells[-2:] == ["skipped: the predictions carry no latency_ms", "skipped"]
+    # one measured latency is a measurement: the gate is checked, not skipped
+    rows[0]["latency_ms"] = 90_000.0
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(args + ["--json"]) == 1
+    latency = next(g for g in json.loads(capsys.readouterr().out)["gates"] if g["metric"] == "latency.p95_ms")
+    assert not latency["passed"] and "skipped" not in latency
+
+
 def test_generation_0_is_gated_against_the_base_measured_once_per_contract(ws, candidate, ui_contract):
     v1, v2 = candidate("genui"), candidate("genui")
     first = evaluate(ws, v1.ref, ui_contract)
@@ -218,3 +242,26 @@ def test_the_table_shows_every_gate_of_a_metric_and_names_a_missing_baseline(ws,
     out = " ".join(capsys.readouterr().out.split())
     assert out.count("core.parse_rate") == 2 and "no baseline to" in out
     assert "baseline: none (no baseline" in out
+
+
+def test_eval_prints_plain_progress_lines_when_not_on_a_terminal(ws, ui_contract, capsys):
+    """A cron job or a CI log is not a terminal: it gets lines, not minutes of silence (and none under -q)."""
+    code = main(["eval", "base", "--contract", str(ui_contract), "--base", "tiny-random"])
+    assert code in (0, 1)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"evaluating base under {ui_contract} ..."
+    assert any(line.startswith("core: 3/3 in ") for line in lines), lines
+    assert main(["eval", "base", "--contract", str(ui_contract), "--base", "tiny-random", "-q"]) == code
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and "verdict" in quiet.out
+
+
+def test_progress_lines_come_at_most_every_few_seconds_with_an_eta(monkeypatch, capsys):
+    from mint.cli import common
+
+    clock = iter([0.0, 1.0, 5.0, 12.0, 13.0, 30.0])
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    lines = common.ProgressLines(every_s=10)
+    for done in (0, 1, 2, 3, 4, 8):
+        lines.update("core", done, 8)
+    assert capsys.readouterr().err.splitlines() == ["core: 0/8", "core: 3/8  ETA 0:00:20", "core: 8/8 in 30s"]

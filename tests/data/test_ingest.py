@@ -226,6 +226,8 @@ def test_worker_processes_make_the_same_version_as_one_process(ws, project, tmp_
      "feedback.stars: 0 is not -1, 0, 1 or a 1-5 star value"),
     ('"just a string"', "expected a JSON object, got str"),
     ('{"messages": [{"role": "user", "content": "' + "x" * 3000 + '"}]}', "record over the size cap"),
+    ('{"instruction": null, "output": "x"}', "instruction: missing (expected a string)"),
+    ('{"conversations": [{"from": "human"}, {"from": "gpt", "value": "y"}]}', "conversations[0].value: missing"),
 ])
 def test_every_quarantine_reason_is_recorded_with_its_line(ws, project, tmp_path, line, reason):
     path = write_jsonl(tmp_path / "a.jsonl", [chat_row("good one"), line])
@@ -456,3 +458,36 @@ def test_feedback_events_still_find_their_episode_after_the_index_is_rebuilt(ws,
     later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [event])], dataset="d", project=project)
     assert later.episodes_updated == 1
     assert sorted(str(e["feedback"]["rating"]) for e in datasets.iter_episodes(ws, "d")) == ["1", "None"]
+
+
+def test_the_quarantine_view_shows_file_line_field_and_value(ws, project, tmp_path, capsys):
+    from mint.cli import main
+
+    path = write_jsonl(tmp_path / "a.jsonl", [
+        chat_row("good one"), {"conversations": [{"from": "usr", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
+        {"messages": [{"role": "user", "content": "rate"}, {"role": "assistant", "content": "ok"}],
+         "feedback": {"stars": 9}}, {"output": "no instruction"}, "{torn"])
+    ingest(ws, [path], dataset="d", project=project)
+    view = datasets.read_quarantine(ws, "d")
+    assert view.total == 4 and view.reasons["conversations[].from: unknown role '…'"] == 1
+    role, stars, shape, torn = view.entries
+    assert (role.file, role.line, role.field, role.value, role.reason) == \
+        (str(path), 2, "conversations[0].from", '"usr"', "unknown role 'usr'")
+    assert (stars.line, stars.field, stars.value) == (3, "feedback.stars", "9")
+    assert (shape.field, shape.value) == (None, None) and shape.raw == '{"output": "no instruction"}'
+    assert torn.line == 5 and torn.reason.startswith("invalid JSON")
+    assert [e.line for e in datasets.read_quarantine(ws, "d", limit=2).entries] == [4, 5]   # the newest
+    assert [e.line for e in datasets.read_quarantine(ws, "d", reason="unknown role").entries] == [2]
+    assert main(["data", "quarantine", "d"]) == 0
+    shown = capsys.readouterr().out
+    (row,) = [line for line in shown.splitlines() if f"{path}:2" in line]
+    assert "conversations[0].from" in row and '"usr"' in row and "unknown role 'usr'" in row
+    assert "4 records set aside in d" in shown
+    assert main(["ingest", str(path), "--dataset", "d"]) == 0       # the summary points to the view
+    assert "`mint data quarantine d`" in capsys.readouterr().out
+
+
+def test_a_format_typo_for_one_file_gets_a_did_you_mean(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "x.json", [chat_row("hi")])
+    with pytest.raises(BadInput, match=r"x.json=alpca: unknown format 'alpca' \(did you mean alpaca\?\)"):
+        ingest(ws, [path], dataset="d", project=project, file_formats={path: "alpca"})

@@ -216,3 +216,82 @@ def test_cli_exit_codes_and_json(ws, candidate, report_for, capsys):
     assert json.loads(capsys.readouterr().out)["action"] == "reject"
     assert main(["registry", "history", "coding", "--json"]) == 0
     assert [e["action"] for e in json.loads(capsys.readouterr().out)["events"]] == ["promote", "reject"]
+
+
+def _failed_report(ws, tmp_path, revision):
+    """A registered report of ``revision`` that failed two of its three gates, as `mint eval` writes one."""
+    from mint.registry.promotion import read_report, record_report
+    from mint.registry.store import now
+
+    path = tmp_path / "failed.json"
+    path.write_text(json.dumps({
+        "revision": revision.ref, "revision_id": revision.id,
+        "contract": {"name": "coding", "version": 3, "sha256": "ab" * 32},
+        "baseline": {"revision_id": None, "metrics": {}, "label": "base"},
+        "metrics": {"core.pass_at_1": 0.1, "latency.p95_ms": 38460.0},
+        "gates": [{"metric": "core.pass_at_1", "value": 0.1, "baseline": 0.0, "rule": "min 0.2", "passed": False},
+                  {"metric": "retention.pass_at_1", "value": None, "baseline": None,
+                   "rule": "no_regression 0; not measured", "passed": False},
+                  {"metric": "latency.p95_ms", "value": 38460.0, "baseline": None, "rule": "max 120000",
+                   "passed": True}],
+        "verdict": "fail", "examples_sha256": "cd" * 32, "source": "generated", "created_at": now()}))
+    conn = store.open_store(ws)
+    try:
+        record_report(conn, read_report(path))
+    finally:
+        conn.close()
+    return path
+
+
+def test_promote_after_a_failed_eval_names_the_failing_gates_and_force(ws, candidate, tmp_path, capsys):
+    revision = candidate()
+    report = _failed_report(ws, tmp_path, revision)
+    assert main(["promote", revision.ref]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "coding:v1 failed its gates under coding v3: core.pass_at_1 0.1 (min 0.2); retention.pass_at_1 not " \
+           "measured (no_regression 0; not measured)" in said
+    assert "latency" not in said and str(report) in said
+    assert f"mint promote {revision.ref} --force --why TEXT" in said
+    assert "no passing report" not in said                 # it has a report: it failed
+
+
+def test_a_near_miss_of_a_specialist_gets_a_did_you_mean(ws, candidate, capsys):
+    candidate("genui")
+    assert main(["promote", "gnui:v1"]) == 2
+    assert "gnui:v1: no such revision (gnui has no revisions) (did you mean genui?)" in capsys.readouterr().err
+    assert main(["promote", "gnui:champion"]) == 2
+    assert "(did you mean genui?)" in capsys.readouterr().err
+    assert main(["promote", "genui:v7"]) == 2                # the specialist exists: only its versions are listed
+    assert "did you mean" not in capsys.readouterr().err
+
+
+def test_rollback_with_only_one_champion_says_there_is_none_before_it(ws, candidate, report_for, capsys):
+    v1 = candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    assert main(["rollback", "coding", "--why", "bad"]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"coding:v1 ({v1.id[:12]}) is the first champion of coding" in said and "mint promote coding:vN" in said
+    assert "rolled away from or rejected" not in said
+
+
+def test_registry_history_shows_refs(ws, candidate, report_for, capsys):
+    v1, v2 = candidate(), candidate()
+    promote(ws, v1.ref, report_path=report_for(v1))
+    promote(ws, v2.ref, report_path=report_for(v2, baseline=v1.id))
+    assert main(["registry", "history", "coding"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "promote" in line]
+    assert "coding:v1" in rows[0] and "coding:v1" in rows[1] and "coding:v2" in rows[1]
+    assert v2.id[:12] not in rows[1]
+    assert main(["registry", "history", "coding", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["refs"] == {v1.id: "coding:v1", v2.id: "coding:v2"}
+
+
+def test_piped_registry_ls_keeps_refs_and_ids_whole(ws, candidate):
+    from tests.conftest import run_mint
+
+    revisions = [candidate("coding", dataset="prod@03353adc6834f00d") for _ in range(3)]
+    done = run_mint("registry", "ls", env={"COLUMNS": ""})
+    assert done.returncode == 0, done.stderr
+    for revision in revisions:
+        (line,) = [line for line in done.stdout.splitlines() if f" {revision.ref} " in line]
+        assert revision.id[:12] in line and "prod@03353adc6834f00d" in line

@@ -8,7 +8,7 @@ from mint.errors import BadInput
 from mint.registry.promotion import promote
 from mint.registry.report import FORMAT_VERSION, Report, read_report
 
-# a report as `mint eval` wrote it before reports carried a format version (DESIGN.md, "The report")
+# a report as `mint eval` wrote it before reports carried a format version (docs/contracts.md, "The report")
 MAIN_REPORT = {
     "revision": "coding:v8", "revision_id": "f" * 32, "base": "tiny-random", "base_fingerprint": "sha256:" + "1" * 64,
     "contract": {"name": "coding", "version": 3, "sha256": "a" * 64, "path": "/x/contracts/coding.yaml"},

@@ -143,7 +143,7 @@ def test_commands_outside_a_workspace_say_so_and_create_nothing(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     assert main(command) == 2
     message = capsys.readouterr().err
-    assert "no mint workspace here" in message and "--home" in message
+    assert "no mint.yaml here: run `mint init`" in message and "--home" in message
     assert list(tmp_path.iterdir()) == []
 
 

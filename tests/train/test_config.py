@@ -147,3 +147,23 @@ def test_train_reads_its_settings_file_from_train_config(ws, tmp_path, capsys):
     assert shown["trl"]["max_steps"] == 7 and shown["lora"]["r"] == 4
     assert main(["train", "--dry-run", "--method", "sft", "--config", str(settings_file), "--json"]) == 2
     assert "--train-config" in json.loads(capsys.readouterr().out)["error"]   # the old spelling points to the new
+
+
+def test_a_version_that_does_not_exist_is_named_as_given_to_data(one_dataset, capsys):
+    assert main(["train", "--specialist", "genui", "--data", "logs@v7", "--method", "sft"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "--data: logs@v7: 'v7' matches no version of dataset 'logs' (it has v1=" in said
+    assert "--version" not in said
+
+
+def test_dry_run_prints_tables_not_raw_json(one_dataset, capsys):
+    assert main(["train", "--dry-run", "--specialist", "genui", "--data", "logs", "--method", "sft"]) == 0
+    shown = capsys.readouterr().out
+    assert not any(line.lstrip().startswith(("{", "}", '"')) for line in shown.splitlines())
+    rows = {cells[0]: cells[1] for cells in (
+        [cell.strip() for cell in line.strip("│ ").split("│")] for line in shown.splitlines() if "│" in line)
+        if len(cells) >= 2}
+    assert rows["lora.r"] == "16" and rows["trl.max_steps"] == "20" and "bf16" in rows
+    assert "sft examples from logs@" in shown and len(shown.splitlines()) < 80
+    assert main(["train", "--dry-run", "--specialist", "genui", "--data", "logs", "--method", "sft", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lora"]["r"] == 16       # the whole plan, for programs

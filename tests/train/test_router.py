@@ -89,7 +89,8 @@ def test_bad_router_settings_are_bad_input(item):
 
 
 def test_train_router_dry_run_prints_the_probe_settings_and_refuses_bad_ones(ws):
-    planned = run_mint("train", "--specialist", "router", "--dry-run", "--set", "augment=plain", "--set", "l2=0.1")
+    planned = run_mint("train", "--specialist", "router", "--dry-run", "--set", "augment=plain", "--set", "l2=0.1",
+                       "--json")
     assert planned.returncode == 0, planned.stderr
     settings = json.loads(planned.stdout)
     assert (settings["method"], settings["augment"], settings["l2"], settings["layers"]) == \
