@@ -12,8 +12,9 @@ Files written (each request in no log, no held-out file, and in one file only; t
   examples/requests/genui.jsonl             the demo's generation-2 traffic, served through `mint serve`
   examples/heldout/genui-drift.jsonl        the same families, held out: the suite the contract gates on (never
                                             served, never trained on)
-  examples/requests/genui-generation-3.jsonl more of the same traffic, for scripts/bench_selfimprove.py's
+  examples/requests/genui-generation-3.jsonl the second drift (other families), for scripts/bench_selfimprove.py's
                                             generation 3
+  examples/heldout/genui-drift-2.jsonl      the second drift, held out: what generation 3 is measured on
   contracts/suites/genui_old_families.jsonl the logs' six families with subjects nobody logged, with their trees
                                             (scripts/make_example_logs.py builds them as it builds the logs'): the
                                             retention suite of the contract that gates on the drifted traffic
@@ -33,6 +34,7 @@ OUT = ROOT / "examples" / "requests" / "genui.jsonl"
 HELDOUT_OUT = ROOT / "examples" / "heldout" / "genui-drift.jsonl"
 RETENTION_OUT = ROOT / "contracts" / "suites" / "genui_old_families.jsonl"
 GENERATION_3_OUT = ROOT / "examples" / "requests" / "genui-generation-3.jsonl"
+HELDOUT_2_OUT = ROOT / "examples" / "heldout" / "genui-drift-2.jsonl"
 SYSTEM = "Answer with one UI4A JSON component tree and nothing else."
 
 FIRST = ["Maya", "Omar", "Lena", "Tariq", "Ines", "Kofi", "Priya", "Jonas", "Aiko", "Mateo", "Sofia", "Ravi",
@@ -63,11 +65,21 @@ ALERTS = [("Payment failed", "retry"), ("Storage almost full", "upgrade"), ("New
           ("Order shipped", "track"), ("Card declined", "retry"), ("Trial ending soon", "upgrade"),
           ("Upload failed", "retry"), ("Invite sent", "undo"), ("Report ready", "download"),
           ("Low battery", "dismiss"), ("Meeting in 5 minutes", "join"), ("Draft saved", "open"),
-          ("Price dropped", "buy"), ("Sync paused", "resume"), ("New follower", "view")]
+          ("Price dropped", "buy"), ("Sync paused", "resume"), ("New follower", "view"),
+          ("Server is down", "restart"), ("Disk check passed", "dismiss"), ("Delivery delayed", "track"),
+          ("Subscription renewed", "manage"), ("Message deleted", "undo"), ("Update installed", "restart"),
+          ("Flight boarding now", "check in"), ("Coupon expires today", "redeem"), ("Seat available", "book"),
+          ("Refund issued", "view"), ("Download paused", "resume"), ("Login from a new device", "review"),
+          ("Parcel at the door", "confirm"), ("Quota reached", "upgrade"), ("Class starts soon", "join"),
+          ("Photo uploaded", "share"), ("Bill due tomorrow", "pay"), ("Task overdue", "snooze")]
+ALERT_KINDS = ["alert", "notification", "warning", "banner"]
 METRICS = [("Monthly revenue", "$840"), ("Active users", "1200"), ("Open tickets", "37"), ("Churn", "4%"),
            ("Orders today", "96"), ("Conversion", "3%"), ("Uptime", "99%"), ("Signups", "412"),
-           ("Refunds", "$75"), ("Avg wait", "6 min")]
-STAT_BUTTONS = ["details", "report", "export", "refresh", "history"]
+           ("Refunds", "$75"), ("Avg wait", "6 min"), ("Net profit", "$12k"), ("Page views", "8400"),
+           ("Bounce rate", "41%"), ("New leads", "58"), ("Cart size", "$64"), ("Return rate", "2%"),
+           ("Calls handled", "230"), ("Downloads", "5100"), ("Open orders", "19"), ("Satisfaction", "92%"),
+           ("Daily visitors", "3100"), ("Late deliveries", "7"), ("Avg rating", "4.6"), ("Inventory", "880")]
+STAT_BUTTONS = ["details", "report", "export", "refresh", "history", "share", "compare", "drill down"]
 STEP_LISTS = ["steps to brew coffee", "steps to set up the printer", "stages of the hiring process",
               "steps to plant a tree", "steps to file an expense", "onboarding tasks", "steps to change a tire",
               "steps to reset the router", "steps to bake bread", "steps to book a meeting room",
@@ -87,22 +99,27 @@ CHART_LABELS = [["Jan", "Feb", "Mar"], ["Mon", "Tue", "Wed", "Thu"], ["North", "
                 ["Morning", "Noon", "Evening"], ["June", "July", "August"]]
 
 
+def _a(word: str) -> str:
+    """``word`` with its indefinite article."""
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def _listed(words: list[str], last: str = "and") -> str:
     return ", ".join(words[:-1]) + f" {last} " + words[-1] if len(words) > 1 else words[0]
 
 
 def profile_card(rng: random.Random) -> str:
     name, role, verb = f"{rng.choice(FIRST)} {rng.choice(LAST)}", rng.choice(ROLES), rng.choice(PROFILE_VERBS)
-    return rng.choice([f"Show a profile card for {name}, {role}, with a photo and a {verb} button.",
-                       f"Make a profile card for {name} ({role}) with a photo and a {verb} button.",
-                       f"Create a team member card for {name}, our {role}, with a photo and a {verb} button."])
+    return rng.choice([f"Show a profile card for {name}, {role}, with a photo and {_a(verb)} button.",
+                       f"Make a profile card for {name} ({role}) with a photo and {_a(verb)} button.",
+                       f"Create a team member card for {name}, our {role}, with a photo and {_a(verb)} button."])
 
 
 def form_button(rng: random.Random) -> str:
     purpose, verb = rng.choice(PURPOSES), rng.choice(FORM_BUTTONS)
     fields = _listed(rng.sample(FIELDS, rng.randint(2, 3)))
-    return rng.choice([f"Make a form to {purpose} with {fields} fields and a {verb} button.",
-                       f"Create a form to {purpose} with {fields} fields and a {verb} button."])
+    return rng.choice([f"Make a form to {purpose} with {fields} fields and {_a(verb)} button.",
+                       f"Create a form to {purpose} with {fields} fields and {_a(verb)} button."])
 
 
 def settings_dropdown(rng: random.Random) -> str:
@@ -114,19 +131,21 @@ def settings_dropdown(rng: random.Random) -> str:
 
 def product_action(rng: random.Random) -> str:
     product, price, verb = rng.choice(PRODUCTS), rng.choice([14, 29, 49, 89, 120, 310]), rng.choice(PRODUCT_BUTTONS)
-    return f"Show a product card for the {product} priced at ${price} with a photo and a {verb} button."
+    return f"Show a product card for the {product} priced at ${price} with a photo and {_a(verb)} button."
 
 
 def alert_card(rng: random.Random) -> str:
-    message, verb = rng.choice(ALERTS)
-    return rng.choice([f"Show an alert card saying \"{message}\" with a {verb} button.",
-                       f"Make a notification card that says \"{message}\" and has a {verb} button."])
+    (message, verb), kind = rng.choice(ALERTS), rng.choice(ALERT_KINDS)
+    return rng.choice([f"Show {_a(kind)} card saying \"{message}\" with {_a(verb)} button.",
+                       f"Make {_a(kind)} card that says \"{message}\" and has {_a(verb)} button.",
+                       f"Create {_a(kind)} card with the message \"{message}\" and {_a(verb)} button."])
 
 
 def stat_card(rng: random.Random) -> str:
     (metric, value), verb = rng.choice(METRICS), rng.choice(STAT_BUTTONS)
-    return rng.choice([f"Show a stat card for {metric} at {value} with a {verb} button.",
-                       f"Make a KPI card showing {metric}: {value}, with a {verb} button."])
+    return rng.choice([f"Show a stat card for {metric} at {value} with {_a(verb)} button.",
+                       f"Make a KPI card showing {metric}: {value}, with {_a(verb)} button.",
+                       f"Build a metric card for {metric} ({value}) with {_a(verb)} button."])
 
 
 def numbered_list(rng: random.Random) -> str:
@@ -147,9 +166,15 @@ def chart_labels(rng: random.Random) -> str:
 FAMILIES: dict[str, Callable[[random.Random], str]] = {
     f.__name__: f for f in (profile_card, form_button, settings_dropdown, product_action, alert_card, stat_card,
                             numbered_list, table_caption, chart_labels)}
-# the demo's drifted traffic: the families its generation 1 solves sometimes but not often (measured; see
-# recipes/demo.yaml's header)
-DRIFT = tuple(FAMILIES)
+# Which families ship, by measurement (the demo's generation 1, 8 samples per request at the experience step's
+# temperature 0.8, its verified repair counted; docs/benchmarks.md has every family's figures): the first drift is
+# the families generation 1 solves sometimes but not often (pass@1 about 0.1-0.2, pass@8 0.3-0.7); the second
+# drift, for generation 3, the families it solves at most once in 8 (cards with a photo, a table with a caption),
+# which the first drift's skill (a card with its text and a button that says what it does) brings nearer.
+# Forms with a named button, dropdowns with named choices and numbered lists stay out: generation 1 never solved
+# one, so its experience holds nothing to learn from.
+DRIFT = ("stat_card", "alert_card")
+SECOND_DRIFT = ("profile_card", "product_action", "table_caption")
 
 
 def family_requests(families: tuple[str, ...], count: int, rng: random.Random, taken: set[str]) -> list[str]:
@@ -196,7 +221,7 @@ def write_requests(path: Path, rows: list[str]) -> None:
                                              {"role": "user", "content": request}]}) + "\n")
 
 
-SERVED, HELDOUT, GENERATION_3 = 48, 96, 48
+SERVED, HELDOUT, GENERATION_3, HELDOUT_2 = 48, 96, 48, 96
 
 
 def main() -> None:
@@ -210,18 +235,20 @@ def main() -> None:
     rng = random.Random(20261203)
     known = known_requests()
     # the files written here are not "known" to this check: they are what it writes
-    for path in (HELDOUT_OUT, RETENTION_OUT):
+    for path in (HELDOUT_OUT, HELDOUT_2_OUT, RETENTION_OUT):
         known -= set(path.read_text().split('"')) if path.is_file() else set()
     taken = {normalized_text(k) for k in known}
     heldout = family_requests(DRIFT, HELDOUT, rng, taken)
     served = family_requests(DRIFT, SERVED, rng, taken)
-    generation_3 = family_requests(DRIFT, GENERATION_3, rng, taken)
+    generation_3 = family_requests(SECOND_DRIFT, GENERATION_3, rng, taken)
+    heldout_2 = family_requests(SECOND_DRIFT, HELDOUT_2, rng, taken)
     retention = genui_retention_cases(random.Random(20261204))
-    clash = clashes(served + heldout + generation_3 + [r for r, _tree in retention], known)
+    clash = clashes(served + heldout + generation_3 + heldout_2 + [r for r, _tree in retention], known)
     clash += [r for r, _tree in retention if normalized_text(r) in taken]
     if clash:
         raise SystemExit(f"these requests already appear in examples/logs or examples/heldout, or twice: {clash}")
-    for path, rows in ((OUT, served), (HELDOUT_OUT, heldout), (GENERATION_3_OUT, generation_3)):
+    for path, rows in ((OUT, served), (HELDOUT_OUT, heldout), (GENERATION_3_OUT, generation_3),
+                       (HELDOUT_2_OUT, heldout_2)):
         write_requests(path, rows)
         print(f"wrote {len(rows)} requests to {path.relative_to(ROOT)}")
     with open(RETENTION_OUT, "w", encoding="utf-8") as f:

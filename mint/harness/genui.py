@@ -517,7 +517,7 @@ def request_terms(request: str) -> RequestTerms:
                         tuple(dict.fromkeys(controls)), tuple(dict.fromkeys(counts)), quoted,
                         tuple(dict.fromkeys(k.lower() for k in kinds)),
                         bool(re.search(r"\b(?:numbered|ordered)\s+list", request, re.I)), _named_columns(tokens),
-                        bool({"Form", "TextField", "Select"} & ({named[0]} if named else set()) | set(parts))
+                        bool({"Form", "TextField", "Select"} & (({named[0]} if named else set()) | set(parts)))
                         or bool(_INPUT_WORDS.search(request)))
 
 

@@ -382,6 +382,13 @@ def test_a_control_the_request_does_not_ask_for_is_not_the_answer():
     card = {"type": "Card", "props": {"title": "Password changed"}, "children": [
         {"type": "Select", "props": {"label": "Choose", "name": "c", "options": ["Password"]}}, _button("Undo")]}
     assert _verdict(request, card) == (False, "a Select the request does not ask for")
+    # a part the request names (the button) is not a field or a dropdown it asks for
+    request = "Make a KPI card showing Uptime: 99%, with an export button."
+    card = {"type": "Card", "props": {"title": "Uptime"}, "children": [
+        {"type": "Text", "props": {"text": "99%"}}, _button("Export"),
+        {"type": "Select", "props": {"label": "Priority", "name": "p", "options": ["Text", "Image"]}}]}
+    assert _verdict(request, card) == (False, "a Select the request does not ask for")
+    assert _verdict(request, {**card, "children": card["children"][:2]})[0]
     # where the request names its buttons, another button is not one of them ("Log in" is not "Log out")
     request = "Make a card that asks \"Log out now?\" with a Cancel button and a Log out button."
     card = {"type": "Card", "props": {"title": "Log out now?"}, "children": [
