@@ -72,7 +72,7 @@ ALERTS = [("Payment failed", "retry"), ("Storage almost full", "upgrade"), ("New
           ("Refund issued", "view"), ("Download paused", "resume"), ("Login from a new device", "review"),
           ("Parcel at the door", "confirm"), ("Quota reached", "upgrade"), ("Class starts soon", "join"),
           ("Photo uploaded", "share"), ("Bill due tomorrow", "pay"), ("Task overdue", "snooze")]
-ALERT_KINDS = ["alert", "notification", "warning", "banner"]
+ALERT_KINDS = ["alert", "notification"]
 METRICS = [("Monthly revenue", "$840"), ("Active users", "1200"), ("Open tickets", "37"), ("Churn", "4%"),
            ("Orders today", "96"), ("Conversion", "3%"), ("Uptime", "99%"), ("Signups", "412"),
            ("Refunds", "$75"), ("Avg wait", "6 min"), ("Net profit", "$12k"), ("Page views", "8400"),
@@ -137,15 +137,13 @@ def product_action(rng: random.Random) -> str:
 def alert_card(rng: random.Random) -> str:
     (message, verb), kind = rng.choice(ALERTS), rng.choice(ALERT_KINDS)
     return rng.choice([f"Show {_a(kind)} card saying \"{message}\" with {_a(verb)} button.",
-                       f"Make {_a(kind)} card that says \"{message}\" and has {_a(verb)} button.",
-                       f"Create {_a(kind)} card with the message \"{message}\" and {_a(verb)} button."])
+                       f"Make {_a(kind)} card that says \"{message}\" and has {_a(verb)} button."])
 
 
 def stat_card(rng: random.Random) -> str:
     (metric, value), verb = rng.choice(METRICS), rng.choice(STAT_BUTTONS)
     return rng.choice([f"Show a stat card for {metric} at {value} with {_a(verb)} button.",
-                       f"Make a KPI card showing {metric}: {value}, with {_a(verb)} button.",
-                       f"Build a metric card for {metric} ({value}) with {_a(verb)} button."])
+                       f"Make a KPI card showing {metric}: {value}, with {_a(verb)} button."])
 
 
 def numbered_list(rng: random.Random) -> str:
