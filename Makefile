@@ -42,7 +42,7 @@ test: setup
 # generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them; then 48
 # new user requests are served through `mint serve`, and generation 2 learns from the champion's
 # verified answers to them, beside a placebo twin and a steps control (the same steps on the logs alone). Then the lineage report, and a few turns answered
-# through the mixture (the GenUI one whole, rendered to genui-answer.html).
+# through the mixture (the GenUI one, a request of the drifted kind, whole and rendered to genui-answer.html).
 DEMO_DIR ?= $(CURDIR)/.mint-demo
 DEMO_MINT := cd $(DEMO_DIR) && $(abspath $(MINT))
 demo: setup
@@ -50,7 +50,7 @@ demo: setup
 	$(MINT) init --dir $(DEMO_DIR)
 	$(DEMO_MINT) loop recipes/demo.yaml
 	$(DEMO_MINT) report --html report.html
-	$(DEMO_MINT) chat "Make a signup form with name, email and a submit button" --max-new-tokens 320 --json \
+	$(DEMO_MINT) chat "Show a stat card for Weekly signups at 318 with a details button." --max-new-tokens 320 --json \
 	  > $(DEMO_DIR)/genui-turn.json
 	$(PY) -c "import json,sys; t=json.load(open(sys.argv[1])); print(f'{t[\"specialist\"]} ({t[\"served_by\"]}): {t[\"reply\"]}')" \
 	  $(DEMO_DIR)/genui-turn.json | tee $(DEMO_DIR)/genui-answer.txt

@@ -40,8 +40,8 @@ def _on_value(row):
 
 def progress_figure(name: str, progress: list) -> str | None:
     """The primary metric per generation (green promoted, red not), its 95% interval against its baseline as
-    error bars, and each generation's placebo twin as a hollow diamond beside it (its steps control, when one
-    ran, as a hollow square)."""
+    error bars, each generation's placebo twin as a hollow diamond beside it (its steps control, when one
+    ran, as a hollow square), and the same metric on the contract's other suites (retention) as dashed lines."""
     rows = [r for r in progress if r.metric and r.value is not None]
     if not rows:
         return None
@@ -64,7 +64,13 @@ def progress_figure(name: str, progress: list) -> str | None:
     if controls:
         ax.scatter(*zip(*controls), marker="s", facecolors="none", edgecolors="#ef6c00", s=45, zorder=3,
                    label="steps control (logs alone)")
-    if twins or controls:
+    others = sorted({f.metric for r in rows for f in r.suites})
+    for other, style in zip(others, ("--", ":", "-.")):     # retention beside what users ask now
+        points = [(x, f.value) for x, r in zip(xs, rows) for f in r.suites if f.metric == other and f.value is not None]
+        if points:
+            ax.plot(*zip(*points), linestyle=style, marker="o", markersize=3, color="#1565c0", linewidth=1,
+                    label=other)
+    if twins or controls or others:
         ax.legend(fontsize=8)
     ax.set_xticks(list(xs), [r.revision.partition(":")[2] or r.revision for r in rows])
     ax.set_title(f"{name}: {metric} per generation (95% CI vs baseline)")
@@ -170,7 +176,7 @@ def progress_table(progress: list) -> str:
     from mint.loop.placebo import EXPERIENCE_EFFECT
 
     head = "<tr><th>gen</th><th>revision</th><th>loop</th><th>metric</th><th>value</th><th>baseline</th>" \
-           "<th>Δ (95% CI)</th><th>pool pass@1</th><th>pool pass@k</th><th>accepted (per source)</th>" \
+           "<th>Δ (95% CI)</th><th>other suites: value (Δ, 95% CI)</th><th>pool pass@1</th><th>pool pass@k</th><th>accepted (per source)</th>" \
            "<th>twin</th><th>Δ vs twin (95% CI)</th><th>Δ vs logs-only steps (95% CI)</th><th>reading</th>" \
            "<th>verdict</th></tr>"
     rows = []
@@ -179,6 +185,8 @@ def progress_table(progress: list) -> str:
         cells = [str(r.generation), r.revision, f"{r.recipe} #{r.iteration}" if r.recipe else "–", r.metric or "–",
                  _fmt(r.value), f"{r.baseline} {_fmt(r.baseline_value)}" if r.baseline else "–",
                  _ci(r.delta, r.interval) if r.generation else "",
+                 "; ".join(f"{f.metric} {_fmt(f.value)}" + (f" ({_ci(f.delta, f.interval)})" if r.generation else "")
+                           for f in r.suites) or "–",
                  _fmt(e.pass_at_1) if e else "–", f"{_fmt(e.pass_at_k)} (k={e.k})" if e and e.k else "–",
                  f"{e.accepted} ({_per_source(e.accepted_per_source)})" if e else "–",
                  f"{t.revision} {_fmt(t.value)}" if t else "–", _ci(t.delta, t.interval) if t else "–",

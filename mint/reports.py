@@ -238,6 +238,18 @@ class TwinView:
 
 
 @dataclass(frozen=True)
+class SuiteFigure:
+    """A generation's score on one more suite under the primary metric's name (``retention.request_match`` beside
+    ``core.request_match``: what it already knew beside what users ask now), against its baseline."""
+
+    metric: str
+    value: float | None
+    baseline_value: float | None
+    delta: float | None
+    interval: list[float] | None        # the delta's 95% paired interval, as the gate recorded it
+
+
+@dataclass(frozen=True)
 class GenerationView:
     """One generation of a specialist: its held-out primary metric against its baseline, what it learned from,
     its twin and the verdict. Generation 0 is the bare base the first candidate was measured against."""
@@ -259,6 +271,7 @@ class GenerationView:
     iteration: int | None = None
     experience: ExperienceView | None = None
     twin: TwinView | None = None
+    suites: tuple[SuiteFigure, ...] = ()    # the primary metric on the contract's other suites (retention)
     forced: str | None = None           # why it was promoted with --force, past its report's verdict
 
 
@@ -303,6 +316,25 @@ def _twin_view(twin: dict | None, metric: str | None, reports_of: dict[str, list
     return TwinView(twin.get("revision"), _number(report.metrics.get(metric)) if report and metric else None,
                     _number(vs_twin.get("delta")), [float(x) for x in interval] if numbers else None,
                     vs_twin.get("n") if isinstance(vs_twin.get("n"), int) else None, twin.get("verdict"), steps)
+
+
+def other_suites(report: Report, metric: str | None) -> tuple[SuiteFigure, ...]:
+    """``metric``'s name on the report's other suites (a contract's retention suite beside its core), each with
+    its value and, where a gate paired it with the baseline, the delta and its interval."""
+    if report is None or not metric or "." not in metric:
+        return ()
+    suite, _, name = metric.partition(".")
+    gates = _gates_by_metric(report)
+    figures = []
+    for other in sorted(report.metrics):
+        other_suite, _, other_name = other.partition(".")
+        if other_name != name or other_suite == suite:
+            continue
+        gate = gates.get(other)
+        baseline = gate.baseline if gate and gate.baseline is not None else report.baseline.metrics.get(other)
+        figures.append(SuiteFigure(other, _number(report.metrics.get(other)), _number(baseline),
+                                   gate.paired_delta if gate else None, gate.interval if gate else None))
+    return tuple(figures)
 
 
 def _control_ids(twin: dict | None) -> list[str]:
@@ -350,12 +382,14 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
                 else baseline_id
         if baseline == "base" and not rows and before is not None:
             rows.append(GenerationView(revision.specialist, 0, "base", None, metric, before, None, None, None, None,
-                                       None, None))
+                                       None, None, suites=tuple(SuiteFigure(f.metric, f.baseline_value, None, None,
+                                                                            None)
+                                                                for f in other_suites(report, metric))))
         generation = len([r for r in rows if r.generation]) + 1
         rows.append(GenerationView(
             revision.specialist, generation, revision.ref, revision.id, metric, value, baseline, before, delta,
             interval, report.verdict if report else None,
             DECISIONS.get(revision.status), record.get("reason"), record.get("recipe"), record.get("iteration"),
             _experience_view(record.get("experience")), _twin_view(record.get("twin"), metric, registry.reports),
-            forced.get(revision.id)))
+            other_suites(report, metric), forced.get(revision.id)))
     return progress

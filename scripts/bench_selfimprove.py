@@ -97,8 +97,9 @@ def apply_budget(folder: Path, args) -> list[str]:
 
 
 def heldout_sizes(folder: Path) -> dict[str, dict]:
-    """Per evaluated specialist: its contract file and how many core examples an evaluation measures (the
-    smaller of the suite file, the suite's own limit and the recipe's), or why that cannot be counted."""
+    """Per evaluated specialist: the contract file of its smallest evaluation and how many core examples that
+    evaluation measures (the smaller of the suite file, the suite's own limit and the recipe's), or why that
+    cannot be counted (a recipe may gate each generation on its own contract)."""
     from mint.contract.schema import load_contract, read_suite
     from mint.loop.recipe import load_recipe
 
@@ -117,9 +118,10 @@ def heldout_sizes(folder: Path) -> dict[str, dict]:
                                       "why": "a live suite: its size is known only once the loop ingested"}
         else:
             count = len(read_suite(contract, core, step.options.get("limit")))
-            sizes[step.specialist] = {"contract": str(contract_path), "examples": count,
-                                      "why": f"{core.source}, suite limit {core.limit}, recipe limit "
-                                             f"{step.options.get('limit')}"}
+            if count < sizes.get(step.specialist, {}).get("examples", count + 1):   # the smallest of its evals
+                sizes[step.specialist] = {"contract": str(contract_path), "examples": count,
+                                          "why": f"{core.source}, suite limit {core.limit}, recipe limit "
+                                                 f"{step.options.get('limit')}"}
     return sizes
 
 
@@ -224,13 +226,19 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
             figures["reason"] = "no registered report" if report is None else "its contract gates no quality metric"
             continue
         entry.update(metric=metric, contract=f"{report.contract.name} v{report.contract.version}")
-        figures.update(value=report.metrics.get(metric), examples=report.examples, report=report.path)
+        figures.update(value=report.metrics.get(metric), examples=report.examples, report=report.path,
+                       contract=f"{report.contract.name} v{report.contract.version}")
         gates = {g.metric: g for g in report.gates}
         gate = gates.get(metric)
         figures["vs_baseline"] = {"delta": gate.paired_delta if gate else None, "interval": gate.interval if gate
                                   else None}
         if previous is None:            # generation 1's baseline is generation 0, the bare base
             figures["vs_previous_generation"] = {**figures["vs_baseline"], "against": "base (generation 0)"}
+        elif previous.get("contract") != figures["contract"]:
+            # the traffic drifted and the contract followed: the previous generation was measured under this
+            # contract as the baseline (the champion), so the gate's own paired delta compares the two
+            figures["vs_previous_generation"] = {**figures["vs_baseline"],
+                                                 "against": f"{row['baseline']} under {figures['contract']}"}
         elif previous.get("report"):
             paired = paired_on_examples(report.path, previous["report"], metric)
             paired.pop("significant_gain")

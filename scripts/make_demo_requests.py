@@ -1,12 +1,23 @@
-"""Write examples/requests/genui.jsonl and genui-generation-3.jsonl: new user requests served through the mixture.
+"""Write the GenUI requests users send after the logs were collected: traffic that drifted from the logs.
 
-Team-written, in the same shapes as the GenUI logs (forms, product cards, tables, charts, lists, settings) but
-with purposes, products and data the logs and the held-out files never name, so that answering them is new
-experience for the champion, not a copy of what it was trained on. Requests only: nobody wrote an answer, the
-harness's reference-free verifier judges what the champion says. `make demo` serves genui.jsonl in its
-generation 2; scripts/bench_selfimprove.py serves it in generation 2 and genui-generation-3.jsonl (the same
-templates, other subjects) in generation 3, since experience leaves out prompts the training data already
-answers. The script refuses a request that appears in examples/logs or examples/heldout, or in both files.
+The logs (scripts/make_example_logs.py) hold six request families: forms of text fields, product cards, tables,
+charts, lists and settings sections. What users ask next moves to families the logs cover thinly or not at all
+(a form whose button says what it does, a dropdown with its choices named, a profile or alert card, a list that
+is numbered...). Each family below is a few phrasings over pools of subjects, so that no two requests are the
+same and a request names its parts the way a user would; the GenUI verifier (mint.harness.genui.verify) judges
+each answer from the request alone, so nobody writes an answer. Which families ship was decided by measurement:
+the demo's generation 1 must solve them sometimes but not often (see recipes/demo.yaml's header).
+
+Files written (each request in no log, no held-out file, and in one file only; the script refuses a clash):
+  examples/requests/genui.jsonl             the demo's generation-2 traffic, served through `mint serve`
+  examples/heldout/genui-drift.jsonl        the same families, held out: the suite the contract gates on (never
+                                            served, never trained on)
+  examples/requests/genui-generation-3.jsonl the second drift (other families), for scripts/bench_selfimprove.py's
+                                            generation 3
+  examples/heldout/genui-drift-2.jsonl      the second drift, held out: what generation 3 is measured on
+  contracts/suites/genui_old_families.jsonl the logs' six families with subjects nobody logged, with their trees
+                                            (scripts/make_example_logs.py builds them as it builds the logs'): the
+                                            retention suite of the contract that gates on the drifted traffic
 
 Run: python scripts/make_demo_requests.py
 """
@@ -16,61 +27,170 @@ import gzip
 import json
 import random
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "examples" / "requests" / "genui.jsonl"
+HELDOUT_OUT = ROOT / "examples" / "heldout" / "genui-drift.jsonl"
+RETENTION_OUT = ROOT / "contracts" / "suites" / "genui_old_families.jsonl"
 GENERATION_3_OUT = ROOT / "examples" / "requests" / "genui-generation-3.jsonl"
+HELDOUT_2_OUT = ROOT / "examples" / "heldout" / "genui-drift-2.jsonl"
 SYSTEM = "Answer with one UI4A JSON component tree and nothing else."
 
-# the subjects each template is filled with: the demo's, and generation 3's (none of them repeated)
-DEMO_SUBJECTS = {
-    "fields": ["email", "password", "full name", "phone", "company", "city", "message", "date of birth"],
-    "purposes": ["create an account", "send feedback", "schedule a call", "order a pizza", "adopt a pet",
-                 "enter the raffle", "rent a car", "book a hotel room", "cancel my subscription",
-                 "change my email", "donate to the charity", "volunteer for the event"],
-    "products": ["Juniper sofa", "Falcon scooter", "Glacier cooler", "Meadow blanket", "Onyx monitor",
-                 "Prism sunglasses", "Raven umbrella", "Sierra boots", "Tundra parka", "Zephyr kite"],
-    "prices": [15, 39, 59, 99, 199, 349],
-    "tables": [("customers", ["Name", "Plan", "Joined"]), ("refunds", ["Refund", "Order", "Amount"]),
-               ("incidents", ["Incident", "Severity", "Owner"]), ("releases", ["Version", "Date", "Notes"]),
-               ("bookings", ["Guest", "Room", "Nights"]), ("vendors", ["Vendor", "Contact", "Rating"]),
-               ("courses", ["Course", "Teacher", "Credits"]), ("alerts", ["Alert", "Service", "Since"])],
-    "charts": [("page views per day", "line"), ("sales by product", "bar"), ("traffic sources", "pie"),
-               ("churn per month", "line"), ("bugs by severity", "bar"), ("storage by team", "pie")],
-    "lists": ["errands for today", "release blockers", "movies to watch", "gift ideas", "interview questions",
-              "hiking gear"],
-    "settings": ["font size", "default view", "units", "week start day", "sound", "region"],
-}
-GENERATION_3_SUBJECTS = {
-    "fields": ["username", "address", "zip code", "country", "job title", "website", "notes", "age"],
-    "purposes": ["join the book club", "request a catalog", "report a lost item", "apply for the internship",
-                 "reserve a campsite", "sign up for swimming lessons", "request a callback", "update my address",
-                 "enroll in the workshop", "submit a bug report", "rate our support", "borrow a library book"],
-    "products": ["Aurora lamp", "Obsidian kettle", "Cobalt backpack", "Dune hammock", "Hazel heater",
-                 "Pine canoe", "Harbor blender", "Lagoon goggles", "Maple desk", "Velvet pillow"],
-    "prices": [12, 25, 45, 79, 149, 299],
-    "tables": [("invoices", ["Invoice", "Client", "Due"]), ("parcels", ["Parcel", "Courier", "Status"]),
-               ("employees", ["Employee", "Team", "Start"]), ("escalations", ["Case", "Priority", "Agent"]),
-               ("donations", ["Donor", "Amount", "Campaign"]), ("sensors", ["Sensor", "Reading", "Updated"]),
-               ("patients", ["Patient", "Doctor", "Visit"]), ("deploys", ["Service", "Commit", "Time"])],
-    "charts": [("signups per week", "line"), ("revenue by region", "bar"), ("energy use by building", "pie"),
-               ("response time per hour", "line"), ("tickets by agent", "bar"), ("browsers used", "pie")],
-    "lists": ["books to read", "bills to pay", "museums to visit", "camping checklist", "podcast episodes to catch up on",
-              "recipes to try"],
-    "settings": ["theme color", "notification email", "start page", "autoplay videos", "reading mode", "backup frequency"],
-}
+FIRST = ["Maya", "Omar", "Lena", "Tariq", "Ines", "Kofi", "Priya", "Jonas", "Aiko", "Mateo", "Sofia", "Ravi",
+         "Elena", "Yusuf", "Clara", "Diego", "Hana", "Felix", "Nadia", "Bruno", "Zara", "Emil", "Leila", "Tomas"]
+LAST = ["Chen", "Haddad", "Novak", "Okafor", "Silva", "Mensah", "Rao", "Berg", "Tanaka", "Ruiz", "Moreau",
+        "Iyer", "Petrov", "Demir", "Larsen", "Costa", "Sato", "Weber", "Karimi", "Alves", "Fischer", "Nunez"]
+ROLES = ["data engineer", "product designer", "nurse", "sales lead", "civil engineer", "chef", "teacher",
+         "photographer", "support agent", "architect", "pilot", "pharmacist", "librarian", "barista"]
+PROFILE_VERBS = ["message", "follow", "contact", "call", "hire", "connect", "invite"]
+PURPOSES = ["rent a bike", "book a massage", "order flowers", "join the choir", "request a repair",
+            "sign up for yoga", "apply for a grant", "reserve a court", "adopt a cat", "plan a trip",
+            "report an outage", "book a tasting", "claim a prize", "join the beta", "ask for a quote",
+            "enter the contest", "request a sample", "book a tour"]
+FIELDS = ["name", "email", "phone", "address", "city", "notes", "company", "age", "country", "website"]
+FORM_BUTTONS = ["send", "register", "apply", "book", "join", "request", "continue", "order", "reserve", "enter"]
+SETTINGS = [("theme", ["Light", "Dark", "Sepia"]), ("language", ["English", "Spanish", "Hindi"]),
+            ("currency", ["Dollar", "Euro", "Yen"]), ("font size", ["Small", "Medium", "Large"]),
+            ("units", ["Metric", "Imperial"]), ("start day", ["Monday", "Sunday"]),
+            ("map style", ["Streets", "Satellite", "Terrain"]), ("video quality", ["Auto", "High", "Low"]),
+            ("privacy", ["Public", "Friends", "Private"]), ("refresh rate", ["Hourly", "Daily", "Weekly"]),
+            ("time format", ["12-hour", "24-hour"]), ("home screen", ["Feed", "Inbox", "Calendar"])]
+PRODUCTS = ["Cobalt lamp", "Fern planter", "Nova headset", "Pebble speaker", "Ridge backpack", "Saffron candle",
+            "Terra mug", "Umber wallet", "Vale blender", "Wren stool", "Yarrow scarf", "Zinc bottle",
+            "Alder shelf", "Birch tray", "Cinder grill", "Delta drone"]
+PRODUCT_BUTTONS = ["add to cart", "preorder", "compare", "save", "rent", "gift", "reserve", "subscribe"]
+ALERTS = [("Payment failed", "retry"), ("Storage almost full", "upgrade"), ("New version available", "update"),
+          ("Session expired", "log in"), ("Backup complete", "view"), ("Password changed", "undo"),
+          ("Order shipped", "track"), ("Card declined", "retry"), ("Trial ending soon", "upgrade"),
+          ("Upload failed", "retry"), ("Invite sent", "undo"), ("Report ready", "download"),
+          ("Low battery", "dismiss"), ("Meeting in 5 minutes", "join"), ("Draft saved", "open"),
+          ("Price dropped", "buy"), ("Sync paused", "resume"), ("New follower", "view"),
+          ("Server is down", "restart"), ("Disk check passed", "dismiss"), ("Delivery delayed", "track"),
+          ("Subscription renewed", "manage"), ("Message deleted", "undo"), ("Update installed", "restart"),
+          ("Flight boarding now", "check in"), ("Coupon expires today", "redeem"), ("Seat available", "book"),
+          ("Refund issued", "view"), ("Download paused", "resume"), ("Login from a new device", "review"),
+          ("Parcel at the door", "confirm"), ("Quota reached", "upgrade"), ("Class starts soon", "join"),
+          ("Photo uploaded", "share"), ("Bill due tomorrow", "pay"), ("Task overdue", "snooze")]
+ALERT_KINDS = ["alert", "notification"]
+METRICS = [("Monthly revenue", "$840"), ("Active users", "1200"), ("Open tickets", "37"), ("Churn", "4%"),
+           ("Orders today", "96"), ("Conversion", "3%"), ("Uptime", "99%"), ("Signups", "412"),
+           ("Refunds", "$75"), ("Avg wait", "6 min"), ("Net profit", "$12k"), ("Page views", "8400"),
+           ("Bounce rate", "41%"), ("New leads", "58"), ("Cart size", "$64"), ("Return rate", "2%"),
+           ("Calls handled", "230"), ("Downloads", "5100"), ("Open orders", "19"), ("Satisfaction", "92%"),
+           ("Daily visitors", "3100"), ("Late deliveries", "7"), ("Avg rating", "4.6"), ("Inventory", "880")]
+STAT_BUTTONS = ["details", "report", "export", "refresh", "history", "share", "compare", "drill down"]
+STEP_LISTS = ["steps to brew coffee", "steps to set up the printer", "stages of the hiring process",
+              "steps to plant a tree", "steps to file an expense", "onboarding tasks", "steps to change a tire",
+              "steps to reset the router", "steps to bake bread", "steps to book a meeting room",
+              "steps to return an order", "chores for Saturday", "steps to renew a passport", "warm-up exercises",
+              "steps to publish a post", "steps to close the shop"]
+TABLES = [("invoices", ["Invoice", "Client", "Total"]), ("rooms", ["Room", "Floor", "Beds"]),
+          ("drivers", ["Driver", "Car", "Rating"]), ("repos", ["Repo", "Stars", "Language"]),
+          ("courses", ["Course", "Seats", "Start"]), ("shifts", ["Nurse", "Ward", "Hours"]),
+          ("loans", ["Borrower", "Book", "Due"]), ("trips", ["Trip", "Driver", "Fare"]),
+          ("tenants", ["Tenant", "Unit", "Rent"]), ("matches", ["Home", "Away", "Score"])]
+CAPTIONS = ["Unpaid this month", "Free tonight", "On shift", "Most popular", "Open for enrollment", "Overdue",
+            "Today", "This week", "Needs review", "Top ten"]
+CHART_WHATS = ["rainfall", "signups", "sales", "visitors", "budget", "downloads", "calls", "weight", "returns",
+               "page views"]
+CHART_LABELS = [["Jan", "Feb", "Mar"], ["Mon", "Tue", "Wed", "Thu"], ["North", "South", "West"],
+                ["Q1", "Q2", "Q3", "Q4"], ["Rent", "Food", "Travel"], ["iOS", "Android", "Web"],
+                ["Morning", "Noon", "Evening"], ["June", "July", "August"]]
 
 
-def requests(rng: random.Random, subjects: dict = DEMO_SUBJECTS) -> list[str]:
-    fields = subjects["fields"]
-    out = [f"Make a form to {p} with " + ", ".join(rng.sample(fields, rng.randint(2, 4))) + " fields."
-           for p in subjects["purposes"]]
-    out += [f"Show a product card for the {p} priced at ${rng.choice(subjects['prices'])} with a buy button."
-            for p in subjects["products"]]
-    out += [f"Render a table of recent {n} with columns " + ", ".join(c) + "." for n, c in subjects["tables"]]
-    out += [f"Plot {t} as a {k} chart." for t, k in subjects["charts"]]
-    out += [f"Show my {t} as a list." for t in subjects["lists"]]
-    out += [f"Build a settings page section where I pick my {s} and save it." for s in subjects["settings"]]
+def _a(word: str) -> str:
+    """``word`` with its indefinite article."""
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def _listed(words: list[str], last: str = "and") -> str:
+    return ", ".join(words[:-1]) + f" {last} " + words[-1] if len(words) > 1 else words[0]
+
+
+def profile_card(rng: random.Random) -> str:
+    name, role, verb = f"{rng.choice(FIRST)} {rng.choice(LAST)}", rng.choice(ROLES), rng.choice(PROFILE_VERBS)
+    return rng.choice([f"Show a profile card for {name}, {role}, with a photo and {_a(verb)} button.",
+                       f"Make a profile card for {name} ({role}) with a photo and {_a(verb)} button.",
+                       f"Create a team member card for {name}, our {role}, with a photo and {_a(verb)} button."])
+
+
+def form_button(rng: random.Random) -> str:
+    purpose, verb = rng.choice(PURPOSES), rng.choice(FORM_BUTTONS)
+    fields = _listed(rng.sample(FIELDS, rng.randint(2, 3)))
+    return rng.choice([f"Make a form to {purpose} with {fields} fields and {_a(verb)} button.",
+                       f"Create a form to {purpose} with {fields} fields and {_a(verb)} button."])
+
+
+def settings_dropdown(rng: random.Random) -> str:
+    setting, options = rng.choice(SETTINGS)
+    choices = _listed(options, "or")
+    return rng.choice([f"Build a settings section with a dropdown for my {setting} ({choices}) and a save button.",
+                       f"Build a settings page section with a {setting} dropdown ({choices}) and a save button."])
+
+
+def product_action(rng: random.Random) -> str:
+    product, price, verb = rng.choice(PRODUCTS), rng.choice([14, 29, 49, 89, 120, 310]), rng.choice(PRODUCT_BUTTONS)
+    return f"Show a product card for the {product} priced at ${price} with a photo and {_a(verb)} button."
+
+
+def alert_card(rng: random.Random) -> str:
+    (message, verb), kind = rng.choice(ALERTS), rng.choice(ALERT_KINDS)
+    return rng.choice([f"Show {_a(kind)} card saying \"{message}\" with {_a(verb)} button.",
+                       f"Make {_a(kind)} card that says \"{message}\" and has {_a(verb)} button."])
+
+
+def stat_card(rng: random.Random) -> str:
+    (metric, value), verb = rng.choice(METRICS), rng.choice(STAT_BUTTONS)
+    return rng.choice([f"Show a stat card for {metric} at {value} with {_a(verb)} button.",
+                       f"Make a KPI card showing {metric}: {value}, with {_a(verb)} button."])
+
+
+def numbered_list(rng: random.Random) -> str:
+    title = rng.choice(STEP_LISTS)
+    return rng.choice([f"Show the {title} as a numbered list.", f"Show my {title} as an ordered list."])
+
+
+def table_caption(rng: random.Random) -> str:
+    (name, columns), caption = rng.choice(TABLES), rng.choice(CAPTIONS)
+    return f"Render a table of {name} with columns {', '.join(columns)} and the caption \"{caption}\"."
+
+
+def chart_labels(rng: random.Random) -> str:
+    what, labels, kind = rng.choice(CHART_WHATS), rng.choice(CHART_LABELS), rng.choice(["bar", "line", "pie"])
+    return f"Plot {what} for {_listed(labels)} as a {kind} chart."
+
+
+FAMILIES: dict[str, Callable[[random.Random], str]] = {
+    f.__name__: f for f in (profile_card, form_button, settings_dropdown, product_action, alert_card, stat_card,
+                            numbered_list, table_caption, chart_labels)}
+# Which families ship, by measurement (the demo's generation 1, 8 samples per request at the experience step's
+# temperature 0.8, its verified repair counted; docs/benchmarks.md has every family's figures): the first drift is
+# the families generation 1 solves sometimes but not often (pass@1 about 0.1-0.2, pass@8 0.3-0.7); the second
+# drift, for generation 3, the families it solves at most once in 8 (cards with a photo, a table with a caption),
+# which the first drift's skill (a card with its text and a button that says what it does) brings nearer.
+# Forms with a named button, dropdowns with named choices and numbered lists stay out: generation 1 never solved
+# one, so its experience holds nothing to learn from.
+DRIFT = ("stat_card", "alert_card")
+SECOND_DRIFT = ("profile_card", "product_action", "table_caption")
+
+
+def family_requests(families: tuple[str, ...], count: int, rng: random.Random, taken: set[str]) -> list[str]:
+    """``count`` new requests, the families taking turns, none in ``taken`` (normalized), which grows."""
+    from mint.loop.experience import normalized_text
+
+    out, turn, misses = [], 0, 0
+    while len(out) < count:
+        request = FAMILIES[families[turn % len(families)]](rng)
+        key = normalized_text(request)
+        if key in taken:
+            misses += 1
+            if misses > 10_000:
+                raise SystemExit(f"the families {families} cannot make {count} distinct requests")
+            continue
+        taken.add(key)
+        out.append(request)
+        turn += 1
     return out
 
 
@@ -99,16 +219,41 @@ def write_requests(path: Path, rows: list[str]) -> None:
                                              {"role": "user", "content": request}]}) + "\n")
 
 
+SERVED, HELDOUT, GENERATION_3, HELDOUT_2 = 48, 96, 48, 96
+
+
 def main() -> None:
-    demo = requests(random.Random(20261201))
-    generation_3 = requests(random.Random(20261202), GENERATION_3_SUBJECTS)
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from make_example_logs import genui_retention_cases
+
+    from mint.loop.experience import normalized_text
+
+    rng = random.Random(20261203)
     known = known_requests()
-    clash = clashes(demo + generation_3, known) + sorted(set(demo) & set(generation_3))
+    # the files written here are not "known" to this check: they are what it writes
+    for path in (HELDOUT_OUT, HELDOUT_2_OUT, RETENTION_OUT):
+        known -= set(path.read_text().split('"')) if path.is_file() else set()
+    taken = {normalized_text(k) for k in known}
+    heldout = family_requests(DRIFT, HELDOUT, rng, taken)
+    served = family_requests(DRIFT, SERVED, rng, taken)
+    generation_3 = family_requests(SECOND_DRIFT, GENERATION_3, rng, taken)
+    heldout_2 = family_requests(SECOND_DRIFT, HELDOUT_2, rng, taken)
+    retention = genui_retention_cases(random.Random(20261204))
+    clash = clashes(served + heldout + generation_3 + heldout_2 + [r for r, _tree in retention], known)
+    clash += [r for r, _tree in retention if normalized_text(r) in taken]
     if clash:
         raise SystemExit(f"these requests already appear in examples/logs or examples/heldout, or twice: {clash}")
-    for path, rows in ((OUT, demo), (GENERATION_3_OUT, generation_3)):
+    for path, rows in ((OUT, served), (HELDOUT_OUT, heldout), (GENERATION_3_OUT, generation_3),
+                       (HELDOUT_2_OUT, heldout_2)):
         write_requests(path, rows)
         print(f"wrote {len(rows)} requests to {path.relative_to(ROOT)}")
+    with open(RETENTION_OUT, "w", encoding="utf-8") as f:
+        for request, tree in retention:
+            f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": request}],
+                                "reference": tree}, ensure_ascii=False) + "\n")
+    print(f"wrote {len(retention)} requests with their trees to {RETENTION_OUT.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

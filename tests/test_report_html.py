@@ -96,3 +96,21 @@ def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tm
     page = out.read_text()
     assert "<table class='progress'>" in page and "<td>coding:v1</td>" in page
     assert "<img alt='coding: primary metric per generation'" in page
+
+
+def test_the_retention_suite_shows_beside_the_core_with_its_interval_and_its_own_line(ws, candidate, report_for):
+    from mint.report_html import progress_figure, progress_table
+    from mint.reports import generation_progress
+
+    v1 = candidate()
+    v2 = candidate(parent=v1.id)
+    gated_report(ws, report_for, v1, 0.30, 0.10, True, retention=(0.9, 0.0))
+    gated_report(ws, report_for, v2, 0.50, 0.30, True, baseline_id=v1.id, retention=(0.85, 0.9))
+    rows = generation_progress(ws)["coding"]
+    table = progress_table(rows)
+    assert "<td>retention.pass_at_1 0.85 (-0.05 [-0.1, 0])</td>" in table
+    assert "<td>retention.pass_at_1 0</td>" in table                  # the bare base: no delta of its own
+    import dataclasses
+
+    assert progress_figure("coding", rows) != progress_figure("coding", [dataclasses.replace(r, suites=())
+                                                                          for r in rows])

@@ -63,8 +63,9 @@ def test_a_revision_without_a_report_or_a_bad_file_is_exit_2(ws, candidate, tmp_
 
 # --- per generation: the held-out metric, the experience, the placebo twin, the verdict ------------------
 
-def gated_report(ws, report_for, revision, value, baseline_value, passed, baseline_id=None):
-    """A registered report of ``revision`` whose gate pairs it with its baseline: Δ ± 0.1 as its 95% interval."""
+def gated_report(ws, report_for, revision, value, baseline_value, passed, baseline_id=None, retention=None):
+    """A registered report of ``revision`` whose gate pairs it with its baseline: Δ ± 0.1 as its 95% interval;
+    with ``retention`` (value, baseline value), a retention suite's gate too."""
     path = report_for(revision, baseline=baseline_id)
     data = json.loads(path.read_text())
     data["metrics"] = {"core.pass_at_1": value, "latency.p95_ms": 800}
@@ -74,6 +75,14 @@ def gated_report(ws, report_for, revision, value, baseline_value, passed, baseli
                       "delta": {"n": 20, "delta": value - baseline_value, "low": value - baseline_value - 0.1,
                                 "high": value - baseline_value + 0.1, "method": "bootstrap"}},
                      {"metric": "latency.p95_ms", "value": 800, "baseline": None, "rule": "max 2000", "passed": True}]
+    if retention is not None:
+        kept, before = retention
+        data["metrics"]["retention.pass_at_1"] = kept
+        data["baseline"]["metrics"]["retention.pass_at_1"] = before
+        data["gates"].append({"metric": "retention.pass_at_1", "value": kept, "baseline": before,
+                              "rule": "no_regression 0.05", "passed": True,
+                              "delta": {"n": 30, "delta": kept - before, "low": kept - before - 0.05,
+                                        "high": kept - before + 0.05, "method": "mcnemar-exact"}})
     data["verdict"] = "pass" if passed else "fail"
     path.write_text(json.dumps(data))
     _register(ws, path)
@@ -129,6 +138,20 @@ def test_each_generation_shows_its_metric_experience_twin_and_verdict(ws, candid
     t = second.twin
     assert (t.revision, t.value, t.delta, t.interval, t.reading) == ("coding:v3", 0.35, 0.15, [-0.05, 0.35],
                                                                      "no experience effect")
+
+
+def test_each_generation_shows_its_retention_suite_beside_what_users_ask_now(ws, candidate, report_for):
+    from mint.reports import generation_progress
+
+    v1 = candidate()
+    v2 = candidate(parent=v1.id)
+    gated_report(ws, report_for, v1, 0.30, 0.10, True, retention=(0.9, 0.0))
+    gated_report(ws, report_for, v2, 0.50, 0.30, True, baseline_id=v1.id, retention=(0.85, 0.9))
+    base, first, second = generation_progress(ws)["coding"]
+    assert [(f.metric, f.value) for f in base.suites] == [("retention.pass_at_1", 0.0)]
+    (kept,) = second.suites
+    assert (kept.metric, kept.value, kept.baseline_value) == ("retention.pass_at_1", 0.85, 0.9)
+    assert kept.delta == pytest.approx(-0.05) and kept.interval == pytest.approx([-0.1, 0.0])
 
 
 def test_report_json_carries_the_generations(ws, candidate, report_for, capsys):

@@ -158,7 +158,8 @@ def _render_progress(result) -> None:
         if metric is None:
             continue
         table = Table(title=f"{specialist}: {metric} per generation")
-        for column in ("gen", "revision", "value", "Δ vs baseline (95% CI)", "pool pass@1 / pass@k",
+        for column in ("gen", "revision", "value", "Δ vs baseline (95% CI)", "other suites (Δ, 95% CI)",
+                       "pool pass@1 / pass@k",
                        "accepted (per source)", "twin", "Δ vs twin (95% CI)", "Δ vs logs-only steps (95% CI)",
                        "verdict"):
             table.add_column(column, overflow="fold")
@@ -175,6 +176,9 @@ def _render_progress(result) -> None:
                 f" ({r.verdict or 'not evaluated'})"
             table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
                           f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",
+                          "\n".join(f"{escape(f.metric)} {_fmt(f.value)}"
+                                    + (f" ({_ci(f.delta, f.interval)})" if r.generation else "")
+                                    for f in r.suites) or "-",
                           pool, escape(accepted), f"{escape(t.revision or '-')} {_fmt(t.value)}" if t else "-",
                           f"{_ci(t.delta, t.interval)} {reading}" if t else "-",
                           f"{escape(t.steps_control.revision or '-')} {_ci(t.steps_control.delta, t.steps_control.interval)}"

@@ -140,3 +140,77 @@ def minimum_detectable_effect(n: int, confidence: float = CONFIDENCE) -> tuple[f
         if mcnemar(k, 0, n, confidence).low > EPSILON:
             return k / n, k
     return None
+
+
+def _critical_wins(m: int, threshold: float, alpha: float) -> int | None:
+    """The fewest wins of ``m`` discordant pairs whose exact lower bound for the win share lies above
+    ``threshold`` (the share past which the delta's interval clears its margin), None when even ``m`` do not.
+    The Clopper-Pearson lower bound exceeds ``threshold`` exactly when P(X >= wins | threshold) < alpha/2."""
+    if threshold >= 1:
+        return None
+    if threshold <= 0:
+        return 1
+    log_p, log_q = math.log(threshold), math.log1p(-threshold)
+    tail, critical = 0.0, None
+    for wins in range(m, 0, -1):
+        tail += math.exp(math.lgamma(m + 1) - math.lgamma(wins + 1) - math.lgamma(m - wins + 1)
+                         + wins * log_p + (m - wins) * log_q)
+        if tail >= alpha / 2:
+            break
+        critical = wins
+    return critical
+
+
+def paired_power(n: int, win_rate: float, loss_rate: float, *, margin: float = 0.0,
+                 confidence: float = CONFIDENCE) -> float:
+    """The chance that the exact paired test (``mcnemar``) finds a significant gain beyond ``margin`` on ``n``
+    paired pass/fail examples, when each example is independently won by the candidate with probability
+    ``win_rate``, lost with ``loss_rate`` and tied otherwise. Swap the two rates for the chance that a loss
+    shows as a significant regression. Sums the exact distribution: the discordant pairs m ~ Binomial(n,
+    win_rate + loss_rate), the wins among them ~ Binomial(m, win share)."""
+    if n < 1 or win_rate < 0 or loss_rate < 0 or win_rate + loss_rate > 1 + EPSILON:
+        raise ValueError("n >= 1 and rates in [0, 1] that sum to at most 1")
+    discordant = min(1.0, win_rate + loss_rate)
+    if discordant <= 0 or win_rate <= 0:
+        return 0.0
+    share = win_rate / discordant
+    alpha = 1 - confidence
+    power = 0.0
+    for m in range(1, n + 1):
+        critical = _critical_wins(m, 0.5 + margin * n / (2 * m), alpha)
+        if critical is None:
+            continue
+        p_m = _binomial_pmf(m, n, discordant)
+        if p_m < 1e-15:
+            continue
+        power += p_m * sum(_binomial_pmf(w, m, share) for w in range(critical, m + 1))
+    return min(1.0, power)
+
+
+def _binomial_pmf(k: int, n: int, p: float) -> float:
+    if p <= 0:
+        return 1.0 if k == 0 else 0.0
+    if p >= 1:
+        return 1.0 if k == n else 0.0
+    return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                    + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+def examples_for_power(win_rate: float, loss_rate: float, *, power: float = 0.8, margin: float = 0.0,
+                       confidence: float = CONFIDENCE, most: int = 2000) -> int | None:
+    """The fewest paired examples at which ``paired_power`` reaches ``power`` (None when ``most`` do not): how
+    large a suite must be for an expected gain (or, rates swapped, a loss) to be found that often. Exact power
+    saws up and down with n, so the answer is the first n that reaches it."""
+    if not 0 < power < 1:
+        raise ValueError("power must lie strictly between 0 and 1")
+    if paired_power(most, win_rate, loss_rate, margin=margin, confidence=confidence) < power:
+        return None
+    low, high = 1, most            # power rises with n but saws: bisect to a bracket, then scan it
+    while high - low > 32:
+        mid = (low + high) // 2
+        if paired_power(mid, win_rate, loss_rate, margin=margin, confidence=confidence) >= power:
+            high = mid
+        else:
+            low = mid
+    return next(n for n in range(max(1, low - 32), high + 1)
+                if paired_power(n, win_rate, loss_rate, margin=margin, confidence=confidence) >= power)

@@ -8,9 +8,12 @@ from mint.contract.gates import apply_gates, check_gate
 from mint.contract.paired import (
     clopper_pearson,
     compare,
+    examples_for_power,
     mcnemar,
     minimum_detectable_effect,
     paired_bootstrap,
+    paired_power,
+    significant_gain,
     significant_regression,
 )
 from mint.contract.schema import Gate, load_contract
@@ -129,3 +132,54 @@ def test_simulated_verdicts_identical_passes_and_ten_points_worse_fails_at_least
                 for s in seeds) / len(seeds)
     assert identical >= 0.99, identical
     assert worse >= 0.99, worse
+
+
+# --- power: how large a suite must be for an expected gain (or a loss) to show -------------------------
+
+def _enumerated_power(n, win_rate, loss_rate, found, margin=0.0):
+    """Every (wins, losses) outcome of n paired examples, weighted by its multinomial chance, where ``found``
+    says the exact test shows it: what paired_power must equal."""
+    from math import comb
+
+    tie = 1 - win_rate - loss_rate
+    total = 0.0
+    for wins in range(n + 1):
+        for losses in range(n - wins + 1):
+            chance = comb(n, wins) * comb(n - wins, losses) * win_rate ** wins * loss_rate ** losses \
+                * tie ** (n - wins - losses)
+            total += chance * found(mcnemar(wins, losses, n), margin)
+    return total
+
+
+@pytest.mark.parametrize("n, win_rate, loss_rate", [(12, 0.3, 0.05), (20, 0.2, 0.1), (30, 0.15, 0.0), (9, 0.5, 0.5)])
+def test_paired_power_is_the_chance_that_the_gate_s_own_test_finds_the_gain(n, win_rate, loss_rate):
+    gain = lambda result, margin: significant_gain(result, margin, lower_is_better=False)  # noqa: E731
+    assert paired_power(n, win_rate, loss_rate) == pytest.approx(_enumerated_power(n, win_rate, loss_rate, gain),
+                                                                 abs=1e-9)
+    loss = lambda result, margin: significant_regression(result, margin, lower_is_better=False)  # noqa: E731
+    # the rates swapped: the chance that a loss shows as a significant regression
+    assert paired_power(n, loss_rate, win_rate) == pytest.approx(_enumerated_power(n, win_rate, loss_rate, loss),
+                                                                 abs=1e-9)
+
+
+def test_paired_power_beyond_a_margin_counts_only_gains_that_clear_it():
+    gain = lambda result, margin: significant_gain(result, margin, lower_is_better=False)  # noqa: E731
+    assert paired_power(24, 0.4, 0.05, margin=0.1) == pytest.approx(
+        _enumerated_power(24, 0.4, 0.05, gain, margin=0.1), abs=1e-9)
+    assert paired_power(24, 0.4, 0.05, margin=0.1) < paired_power(24, 0.4, 0.05)
+
+
+def test_examples_for_power_is_the_first_suite_size_that_reaches_the_power():
+    # a 5-point loss with nothing won back: 157 paired examples find it 80% of the time, 156 do not
+    n = examples_for_power(0.05, 0.0)
+    assert n == 157 and paired_power(n, 0.05, 0.0) >= 0.8 > paired_power(n - 1, 0.05, 0.0)
+    assert all(paired_power(k, 0.05, 0.0) < 0.8 for k in range(n - 40, n))
+    # more churn (wins and losses both) needs more examples for the same net change
+    assert examples_for_power(0.07, 0.02) > n
+    assert examples_for_power(0.001, 0.0, most=300) is None
+
+
+@pytest.mark.parametrize("args", [(0, 0.1, 0.0), (10, -0.1, 0.0), (10, 0.7, 0.6)])
+def test_paired_power_refuses_rates_that_are_not_a_distribution(args):
+    with pytest.raises(ValueError):
+        paired_power(*args)

@@ -168,3 +168,263 @@ def test_a_repaired_tree_can_be_written_as_utf8_whatever_escapes_the_answer_hold
     fixed = repair('{"type": "List", "props": {"title": "Café", "items": ["\\udcff", "é", "é", "x')   # cut off; "é" repeats
     fixed.encode("utf-8")                           # a lone surrogate stays escaped, so the episode can be written
     assert json.loads(fixed)["props"]["items"] == ["\udcff", "é"]
+
+
+# --- what a person would reject: a field or a button twice, a part the request names left out --------------
+
+def _field(label, name=None):
+    return {"type": "TextField", "props": {"label": label, "name": name or label.lower()}}
+
+
+def _button(label, action="go"):
+    return {"type": "Button", "props": {"label": label, "action": action}}
+
+
+def _verdict(request, tree):
+    from mint.harness.genui import verify
+
+    return verify(request, json.dumps(tree))
+
+
+SIGNUP = "Make a form to sign up with name, email and phone fields."
+
+
+def _signup(*fields, submit="Sign up", title="Sign up"):
+    return {"type": "Form", "props": {"title": title, "submitLabel": submit}, "children": list(fields)}
+
+
+def test_a_form_that_repeats_a_field_is_not_the_answer():
+    assert _verdict(SIGNUP, _signup(_field("Name"), _field("Email"), _field("Phone")))[0]
+    repeated = _signup(_field("Name"), _field("Email"), _field("Phone"), _field("Email", "email2"))
+    assert _verdict(SIGNUP, repeated) == (False, "the field 'email' is repeated")
+    # the same name under two labels loses one value when the form is sent
+    assert _verdict(SIGNUP, _signup(_field("Name"), _field("Email", "x"), _field("Phone", "x"))) == (
+        False, "two fields are both named 'x'")
+
+
+def test_a_field_the_request_names_must_be_in_the_form():
+    verdict = _verdict(SIGNUP, _signup(_field("Name"), _field("Email")))
+    assert verdict == (False, "no field for 'phone'")
+    # a label that extends the named word is the field ("date of birth" as "Birthday")
+    request = "Make a form to join with email and date of birth fields."
+    assert _verdict(request, _signup(_field("Email"), _field("Birthday"), title="Join"))[0]
+
+
+def test_a_button_label_shown_twice_is_not_the_answer():
+    request = "Show a card asking \"Delete this file?\" with Cancel and Delete buttons."
+    card = {"type": "Card", "props": {"title": "Delete this file?"},
+            "children": [_button("Cancel"), _button("Delete")]}
+    assert _verdict(request, card)[0]
+    card["children"].append(_button("Delete", "delete2"))
+    assert _verdict(request, card) == (False, "the button 'delete' is shown twice")
+    # a form draws its own submit button: a child button saying the same shows it twice
+    assert _verdict(SIGNUP, _signup(_field("Name"), _field("Email"), _field("Phone"), _button("Sign up"))) == (
+        False, "the button 'sign up' is shown twice")
+
+
+def test_each_button_the_request_names_needs_a_button_of_its_own():
+    request = "Show a card asking \"Delete this file?\" with Cancel and Delete buttons."
+    one = {"type": "Card", "props": {"title": "Delete this file? Cancel"}, "children": [_button("Delete")]}
+    assert _verdict(request, one) == (False, "no button for 'Cancel'")
+    request = "Show a profile card for Ana Silva with a photo and a message button."
+    card = {"type": "Card", "props": {"title": "Ana Silva"}, "children": [
+        {"type": "Image", "props": {"src": "a.png", "alt": "Ana"}}, _button("Follow")]}
+    assert _verdict(request, card) == (False, "no button for 'message'")
+    card["children"][1] = _button("Send a message")
+    assert _verdict(request, card)[0]
+    # a form's submit button is the button the request names
+    assert _verdict("Make a form with an email field and a subscribe button.",
+                    {"type": "Form", "props": {"submitLabel": "Subscribe"}, "children": [_field("Email")]})[0]
+
+
+def test_a_dropdown_the_request_names_must_offer_its_choice():
+    request = "Make a settings card with a dropdown for the theme (Light, Dark) and a save button."
+    select = {"type": "Select", "props": {"label": "Theme", "name": "theme", "options": ["Light", "Dark"]}}
+    card = {"type": "Card", "props": {"title": "Settings"}, "children": [select, _button("Save")]}
+    assert _verdict(request, card)[0]
+    select["props"].update(label="Mode", name="mode")
+    assert _verdict(request, card) == (False, "no dropdown for 'theme'")
+
+
+def test_a_counted_component_must_appear_that_many_times():
+    request = "Make three plan cards (Basic, Pro, Team) with a choose button in each."
+    cards = [{"type": "Card", "props": {"title": t}, "children": [_button("Choose", t)]} for t in ("Basic", "Pro")]
+    stack = {"type": "Stack", "props": {"direction": "horizontal"}, "children": cards + [
+        {"type": "Text", "props": {"text": "Team"}}]}
+    assert _verdict(request, stack) == (False, "2 Card in the tree, the request asks for 3")
+    stack["children"][2] = {"type": "Card", "props": {"title": "Team"}, "children": [_button("Choose", "team")]}
+    assert _verdict(request, stack)[0]     # the same label on each card's own button is not a repeat
+
+
+def test_the_chart_kind_the_request_names_is_the_chart_drawn():
+    request = "Plot visits per day as a line chart."
+    chart = {"type": "Chart", "props": {"title": "Visits per day", "kind": "bar", "labels": ["Mon", "Tue"],
+                                        "series": [{"name": "visits", "values": [3, 4]}]}}
+    assert _verdict(request, chart) == (False, "no line chart in the tree")
+    chart["props"]["kind"] = "line"
+    assert _verdict(request, chart)[0]
+
+
+def test_a_numbered_list_is_ordered():
+    request = "Show the steps to brew coffee as a numbered list."
+    steps = {"type": "List", "props": {"title": "Brew coffee", "items": ["Grind", "Pour", "Wait"]}}
+    assert _verdict(request, steps) == (False, "the list is not numbered (ordered: true)")
+    steps["props"]["ordered"] = True
+    assert _verdict(request, steps)[0]
+    assert _verdict("Show the steps to brew coffee as a list.", {**steps, "props": {**steps["props"], "ordered": False}})[0]
+
+
+def test_quoted_text_must_be_shown():
+    request = "Show an alert card saying \"Payment failed\" with a retry button."
+    card = {"type": "Card", "props": {"title": "Payment"}, "children": [_button("Retry")]}
+    assert _verdict(request, card) == (False, "the tree does not show 'Payment failed'")
+    card["props"]["title"] = "Payment failed!"
+    assert _verdict(request, card)[0]
+
+
+@pytest.mark.parametrize("request_text, tree, twice", [
+    ("Render a table of plans with columns Name, Plan.",
+     {"type": "Table", "props": {"columns": ["Name", "Plan", "Name"], "rows": []}},
+     "the Table shows 'name' twice in its columns"),
+    ("Render a table of plans with columns Name, Plan.",
+     {"type": "Table", "props": {"columns": ["Name", "Plan"], "rows": [["a", "b"], ["a", "b"]]}},
+     "the Table repeats a row"),
+    ("Show my todo list as a list.", {"type": "List", "props": {"title": "Todo", "items": ["Milk", "Eggs", "milk"]}},
+     "the List shows 'milk' twice in its items"),
+])
+def test_an_entry_shown_twice_is_not_the_answer(request_text, tree, twice):
+    from mint.harness.genui import request_problem
+
+    assert request_problem(request_text, tree, True) == twice
+
+
+def test_a_word_that_says_what_kind_of_card_it_is_is_not_a_label():
+    request = "Make a KPI card showing Uptime: 99%, with a report button."
+    card = {"type": "Card", "props": {"title": "Uptime"}, "children": [
+        {"type": "Text", "props": {"text": "99%"}}, _button("Open report")]}
+    assert _verdict(request, card)[0]
+
+
+def test_repair_drops_what_the_catalog_does_not_allow_and_the_verifier_judges_the_rest():
+    from mint.harness.genui import repair, verify
+
+    request = "Show a profile card for Ana Silva with a photo and a message button."
+    answer = json.dumps({"type": "Card", "props": {"title": "Ana Silva", "gap": 8}, "children": [
+        {"type": "Image", "props": {"src": "a.png", "alt": "Ana", "width": "full"}},
+        {"type": "Avatar", "props": {"name": "Ana"}},                      # no such component
+        {"type": "Button", "props": {"label": "Message"}},                # no action: refused whatever is dropped
+        {"type": "Button", "props": {"label": "Message", "action": "msg", "variant": "loud"}}]})
+    assert not verify(request, answer)[0]
+    fixed = repair(answer)
+    assert json.loads(fixed) == {"type": "Card", "props": {"title": "Ana Silva"}, "children": [
+        {"type": "Image", "props": {"src": "a.png", "alt": "Ana"}},
+        {"type": "Button", "props": {"label": "Message", "action": "msg"}}]}
+    assert verify(request, fixed)[0]
+    # dropping cannot make up what is missing: a card without its button stays refused
+    bare = json.dumps({"type": "Card", "props": {"title": "Ana Silva", "gap": 8},
+                       "children": [{"type": "Image", "props": {"src": "a.png", "alt": "Ana"}}]})
+    assert repair(bare) is not None and not verify(request, repair(bare))[0]
+
+
+def test_repair_gives_a_node_the_children_written_inside_its_props():
+    from mint.harness.genui import repair, verify
+
+    request = "Show an alert card saying \"Payment failed\" with a retry button."
+    answer = ('{"type": "Card", "props": {"title": "Payment failed", "children": '
+              '[{"type": "Button", "props": {"label": "Retry", "action": "retry"}}]}}')
+    assert not verify(request, answer)[0]
+    assert json.loads(repair(answer)) == {"type": "Card", "props": {"title": "Payment failed"}, "children": [
+        {"type": "Button", "props": {"label": "Retry", "action": "retry"}}]}
+    assert verify(request, repair(answer))[0]
+
+
+def test_only_what_the_page_shows_counts_as_shown():
+    # "Orders" only in the image's address and the button's action: the page never says it
+    request = "Show a stat card for Orders today at 96 with a refresh button."
+    card = {"type": "Card", "props": {"title": "Oders today"}, "children": [
+        {"type": "Image", "props": {"src": "https://img.example.com/orders.png", "alt": "Orders today"}},
+        {"type": "Text", "props": {"text": "96"}}, _button("Refresh", "refresh:orders")]}
+    assert _verdict(request, card) == (False, "the tree does not show 'Orders'")
+    # a field's name is not shown either: its label must say what the request calls it
+    request = "Make a settings section with a dropdown for my video quality (Auto, High) and a save button."
+    select = {"type": "Select", "props": {"label": "Same", "name": "video", "options": ["Auto", "High"]}}
+    assert _verdict(request, {"type": "Stack", "props": {"direction": "vertical"}, "children": [
+        select, _button("Save")]}) == (False, "no dropdown for 'video quality'")
+
+
+def test_a_word_is_matched_whole_not_by_its_first_letters():
+    request = "Make a notification card that says \"Password changed\" and has an undo button."
+    card = {"type": "Card", "props": {"title": "Password changed"}, "children": [_button("Undownload")]}
+    assert _verdict(request, card) == (False, "no button for 'undo'")
+    card["children"] = [_button("Undo")]
+    assert _verdict(request, card)[0]
+    # one word written together with a particle or a word of its own is still that word
+    assert _verdict("Show a login card with an email field and a log in button.", {
+        "type": "Card", "props": {"title": "Login"}, "children": [_field("Email"), _button("Login")]})[0]
+
+
+@pytest.mark.parametrize("columns, rows, why", [
+    (["Room", "Floor"], [["1", "Beds"]], "the Table has no column 'Beds'"),     # in a cell, not a column
+    (["Room", "Floor", "Beds", "Caption"], [["1", "2", "3", "x"]],
+     "the Table has a column the request does not name: 'Caption'"),
+    (["Room", "Floor", "Beds"], [["1", "2"]], "a row of the Table has 2 cell(s) for 3 column(s)"),
+])
+def test_a_table_shows_exactly_the_columns_the_request_lists_and_fills_them(columns, rows, why):
+    request = "Render a table of rooms with columns Room, Floor, Beds and the caption \"Free tonight\"."
+    table = {"type": "Table", "props": {"caption": "Free tonight", "columns": columns, "rows": rows}}
+    assert _verdict(request, table) == (False, why)
+    assert _verdict(request, {"type": "Table", "props": {"caption": "Free tonight", "columns": ["Room", "Floor", "Beds"],
+                                                         "rows": [["1", "2", "3"]]}})[0]
+
+
+def test_a_control_the_request_does_not_ask_for_is_not_the_answer():
+    request = "Make a notification card that says \"Password changed\" and has an undo button."
+    card = {"type": "Card", "props": {"title": "Password changed"}, "children": [
+        {"type": "Select", "props": {"label": "Choose", "name": "c", "options": ["Password"]}}, _button("Undo")]}
+    assert _verdict(request, card) == (False, "a Select the request does not ask for")
+    # a part the request names (the button) is not a field or a dropdown it asks for
+    request = "Make a KPI card showing Uptime: 99%, with an export button."
+    card = {"type": "Card", "props": {"title": "Uptime"}, "children": [
+        {"type": "Text", "props": {"text": "99%"}}, _button("Export"),
+        {"type": "Select", "props": {"label": "Priority", "name": "p", "options": ["Text", "Image"]}}]}
+    assert _verdict(request, card) == (False, "a Select the request does not ask for")
+    assert _verdict(request, {**card, "children": card["children"][:2]})[0]
+    # where the request names its buttons, another button is not one of them ("Log in" is not "Log out")
+    request = "Make a card that asks \"Log out now?\" with a Cancel button and a Log out button."
+    card = {"type": "Card", "props": {"title": "Log out now?"}, "children": [
+        _button("Cancel"), _button("Log in", "in"), _button("Log out", "out")]}
+    assert _verdict(request, card) == (False, "a button the request does not ask for: 'Log in'")
+    card["children"] = [_button("Cancel"), _button("Log in", "in")]
+    assert _verdict(request, card) == (False, "no button for 'Log out'")
+    # where it names none, a button says one of its words: "Save" for "... and save it", not "Reward"
+    request = "Build a settings page section where I pick my theme and save it."
+    section = {"type": "Stack", "props": {"direction": "vertical"}, "children": [
+        {"type": "Select", "props": {"label": "Theme", "name": "theme", "options": ["Light", "Dark"]}}, _button("Save")]}
+    assert _verdict(request, section)[0]
+    section["children"].append(_button("Reward", "reward"))
+    assert _verdict(request, section) == (False, "a button the request does not ask for: 'Reward'")
+
+
+def test_a_title_that_says_nothing_of_the_request_is_not_the_answer():
+    request = "Make a notification card that says \"Password changed\" and has an undo button."
+    card = {"type": "Card", "props": {"title": "Powers up"}, "children": [
+        {"type": "Text", "props": {"text": "Password changed"}}, _button("Undo")]}
+    assert _verdict(request, card) == (False, "the Card title 'Powers up' says nothing of the request")
+
+
+def test_a_web_address_shown_as_text_is_not_the_answer():
+    request = "Show a profile card for Omar Chen, our chef, with a photo and a hire button."
+    card = {"type": "Card", "props": {"title": "Omar Chen"}, "children": [
+        {"type": "Image", "props": {"src": "https://img.example.com/chen.png", "alt": "Omar Chen"}},
+        {"type": "Text", "props": {"text": "Hire: https://img.example.com/henkel.png"}}, _button("Hire now")]}
+    assert _verdict(request, card) == (False, "the tree shows a web address as text: "
+                                              "'hire: https://img.example.com/henkel.png'")
+    card["children"][1] = {"type": "Text", "props": {"text": "Chef"}}
+    assert _verdict(request, card)[0]
+
+
+def test_one_label_on_a_field_and_a_button_is_shown_twice():
+    request = "Make a sign-in card with a username field, a password field and a sign in button."
+    card = {"type": "Card", "props": {"title": "Sign in"}, "children": [
+        _field("Username"), _field("Password"), _field("Sign in", "login"), _button("Sign in")]}
+    assert _verdict(request, card) == (False, "the label 'sign in' is on a field and a button")

@@ -18,7 +18,8 @@ def user_text(record: dict) -> str:
     return [m["content"] for m in record["messages"] if m["role"] == "user"][-1]
 
 
-GENUI = records("examples/heldout/genui.jsonl") + records("contracts/suites/genui_retention.jsonl")
+GENUI = records("examples/heldout/genui.jsonl") + records("contracts/suites/genui_retention.jsonl") \
+    + records("contracts/suites/genui_old_families.jsonl")
 
 
 def test_genui_verifies_every_reference_tree_from_its_request_alone():

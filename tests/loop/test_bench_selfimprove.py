@@ -35,9 +35,9 @@ def run_bench(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
 
 def test_the_benchmark_refuses_a_contract_whose_core_suite_holds_fewer_than_48_examples(tmp_path):
     project = tmp_path / "project"
-    heldout = project / "examples" / "heldout" / "genui.jsonl"
+    heldout = project / "examples" / "heldout" / "genui-drift.jsonl"   # the core of generation 2's contract
     heldout.parent.mkdir(parents=True)      # `mint init` keeps a file that exists: this project holds out 10
-    heldout.write_text("".join((ROOT / "examples" / "heldout" / "genui.jsonl").read_text().splitlines(True)[:10]))
+    heldout.write_text("".join((ROOT / "examples" / "heldout" / "genui-drift.jsonl").read_text().splitlines(True)[:10]))
     done = run_bench("--keep", str(project))
     assert done.returncode == 2, done.stderr
     assert f"{project / 'contracts' / 'genui.yaml'}: suites.core: the genui evaluation would measure 10 held-out " \
@@ -109,18 +109,20 @@ def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["mode"].startswith("smoke") and {"cpu", "flags", "cores", "torch"} <= set(result["machine"])
-    assert result["experience_sources"] == {"genui": ["served"], "agent": ["unaccepted"]}
+    assert result["experience_sources"] == {"genui": ["served"]}
     assert [b["requests"] for b in result["requests"]["batches"]] == [48, 48]
-    for specialist in ("genui", "agent"):
-        entry = result["specialists"][specialist]
-        assert entry["metric"] and [g["generation"] for g in entry["generations"]] == [1, 2, 3]
-        for generation in entry["generations"]:
-            assert generation["verdict"] in ("promoted", "rejected", "refused")
-            assert generation["vs_previous_generation"]["interval"] is not None
-            assert {"value", "experience", "twin", "retention", "backward_transfer"} <= set(generation)
-        assert all(g["experience"]["pool"]["k"] == 4 and g["twin"]["verdict"] for g in entry["generations"][1:])
+    genui, agent = result["specialists"]["genui"], result["specialists"]["agent"]
+    assert genui["metric"] and [g["generation"] for g in genui["generations"]] == [1, 2, 3]
+    assert [g["generation"] for g in agent["generations"]] == [1]          # the agent is trained once
+    for generation in genui["generations"] + agent["generations"]:
+        assert generation["verdict"] in ("promoted", "rejected", "refused")
+        assert generation["vs_previous_generation"]["interval"] is not None
+        assert {"value", "experience", "twin", "retention", "backward_transfer"} <= set(generation)
+    assert all(g["experience"]["pool"]["k"] == 8 and g["twin"]["verdict"] for g in genui["generations"][1:])
+    # each generation is gated on what users ask at its time: the contract follows the traffic
+    assert [g["contract"] for g in genui["generations"]] == ["genui v9", "genui v10", "genui v11"]
     steps = result["wall_s"]["steps"]
-    assert {(s["iteration"], s["step"]) for s in steps} >= {(3, "serve"), (3, "experience genui"), (2, "eval agent")}
+    assert {(s["iteration"], s["step"]) for s in steps} >= {(3, "serve"), (3, "experience genui"), (2, "eval genui")}
     assert result["wall_s"]["total"] > 0
     assert len(result["goals"]) == len(GOALS) and all(text in g["goal"] for g, text in zip(result["goals"], GOALS))
     assert all(g["status"] in ("PASS", "MISS") for g in result["goals"])
@@ -191,3 +193,12 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
                                             "delta": -0.03, "interval": [-0.2, 0.1]}]
     rows = bench.goals({"genui": {"generations": [first, second]}}, {"genui": {"examples": 48}}, {"total": 60})
     assert goal(rows, "backward transfer") == "MISS"         # generation 2 lost 0.03 against generation 1
+
+    # when the traffic drifted and generation 2's contract is a new version, its suites are not generation 1's:
+    # generation 1 was measured under the new contract as the baseline, and the gate's paired delta is the comparison
+    versions = {"r1": 9, "r2": 10}
+    monkeypatch.setattr(queries, "newest_report", lambda ws, revision_id: SimpleNamespace(
+        **{**vars(report(revision_id)), "contract": SimpleNamespace(name="genui", version=versions[revision_id])}))
+    first, second = bench.generation_figures(None, loop)["genui"]["generations"]
+    assert (first["contract"], second["contract"]) == ("genui v9", "genui v10")
+    assert second["vs_previous_generation"] == {"delta": 0.25, "interval": [0.1, 0.5], "against": "r1 under genui v10"}

@@ -70,9 +70,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
 TREE = '{"type": "Text", "props": {"text": "Done."}}'
 # answers the GenUI verifier passes (the tree each request asks for): "Done." for everything is what it refuses
+# (the form draws its own submit button: a Button child saying "Submit" again would show it twice)
 LOGIN_FORM = ('{"type": "Form", "props": {"title": "Login", "submitLabel": "Submit"}, "children": [{"type": "TextField", '
-              '"props": {"label": "Email", "name": "email", "inputType": "email", "required": true}}, '
-              '{"type": "Button", "props": {"label": "Submit", "action": "submit"}}]}')
+              '"props": {"label": "Email", "name": "email", "inputType": "email", "required": true}}]}')
 PRICE_LIST = '{"type": "List", "props": {"title": "Price list", "items": ["Tea $2", "Cake $4"]}}'
 PRICES = '{"type": "List", "props": {"title": "Prices", "items": ["Soup $5"]}}'
 CHART = ('{"type": "Chart", "props": {"title": "Sales chart", "kind": "bar", "labels": ["A", "B"], '

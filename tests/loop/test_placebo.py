@@ -190,3 +190,6 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     assert "genui: " in table and " per generation" in table and "0.5 / 1 (k=2)" in table
     assert "2 (2 jsonl:requests.jsonl)" in table and f"{twin['revision']} {last.twin.value:.3g}" in table
     assert control["revision"] in table                   # the steps control's column
+    # what it already knew beside what users ask now: the contract's other suites, each against its baseline
+    assert [f.metric for f in last.suites] == ["live.parse_rate", "retention.parse_rate"]
+    assert f"retention.parse_rate {last.suites[1].value:.3g} (-)" in table     # ungated here: no paired delta
