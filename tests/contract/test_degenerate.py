@@ -85,7 +85,7 @@ def test_a_degenerate_answer_fails_every_shipped_contract(ws, tmp_path, name, ki
 def reference_answer(specialist: str, harness, record: dict) -> str:
     """What a generation that learned the task answers: the suite's own reference."""
     if specialist == "genui":
-        return json.dumps(record["reference"])
+        return json.dumps(record["reference"] if "reference" in record else drifted_card(record))
     if specialist == "agent":
         return json.dumps([{"name": name, "arguments": {arg: options[0] for arg, options in arguments.items()
                                                         if options[0] != ""}}
@@ -93,6 +93,23 @@ def reference_answer(specialist: str, harness, record: dict) -> str:
     if specialist == "chat":
         return record["reference"] if "reference" in record else following(record["checks"])
     return record["canonical_solution"]
+
+
+def drifted_card(record: dict) -> dict:
+    """A card written to follow a drifted request (the drift suite has no reference trees): its title the quoted
+    message or the metric, its value, and the button the request names."""
+    import re
+
+    request = record["messages"][-1]["content"]
+    button = {"type": "Button", "props": {"label": re.search(r"\ban? ([a-z ]+) button", request).group(1).capitalize(),
+                                          "action": "go"}}
+    quoted = re.search(r'"(.+?)"', request)
+    if quoted:
+        return {"type": "Card", "props": {"title": quoted.group(1)}, "children": [button]}
+    metric, value = re.search(r"(?:stat card for (.+?) at|KPI card showing (.+?):) (.+?),? with", request).group(1, 3) \
+        if "stat card" in request else re.search(r"KPI card showing (.+?): (.+?), with", request).group(1, 2)
+    return {"type": "Card", "props": {"title": metric},
+            "children": [{"type": "Text", "props": {"text": value, "variant": "heading"}}, button]}
 
 
 def following(checks: dict) -> str:

@@ -115,10 +115,10 @@ def test_contract_check_says_what_each_suite_can_resolve(capsys):
     path = Path(__file__).parents[2] / "contracts" / "genui.yaml"
     assert main(["contract", "check", str(path), "--json"]) == 0
     core = json.loads(capsys.readouterr().out)["suites"][0]
-    assert (core["name"], core["records"], core["detectable_examples"]) == ("core", 48, 6)
-    assert core["detectable"] == 0.125
+    assert (core["name"], core["records"], core["detectable_examples"]) == ("core", 96, 6)
+    assert core["detectable"] == 0.0625
     assert main(["contract", "check", str(path)]) == 0
-    assert "resolves pass/fail differences of 12% or more (6 of 48 examples" in " ".join(capsys.readouterr().out.split())
+    assert "resolves pass/fail differences of 6% or more (6 of 96 examples" in " ".join(capsys.readouterr().out.split())
 
 
 def test_the_shipped_core_gates_compare_with_the_baseline():
