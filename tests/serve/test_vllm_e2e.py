@@ -245,13 +245,14 @@ def test_the_gateways_logged_turn_is_the_one_the_local_runtime_logs(served):
 
     messages = user("Write a Python function that adds two numbers.")
     reply = served.chat("mint/coding", messages, 16, user="s-1").json()
-    through_gateway = next(t for t in read_turns(served.ws) if t["id"] == reply["id"])
+    through_gateway = next(t for t in read_turns(served.ws) if t["upstream_id"] == reply["id"])
     mixture = Mixture.open(served.ws, served.project)
     [local] = mixture.answer([Turn(messages, specialist="coding", decoding=Decoding(16))])
-    answered_locally = next(t for t in read_turns(served.ws) if t["id"] == local.id)
+    answered_locally = next(t for t in read_turns(served.ws) if t["upstream_id"] == local.id)
 
     def comparable(episode: dict) -> dict:
-        return {k: v for k, v in episode.items() if k not in ("id", "ts", "latency_ms", "route_ms", "session")}
+        return {k: v for k, v in episode.items()
+                if k not in ("id", "upstream_id", "ts", "latency_ms", "route_ms", "session")}
 
     assert set(through_gateway) == set(answered_locally)
     assert comparable(through_gateway) == comparable(answered_locally)
@@ -302,7 +303,7 @@ def test_feedback_on_a_turn_vllm_answered_is_logged(served):
     given = httpx.post(f"{served.gateway_url}/v1/feedback", timeout=30,
                        json={"id": reply["id"], "rating": -1, "correction": "a form"})
     assert given.status_code == 200 and given.json() == {"id": reply["id"], "logged": True}
-    turn = next(t for t in read_turns(served.ws) if t["id"] == reply["id"])
+    turn = next(t for t in read_turns(served.ws) if t["upstream_id"] == reply["id"])
     assert turn["feedback"]["rating"] == -1 and turn["feedback"]["correction"] == "a form"
     assert httpx.post(f"{served.gateway_url}/v1/feedback", json={"id": "chatcmpl-none", "rating": 1},
                       timeout=30).status_code == 404
