@@ -311,8 +311,7 @@ TINY_LAYERS = 2
 
 def build_tiny_random(tokenizer, seed: int = 0):
     """A 2-layer llama with hidden size 64: random, but the same weights for the same seed."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig
 
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=TINY_LAYERS,
@@ -320,13 +319,21 @@ def build_tiny_random(tokenizer, seed: int = 0):
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    return seeded_llama(config, seed)
+
+
+def seeded_llama(config, seed: int):
+    """A llama of ``config`` whose random weights depend on ``seed`` alone (torch's global generator is left as
+    it was, so building one does not change what the caller draws next)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        return LlamaForCausalLM(config)
     finally:
         torch.random.set_rng_state(state)
-    return model
 
 
 def load_base(name: str, *, layers: int | None = None, head: bool = True) -> LoadedBase:

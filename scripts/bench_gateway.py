@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from servers import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -47,48 +48,32 @@ TURNS = ["Write a Python function that reverses a list.", "What do you think abo
          "Tell me a short story about a lighthouse."]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(home: Path, args: list[str], log: Path, cores: set[int] | None = None) -> tuple[subprocess.Popen, str]:
     """`mint serve ARGS` in its own process with MINT_HOME=home (on ``cores`` only, if given), once /health
     answers."""
-    import httpx
-
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MINT_HOME": str(home), "PYTHONPATH": str(ROOT)}
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     process = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--port", str(port), "--api-key", KEY,
                                 *args], cwd=home.parent, env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
                                preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mint serve exited with {process.returncode}: see {log}")
-        try:
-            if httpx.get(f"{url}/health", headers=AUTH, timeout=2).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"mint serve did not start: see {log}")
+    try:
+        wait_ready(process, f"{url}/health", log=log, limit_s=600, what="mint serve", headers=AUTH)
+    except RuntimeError:
+        process.kill()
+        raise
+    return process, url
 
 
 def start_vllm(home: Path, project, log: Path, cores: set[int] | None = None) -> tuple[subprocess.Popen, str, int]:
     """vLLM (its CPU build) started by the launch.sh `mint export vllm` writes for the workspace's champions, on
     ``cores`` only if given, once it answers: (its process, its URL, the LoRA rank it loads)."""
-    import httpx
-
     from mint.mol.export import export_vllm
     from mint.workspace import workspace
 
     exported = export_vllm(workspace(home), project, home.parent.parent / "vllm-out")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     if cores:       # vLLM's CPU build binds its threads itself ("auto": every core): to these only
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cores)))
@@ -102,18 +87,12 @@ def start_vllm(home: Path, project, log: Path, cores: set[int] | None = None) ->
                                 "--dtype", "float32", "--max-model-len", "2048"], env=env,
                                stdout=open(log, "wb"), stderr=subprocess.STDOUT, preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {process.returncode}: see {log}")
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                return process, url, exported.max_lora_rank
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    stop_group(process)
-    raise RuntimeError(f"vLLM did not start: see {log}")
+    try:
+        wait_ready(process, f"{url}/v1/models", log=log, limit_s=900, what="vLLM", every_s=0.5)
+    except RuntimeError:
+        stop_group(process)
+        raise
+    return process, url, exported.max_lora_rank
 
 
 def stop_group(process: subprocess.Popen) -> None:

@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from servers import free_port, wait_ready
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,33 +37,19 @@ KEY = "bench-guard-key-0001"
 AUTH = {"authorization": f"Bearer {KEY}"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(home: Path, base: str) -> tuple[subprocess.Popen, str, int]:
-    import httpx
-
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MINT_HOME": str(home), "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--base", base, "--port", str(port),
                                 "--window-ms", "200", "--api-key", KEY], cwd=home.parent, env=env,
                                stdout=subprocess.DEVNULL, stderr=open(home.parent / "serve.log", "wb"))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mint serve exited with {process.returncode}: see {home.parent / 'serve.log'}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return process, url, port
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("mint serve did not start")
+    try:
+        wait_ready(process, f"{url}/health", log=home.parent / "serve.log", limit_s=300, what="mint serve")
+    except RuntimeError:
+        process.kill()
+        raise
+    return process, url, port
 
 
 def short(url: str) -> float:

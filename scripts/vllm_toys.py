@@ -18,10 +18,9 @@ TOY_LAYERS = 2
 
 def toy_base(directory: Path, seed: int = 0) -> Path:
     """A seeded 2-layer llama (hidden 128, two heads of 64) with SmolLM2's tokenizer, saved at ``directory``."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig
 
-    from mint.base import TINY, load_tokenizer
+    from mint.base import TINY, load_tokenizer, seeded_llama
 
     directory = Path(directory)
     if (directory / "config.json").is_file():
@@ -32,12 +31,7 @@ def toy_base(directory: Path, seed: int = 0) -> Path:
                          max_position_embeddings=4096, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)   # no pad id: its embedding row (the tied
     # head's row of the end token, which is SmolLM2's pad) would start at zero, and no adapter could end a turn
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(state)
+    model = seeded_llama(config, seed)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
