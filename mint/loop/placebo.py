@@ -2,13 +2,15 @@
 
 The next generation starts from the champion (a continuation) or from the base (ReST-EM's choice: each
 iteration retrains from the base on the logs plus all verified experience). Its steps follow the number of
-new examples (``epochs`` passes over them at ``batch_size``, clamped to ``min_steps``..``max_steps``), drawn
-from the dataset (the logs plus the verified experience); a continuation runs at a lower learning rate, since
-in the demo 4 steps at the first generation's rate on the same logs took the agent from 0.54 to 0.21.
+examples it learns from (``epochs`` passes over them at ``batch_size``, clamped to ``min_steps``..``max_steps``):
+a continuation learns from the verified answers alone (the champion has learned the logs; mixed into them, 18
+new answers among 113 logged examples were a small share of each batch and barely moved it: measured in
+docs/benchmarks.md), at a learning rate of its own; a generation from the base from the logs plus the verified
+answers.
 
-The placebo twin trains the same steps from the same parent on the same prompts, with every sampled
-answer kept unverified, and is evaluated under the same contract, in one stream with the generation (and the steps
-control), each with its own report. Generation k+1 is compared with
+The placebo twin trains the same steps from the same parent on the same prompts, with every sampled answer kept
+unverified (a continuation's twin: those answers alone; from the base: beside the logs), and is evaluated under
+the same contract, in one stream with the generation (and the steps control), each with its own report. Generation k+1 is compared with
 generation k (its contract's paired gate) and with its twin (paired on the same examples), each with a
 95% interval; a gain over the twin that is not significant is "no experience effect", even when the
 generation is promoted. The twin is rejected as soon as it is measured: it is never promoted.
@@ -44,15 +46,19 @@ def training_plan(*, new_examples: int, logged_examples: int, init: str = PLAN_D
                   epochs: float = PLAN_DEFAULTS["epochs"], batch_size: int = PLAN_DEFAULTS["batch_size"],
                   min_steps: int = PLAN_DEFAULTS["min_steps"], max_steps: int = PLAN_DEFAULTS["max_steps"],
                   learning_rate: float = PLAN_DEFAULTS["learning_rate"],
-                  continuation_learning_rate: float = PLAN_DEFAULTS["continuation_learning_rate"]) -> dict:
-    """The next generation's start, steps and learning rate; ``max_steps`` 0 when there is nothing new."""
+                  continuation_learning_rate: float = PLAN_DEFAULTS["continuation_learning_rate"],
+                  data: str | None = None) -> dict:
+    """The next generation's start, steps, learning rate and data; ``max_steps`` 0 when there is nothing new.
+    A continuation from the champion trains on ``data`` (DATASET@VERSION: the verified answers alone), so its
+    ``epochs`` are passes over them; a generation from the base, on the logs and the verified answers."""
     if init not in INITS:
         raise ValueError(init)
     examples = new_examples if init == "champion" else new_examples + logged_examples
     steps = min(max_steps, max(min_steps, math.ceil(epochs * examples / batch_size))) if new_examples else 0
     rate = continuation_learning_rate if init == "champion" else learning_rate
     return {"init": init, "examples": examples, "new_examples": new_examples, "max_steps": steps,
-            "learning_rate": rate, "per_device_train_batch_size": batch_size}
+            "learning_rate": rate, "per_device_train_batch_size": batch_size,
+            **({"data": data} if data and init == "champion" else {})}
 
 
 def planned_settings(plan: dict, settings: SettingsOverride) -> SettingsOverride:

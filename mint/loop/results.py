@@ -13,8 +13,8 @@ from mint.train.config import SettingsOverride
 
 @dataclass(frozen=True)
 class ControlData:
-    """A control's dataset: the placebo twin's (the logs and every sampled answer kept as if it had passed),
-    or the steps control's (the logs alone)."""
+    """A dataset version made for a next generation or its controls: the verified answers a continuation trains
+    on, the placebo twin's (every sampled answer kept as if it had passed), or the steps control's (the logs)."""
 
     dataset: str
     version: str
@@ -70,11 +70,14 @@ class ExperienceResult:
     repair_skipped: str | None = None   # why repair was asked for and not done
     twin: ControlData | None = None
     plan: dict | None = None        # mint.loop.placebo.training_plan
+    verified: ControlData | None = None     # a continuation's data: the verified answers alone
 
     def to_dict(self) -> dict:
         out = {key: getattr(self, key) for key in _RECORDED}
         if self.repair_skipped is not None:
             out["repair_skipped"] = self.repair_skipped
+        if self.verified is not None:
+            out["verified"] = self.verified.to_dict()
         if self.twin is not None:
             out["twin"] = self.twin.to_dict()
         if self.plan is not None:
@@ -83,10 +86,11 @@ class ExperienceResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> ExperienceResult:
-        twin = data.get("twin")
+        twin, verified = data.get("twin"), data.get("verified")
         return cls(**{key: data[key] for key in _RECORDED if key in data},
                    repair_skipped=data.get("repair_skipped"), plan=data.get("plan"),
-                   twin=ControlData.from_dict(twin) if isinstance(twin, dict) else None)
+                   twin=ControlData.from_dict(twin) if isinstance(twin, dict) else None,
+                   verified=ControlData.from_dict(verified) if isinstance(verified, dict) else None)
 
 
 @dataclass(frozen=True)

@@ -295,7 +295,8 @@ class Train(StepKind):
             from mint.loop.placebo import planned_settings
 
             settings = planned_settings(plan, settings)
-        result = train(context.ws, specialist=step.specialist, data=context.recipe.dataset, method=o["method"],
+        data = plan.get("data") if plan else None       # a continuation's: the verified answers alone
+        result = train(context.ws, specialist=step.specialist, data=data or context.recipe.dataset, method=o["method"],
                        from_ref=parent, base=None if parent else context.base, override=settings)
         return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
                            result.metrics.get("train_loss"), o["method"], settings, plan)

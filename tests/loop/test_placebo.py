@@ -32,6 +32,10 @@ def test_a_continuation_learns_the_new_examples_at_a_lower_rate_than_a_retrainin
     assert (continuation["examples"], continuation["max_steps"]) == (10, 5)           # 2 epochs of 10 at batch 4
     assert (retraining["examples"], retraining["max_steps"]) == (50, 24)              # 25 steps, capped at 24
     assert training_plan(new_examples=0, logged_examples=40)["max_steps"] == 0        # nothing new: no plan
+    # a continuation learns from the verified answers' own dataset; from the base, the logs' dataset
+    assert training_plan(new_examples=10, logged_examples=40, data="d-verified-genui@abc")["data"] == \
+        "d-verified-genui@abc"
+    assert "data" not in training_plan(new_examples=10, logged_examples=40, init="base", data="d-verified-genui@abc")
 
 
 def test_the_plan_replaces_the_recipes_steps_rate_and_batch_and_keeps_the_rest():
@@ -129,6 +133,9 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     trained = ran[(2, "train genui")]
     assert trained["plan"]["learning_rate"] == 1.0e-4 and trained["steps"] == 1 == trained["plan"]["max_steps"]
     assert trained["settings"]["trl"]["learning_rate"] == 0.0001   # the continuation's rate, not the recipe's
+    # a continuation learns from the verified answers alone (a dataset of their own), not mixed into the logs
+    assert trained["plan"]["data"] == f"smoke-verified-genui@{gathered['verified']['version']}"
+    assert gathered["verified"]["episodes"] == gathered["accepted"] == trained["examples"]
     twin = ran[(2, "eval genui")]["twin"]
     assert twin["steps"] == trained["steps"] and twin["verdict"] == NO_EXPERIENCE_EFFECT   # 4 examples show nothing
     assert len(twin["vs_twin"]["interval"]) == 2 and "vs_previous" in twin
@@ -142,9 +149,9 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     # the steps control: the same parent and steps on the logs alone (none of the experience), never promoted
     control = twin["steps_control"]
     assert control["steps"] == trained["steps"] and len(control["vs_control"]["interval"]) == 2
-    assert gathered["twin"]["steps_control"]["episodes"] + gathered["twin"]["unverified"] == \
-        gathered["twin"]["episodes"]
-    assert control["examples"] == trained["examples"] - gathered["accepted"]
+    # the continuation's twin learns from every sample alone, as the generation from its verified ones alone
+    assert gathered["twin"]["episodes"] == gathered["twin"]["unverified"] == twin["examples"]
+    assert control["examples"] == gathered["logged_examples"] > trained["examples"]
     conn = store.open_store(ws)
     try:
         revision = store.resolve(conn, control["revision"])
