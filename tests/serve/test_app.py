@@ -439,10 +439,10 @@ def test_a_short_turn_asked_during_a_long_decode_joins_it_and_is_answered_and_lo
     long_answer, short_answer = long.result(timeout=120), seen["short"].result(timeout=120)
     batcher.stop()
     assert (long_answer.finish_reason, long_answer.completion_tokens) == ("length", 40)   # guards the test
-    assert batcher.batch_sizes == [1] and batcher.joined == 1
     assert (short_answer.text, short_answer.specialist) == (alone.text, alone.specialist)
     assert seen["steps"] < 40 // 2                       # answered while the long turn had most of its way to go
     assert short_answer.id in seen["logged"] and long_answer.id not in seen["logged"]
+    assert batcher.batch_sizes == [1] and batcher.joined == 1
 
 
 def test_a_streamed_row_and_a_plain_row_share_one_batch_and_a_leaving_row_does_not_stop_the_other(ws):
