@@ -1,8 +1,10 @@
 """The served mixture: runtime + router + champions from the registry + the turn log.
 
 ``answer`` takes a batch of turns (from one chat user or many HTTP clients), routes the ones that do not
-force a specialist and generates them in one mixed-adapter batch (each row with its own decoding and seed).
-Each answered turn is appended to the turn log as an episode at once; feedback that arrives within
+force a specialist and generates them in one mixed-adapter batch (each row with its own decoding and seed);
+``answer_each`` also lets turns join the running batch (a server's turns that arrive meanwhile) and tells each
+turn's answer as its row finishes. Each answered turn is appended to the turn log as an episode at once (as its
+row finishes); feedback that arrives within
 ``feedback_window_s``, from the key that asked, is appended later as a line of its own (``upstream_id`` +
 ``feedback``), which ingest merges into the turn. The training target of a logged turn is the answer
 generated here: the client's history is logged as context, its assistant turns with ``weight: 0``. A turn may

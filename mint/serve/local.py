@@ -1,10 +1,17 @@
 """The local backend: the mixture answers each turn, batched with the turns of other clients.
 
-Requests from concurrent clients are batched: the batcher thread waits up to ``window_ms`` after the first
-queued turn (or until ``max_batch`` are queued) and answers them in one mixed-adapter batch, decoded by the
-engine contract evaluation decodes with (``mint.generation``). A poller thread re-reads the registry's champion
-aliases every ``poll_s`` seconds and hot-swaps what moved. A turn whose listener's receiver is gone (a client
-that left, streamed or not) stops at its row's next step, unlogged.
+Requests from concurrent clients are batched continuously, as vLLM does: the batcher thread waits up to
+``window_ms`` after the first queued turn (or until ``max_batch`` are queued) and starts one mixed-adapter stream
+with them, decoded by the engine contract evaluation decodes with (``mint.generation``); a turn queued while that
+stream decodes joins it at its next step with room (at most ``max_batch`` rows at once), routed as it joins. Each
+turn is answered, and logged, as soon as its own row finishes: a short turn never waits for a long one beside
+it. A turn whose listener's receiver is gone (a client that left, streamed or not) stops at its row's next step,
+unlogged.
+
+A poller thread re-reads the registry's champion aliases every ``poll_s`` seconds and hot-swaps what moved. A
+swap never happens mid-stream (a running row's adapter never changes under it): it waits for the stream, which
+takes no more joining turns once a swap waits, so it ends within its rows' token limits; the next stream starts
+after the swap. Turns queued meanwhile wait for that next stream.
 
 Named adapters (``load_adapter``, vLLM's runtime LoRA API) load into the runtime's named slots; a request that
 names one in ``model`` is answered by it, so a second `mint serve` can stand in for vLLM behind the gateway.
@@ -36,9 +43,9 @@ class _Job:
 
 
 class Batcher:
-    """Collects turns from many clients and answers them together (windowed batching): the first queued turn
-    waits up to ``window_ms`` for more (or until ``max_batch`` are queued), and they are answered in one
-    mixed-adapter batch."""
+    """Collects turns from many clients and answers them together: the first queued turn waits up to
+    ``window_ms`` for more (or until ``max_batch`` are queued), they start one mixed-adapter stream, turns queued
+    later join it while it has room, and each turn's future is resolved as its row finishes."""
 
     def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16) -> None:
         self.mixture, self.window_s, self.max_batch = mixture, window_ms / 1000, max_batch
