@@ -360,16 +360,16 @@ class Mixture(TurnBook):
                         listeners.append(asked.listener)
                         owners.append(asked.owner)
                         results.append(None)
+                        routes.append(None)
+                        turn_route_ms.append(0.0)
                         try:
-                            [route] = self._forced([asked.turn])
-                            ms = 0.0
-                            if route is None and not in_prefill:
-                                [route], ms = self.route([asked.turn])
+                            [routes[i]] = self._forced([asked.turn])
+                            if routes[i] is None and not in_prefill:
+                                [routes[i]], turn_route_ms[i] = self.route([asked.turn])
                         except Exception as exc:  # noqa: BLE001 - this turn's trouble is its own
                             finish(i, exc)
                             continue
-                        routes.append(route)
-                        turn_route_ms.append(ms)
+                        route = routes[i]
                         generated_rows.append(i)
                         asks.append(Ask(prompt_of(asked.turn), asked.turn.adapter or (route and route.specialist),
                                         asked.turn.decoding, asked.listener, routed=route is None))

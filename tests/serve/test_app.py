@@ -445,6 +445,32 @@ def test_a_short_turn_asked_during_a_long_decode_joins_it_and_is_answered_and_lo
     assert batcher.batch_sizes == [1] and batcher.joined == 1
 
 
+def test_a_bad_turn_joining_a_running_stream_gets_its_error_alone(ws):
+    from mint.errors import BadInput
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.runtime import Decoding
+    from mint.serve.local import Batcher
+
+    batcher = Batcher(Mixture.open(ws, TINY_PROJECT), window_ms=0, max_batch=4)
+    joined = {}
+
+    def long_heard(_delta):
+        if not joined:      # while the long turn decodes: a turn naming no loaded adapter, and a good one
+            joined["bad"] = batcher.submit(Turn([{"role": "user", "content": "hi"}], adapter="nowhere"))
+            joined["good"] = batcher.submit(Turn([{"role": "user", "content": "hello"}], decoding=Decoding(2)))
+        return True
+
+    long = batcher.submit(Turn([{"role": "user", "content": "Tell me about rainy Sundays."}], specialist="chat",
+                               decoding=Decoding(12)), long_heard)
+    batcher.start()
+    answers = long.result(timeout=120), joined["good"].result(timeout=120)
+    with pytest.raises(BadInput, match="nowhere"):
+        joined["bad"].result(timeout=120)
+    batcher.stop()
+    assert [a.completion_tokens for a in answers] == [12, 2]
+    assert batcher.batch_sizes == [1] and batcher.joined == 2      # one stream, nothing answered again
+
+
 def test_a_streamed_row_and_a_plain_row_share_one_batch_and_a_leaving_row_does_not_stop_the_other(ws):
     from mint.mol.mixture import Mixture, Turn
     from mint.mol.runtime import Decoding
