@@ -47,8 +47,9 @@ class Batcher:
     ``window_ms`` for more (or until ``max_batch`` are queued), they start one mixed-adapter stream, turns queued
     later join it while it has room, and each turn's future is resolved as its row finishes."""
 
-    def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16) -> None:
+    def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, join: bool = True) -> None:
         self.mixture, self.window_s, self.max_batch = mixture, window_ms / 1000, max_batch
+        self.join = join          # False: a turn queued during a stream waits for its end (the benchmark's before)
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.batch_sizes: list[int] = []
         self.cancelled = 0        # turns whose client went away before the answer ended
@@ -91,7 +92,7 @@ class Batcher:
             self.batch_sizes.append(len(batch))
             # a champion load that waits goes first: the stream before it took no joining turns, so it ended
             self.mixture.runtime.wait_for_swaps()
-            self._answer(batch, joinable=not self._stopping)
+            self._answer(batch, joinable=self.join and not self._stopping)
             if self._stopping:
                 return
 
