@@ -9,6 +9,10 @@ with room to grow: ``mint.generation.cache``):
 - rows join and leave: a row leaves the batch as soon as it has finished (EOS, its answer's end, its token
   limit, its listener gone) and waiting requests (longest prompt first) are prefilled together into the freed
   places, so no row pays for the longest one in its batch;
+- requests join a running stream: ``joining(room)``, where given, is asked between steps, while the stream has
+  room, for at most ``room`` more requests, which wait and are prefilled like the first ones (continuous
+  batching across callers, as vLLM does: a server's new turn need not wait for the stream to end); and
+  ``on_done(i, decoded)`` hears each request's result as its row finishes, not when the stream ends;
 - one LoRA slot per row: the slot table says which slot each row of the batch reads, so adapters share a batch
   unmerged (a batch of one slot runs PEFT's own arithmetic, see ``mint.generation.lora``);
 - one EOS rule (``mint.generation.stops.eos_ids``) and, where a request asks, answer-end stops;
@@ -126,33 +130,43 @@ class Engine:
         self._processors: dict = {}         # (model, temperature, top_p) -> (HF processors, whether row-wise)
 
     def decode(self, requests: Sequence[Request], *, batch_size: int | None = None, precision: str = "fp32",
-               on_done: Callable[[int], None] | None = None, router: PrefillRouter | None = None) -> DecodeRun:
-        """Every request decoded, at most ``batch_size`` rows at once (default: all), ``on_done(i)`` told as
-        request i finishes."""
+               on_done: Callable[[int, Decoded], None] | None = None, router: PrefillRouter | None = None,
+               joining: Callable[[int], Sequence[Request]] | None = None) -> DecodeRun:
+        """Every request decoded, at most ``batch_size`` rows at once (default: all), ``on_done(i, decoded)``
+        told as request i finishes. ``joining(room)``, where given, is asked before every step that has room
+        for at most ``room`` more requests (never one that would wait); those it gives take the indices after
+        the ones so far, and the stream ends once nothing runs, waits or joins. It runs in the decoding thread
+        holding ``lock``, and may itself run the model (the slot table is set again after it)."""
         from mint.generation.lora import slot_table
 
         if not requests:
             return DecodeRun([], 0.0, precision)
-        if any(r.max_new_tokens < 1 for r in requests):
-            raise ValueError("every request needs max_new_tokens >= 1")
-        if any(r.slot is None for r in requests) and router is None:
-            raise ValueError("a request without a slot is routed in its prefill: give a router")
+        if joining is not None and not batch_size:
+            raise ValueError("a stream that requests join needs a batch_size")
         with self.lock:
             runner = self.model if precision == "fp32" else precision_copy(self.model, precision)
             table = slot_table(runner)
-            if table is None and any(r.slot not in (BASE_SLOT, None) for r in requests):
-                raise ValueError("this model has no LoRA slots: every request must use the base slot")
+            self._check(requests, router, table)
             try:
                 return self._stream(runner, table, list(requests), batch_size or len(requests), precision, on_done,
-                                    router)
+                                    router, joining)
             finally:
                 if table is not None:
                     table.set_rows([BASE_SLOT])
 
+    @staticmethod
+    def _check(requests: Sequence[Request], router: PrefillRouter | None, table) -> None:
+        if any(r.max_new_tokens < 1 for r in requests):
+            raise ValueError("every request needs max_new_tokens >= 1")
+        if any(r.slot is None for r in requests) and router is None:
+            raise ValueError("a request without a slot is routed in its prefill: give a router")
+        if table is None and any(r.slot not in (BASE_SLOT, None) for r in requests):
+            raise ValueError("this model has no LoRA slots: every request must use the base slot")
+
     # --- the decode loop --------------------------------------------------------------------------
 
     def _stream(self, runner, table, requests: list[Request], batch_size: int, precision: str, on_done,
-                router) -> DecodeRun:
+                router, joining) -> DecodeRun:
         import torch
 
         device = runner.device
@@ -163,7 +177,18 @@ class Engine:
         cache = mask = None
         began = time.perf_counter()
         with torch.inference_mode():
-            while waiting or running:
+            while True:
+                room = batch_size - len(running) - len(waiting)
+                if joining is not None and room > 0:
+                    joined = list(joining(room))[:room]
+                    self._set_rows(table, running)     # the source may have run the model (a routing pass)
+                    if joined:
+                        self._check(joined, router, table)
+                        waiting.extend(range(len(requests), len(requests) + len(joined)))
+                        requests += joined
+                        results += [None] * len(joined)
+                if not (waiting or running):
+                    break
                 if waiting and len(running) < batch_size:
                     group = [self._row(i, requests[i], runner, device)
                              for i in (waiting.popleft() for _ in range(min(batch_size - len(running), len(waiting))))]
@@ -180,7 +205,7 @@ class Engine:
                     for row in (r for r, d in zip(running, done) if d):
                         results[row.index] = self._result(row, now)
                         if on_done:
-                            on_done(row.index)
+                            on_done(row.index, results[row.index])
                     keep = [i for i, d in enumerate(done) if not d]
                     running = [running[i] for i in keep]
                     cache, mask = kv.select(cache, mask, keep)
@@ -408,7 +433,7 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
                 owners.append((k, c))
     left = {owner: samples for owner in set(owners)}
 
-    def done(index: int) -> None:
+    def done(index: int, _decoded: Decoded) -> None:
         owner = owners[index]
         left[owner] -= 1
         if left[owner] == 0:

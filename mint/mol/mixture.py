@@ -1,8 +1,10 @@
 """The served mixture: runtime + router + champions from the registry + the turn log.
 
 ``answer`` takes a batch of turns (from one chat user or many HTTP clients), routes the ones that do not
-force a specialist and generates them in one mixed-adapter batch (each row with its own decoding and seed).
-Each answered turn is appended to the turn log as an episode at once; feedback that arrives within
+force a specialist and generates them in one mixed-adapter batch (each row with its own decoding and seed);
+``answer_each`` also lets turns join the running batch (a server's turns that arrive meanwhile) and tells each
+turn's answer as its row finishes. Each answered turn is appended to the turn log as an episode at once (as its
+row finishes); feedback that arrives within
 ``feedback_window_s``, from the key that asked, is appended later as a line of its own (``upstream_id`` +
 ``feedback``), which ingest merges into the turn. The training target of a logged turn is the answer
 generated here: the client's history is logged as context, its assistant turns with ``weight: 0``. A turn may
@@ -17,7 +19,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mint.data.schema import Episode, Message, ServedRoute
 from mint.data.scrub import scrub_episode, scrub_text, scrub_value
@@ -25,7 +27,7 @@ from mint.errors import BadInput
 from mint.mol.router import PROMPT, Probe, Route, Router, probe_features, starter_router
 from mint.generation.engine import CANCELLED
 from mint.generation.text import TextListener
-from mint.mol.runtime import Handoff, MixtureRuntime, PrefillRoute, RowsFailed
+from mint.mol.runtime import Ask, Handoff, MixtureRuntime, PrefillRoute, RowsFailed
 from mint.mol.runtime import Decoding
 from mint.mol.turnlog import TurnLog
 from mint.project import Project
@@ -72,6 +74,14 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A turn that joins a running ``Mixture.answer_each`` (its ``joining``)."""
+    turn: Turn
+    listener: TextListener | None = None
+    owner: str | None = None
 
 
 @dataclass
@@ -283,68 +293,115 @@ class Mixture(TurnBook):
 
     def answer_each(self, turns: list[Turn], *, keep_for_feedback: bool = True,
                     listeners: Sequence[TextListener | None] | None = None,
-                    owners: Sequence[str | None] | None = None) -> list[Answer | Exception]:
+                    owners: Sequence[str | None] | None = None,
+                    joining: Callable[[int], Sequence[Asked]] | None = None,
+                    on_answer: Callable[[int, Answer | Exception], None] | None = None,
+                    max_batch: int | None = None) -> list[Answer | Exception]:
         """Each turn's answer, or the error of a turn that cannot be answered (longer than the base takes):
         one turn's error is its own, the others are answered in one mixed batch all the same. Each answered
         turn is logged at once; with ``keep_for_feedback`` it takes feedback from ``owners[i]`` (the API key
-        that asked, None for none) for ``feedback_window_s``."""
+        that asked, None for none) for ``feedback_window_s``.
+
+        ``joining(room)``, where given, is asked between decode steps for at most ``room`` more turns
+        (``Asked``) to join the running batch, at most ``max_batch`` rows at once; they are turns
+        ``len(turns)`` on, routed as they join. ``on_answer(i, answer)`` is told each turn's answer (or error)
+        as soon as its row finishes and it is logged, while the others decode on."""
         self.expire_pending()
         if not turns:
             return []
+        turns = list(turns)
         listeners = list(listeners) if listeners is not None else [None] * len(turns)
         owners = list(owners) if owners is not None else [None] * len(turns)
         if len(listeners) != len(turns) or len(owners) != len(turns):
             raise BadInput(f"{len(turns)} turns but {len(listeners)} listeners and {len(owners)} owners")
         results: list[Answer | Exception | None] = [None] * len(turns)
+
+        def finish(i: int, result: Answer | Exception) -> None:
+            if isinstance(result, Answer) and result.finish_reason != CANCELLED:
+                try:
+                    self.record(turns[i], result, owners[i], keep_for_feedback=keep_for_feedback)
+                except Exception as exc:  # noqa: BLE001 - a turn not logged is not answered; the others go on
+                    result = exc
+            results[i] = result
+            if on_answer is not None:
+                on_answer(i, result)
+
         rows = list(range(len(turns)))
         # held from the check to the generation: a champion loaded in between could change a layer the probe reads
         with self.runtime.lock:
             router = self.router
             in_prefill = self.routes_in_prefill(router)
             routes, route_ms = (self._forced(turns), 0.0) if in_prefill else self.route(turns)
+            turn_route_ms = [route_ms] * len(turns)
             while rows:
-                conversations = [prompt_of(turns[i]) for i in rows]
+                generated_rows = list(rows)      # the generation's row -> its turn
                 free = [k for k, i in enumerate(rows) if routes[i] is None]
-                prefill = self._prefill_route(router, [turns[i] for i in rows], conversations, free) if free else None
-                started = time.perf_counter()
+                prefill = self._prefill_route(router, turns, generated_rows, free) \
+                    if free or (joining is not None and in_prefill) else None
+
+                def generated(k: int, out, prefill=prefill, generated_rows=generated_rows) -> None:
+                    i = generated_rows[k]
+                    if isinstance(out, Exception):
+                        finish(i, out)
+                        return
+                    if prefill and k in prefill.routes:
+                        routes[i] = prefill.routes[k]
+                    # routed inside the prefill, the generation's time holds the routing's; else it is added
+                    finish(i, Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
+                                     out.served_by, out.text, routes[i], out.seconds * 1000 + turn_route_ms[i],
+                                     prefill.ms if prefill else turn_route_ms[i], out.prompt_tokens,
+                                     len(out.token_ids), out.finish_reason))
+
+                def join(room: int, generated_rows=generated_rows) -> list[Ask]:
+                    asks = []
+                    for asked in list(joining(room)):
+                        i = len(turns)
+                        turns.append(asked.turn)
+                        listeners.append(asked.listener)
+                        owners.append(asked.owner)
+                        results.append(None)
+                        routes.append(None)
+                        turn_route_ms.append(0.0)
+                        try:
+                            [routes[i]] = self._forced([asked.turn])
+                            if routes[i] is None and not in_prefill:
+                                [routes[i]], turn_route_ms[i] = self.route([asked.turn])
+                        except Exception as exc:  # noqa: BLE001 - this turn's trouble is its own
+                            finish(i, exc)
+                            continue
+                        route = routes[i]
+                        generated_rows.append(i)
+                        asks.append(Ask(prompt_of(asked.turn), asked.turn.adapter or (route and route.specialist),
+                                        asked.turn.decoding, asked.listener, routed=route is None))
+                    return asks
+
                 try:
-                    generated = self.runtime.generate(
-                        conversations, [turns[i].adapter or (routes[i] and routes[i].specialist) for i in rows],
+                    self.runtime.generate(
+                        [prompt_of(turns[i]) for i in rows],
+                        [turns[i].adapter or (routes[i] and routes[i].specialist) for i in rows],
                         listeners=[listeners[i] for i in rows], route=prefill and prefill.route,
-                        rows=[turns[i].decoding for i in rows])
+                        rows=[turns[i].decoding for i in rows], on_generated=generated,
+                        joining=join if joining is not None else None, batch_size=max_batch)
                 except RowsFailed as failed:    # those rows get their errors; the rest are generated without them
                     for k, exc in failed.errors.items():
-                        results[rows[k]] = exc
+                        finish(rows[k], exc)
                     rows = [i for k, i in enumerate(rows) if k not in failed.errors]
                     continue
-                # routed inside the prefill, the generation's time holds the routing's; else route_ms is 0
-                elapsed_ms = (time.perf_counter() - started) * 1000 + route_ms
-                if prefill:
-                    for k, route in prefill.routes.items():
-                        routes[rows[k]] = route
-                group_route_ms = prefill.ms if prefill else route_ms
-                for i, out in zip(rows, generated):
-                    results[i] = Answer(turns[i].id or f"chatcmpl-{uuid.uuid4().hex}", routes[i].specialist,
-                                        out.served_by, out.text, routes[i], elapsed_ms, group_route_ms,
-                                        out.prompt_tokens, len(out.token_ids), out.finish_reason)
                 break
-        for turn, answer, owner in zip(turns, results, owners):
-            if not isinstance(answer, Answer) or answer.finish_reason == CANCELLED:
-                continue
-            self.record(turn, answer, owner, keep_for_feedback=keep_for_feedback)
         return results  # type: ignore[return-value]
 
-    def _prefill_route(self, router: Router, turns: list[Turn], conversations: list[list[dict]],
+    def _prefill_route(self, router: Router, turns: list[Turn], generated_rows: list[int],
                        rows: list[int]) -> "_PrefillRouting":
-        """What routes ``rows`` of a generation inside its prefill with ``router``, on the states the prefill
-        pooled; it keeps each row's route and the time the routing took."""
+        """What routes ``rows`` of a generation (and the rows that join it routed) inside their prefill with
+        ``router``, on the states the prefill pooled (``generated_rows``: the generation's row -> its turn); it
+        keeps each row's route and the time the routing took."""
         routing = _PrefillRouting()
 
         def decide(batch_rows: list[int], features) -> list[str]:
             started = time.perf_counter()
-            asked = [conversations[k] for k in batch_rows]
+            asked = [prompt_of(turns[generated_rows[k]]) for k in batch_rows]
             where = {id(conversation): n for n, conversation in enumerate(asked)}
-            found = router.route(asked, [bool(turns[k].tools) for k in batch_rows],
+            found = router.route(asked, [bool(turns[generated_rows[k]].tools) for k in batch_rows],
                                  lambda subset, _layers, _reads: features[[where[id(c)] for c in subset]])
             routing.routes.update(zip(batch_rows, found))
             routing.ms += (time.perf_counter() - started) * 1000
@@ -352,4 +409,3 @@ class Mixture(TurnBook):
 
         routing.route = PrefillRoute((*router.probe.shallower, router.probe.layer), tuple(rows), decide)
         return routing
-

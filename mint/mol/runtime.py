@@ -4,13 +4,21 @@
 (``mint.generation.engine``) in one mixed-adapter batch: the same decode loop, stops and sampling as contract
 evaluation, so a served answer is the answer a contract scored. A row may carry a listener: the decode loop hands
 it the row's new text after every step (whole characters, see ``mint.generation.text``), and the row stops alone
-when the listener says its receiver is gone; each row also stops at its own token limit. ``load_adapter`` copies
-a new adapter into its slot in place (the adapter-only handoff, ``mint.generation.slots``), and
-``sync_champions`` does that for every champion alias that moved in the registry.
+when the listener says its receiver is gone; each row also stops at its own token limit. Rows may join a running
+``generate`` (``joining``: a server's turns that arrive while it decodes) and each row's generation is told as
+it finishes (``on_generated``).
+
+``load_adapter`` copies a new adapter into its slot in place (the adapter-only handoff, ``mint.generation.slots``),
+and ``sync_champions`` does that for every champion alias that moved in the registry. Loading (or clearing) a
+slot and decoding exclude each other (``lock``): a running row's adapter never changes under it. A load that
+waits says so (``swap_waiting``): a stream then takes no more joining rows, so it ends once its rows are done
+(each within its token limit) and the load goes next, however busy the server is.
 """
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -56,7 +64,17 @@ class Generation:
     token_ids: list[int]
     prompt_tokens: int
     finish_reason: str              # stop | length | cancelled
-    seconds: float                  # the batch's generation time
+    seconds: float                  # from entering the stream (its start, or joining it) to finishing
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A row that joins a running ``generate`` (see its ``joining``)."""
+    conversation: list[dict]
+    specialist: str | None = None   # None: the bare base, or the stream's route names it (``routed``)
+    decoding: Decoding = Decoding()
+    listener: TextListener | None = None
+    routed: bool = False            # named inside its prefill by the stream's ``route``
 
 
 @dataclass(frozen=True)
@@ -103,6 +121,8 @@ class MixtureRuntime:
         self.table, self.modules, self.layer_of = self.adapters.table, self.adapters.modules, self.adapters.layer_of
         self.engine = Engine(self.model, self.tokenizer)
         self.lock = self.engine.lock    # loading a slot and decoding exclude each other
+        self._loads = 0                 # slot loads waiting for the lock or holding it
+        self._loads_done = threading.Condition()
         self.slots = {name: Slot(name, i + 1) for i, name in enumerate(specialists)}
         self.named: dict[str, Slot] = {}    # adapter name -> its slot (``specialist``: what its mint.json says)
         self._free_named = list(range(len(specialists) + 1, len(specialists) + 1 + named_slots))
@@ -110,6 +130,30 @@ class MixtureRuntime:
         self._failed_target: dict[str, str] = {}       # specialist -> the champion that failed to load
 
     # --- slots ------------------------------------------------------------------------
+
+    @contextmanager
+    def _loading(self):
+        """``lock`` for a change of the slots, announced while it waits (``swap_waiting``)."""
+        with self._loads_done:
+            self._loads += 1
+        try:
+            with self.lock:
+                yield
+        finally:
+            with self._loads_done:
+                self._loads -= 1
+                self._loads_done.notify_all()
+
+    @property
+    def swap_waiting(self) -> bool:
+        """Whether a change of the slots waits for (or holds) the lock: a running stream takes no joining rows."""
+        return self._loads > 0
+
+    def wait_for_swaps(self) -> None:
+        """Return once no change of the slots waits: a server starts its next stream after them. Never call it
+        holding ``lock``."""
+        with self._loads_done:
+            self._loads_done.wait_for(lambda: self._loads == 0)
 
     def _slot(self, specialist: str) -> Slot:
         if specialist in self.named:
@@ -133,7 +177,7 @@ class MixtureRuntime:
         slot = self._specialist_slot(specialist)
         name = ref or str(directory)
         weights, placement = self.adapters.check(Path(directory), name)
-        with self.lock:
+        with self._loading():
             self.adapters.copy_into(slot.index, weights, placement)
             self.slots[specialist] = Slot(specialist, slot.index, revision_id, name, weights.rank)
         return Handoff(specialist, slot.ref, name, time.perf_counter() - started)
@@ -163,7 +207,7 @@ class MixtureRuntime:
                 raise Refused(f"{directory} was trained on another base, not the loaded {self.loaded.name}")
             specialist, ref, revision_id = specialist, f"{specialist}:v{version}", manifest.get("id")
         weights, placement = self.adapters.check(Path(directory), name)
-        with self.lock:
+        with self._loading():
             if name in self.named:
                 raise BadInput(f"the lora adapter {name!r} has already been loaded", field="lora_name")
             if not self._free_named:
@@ -176,7 +220,7 @@ class MixtureRuntime:
 
     def unload_named(self, name: str) -> None:
         """Free the named slot of ``name``; BadInput (field lora_name) when no adapter of that name is loaded."""
-        with self.lock:
+        with self._loading():
             slot = self.named.pop(name, None)
             if slot is None:
                 raise BadInput(f"the lora adapter {name!r} cannot be found", field="lora_name")
@@ -185,7 +229,7 @@ class MixtureRuntime:
 
     def clear(self, specialist: str) -> None:
         slot = self._specialist_slot(specialist)
-        with self.lock:
+        with self._loading():
             self.adapters.clear(slot.index)
             self.slots[specialist] = Slot(specialist, slot.index)
         self.sync_errors.pop(specialist, None)      # the next sync tries its champion afresh
@@ -253,7 +297,10 @@ class MixtureRuntime:
     def generate(self, conversations: Sequence[list[dict]], specialists: Sequence[str | None],
                  decoding: Decoding = Decoding(), *, limits: Sequence[int] | None = None,
                  listeners: Sequence[TextListener | None] | None = None,
-                 route: PrefillRoute | None = None, rows: Sequence[Decoding] | None = None) -> list[Generation]:
+                 route: PrefillRoute | None = None, rows: Sequence[Decoding] | None = None,
+                 joining: Callable[[int], Sequence[Ask]] | None = None,
+                 on_generated: Callable[[int, Generation | Exception], None] | None = None,
+                 batch_size: int | None = None) -> list[Generation | Exception]:
         """One reply per conversation, row i answered by ``specialists[i]`` (None: the bare base), in one batch.
 
         ``rows[i]``, where given, is row i's own decoding (its token limit, temperature, top_p and seed: a
@@ -261,7 +308,13 @@ class MixtureRuntime:
         ``decoding`` is then ignored. ``limits[i]`` caps row i's new tokens (default: ``decoding.max_new_tokens``);
         ``listeners[i]``, where given, receives row i's text as it is decoded (see the module's docstring);
         ``route``, where given, names the specialists of its rows inside the prefill (their ``specialists[i]``
-        are ignored).
+        are ignored). A row the base cannot take raises ``RowsFailed`` before anything is generated.
+
+        ``joining(room)``, where given, is asked between steps for at most ``room`` rows (``Ask``) to join the
+        stream, at most ``batch_size`` rows running at once; they are rows ``len(conversations)`` on, in the
+        order given, and one the base cannot take gets its error alone (``on_generated``, and in the result).
+        ``on_generated(row, generation)`` is told each row's generation (or its error) as it finishes, while
+        the others decode on. Nothing waiting to load a slot joins (``swap_waiting``).
         """
         if len(conversations) != len(specialists):
             raise BadInput(f"{len(conversations)} conversations but {len(specialists)} specialists")
@@ -289,10 +342,7 @@ class MixtureRuntime:
             prompts, spans = [ids for ids, _span in encoded], [span for _ids, span in encoded]
         else:
             prompts = self.encode(conversations)
-        limit = self.context_limit()
-        too_long = {i: BadInput(f"the conversation is {len(p)} tokens and {limits[i]} more were asked for; base "
-                                f"{self.loaded.name} takes at most {limit} in all", field="messages")
-                    for i, p in enumerate(prompts) if limit and len(p) + limits[i] > limit}
+        too_long = {i: exc for i, p in enumerate(prompts) if (exc := self._too_long(p, limits[i]))}
         if too_long:
             raise RowsFailed(too_long)
         from mint.generation.engine import Request
@@ -300,22 +350,78 @@ class MixtureRuntime:
         row_decodings = list(rows) if rows is not None else [decoding] * len(conversations)
         listeners = list(listeners) if listeners is not None else [None] * len(conversations)
         specialists = list(specialists)
+        began = time.perf_counter()
+        started = [began] * len(conversations)           # row -> when it entered the stream
+        results: list = [None] * len(conversations)      # row -> its Generation, or its error
+        request_rows = list(range(len(conversations)))   # the engine's request -> its row
+
+        def deliver(row: int, result) -> None:
+            results[row] = result
+            if on_generated is not None:
+                on_generated(row, result)
+
+        def join(room: int) -> list:
+            if self.swap_waiting:     # a slot load waits for this stream: let it end
+                return []
+            joined = []
+            for ask in list(joining(room))[:room]:
+                row = len(specialists)
+                specialists.append(ask.specialist)
+                started.append(time.perf_counter())
+                results.append(None)
+                prompts.append([])
+                spans.append(None)
+                try:
+                    if ask.decoding.max_new_tokens < 1:
+                        raise BadInput("must be at least 1", field="max_new_tokens")
+                    if ask.routed and route is None:
+                        raise BadInput("a routed row joins only a stream that routes in its prefill")
+                    if ask.routed:
+                        from mint.mol.router import prompt_tokens
+
+                        prompt, span = prompt_tokens(self.tokenizer, ask.conversation)
+                    else:
+                        [prompt], span = self.encode([ask.conversation]), None
+                    prompts[row], spans[row] = prompt, span
+                    failed = self._too_long(prompt, ask.decoding.max_new_tokens)
+                    if failed:
+                        raise failed
+                    slot = None if ask.routed else (self._slot(ask.specialist).index if ask.specialist else 0)
+                except MintError as exc:      # this row's trouble is its own
+                    deliver(row, exc)
+                    continue
+                request_rows.append(row)
+                joined.append(Request(prompt, ask.decoding.max_new_tokens, slot, ask.decoding.temperature,
+                                      ask.decoding.top_p, ask.decoding.seed, listener=ask.listener, span=span))
+            return joined
+
+        def done(index: int, out) -> None:
+            row = request_rows[index]
+            deliver(row, Generation(specialist=specialists[row], served_by=self.served_by(specialists[row]),
+                                    text=out.text, token_ids=out.tokens, prompt_tokens=len(prompts[row]),
+                                    finish_reason=out.finish_reason, seconds=out.finished - started[row]))
+
         with self.lock:
             requests = [Request(prompt, limits[i], None if i in routed else
                                 (self._slot(specialists[i]).index if specialists[i] is not None else 0),
                                 row_decodings[i].temperature, row_decodings[i].top_p, row_decodings[i].seed,
                                 listener=listeners[i], span=spans[i]) for i, prompt in enumerate(prompts)]
-            router = self._prefill_router(route, spans, specialists) if route else None
-            run = self.engine.decode(requests, router=router)
-            served = [self.served_by(s) for s in specialists]
-        return [Generation(specialist=specialists[i], served_by=served[i], text=out.text, token_ids=out.tokens,
-                           prompt_tokens=len(prompts[i]), finish_reason=out.finish_reason, seconds=run.seconds)
-                for i, out in enumerate(run.results)]
+            router = self._prefill_router(route, spans, specialists, request_rows) if route else None
+            self.engine.decode(requests, router=router, on_done=done, batch_size=batch_size,
+                               joining=join if joining is not None else None)
+        return results
 
-    def _prefill_router(self, route: PrefillRoute, spans, specialists: list):
+    def _too_long(self, prompt: list[int], asked: int) -> BadInput | None:
+        limit = self.context_limit()
+        if limit and len(prompt) + asked > limit:
+            return BadInput(f"the conversation is {len(prompt)} tokens and {asked} more were asked for; base "
+                            f"{self.loaded.name} takes at most {limit} in all", field="messages")
+        return None
+
+    def _prefill_router(self, route: PrefillRoute, spans, specialists: list, request_rows: list[int]):
         """The engine's router for ``route``: the states its rows' prefill computed after each of ``route.layers``,
         pooled over each row's last user message and side by side, name each row's specialist (kept in
-        ``specialists``) and so its slot."""
+        ``specialists``) and so its slot (``request_rows``: the engine's request -> its row)."""
         import torch
 
         from mint.generation.engine import PrefillRouter
@@ -325,7 +431,8 @@ class MixtureRuntime:
             raise Refused(f"an adapter changes decoder layer {self.shared_layers()}, below the router's layer "
                           f"{route.layers[-1]}: the turn's prefill cannot be routed")
 
-        def decide(rows: list[int], states: dict, padding: list[int]) -> list[int]:
+        def decide(requests: list[int], states: dict, padding: list[int]) -> list[int]:
+            rows = [request_rows[i] for i in requests]
             features = torch.cat([pool_span(states[n], [spans[i] for i in rows], padding) for n in route.layers],
                                  dim=-1)
             names = route.decide(rows, features)

@@ -358,6 +358,44 @@ def test_a_finished_row_leaves_the_batch_and_a_waiting_prompt_takes_its_slot(tok
     assert max(rows for rows, _ in rows_per_call[prefills[1] + 1:]) == 2
 
 
+def test_a_request_joins_a_running_stream_and_is_delivered_when_its_own_row_finishes():
+    """A request handed to a running decode by its ``joining`` source is admitted at the next step with room,
+    decoded as it is alone, and its result is told as its row finishes, while the long row still runs."""
+    loaded = load_base(TINY)
+    engine = gen.Engine(loaded.model, loaded.tokenizer)
+    long_prompt, short_prompt = gen.prompt_ids(loaded.tokenizer, [chat("rain"), chat("a much longer topic")])
+
+    def alone(prompt, limit):
+        return engine.decode([gen.Request(prompt, limit)]).results[0]
+
+    long_alone, short_alone = alone(long_prompt, 24), alone(short_prompt, 4)
+    assert long_alone.finish_reason == "length"                  # guards the test: the long row runs its 24
+    events: list[tuple] = []
+
+    def long_step(_delta):                                     # told once a token of the long row
+        events.append(("long",))
+        return True
+    long_step.wants_text = False
+    long_request = gen.Request(long_prompt, 24, listener=long_step)
+    polls = []
+
+    def joining(room):
+        polls.append(room)
+        return [gen.Request(short_prompt, 4)] if len(polls) == 3 else []
+
+    def done(index, decoded):
+        events.append(("done", index, len(decoded.tokens)))
+
+    run = engine.decode([long_request], batch_size=2, joining=joining, on_done=done)
+    assert polls[:3] == [1, 1, 1]                                # asked before each step, for the room there is
+    assert [d.tokens for d in run.results] == [long_alone.tokens, short_alone.tokens]
+    assert [d.text for d in run.results] == [long_alone.text, short_alone.text]
+    heard_before_short = events.index(("done", 1, 4))
+    assert heard_before_short < events.index(("done", 0, 24))    # told as its row finished, the long one running
+    assert sum(e[0] == "long" for e in events[:heard_before_short]) < 24 // 2
+    assert run.results[1].admitted < run.results[0].finished and run.results[1].finished < run.results[0].finished
+
+
 def test_int8_generation_compares_with_fp32_and_leaves_the_model_untouched():
     loaded = load_base(TINY)
     prompts = [chat(word) for word in ("tree", "code", "cats", "dogs", "rain")]

@@ -488,3 +488,53 @@ def test_an_adapter_that_changes_a_layer_the_probe_reads_turns_routing_back_to_i
     assert mixture.routes_in_prefill()
     # a probe saved before prompt features reads the last user message alone: never the prefill's states
     assert not mixture.routes_in_prefill(_probe_mixture(ws, upper_loras, reads=TURN).router)
+
+
+def test_rows_that_join_a_running_generation_answer_as_alone_and_a_bad_one_fails_alone(tiny_runtime, tiny_loras):
+    from mint.mol.runtime import Ask, Decoding
+
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    conversation = CONVERSATIONS[0]
+    [coding_alone] = tiny_runtime.generate([conversation], ["coding"], Decoding(6))
+    offered = [[Ask(conversation, "coding", Decoding(6)), Ask([{"role": "user", "content": "word " * 3000}])]]
+    told: list = []
+    results = tiny_runtime.generate([conversation], [None], Decoding(10), batch_size=3,
+                                    joining=lambda room: offered.pop() if offered else [],
+                                    on_generated=lambda row, out: told.append((row, out)))
+    assert [row for row, _out in told] == [2, 1, 0]       # the bad row at once, then each as it finished
+    assert isinstance(results[2], BadInput) and results[2].field == "messages"
+    assert (results[1].token_ids, results[1].served_by) == (coding_alone.token_ids, coding_alone.served_by)
+    assert results[0].finish_reason == "length" and len(results[0].token_ids) == 10
+
+
+def test_a_slot_load_that_waits_for_a_stream_stops_rows_joining_it(tiny_runtime, tiny_loras):
+    """A champion load waits for the running stream (a running row's adapter never changes under it), and the
+    stream takes no more joining rows meanwhile, so the load goes next however many turns keep coming."""
+    import threading
+    import time
+
+    from mint.mol.runtime import Ask, Decoding
+
+    joined, loader = [], threading.Thread(target=tiny_runtime.load_adapter, args=("coding", tiny_loras["coding"]))
+
+    def joining(room):             # an endless supply of turns (bounded here so a failure cannot hang)
+        joined.append(room)
+        return [Ask(CONVERSATIONS[1], "coding", Decoding(4))] if len(joined) < 60 else []
+
+    def heard(_delta):
+        if not loader.is_alive() and not loader.ident:   # a load is asked during the stream, from another thread
+            loader.start()
+            deadline = time.monotonic() + 60
+            while not tiny_runtime.swap_waiting:
+                assert time.monotonic() < deadline, "the load never said it waits"
+                time.sleep(0.001)
+            heard.asked_at = len(joined)
+        return True
+
+    results = tiny_runtime.generate([CONVERSATIONS[0]], ["coding"], Decoding(12), listeners=[heard], batch_size=2,
+                                    joining=joining)
+    loader.join(timeout=60)
+    # no row was asked for once the load waited; each ask before it gave one row
+    assert len(joined) == heard.asked_at < 60 and len(results) == 1 + heard.asked_at
+    assert all(r.served_by == "base" for r in results)   # every row ran before the load, on the empty slot
+    assert tiny_runtime.served_by("coding") != "base"

@@ -247,7 +247,7 @@ def _answers_with(text: str):
     from mint.mol.mixture import Answer
     from mint.mol.router import Route
 
-    def answer(turns, *, keep_for_feedback=True, listeners=None, owners=None):
+    def answer(turns, *, keep_for_feedback=True, listeners=None, owners=None, **_joining):
         answers = []
         for turn, listener in zip(turns, listeners or [None] * len(turns)):
             if listener is not None:
@@ -406,6 +406,69 @@ def test_a_client_that_leaves_mid_stream_stops_its_row_and_the_server_goes_on(se
     reply = client(url).chat.completions.create(model="mint/coding", max_tokens=3,
                                                 messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content is not None
+
+
+def test_a_short_turn_asked_during_a_long_decode_joins_it_and_is_answered_and_logged_first(ws):
+    """Continuous batching across clients: a turn queued while another decodes joins the running stream at its
+    next step and is answered (and logged) as its own row finishes, as it would be alone, the long one still
+    decoding."""
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.runtime import Decoding
+    from mint.mol.turnlog import read_turns
+    from mint.serve.local import Batcher
+
+    mixture = Mixture.open(ws, TINY_PROJECT)
+    short_turn = Turn([{"role": "user", "content": "hello there"}], decoding=Decoding(3))
+    alone = mixture.answer([short_turn], keep_for_feedback=False)[0]
+    long_steps, seen = [], {}
+    batcher = Batcher(mixture, window_ms=0, max_batch=4)
+
+    def answered(future):         # told in the thread that answered it, as its row finished
+        seen.update(steps=len(long_steps), logged={t["upstream_id"] for t in read_turns(ws)})
+
+    def long_heard(_delta):
+        long_steps.append(1)
+        if len(long_steps) == 2:    # the long turn is decoding: a short one is asked now
+            seen["short"] = batcher.submit(short_turn)
+            seen["short"].add_done_callback(answered)
+        return True
+
+    long = batcher.submit(Turn([{"role": "user", "content": "Tell me about rainy Sundays."}], specialist="chat",
+                               decoding=Decoding(40)), long_heard)
+    batcher.start()
+    long_answer, short_answer = long.result(timeout=120), seen["short"].result(timeout=120)
+    batcher.stop()
+    assert (long_answer.finish_reason, long_answer.completion_tokens) == ("length", 40)   # guards the test
+    assert (short_answer.text, short_answer.specialist) == (alone.text, alone.specialist)
+    assert seen["steps"] < 40 // 2                       # answered while the long turn had most of its way to go
+    assert short_answer.id in seen["logged"] and long_answer.id not in seen["logged"]
+    assert batcher.batch_sizes == [1] and batcher.joined == 1
+
+
+def test_a_bad_turn_joining_a_running_stream_gets_its_error_alone(ws):
+    from mint.errors import BadInput
+    from mint.mol.mixture import Mixture, Turn
+    from mint.mol.runtime import Decoding
+    from mint.serve.local import Batcher
+
+    batcher = Batcher(Mixture.open(ws, TINY_PROJECT), window_ms=0, max_batch=4)
+    joined = {}
+
+    def long_heard(_delta):
+        if not joined:      # while the long turn decodes: a turn naming no loaded adapter, and a good one
+            joined["bad"] = batcher.submit(Turn([{"role": "user", "content": "hi"}], adapter="nowhere"))
+            joined["good"] = batcher.submit(Turn([{"role": "user", "content": "hello"}], decoding=Decoding(2)))
+        return True
+
+    long = batcher.submit(Turn([{"role": "user", "content": "Tell me about rainy Sundays."}], specialist="chat",
+                               decoding=Decoding(12)), long_heard)
+    batcher.start()
+    answers = long.result(timeout=120), joined["good"].result(timeout=120)
+    with pytest.raises(BadInput, match="nowhere"):
+        joined["bad"].result(timeout=120)
+    batcher.stop()
+    assert [a.completion_tokens for a in answers] == [12, 2]
+    assert batcher.batch_sizes == [1] and batcher.joined == 2      # one stream, nothing answered again
 
 
 def test_a_streamed_row_and_a_plain_row_share_one_batch_and_a_leaving_row_does_not_stop_the_other(ws):
