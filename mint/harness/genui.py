@@ -698,9 +698,10 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     quoted text it names (or, where it names no label, one of its content words) and exactly the table columns
     it lists, each row filling them. It must not show what nobody asked for: a field or dropdown where the
     request asks for no input, a button that is not one the request names, a title that says none of the
-    request's words, a web address as text, or anything twice (a field, a button, a label on a field and a
-    button, a table's column or row, a list's item). The metric ``request_match`` and ``verify`` both decide
-    with this."""
+    request's words, a text that says none of its words or values, a web address as text, a value it states
+    shown otherwise ("$96" or "96%" for "96", "6" for "6 min"), or anything twice (a field, a button, a label
+    on a field and a button, a table's column or row, a list's item, a title or text). The metric
+    ``request_match`` and ``verify`` both decide with this."""
     if not valid:
         return "not valid under the catalog"
     terms = request_terms(request)
@@ -738,7 +739,8 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     if not terms.labels and terms.words and not any(word in text for word in terms.words):
         return "the tree shows none of the request's words"
     return (_column_problem(terms, nodes) or _unasked_control(request, terms, tree, nodes, reference)
-            or _unrelated_title(request, nodes) or _shown_link(request, tree) or _repeats(tree))
+            or _unrelated_title(request, nodes) or _unrelated_text(request, nodes) or _shown_link(request, tree)
+            or _unshown_value(request, tree) or _repeats(tree) or _text_twice(nodes))
 
 
 def _column_problem(terms: RequestTerms, nodes: list[dict]) -> str | None:
@@ -795,6 +797,52 @@ def _shown_link(request: str, tree: Any) -> str | None:
         return None
     link = next((line for line in tree_text(tree).splitlines() if _LINK.search(line)), None)
     return f"the tree shows a web address as text: {link!r}" if link else None
+
+
+# a value a request states for the page to show: a price, a percentage, an amount with its unit, or a number
+# given as a value ("at 96", "Signups: 412"); not a count of parts ("a list of 5 steps")
+_UNIT = r"(?:\s?(?:min|mins|minutes|hours|hrs|h|ms|sec|secs|seconds|days|kg|km|gb|mb|k)\b)"
+_NUMBER = r"\d+(?:\.\d+)?"
+_STATED_VALUE = re.compile(r"(?<![\w.$])(\$" + _NUMBER + r"(?:k|m|bn)?(?![\w.])|" + _NUMBER + "%|" + _NUMBER + _UNIT
+                           + r"|(?<=at )" + _NUMBER + r"(?![\w.%])|(?<=: )" + _NUMBER + r"(?![\w.%]))", re.I)
+
+
+def _unshown_value(request: str, tree: Any) -> str | None:
+    """A value the request states that the page does not show as stated: "6" for "6 min", "$96" for "96"
+    (thousands separators aside, and a price's zero cents: "$1,200.00" shows "$1200")."""
+    def plain(text: str) -> str:
+        return re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+
+    text = plain(tree_text(tree))
+    for value in _STATED_VALUE.findall(plain(request)):
+        number = re.escape(value).replace(r"\ ", r"\s?")
+        if not re.search(r"(?<![\w.$])" + number + r"(?:\.0+)?(?![\w%]|\.\d)", text):
+            return f"the tree does not show {value!r} as the request states it"
+    return None
+
+
+def _text_twice(nodes: list[dict]) -> str | None:
+    """One text shown twice on the page: a title repeated in a text or a nested card's title."""
+    seen: set[str] = set()
+    for node in nodes:
+        for key in ("title", "subtitle", "text", "caption"):
+            shown = _shown(_props(node).get(key, "")) if isinstance(_props(node).get(key), str) else ""
+            if shown and shown in seen:
+                return f"the tree shows {_props(node)[key]!r} twice"
+            seen.add(shown)
+    return None
+
+
+def _unrelated_text(request: str, nodes: list[dict]) -> str | None:
+    """A text that says none of the request's words and none of its values ("Rewards" on a signups card, a
+    template's "${message}")."""
+    wanted = _content_words(request)
+    for node in nodes:
+        text = _props(node).get("text") if node.get("type") == "Text" else None
+        if isinstance(text, str) and text.strip() and not any(
+                _same_word(h, w) for h in _content_words(text) for w in wanted):
+            return f"the text {text!r} says nothing of the request"
+    return None
 
 
 def _unrelated_title(request: str, nodes: list[dict]) -> str | None:

@@ -428,3 +428,47 @@ def test_one_label_on_a_field_and_a_button_is_shown_twice():
     card = {"type": "Card", "props": {"title": "Sign in"}, "children": [
         _field("Username"), _field("Password"), _field("Sign in", "login"), _button("Sign in")]}
     assert _verdict(request, card) == (False, "the label 'sign in' is on a field and a button")
+
+
+def _stat_card(title, value, button="Refresh"):
+    return {"type": "Card", "props": {"title": title}, "children": [
+        {"type": "Text", "props": {"text": value, "variant": "heading"}}, _button(button)]}
+
+
+@pytest.mark.parametrize("request_text, value, passes", [
+    ("Show a stat card for Orders today at 96 with a refresh button.", "96", True),
+    ("Show a stat card for Orders today at 96 with a refresh button.", "$96", False),     # not the value stated
+    ("Make a KPI card showing Avg wait: 6 min, with a refresh button.", "6 min", True),
+    ("Make a KPI card showing Avg wait: 6 min, with a refresh button.", "6", False),      # its unit left out
+    ("Make a KPI card showing Conversion: 3%, with a refresh button.", "3", False),
+    ("Make a KPI card showing Net profit: $12k, with a refresh button.", "$12k", True),
+    ("Show a product card for the Rook chair priced at $25 with a refresh button.", "$25.00", True),
+])
+def test_a_value_the_request_states_is_shown_as_stated(request_text, value, passes):
+    title = request_text.split(" for ")[-1].split(" showing ")[-1].split(" at ")[0].split(":")[0]
+    ok, why = _verdict(request_text, _stat_card(title.replace("the ", ""), value))
+    assert ok is passes, why
+    if not passes:
+        assert why.startswith("the tree does not show ")
+
+
+def test_a_text_that_says_nothing_of_the_request_is_not_the_answer():
+    request = "Show a stat card for Signups at 412 with a refresh button."
+    assert _verdict(request, _stat_card("Signups", "412"))[0]
+    card = _stat_card("Signups at 412", "Rewards")
+    assert _verdict(request, card) == (False, "the text 'Rewards' says nothing of the request")
+    card = _stat_card("Upload failed", "${message}", "Retry")
+    assert _verdict("Show an alert card saying \"Upload failed\" with a retry button.", card) == (
+        False, "the text '${message}' says nothing of the request")
+
+
+def test_one_text_shown_twice_is_not_the_answer():
+    request = "Show an alert card saying \"Low battery\" with a dismiss button."
+    assert _verdict(request, _stat_card("Low battery", "Plug in your charger soon", "Dismiss")) == (
+        False, "the text 'Plug in your charger soon' says nothing of the request")
+    assert _verdict(request, _stat_card("Battery", "Low battery", "Dismiss"))[0]
+    assert _verdict(request, _stat_card("Low battery", "Low battery", "Dismiss")) == (
+        False, "the tree shows 'Low battery' twice")
+    nested = {"type": "Card", "props": {"title": "Low battery"}, "children": [
+        {"type": "Card", "props": {"title": "Low battery"}}, _button("Dismiss")]}
+    assert _verdict(request, nested) == (False, "the tree shows 'Low battery' twice")
