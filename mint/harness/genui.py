@@ -739,7 +739,7 @@ def request_problem(request: str, tree: Any, valid: bool, reference: dict | None
     if not terms.labels and terms.words and not any(word in text for word in terms.words):
         return "the tree shows none of the request's words"
     return (_column_problem(terms, nodes) or _unasked_control(request, terms, tree, nodes, reference)
-            or _unrelated_title(request, nodes) or _unrelated_text(request, nodes) or _shown_link(request, tree)
+            or _unrelated_title(request, nodes) or _unrelated_text(request, terms, nodes) or _shown_link(request, tree)
             or _unshown_value(request, tree) or _repeats(tree) or _text_twice(nodes))
 
 
@@ -833,9 +833,12 @@ def _text_twice(nodes: list[dict]) -> str | None:
     return None
 
 
-def _unrelated_text(request: str, nodes: list[dict]) -> str | None:
-    """A text that says none of the request's words and none of its values ("Rewards" on a signups card, a
-    template's "${message}")."""
+def _unrelated_text(request: str, terms: RequestTerms, nodes: list[dict]) -> str | None:
+    """Where the request says what the page shows (a quoted text, a stated value), a text that says none of its
+    words ("Rewards" on a card for Signups at 412, a template's "${message}"); where it leaves the content to
+    the answer ("a weather card for Oslo"), any text may fill it."""
+    if not terms.quoted and not _STATED_VALUE.search(request.lower()):
+        return None
     wanted = _content_words(request)
     for node in nodes:
         text = _props(node).get("text") if node.get("type") == "Text" else None

@@ -472,3 +472,9 @@ def test_one_text_shown_twice_is_not_the_answer():
     nested = {"type": "Card", "props": {"title": "Low battery"}, "children": [
         {"type": "Card", "props": {"title": "Low battery"}}, _button("Dismiss")]}
     assert _verdict(request, nested) == (False, "the tree shows 'Low battery' twice")
+
+
+def test_a_request_that_leaves_the_content_to_the_answer_takes_any_text():
+    card = {"type": "Card", "props": {"title": "Weather in Oslo"}, "children": [
+        {"type": "Text", "props": {"text": "Sunny, 12 C"}}]}
+    assert _verdict("Show a weather card for Oslo.", card)[0]
