@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -326,11 +327,13 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
                       contracts: list[Path] | None = None, control: bool | list = False,
                       repair: bool = False, recipe_dir: Path | None = None,
-                      continuation: bool = False) -> ExperienceResult:
+                      continuation: bool = False, replay: float = 0.0) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
-    trains on, and its placebo twin learns from every sampled answer alone: the champion has learned the logs."""
+    trains on, and its placebo twin learns from every sampled answer alone: the champion has learned the logs.
+    ``replay`` logged examples per verified answer (drawn with ``seed``) go beside both, rehearsing what the
+    champion knew: without them a continuation forgets it (measured in docs/benchmarks.md)."""
     from mint.data.datasets import iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import repairer_for
@@ -386,11 +389,12 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         path = _write(ws, dataset, specialist, kept)
         ingested = ingest(ws, [path], dataset=dataset, project=project)
         written = {"file": str(path), "version": ingested.version, "episodes_added": ingested.episodes_added}
-        if continuation:
-            written["verified"] = _verified_dataset(ws, dataset, specialist, kept, project)
+    replayed = _replayed(episodes, math.ceil(replay * accepted), seed) if continuation else []
+    if kept and continuation:
+        written["verified"] = _verified_dataset(ws, dataset, specialist, kept, replayed, project)
     arms = control_arms(control)
     twin = _twin_dataset(ws, dataset, specialist, episodes, unverified, project, steps_control="steps" in arms,
-                         with_logs=not continuation) if arms else None
+                         with_logs=not continuation, replayed=replayed) if arms else None
     return dataclasses.replace(drawn, answers=scored, passed=sum(c for _, c in passes), accepted=accepted,
                                dpo_pairs=pairs, mean_reward=round(total / scored, 4) if scored else None,
                                pool=pool_statistics(passes, samples), new_examples=accepted, repaired=repaired,
@@ -422,7 +426,7 @@ def _harness_name(contracts: list[Path] | None) -> str | None:
 
 
 GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",
-               "control", "repair")
+               "control", "repair", "replay")
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
@@ -439,7 +443,8 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
     verified = result.verified
     return dataclasses.replace(result, plan=training_plan(
         new_examples=result.new_examples, logged_examples=result.logged_examples,
-        data=f"{verified.dataset}@{verified.version}" if verified else None, **plan_options))
+        data=f"{verified.dataset}@{verified.version}" if verified else None,
+        replayed=verified.episodes - result.new_examples if verified else 0, **plan_options))
 
 
 def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
@@ -564,29 +569,44 @@ def verified_dataset_name(dataset: str, specialist: str) -> str:
     return f"{dataset}-verified-{specialist}"
 
 
-def _verified_dataset(ws: Workspace, dataset: str, specialist: str, kept: list[dict], project) -> ControlData:
-    """The verified answers alone (the +1 episodes), a dataset of their own: drawn from the logs' dataset, a few
-    of them would be a small share of each batch (18 among 113 logged examples took a continuation's GenUI 0 ->
-    0.031 on drifted requests; the same 18 alone, 0.604)."""
+def _logged(episode: dict) -> dict:
+    """A logged episode as an experience file holds it."""
+    return {k: episode[k] for k in ("messages", "tools", "feedback", "specialist", "served_by")
+            if episode.get(k) is not None}
+
+
+def _replayed(episodes: list[dict], count: int, seed: int) -> list[dict]:
+    """``count`` logged episodes with an accepted answer, drawn with ``seed``."""
+    pool = [_logged(e) for e in episodes if has_accepted_answer(e)]
+    return random.Random(seed).sample(pool, min(count, len(pool)))
+
+
+def _verified_dataset(ws: Workspace, dataset: str, specialist: str, kept: list[dict], replayed: list[dict],
+                      project) -> ControlData:
+    """The verified answers (the +1 episodes) and the logged ones replayed beside them, a dataset of their own:
+    drawn from the logs' whole dataset, a few of them would be a small share of each batch (18 among 113 logged
+    examples took a continuation's GenUI 0 -> 0.031 on drifted requests; the same 18 alone, 0.604)."""
     from mint.data.ingest import ingest
 
     name = verified_dataset_name(dataset, specialist)
     passing = [e for e in kept if e["feedback"]["rating"] == 1]
-    ingested = ingest(ws, [_write(ws, dataset, f"{specialist}-verified", passing)], dataset=name, project=project)
-    return ControlData(name, ingested.version, len(passing))
+    ingested = ingest(ws, [_write(ws, dataset, f"{specialist}-verified", passing + replayed)], dataset=name,
+                      project=project)
+    return ControlData(name, ingested.version, len(passing) + len(replayed))
 
 
 def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dict], unverified: list[dict],
-                  project, steps_control: bool = False, with_logs: bool = True) -> ControlData:
+                  project, steps_control: bool = False, with_logs: bool = True,
+                  replayed: list[dict] | None = None) -> ControlData:
     """The placebo twin's data: every sampled answer kept as if it had passed (``with_logs``: beside the same
-    logs, as a generation retrained from the base has them); with ``steps_control``, also the logs alone, for the
-    control that takes the same steps without experience."""
+    logs, as a generation retrained from the base has them; else beside the logged episodes the generation
+    replays); with ``steps_control``, also the logs alone, for the control that takes the same steps without
+    experience."""
     from mint.data.ingest import ingest
 
     name = twin_dataset_name(dataset, specialist)
-    logs = [{k: e[k] for k in ("messages", "tools", "feedback", "specialist", "served_by") if e.get(k) is not None}
-            for e in logged]
-    twin = (logs if with_logs else []) + unverified
+    logs = [_logged(e) for e in logged]
+    twin = (logs if with_logs else list(replayed or [])) + unverified
     ingested = ingest(ws, [_write(ws, dataset, f"{specialist}-twin", twin)], dataset=name, project=project)
     control = None
     if steps_control:

@@ -47,13 +47,14 @@ def training_plan(*, new_examples: int, logged_examples: int, init: str = PLAN_D
                   min_steps: int = PLAN_DEFAULTS["min_steps"], max_steps: int = PLAN_DEFAULTS["max_steps"],
                   learning_rate: float = PLAN_DEFAULTS["learning_rate"],
                   continuation_learning_rate: float = PLAN_DEFAULTS["continuation_learning_rate"],
-                  data: str | None = None) -> dict:
+                  data: str | None = None, replayed: int = 0) -> dict:
     """The next generation's start, steps, learning rate and data; ``max_steps`` 0 when there is nothing new.
     A continuation from the champion trains on ``data`` (DATASET@VERSION: the verified answers alone), so its
     ``epochs`` are passes over them; a generation from the base, on the logs and the verified answers."""
     if init not in INITS:
         raise ValueError(init)
-    examples = new_examples if init == "champion" else new_examples + logged_examples
+    # a continuation's epochs are passes over its verified answers, the logged ones replayed beside them counted
+    examples = new_examples + replayed if init == "champion" else new_examples + logged_examples
     steps = min(max_steps, max(min_steps, math.ceil(epochs * examples / batch_size))) if new_examples else 0
     rate = continuation_learning_rate if init == "champion" else learning_rate
     return {"init": init, "examples": examples, "new_examples": new_examples, "max_steps": steps,

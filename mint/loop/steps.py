@@ -162,7 +162,7 @@ class Experience(StepKind):
     result = ExperienceResult
     options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
                "per_prompt", "seed", "init", "control", "repair", "epochs", "batch_size", "min_steps", "max_steps",
-               "learning_rate", "continuation_learning_rate")
+               "learning_rate", "continuation_learning_rate", "replay")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
         for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1)):
@@ -186,6 +186,8 @@ class Experience(StepKind):
         for key, minimum in (("per_prompt", 1), ("seed", 0), ("batch_size", 1), ("min_steps", 1), ("max_steps", 1)):
             if key in options:
                 check_number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
+        if "replay" in options:
+            check_number(doc, options["replay"], f"{at}.replay", minimum=0)
         for key in ("epochs", "learning_rate", "continuation_learning_rate"):
             if key in options:
                 check_number(doc, options[key], f"{at}.{key}", minimum=0, exclusive=True)

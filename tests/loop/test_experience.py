@@ -375,3 +375,24 @@ def test_an_experience_as_a_loop_recorded_it_reads_back_typed_and_records_the_sa
     assert gathered.to_dict() == record and list(gathered.to_dict()) == list(record)
     bare = {k: v for k, v in record.items() if k not in ("twin", "plan")}
     assert ExperienceResult.from_dict(bare).to_dict() == bare and ExperienceResult.from_dict(bare).twin is None
+
+
+def test_a_continuation_replays_logged_answers_beside_its_verified_ones_and_its_twin_the_same(ws, project, tmp_path,
+                                                                                              monkeypatch):
+    from mint.data.datasets import iter_episodes
+    from mint.loop.experience import gather_experience
+
+    logged = [_genui(f"Show a list of prices number {i}.", PRICES, rating=1) for i in range(5)]
+    _ingest(ws, project, tmp_path, logged + [_genui("Show a login form with a submit button.", "{}", rating=-1)])
+    _answer_with(monkeypatch, [LOGIN_FORM, TREE])
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project, samples=2,
+                               sources=["unaccepted"], control=["placebo", "steps"], continuation=True, replay=2)
+    assert result.accepted == 1
+    trained = [e["messages"][-1]["content"] for e in iter_episodes(ws, result.verified.dataset, None)]
+    # the verified answer and two logged answers (2 per verified answer), nothing else
+    assert sorted(trained) == sorted([LOGIN_FORM, PRICES, PRICES]) and result.verified.episodes == 3
+    twin = [e["messages"] for e in iter_episodes(ws, result.twin.dataset, None)]
+    replayed = [e["messages"] for e in iter_episodes(ws, result.verified.dataset, None)
+                if e["messages"][-1]["content"] == PRICES]
+    # the twin: every sample unverified beside the very logged episodes the generation replays
+    assert all(m in twin for m in replayed) and len(twin) == 2 + len(replayed)
