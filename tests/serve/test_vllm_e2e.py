@@ -336,11 +336,11 @@ class LongTurn:
         self.thread.start()
         wait_for(lambda: self.status is not None or not self.thread.is_alive(), "the long turn's stream never began")
 
-    def finish(self) -> tuple[int, list[str]]:
-        """(the reply's status, its lines), once it has ended."""
+    def finish(self) -> tuple[str, list[dict]]:
         self.thread.join(180)
         assert not self.thread.is_alive(), "the long turn never ended"
-        return self.status, self.lines
+        assert self.status == 200
+        return streamed(self.lines)
 
 
 def switch_while_a_turn_is_in_flight(served, move, old: str, new: str, new_ref: str, old_ref: str):
@@ -357,9 +357,7 @@ def switch_while_a_turn_is_in_flight(served, move, old: str, new: str, new_ref: 
     quick = []                  # vLLM may schedule it only once the long turn's batch ends: its answer is read last
     asked = threading.Thread(target=lambda: quick.append(served.chat("mint/chat", user("hi"), 6)))
     asked.start()
-    status, lines = turn.finish()
-    assert status == 200
-    _text, events = streamed(lines)
+    _text, events = turn.finish()
     assert events[-1]["mint"]["served_by"] == old_ref and events[-1]["choices"][0]["finish_reason"] == "length"
     wait_for(lambda: served.poll() or old not in served.vllm.models(),
              f"{old} was not unloaded once its turn was answered", 30)
@@ -426,9 +424,8 @@ def test_vllm_killed_mid_answer_ends_the_turn_with_an_error_and_the_gateway_reco
     else:
         pytest.fail("vLLM had answered the long turn whole before it was frozen, three times")
     served.vllm.kill()
-    status, lines = turn.finish()                                   # ended, not hung
-    _text, events = streamed(lines)
-    assert status == 200 and "error" in events[-1] and "mint" not in events[-1]   # not an answer's last chunk
+    _text, events = turn.finish()                                   # ended, not hung
+    assert "error" in events[-1] and "mint" not in events[-1]       # not an answer's last chunk
     refused = served.chat("mint/coding", user("hi"), 4)
     assert refused.status_code == 502 and refused.json()["error"]["code"] == "upstream_error"
     served.poll()
