@@ -171,7 +171,7 @@ def lineage_report(ws: Workspace) -> dict:
     specialists: dict[str, dict] = {}
     for revision in registry.revisions:
         entry = specialists.setdefault(revision.specialist, {"generations": [], "events": [], "champion": None})
-        report = _newest_readable_report(registry.reports[revision.id])
+        report = _deciding_report(revision, registry)
         gates = list(report.gates) if report else []
         entry["generations"].append({
             "ref": revision.ref, "id": revision.id, "status": revision.status, "method": revision.method,
@@ -285,6 +285,22 @@ def _newest_readable_report(rows: list[dict]) -> Report | None:
     return None
 
 
+def _deciding_report(revision, registry) -> Report | None:
+    """The report ``revision`` was promoted with, while it still reads; otherwise its newest. A champion is measured
+    again as the next candidate's baseline, often under a newer contract it was never gated on (generation 1 scores
+    0 on requests that drifted past it): that report does not make the promoted generation a failed one."""
+    rows = registry.reports[revision.id]
+    for event in reversed(registry.events.get(revision.specialist, [])):
+        if event.new != revision.id or event.action not in ("promote", "force-promote") or not event.report:
+            continue
+        promoted_with = [row for row in rows if Path(row["path"]).resolve() == Path(event.report).resolve()]
+        report = _newest_readable_report(promoted_with)
+        if report is not None:
+            return report
+        break
+    return _newest_readable_report(rows)
+
+
 def _experience_view(summary: dict | None) -> ExperienceView | None:
     if not isinstance(summary, dict):
         return None
@@ -365,7 +381,7 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
         if revision.id in twins or (specialists is not None and revision.specialist not in specialists):
             continue
         rows = progress.setdefault(revision.specialist, [])
-        report = _newest_readable_report(registry.reports[revision.id])
+        report = _deciding_report(revision, registry)
         record = made.get((revision.specialist, revision.ref), {})
         metric = _primary_metric(report) if report else None
         gate = next((g for g in report.gates if g.metric == metric), None) if report and metric else None

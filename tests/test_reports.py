@@ -232,3 +232,19 @@ def test_a_force_promoted_failing_revision_is_marked_forced(ws, candidate, repor
     lineage = page.replace(progress, "")
     assert "fail, promoted by force: hotfix for the launch" in progress         # the generations table
     assert "fail, promoted by force: hotfix for the launch" in lineage          # and the lineage table
+
+
+def test_a_promoted_generation_shows_the_report_it_was_promoted_with(ws, candidate, report_for, capsys):
+    """A champion measured again as its successor's baseline, under a contract that followed drifted traffic, scores
+    0 there and fails; it was still promoted on a passing report, and that is the generation it shows."""
+    from mint.registry.promotion import promote
+    from mint.reports import generation_progress, lineage_report
+
+    v1 = candidate()
+    promoted_with = gated_report(ws, report_for, v1, 0.30, 0.10, True)
+    promote(ws, v1.ref, report_path=promoted_with)
+    gated_report(ws, report_for, v1, 0.0, 0.0, False)                  # newer: v1 as a baseline, measured again
+    base, first = generation_progress(ws)["coding"]
+    assert (first.value, first.baseline, first.verdict, first.decision) == (0.30, "base", "pass", "promoted")
+    (shown,) = lineage_report(ws)["specialists"]["coding"]["generations"]
+    assert shown["verdict"] == "pass" and shown["report"] == str(promoted_with)
