@@ -46,7 +46,8 @@ def contract_check(paths: list[Path] = typer.Argument(..., metavar="FILE..."), j
 
 def _render_check(path: Path, summary) -> None:
     out.print(f"[green]ok[/] {escape(str(path))}: contract {summary.contract} v{summary.version} "
-              f"({summary.harness} harness), {len(summary.suites)} suite(s), {len(summary.gates)} gate(s)")
+              f"({summary.harness} harness), {len(summary.suites)} suite(s), {len(summary.gates)} gate(s), "
+              f"gate rules {summary.gate_rules} at {summary.confidence:.0%}")
     for s in summary.suites:
         resolves = (f"resolves pass/fail differences of {s.detectable:.0%} or more ({s.detectable_examples} of "
                     f"{s.records} examples, all one way)" if s.detectable is not None
@@ -55,8 +56,14 @@ def _render_check(path: Path, summary) -> None:
             out.print(f"  {s.name}: the held-out split of {escape(s.data)}, read when evaluated"
                       f"{f', up to {s.limit} records' if s.limit else ''}, metrics {', '.join(s.metrics)}")
             continue
-        out.print(f"  {s.name}: {s.records} records from {escape(s.data)}, metrics {', '.join(s.metrics)}; "
+        sized = f" (the first {s.records} of {s.available}: what its gates' detect needs)" \
+            if s.planned is not None and s.available is not None and s.available > s.records else ""
+        out.print(f"  {s.name}: {s.records} records from {escape(s.data)}{sized}, metrics {', '.join(s.metrics)}; "
                   f"{resolves}")
+    for plan in summary.plans:
+        out.print(f"  gate {plan.metric} {plan.rule}: {escape(plan.reads)}")
+    for warning in summary.warnings:
+        out.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.isolation:
         out.print(f"  programs run under [bold]{summary.isolation['isolation']}[/]: {escape(summary.isolation['detail'])}")
 

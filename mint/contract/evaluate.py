@@ -60,9 +60,17 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
         raise BadInput(f"contract {contract.name} v{contract.version} is stale: reports under v{newest} exist",
                        file=str(contract.path), line=line, field="version")
     if any(v == contract.version and sha != contract.sha256 for v, sha in rows):
-        raise BadInput(f"contract {contract.name} changed since its v{contract.version} reports were made; "
-                       "bump `version` so old and new reports are not compared", file=str(contract.path),
-                       line=line, field="version")
+        from mint.contract.schema import contract_sha256
+
+        same_file = any(v == contract.version and sha == contract_sha256(
+            contract.path, [s.data for s in contract.suites if not s.live], contract.settings.catalog)
+            for v, sha in rows)
+        why = (f"its v{contract.version} reports were gated under gate rules 1 (no_regression failed only when the "
+               f"whole interval lay beyond -TOL) and it now reads as gate rules {contract.gate_rules}; bump "
+               "`version`, or set `gate_rules: 1` and bump it to keep the old reading") if same_file else \
+            f"contract {contract.name} changed since its v{contract.version} reports were made; bump `version` so " \
+            "old and new reports are not compared"
+        raise BadInput(why, file=str(contract.path), line=line, field="version")
 
 
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
@@ -260,7 +268,7 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
                 for suite, _records in suites],
         # suites drawn from a dataset: its resolved version and the episodes used, to make the report again
         live_suites=live_suites or None,
-        statistics=STATISTICS,
+        statistics=statistics_text(contract),
         source=source, generation=generation,
         predictions=PREDICTIONS_FILE, created_at=now(),
         duration_s=round(time.perf_counter() - started, 3),
@@ -334,11 +342,14 @@ def _predictions_baseline(ws, contract, suites, keys, examples_sha256, champion_
     return Baseline(None, NO_BASELINE, None, {}, [], examples_sha256)
 
 
-STATISTICS = ("Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "
-              "metric's delta (candidate - baseline) has a 95% interval: exact McNemar (Clopper-Pearson on the "
-              "discordant pairs) for pass/fail metrics, a seeded paired bootstrap (2000 resamples) otherwise. "
-              "no_regression TOL fails only when the whole interval lies beyond TOL on the worse side; improve "
-              "DELTA passes only when it lies beyond DELTA on the better side.")
+def statistics_text(contract: Contract) -> str:
+    """How the report's deltas were computed and how its gates read them."""
+    from mint.contract.gates import rules_text
+
+    return (f"Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "
+            f"metric's delta (candidate - baseline) has a {contract.confidence:.0%} interval: exact McNemar "
+            f"(Clopper-Pearson on the discordant pairs) for pass/fail metrics, a seeded paired bootstrap (2000 "
+            f"resamples) otherwise. " + rules_text(contract))
 
 
 @dataclass(frozen=True)
@@ -395,7 +406,7 @@ def paired_deltas(contract: Contract, rows: list[dict], baseline_rows: list[dict
             if _is_number(ours) and _is_number(theirs):
                 candidate.append(float(ours))
                 reference.append(float(theirs))
-        deltas[gate.metric] = compare(candidate, reference)
+        deltas[gate.metric] = compare(candidate, reference, confidence=contract.confidence)
     return deltas
 
 

@@ -5,8 +5,8 @@ each generation's no_regression gate compares only with the champion just before
 lose what generation 1 knew a tolerance at a time. For every retention suite that a champion of the
 specialist was promoted under (read from the reports its promotions used), the candidate's score minus
 the score of the generation that introduced the suite (the first champion promoted with it) is paired
-example by example, with its 95% interval; a significant regression beyond the suite's no_regression
-tolerance (0 when it had none) is forgetting, and the loop rejects the candidate for it.
+example by example, with its interval; a regression the candidate's contract's no_regression rule fails at the
+suite's tolerance (0 when it had none) is forgetting, and the loop rejects the candidate for it.
 
 Cost is bounded: a suite is identified by the sha256 of its file, so one used by several generations is
 measured once; one the candidate's own report already measured is reused, not generated again.
@@ -18,8 +18,8 @@ import json
 import re
 from pathlib import Path
 
-from mint.contract.gates import lower_is_better
-from mint.contract.paired import compare, significant_regression
+from mint.contract.gates import lower_is_better, regressed
+from mint.contract.paired import compare
 from mint.contract.precision import report_precision
 from mint.contract.schema import Contract, Suite, load_contract, read_suite
 from mint.errors import BadInput
@@ -121,14 +121,14 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
             pairs = [(float(a), float(b)) for a, b in pairs if _number(a) and _number(b)]
             if not pairs:
                 continue
-            delta = compare([a for a, _ in pairs], [b for _, b in pairs])
+            delta = compare([a for a, _ in pairs], [b for _, b in pairs], confidence=contract.confidence)
             lower = lower_is_better(contract, metric)
             results.append({
                 "suite": entry["suite"], "sha256": entry["sha256"], "metric": f"{entry['suite']}.{metric}",
                 "introduced_by": entry["introduced_by"], "reused": entry["sha256"] in own,
                 "then": sum(b for _, b in pairs) / len(pairs), "now": sum(a for a, _ in pairs) / len(pairs),
                 "delta": delta.__dict__.copy(), "tolerance": tolerance,
-                "regressed": significant_regression(delta, tolerance, lower_is_better=lower)})
+                "regressed": regressed(contract, delta, tolerance, lower_is_better=lower)})
     return results
 
 

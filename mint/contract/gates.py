@@ -1,16 +1,47 @@
 """Gates: thresholds, and paired comparisons with the baseline, one verdict per gate.
 
-``min``/``max`` compare the candidate's value with a number. ``no_regression: TOL``
-holds unless the candidate is significantly worse than its baseline by more
-than TOL (the whole 95% interval of the paired delta lies beyond -TOL);
-``improve: DELTA`` holds only if it is significantly better by more than DELTA.
+``min``/``max`` compare the candidate's value with a number. Paired gates read the interval of the paired delta
+at the contract's ``confidence`` (95% by default), as its ``gate_rules`` say:
+
+- ``no_regression: TOL`` fails a loss that is significant and whose point estimate is worse than -TOL (rules 2,
+  the default); under rules 1 it failed only when the whole interval lay beyond -TOL;
+- ``non_inferior: TOL`` passes only when the interval's worse-side bound lies within TOL (rules 2): a
+  measurement must be precise enough to rule out a loss of more than TOL;
+- ``improve: DELTA`` holds only if the whole interval lies above DELTA.
+
 Comparisons allow for float rounding (mint.contract.paired.EPSILON).
 """
 from __future__ import annotations
 
-from mint.contract.paired import EPSILON, PairedDelta, significant_gain, significant_regression
+from mint.contract.paired import (
+    EPSILON,
+    PairedDelta,
+    loss_beyond,
+    significant_gain,
+    significant_regression,
+    within_margin,
+)
 from mint.contract.schema import Contract, Gate
 from mint.registry.report import GateResult
+
+
+def regressed(contract: Contract, paired: PairedDelta, tolerance: float, *, lower_is_better: bool) -> bool:
+    """Whether ``no_regression: tolerance`` fails on ``paired`` under the contract's gate rules."""
+    if contract.gate_rules >= 2:
+        return loss_beyond(paired, tolerance, lower_is_better=lower_is_better)
+    return significant_regression(paired, tolerance, lower_is_better=lower_is_better)
+
+
+def rules_text(contract: Contract) -> str:
+    """What the contract's paired gates mean, one sentence each, as a report states it."""
+    level = f"{contract.confidence:.0%}"
+    if contract.gate_rules >= 2:
+        return (f"Gate rules 2, at {level}: no_regression TOL fails a loss that is significant and whose point "
+                f"estimate is worse than TOL; non_inferior TOL passes only when the interval's worse-side bound is "
+                f"within TOL; improve DELTA passes only when the whole interval lies beyond DELTA on the better "
+                f"side.")
+    return (f"Gate rules 1, at {level}: no_regression TOL fails only when the whole interval lies beyond TOL on the "
+            f"worse side; improve DELTA passes only when it lies beyond DELTA on the better side.")
 
 
 def lower_is_better(contract: Contract, metric: str) -> bool:
@@ -51,10 +82,16 @@ def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | N
             passed = False
         else:
             if gate.no_regression is not None:
-                regressed = significant_regression(paired, gate.no_regression, lower_is_better=lower)
-                rules.append(f"no_regression {gate.no_regression:g}" + (" (significant regression)" if regressed
-                                                                         else ""))
-                passed = passed and not regressed
+                lost = regressed(contract, paired, gate.no_regression, lower_is_better=lower)
+                rules.append(f"no_regression {gate.no_regression:g}" + (
+                    " (significant regression" + (", its estimate beyond it)" if contract.gate_rules >= 2 else ")")
+                    if lost else ""))
+                passed = passed and not lost
+            if gate.non_inferior is not None:
+                held = within_margin(paired, gate.non_inferior, lower_is_better=lower)
+                rules.append(f"non_inferior {gate.non_inferior:g}" + ("" if held else
+                                                                       " (a loss beyond it is not ruled out)"))
+                passed = passed and held
             if gate.improve is not None:
                 gained = significant_gain(paired, gate.improve, lower_is_better=lower)
                 rules.append(f"improve {gate.improve:g}" + ("" if gained else " (no significant gain)"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from mint.contract.schema import Contract, Suite, read_suite
+from mint.contract.schema import Contract, Suite, read_suite, suite_cap
 from mint.errors import BadInput
 from mint.harness.base import RecordProblem
 from mint.workspace import Workspace
@@ -86,7 +86,7 @@ def read_live_suite(ws: Workspace, contract: Contract, suite: Suite, limit: int 
     version = manifest["version"]
     harness = contract.harness()
     episodes = list(iter_episodes(ws, suite.dataset, version, contract.specialist, split="heldout"))
-    cap = min(x for x in (suite.limit, limit) if x is not None) if (suite.limit or limit) else None
+    cap = suite_cap(contract, suite, limit)
     records = []
     for episode in reversed(episodes):          # newest first
         record = episode_record(contract.harness_name, episode)

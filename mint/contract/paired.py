@@ -107,22 +107,46 @@ def is_pass_fail(values) -> bool:
     return all(v in (0, 1) for v in values)
 
 
-def compare(candidate: list[float], baseline: list[float], *, seed: int = BOOTSTRAP_SEED) -> PairedDelta:
-    """candidate[i] and baseline[i] are the same example's scores."""
+def compare(candidate: list[float], baseline: list[float], *, seed: int = BOOTSTRAP_SEED,
+            confidence: float = CONFIDENCE) -> PairedDelta:
+    """candidate[i] and baseline[i] are the same example's scores; the interval at ``confidence``."""
     if len(candidate) != len(baseline):
         raise ValueError("paired columns differ in length")
     if is_pass_fail(candidate) and is_pass_fail(baseline):
         wins = sum(1 for c, b in zip(candidate, baseline) if c > b)
         losses = sum(1 for c, b in zip(candidate, baseline) if c < b)
-        return mcnemar(wins, losses, len(candidate))
-    return paired_bootstrap([c - b for c, b in zip(candidate, baseline)], seed=seed)
+        return mcnemar(wins, losses, len(candidate), confidence)
+    return paired_bootstrap([c - b for c, b in zip(candidate, baseline)], seed=seed, confidence=confidence)
 
 
 def significant_regression(result: PairedDelta, tolerance: float, *, lower_is_better: bool) -> bool:
-    """True when the whole interval lies beyond ``tolerance`` on the worse side."""
+    """True when the whole interval lies beyond ``tolerance`` on the worse side (how ``no_regression`` read
+    under gate rules 1)."""
     if lower_is_better:
         return result.low > tolerance + EPSILON
     return result.high < -tolerance - EPSILON
+
+
+def significant_loss(result: PairedDelta, *, lower_is_better: bool) -> bool:
+    """True when the whole interval lies on the worse side of no difference: a loss significant at the
+    interval's confidence."""
+    return significant_regression(result, 0.0, lower_is_better=lower_is_better)
+
+
+def loss_beyond(result: PairedDelta, tolerance: float, *, lower_is_better: bool) -> bool:
+    """True when the loss is significant and its point estimate is worse than ``tolerance``: how
+    ``no_regression`` reads under gate rules 2 ("not worse by more than TOL", unless the loss could be noise)."""
+    worse = result.delta > tolerance + EPSILON if lower_is_better else result.delta < -tolerance - EPSILON
+    return worse and significant_loss(result, lower_is_better=lower_is_better)
+
+
+def within_margin(result: PairedDelta, margin: float, *, lower_is_better: bool) -> bool:
+    """True when the interval's bound on the worse side lies within ``margin`` of no difference: the
+    non-inferiority test (``non_inferior``), which only a measurement precise enough to rule out a loss of
+    more than ``margin`` passes."""
+    if lower_is_better:
+        return result.high <= margin + EPSILON
+    return result.low >= -margin - EPSILON
 
 
 def significant_gain(result: PairedDelta, margin: float, *, lower_is_better: bool) -> bool:
@@ -168,8 +192,7 @@ def paired_power(n: int, win_rate: float, loss_rate: float, *, margin: float = 0
     ``win_rate``, lost with ``loss_rate`` and tied otherwise. Swap the two rates for the chance that a loss
     shows as a significant regression. Sums the exact distribution: the discordant pairs m ~ Binomial(n,
     win_rate + loss_rate), the wins among them ~ Binomial(m, win share)."""
-    if n < 1 or win_rate < 0 or loss_rate < 0 or win_rate + loss_rate > 1 + EPSILON:
-        raise ValueError("n >= 1 and rates in [0, 1] that sum to at most 1")
+    _check_rates(n, win_rate, loss_rate)
     discordant = min(1.0, win_rate + loss_rate)
     if discordant <= 0 or win_rate <= 0:
         return 0.0
@@ -196,21 +219,100 @@ def _binomial_pmf(k: int, n: int, p: float) -> float:
                     + k * math.log(p) + (n - k) * math.log1p(-p))
 
 
+def regression_power(n: int, win_rate: float, loss_rate: float, *, tolerance: float = 0.0,
+                     confidence: float = CONFIDENCE) -> float:
+    """The chance that ``no_regression: tolerance`` (gate rules 2: a significant loss whose point estimate is
+    worse than ``tolerance``) fails a candidate that independently wins each example with ``win_rate`` and loses
+    it with ``loss_rate``, on ``n`` paired pass/fail examples. Exact, like ``paired_power``."""
+    _check_rates(n, win_rate, loss_rate)
+    discordant = min(1.0, win_rate + loss_rate)
+    if discordant <= 0 or loss_rate <= 0:
+        return 0.0
+    share = loss_rate / discordant     # the baseline's share of the discordant pairs
+    alpha = 1 - confidence
+    power = 0.0
+    for m in range(1, n + 1):
+        critical = _critical_wins(m, 0.5, alpha)
+        if critical is None:
+            continue
+        # losses l: significant (l >= critical) and the delta (m - 2l)/n below -tolerance
+        fewest = max(critical, math.floor((m + n * (tolerance + EPSILON)) / 2) + 1)
+        if fewest > m:
+            continue
+        p_m = _binomial_pmf(m, n, discordant)
+        if p_m < 1e-15:
+            continue
+        power += p_m * sum(_binomial_pmf(lost, m, share) for lost in range(fewest, m + 1))
+    return min(1.0, power)
+
+
+def non_inferior_power(n: int, win_rate: float, loss_rate: float, *, margin: float = 0.0,
+                       confidence: float = CONFIDENCE) -> float:
+    """The chance that ``non_inferior: margin`` (the interval's worse-side bound within ``margin``) passes a
+    candidate that independently wins each example with ``win_rate`` and loses it with ``loss_rate``, on ``n``
+    paired pass/fail examples. Exact, like ``paired_power``."""
+    _check_rates(n, win_rate, loss_rate)
+    discordant = min(1.0, win_rate + loss_rate)
+    if discordant <= 0:
+        return 1.0     # no example moves: the interval is [0, 0]
+    share = win_rate / discordant
+    alpha = 1 - confidence
+    passing = _binomial_pmf(0, n, discordant)
+    for m in range(1, n + 1):
+        p_m = _binomial_pmf(m, n, discordant)
+        if p_m < 1e-15:
+            continue
+        # the delta's lower bound m/n (2 p_low - 1) >= -margin  <=>  p_low >= 0.5 - margin n / (2m)
+        threshold = 0.5 - margin * n / (2 * m)
+        fewest = 0 if threshold <= 0 else _critical_wins(m, threshold, alpha)
+        if fewest is None:
+            continue
+        passing += p_m * sum(_binomial_pmf(w, m, share) for w in range(fewest, m + 1))
+    return min(1.0, passing)
+
+
+def _check_rates(n: int, win_rate: float, loss_rate: float) -> None:
+    if n < 1 or win_rate < 0 or loss_rate < 0 or win_rate + loss_rate > 1 + EPSILON:
+        raise ValueError("n >= 1 and rates in [0, 1] that sum to at most 1")
+
+
 def examples_for_power(win_rate: float, loss_rate: float, *, power: float = 0.8, margin: float = 0.0,
                        confidence: float = CONFIDENCE, most: int = 2000) -> int | None:
     """The fewest paired examples at which ``paired_power`` reaches ``power`` (None when ``most`` do not): how
     large a suite must be for an expected gain (or, rates swapped, a loss) to be found that often. Exact power
     saws up and down with n, so the answer is the first n that reaches it."""
+    return examples_needed(lambda n: paired_power(n, win_rate, loss_rate, margin=margin, confidence=confidence),
+                           power=power, most=most)
+
+
+def examples_needed(chance, *, power: float = 0.8, most: int = 2000) -> int | None:
+    """The fewest examples ``n`` at which ``chance(n)`` (a power function of the suite's size) reaches ``power``;
+    None when ``most`` do not. Power rises with n but saws: bisect to a bracket, then scan it."""
     if not 0 < power < 1:
         raise ValueError("power must lie strictly between 0 and 1")
-    if paired_power(most, win_rate, loss_rate, margin=margin, confidence=confidence) < power:
+    if chance(most) < power:
         return None
-    low, high = 1, most            # power rises with n but saws: bisect to a bracket, then scan it
+    low, high = 1, most
     while high - low > 32:
         mid = (low + high) // 2
-        if paired_power(mid, win_rate, loss_rate, margin=margin, confidence=confidence) >= power:
+        if chance(mid) >= power:
             high = mid
         else:
             low = mid
-    return next(n for n in range(max(1, low - 32), high + 1)
-                if paired_power(n, win_rate, loss_rate, margin=margin, confidence=confidence) >= power)
+    return next(n for n in range(max(1, low - 32), high + 1) if chance(n) >= power)
+
+
+def effect_at_power(chance, *, power: float = 0.8, step: float = 0.005, most: float = 1.0) -> float | None:
+    """The smallest effect (a multiple of ``step`` up to ``most``) at which ``chance(effect)`` reaches ``power``:
+    what a suite of a given size finds that often. None when even ``most`` does not."""
+    steps = int(round(most / step))
+    low, high = 1, steps
+    if chance(high * step) < power:
+        return None
+    while low < high:            # chance rises with the effect: bisect on the grid
+        mid = (low + high) // 2
+        if chance(mid * step) >= power:
+            high = mid
+        else:
+            low = mid + 1
+    return round(low * step, 6)

@@ -18,14 +18,24 @@ from mint.registry.refs import check_name
 from mint.text import closest
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, is_file, load_yaml
 
-TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion")
+TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion", "gate_rules", "confidence",
+            "power")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
 DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size", "precision",
                  "stop_at_answer_end", "prompt_lookup")
 MAX_PROMPT_LOOKUP = 64   # drafted tokens a row may check in one step
 SUITE_KEYS = ("name", "data", "metrics", "limit")
-GATE_KEYS = ("metric", "min", "max", "no_regression", "improve")
+GATE_KEYS = ("metric", "min", "max", "no_regression", "non_inferior", "improve", "detect")
 PROMOTION_KEYS = ("min_examples", "auto")
+POWER_KEYS = ("target", "churn")
+# How a gate reads (docs/contracts.md, "Gates"). 1: `no_regression: TOL` fails only when the whole interval lies
+# beyond -TOL. 2 (the default): it fails a loss that is significant and whose point estimate is worse than -TOL,
+# as a reader of "not worse by more than TOL" expects; `non_inferior: TOL` passes only when the interval's
+# worse-side bound is within TOL. A contract's hash covers its rules, so reports made under one rule are never
+# compared with reports made under the other as if one contract had made both.
+GATE_RULES = (1, 2)
+DEFAULT_GATE_RULES = 2
+DEFAULT_POWER = {"target": 0.8, "churn": 0.02}
 LATENCY_METRICS = ("latency.p50_ms", "latency.p95_ms")
 _SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 LIVE_PREFIX = "dataset:"
@@ -60,11 +70,25 @@ class Gate:
     max: float | None = None
     no_regression: float | None = None
     improve: float | None = None
+    non_inferior: float | None = None
+    detect: float | None = None     # the effect the gate must find ``power.target`` of the time: sizes its suite
 
     @property
     def paired(self) -> bool:
         """Whether the gate compares the candidate with its baseline example by example."""
-        return self.no_regression is not None or self.improve is not None
+        return self.no_regression is not None or self.improve is not None or self.non_inferior is not None
+
+    @property
+    def suite(self) -> str:
+        return self.metric.partition(".")[0]
+
+
+@dataclass(frozen=True)
+class Power:
+    """What the power planner assumes (``power:`` in a contract): a gate's ``detect`` effect is found ``target``
+    of the time, with ``churn`` of the examples moving the other way (a gain's losses, a loss's wins)."""
+    target: float = DEFAULT_POWER["target"]
+    churn: float = DEFAULT_POWER["churn"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,9 @@ class Contract:
     path: Path
     sha256: str
     doc: YamlDoc = field(repr=False, compare=False, default=None)
+    gate_rules: int = DEFAULT_GATE_RULES
+    confidence: float = 0.95
+    power: Power = field(default_factory=Power)
 
     def harness(self) -> Harness:
         return harness_for(self.harness_name, self.settings)
@@ -198,6 +225,23 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             check_number(doc, limit, f"{where}.limit", minimum=1, integer=True)
         suites.append(Suite(suite_name, data_path, tuple(metrics), limit, dataset, dataset_version, f"{where}.data"))
 
+    gate_rules = data.get("gate_rules", DEFAULT_GATE_RULES)
+    if gate_rules not in GATE_RULES or isinstance(gate_rules, bool):
+        raise doc.error("gate_rules", "expected 1 (no_regression fails only when the whole interval lies beyond "
+                                      "-TOL) or 2 (it fails a significant loss worse than -TOL)")
+    confidence = check_number(doc, data.get("confidence", 0.95), "confidence", minimum=0.5, exclusive=True)
+    if confidence >= 1:
+        raise doc.error("confidence", "expected a level below 1, such as 0.95")
+    raw_power = check_keys(doc, data.get("power") or {}, "power", POWER_KEYS)
+    target = check_number(doc, raw_power.get("target", DEFAULT_POWER["target"]), "power.target", minimum=0,
+                          exclusive=True)
+    if target >= 1:
+        raise doc.error("power.target", "expected a chance below 1, such as 0.8")
+    churn = check_number(doc, raw_power.get("churn", DEFAULT_POWER["churn"]), "power.churn", minimum=0)
+    if churn >= 0.5:
+        raise doc.error("power.churn", "expected the share of examples moving the other way, below 0.5")
+    power = Power(target, churn)
+
     gates = []
     raw_gates = data.get("gates") or []
     if not isinstance(raw_gates, list):
@@ -213,17 +257,28 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             raise doc.error(f"{where}.metric", f"no suite produces {metric!r}"
                             + closest(metric, sorted(produced), listing="expected one of"))
         bounds = {k: check_number(doc, raw[k], f"{where}.{k}") for k in ("min", "max") if k in raw}
-        relative = {k: check_number(doc, raw[k], f"{where}.{k}", minimum=0) for k in ("no_regression", "improve")
-                    if raw.get(k) is not None}
+        relative = {k: check_number(doc, raw[k], f"{where}.{k}", minimum=0)
+                    for k in ("no_regression", "non_inferior", "improve") if raw.get(k) is not None}
         if not bounds and not relative:
-            raise doc.error(where, "a gate needs min, max, no_regression or improve")
+            raise doc.error(where, "a gate needs min, max, no_regression, non_inferior or improve")
         if relative and metric in LATENCY_METRICS:
             key = next(iter(relative))
             raise doc.error(f"{where}.{key}", "latency is not compared example by example; gate it with max")
+        if "non_inferior" in relative and gate_rules < 2:
+            raise doc.error(f"{where}.non_inferior", "non_inferior needs gate_rules: 2")
         if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
             raise doc.error(f"{where}.max", "is below min")
+        detect = None
+        if raw.get("detect") is not None:
+            detect = check_number(doc, raw["detect"], f"{where}.detect", minimum=0, exclusive=True)
+            if not relative:
+                raise doc.error(f"{where}.detect", "detect sizes a paired comparison: give improve, no_regression "
+                                                   "or non_inferior beside it")
+            if detect + 2 * power.churn > 1:
+                raise doc.error(f"{where}.detect", f"an effect of {detect:g} with churn {power.churn:g} each way is "
+                                                   "more than every example can move")
         gates.append(Gate(metric, bounds.get("min"), bounds.get("max"), relative.get("no_regression"),
-                          relative.get("improve")))
+                          relative.get("improve"), relative.get("non_inferior"), detect))
 
     promotion = check_keys(doc, data.get("promotion") or {}, "promotion", PROMOTION_KEYS)
     min_examples = check_number(doc, promotion.get("min_examples", 1), "promotion.min_examples", minimum=0,
@@ -233,8 +288,9 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         raise doc.error("promotion.auto", "expected true or false")
 
     contract = Contract(name, version, specialist, harness_name, settings, tuple(suites), tuple(gates), min_examples,
-                        auto, path.absolute(), contract_sha256(path, [s.data for s in suites if not s.live], catalog),
-                        doc)
+                        auto, path.absolute(), contract_sha256(path, [s.data for s in suites if not s.live], catalog,
+                                                               gate_rules=gate_rules),
+                        doc, gate_rules, confidence, power)
     if check_data:
         for suite in contract.suites:
             if not suite.live:      # a live suite's data exists only in a workspace: read when evaluated
@@ -242,21 +298,25 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     return contract
 
 
-def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None) -> str:
-    """One hash over the YAML, every suite file and the catalog: editing any of them makes a new contract."""
+def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None, *, gate_rules: int = 1) -> str:
+    """One hash over the YAML, every suite file and the catalog: editing any of them makes a new contract. Gate
+    rules past 1 are hashed too, so a file written before the rules changed, read under today's default, is a
+    new contract: its earlier reports, gated under rules 1, are never mixed with reports gated under 2."""
     digest = hashlib.sha256()
     named = [("contract", path)] + [(f"suite {i}", f) for i, f in enumerate(suite_files)] + \
         ([("catalog", catalog)] if catalog is not None else [])
     for role, file in named:
         digest.update(f"{role}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
+    if gate_rules != 1:
+        digest.update(f"gate_rules\0{gate_rules}\n".encode())
     return digest.hexdigest()
 
 
-def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> list[dict]:
-    """The suite file's records (up to the smaller of its limit and ``limit``); a bad line is BadInput at its
+def read_suite(contract: Contract, suite: Suite, limit: int | None = None, *, whole: bool = False) -> list[dict]:
+    """The suite file's records (up to ``suite_cap``; ``whole``: every one); a bad line is BadInput at its
     line. Live suites are read by mint.contract.live."""
     harness = contract.harness()
-    cap = min(x for x in (suite.limit, limit) if x is not None) if (suite.limit or limit) else None
+    cap = None if whole else suite_cap(contract, suite, limit)
     records = []
     with open(suite.data, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
@@ -277,6 +337,15 @@ def read_suite(contract: Contract, suite: Suite, limit: int | None = None) -> li
     return records
 
 
+def suite_cap(contract: Contract, suite: Suite, limit: int | None = None) -> int | None:
+    """How many records of ``suite`` are read: the smallest of its ``limit``, the caller's and, where its gates
+    say ``detect``, the size the power planner gives (mint.contract.planner); None: all of them."""
+    from mint.contract.planner import planned_size
+
+    caps = [x for x in (suite.limit, limit, planned_size(contract, suite.name)) if x is not None]
+    return min(caps) if caps else None
+
+
 @dataclass(frozen=True)
 class SuiteCheck:
     name: str
@@ -286,6 +355,8 @@ class SuiteCheck:
     metrics: list[str]
     detectable: float | None        # the smallest pass/fail delta this many examples can show at 95%
     detectable_examples: int | None
+    planned: int | None = None      # the records its gates' ``detect`` effects need (the power planner)
+    available: int | None = None    # the records its file holds (None: a live suite)
 
 
 @dataclass(frozen=True)
@@ -302,6 +373,10 @@ class ContractCheck:
     min_examples: int
     isolation: dict | None = None   # how untrusted programs run (the coding harness only)
     ok: bool = True
+    gate_rules: int = 2
+    confidence: float = 0.95
+    plans: list = field(default_factory=list)   # mint.contract.planner.GatePlan per paired gate
+    warnings: list[str] = field(default_factory=list)
 
 
 def check_contract(path: Path) -> ContractCheck:
@@ -309,14 +384,29 @@ def check_contract(path: Path) -> ContractCheck:
     from dataclasses import asdict
 
     from mint.contract.paired import minimum_detectable_effect
+    from mint.contract.planner import plan_gate, planned_size
 
     contract = load_contract(path, check_data=False)
-    suites = []
+    suites, sizes, warnings = [], {}, []
     for suite in contract.suites:
         records = None if suite.live else len(read_suite(contract, suite))
-        mde = minimum_detectable_effect(records) if records else None
+        available = None if suite.live else len(read_suite(contract, suite, whole=True))
+        sizes[suite.name] = records
+        mde = minimum_detectable_effect(records, contract.confidence) if records else None
+        planned = planned_size(contract, suite.name)
         suites.append(SuiteCheck(suite.name, suite.source, records, suite.limit, list(suite.metrics),
-                                 mde[0] if mde else None, mde[1] if mde else None))
+                                 mde[0] if mde else None, mde[1] if mde else None, planned, available))
+    plans = [plan for gate in contract.gates
+             if (plan := plan_gate(gate, sizes.get(gate.suite), rules=contract.gate_rules,
+                                   confidence=contract.confidence, target=contract.power.target,
+                                   churn=contract.power.churn)) is not None]
+    for plan in plans:
+        if plan.enough is False:
+            warnings.append(f"{plan.metric}: {plan.rule} needs {plan.needed} examples to find {plan.detect:g} "
+                            f"{plan.target:.0%} of the time; its suite has {plan.examples}")
+    if contract.gate_rules < 2 and any(g.no_regression for g in contract.gates):
+        warnings.append("gate_rules 1: no_regression fails only when the whole interval lies beyond -TOL, so a "
+                        "significant loss far beyond TOL can pass; gate_rules: 2 fails it")
     isolation = None
     if contract.harness_name == "coding":
         from mint.harness.sandbox import describe_isolation
@@ -324,4 +414,5 @@ def check_contract(path: Path) -> ContractCheck:
         isolation = describe_isolation()
     return ContractCheck(contract.name, contract.version, contract.specialist, contract.harness_name,
                          contract.sha256, suites, [asdict(g) for g in contract.gates], contract.min_examples,
-                         isolation)
+                         isolation, gate_rules=contract.gate_rules, confidence=contract.confidence, plans=plans,
+                         warnings=warnings)

@@ -9,12 +9,16 @@ from mint.contract.paired import (
     clopper_pearson,
     compare,
     examples_for_power,
+    loss_beyond,
     mcnemar,
     minimum_detectable_effect,
+    non_inferior_power,
     paired_bootstrap,
     paired_power,
+    regression_power,
     significant_gain,
     significant_regression,
+    within_margin,
 )
 from mint.contract.schema import Gate, load_contract
 from tests.contract.test_schema import GOOD
@@ -183,3 +187,26 @@ def test_examples_for_power_is_the_first_suite_size_that_reaches_the_power():
 def test_paired_power_refuses_rates_that_are_not_a_distribution(args):
     with pytest.raises(ValueError):
         paired_power(*args)
+
+
+@pytest.mark.parametrize("n, win_rate, loss_rate, tolerance",
+                         [(20, 0.05, 0.3, 0.05), (30, 0.02, 0.2, 0.0), (24, 0.1, 0.25, 0.1), (9, 0.5, 0.5, 0.0)])
+def test_regression_power_is_the_chance_that_gate_rules_two_fail_the_loss(n, win_rate, loss_rate, tolerance):
+    fails = lambda result, tol: loss_beyond(result, tol, lower_is_better=False)  # noqa: E731
+    assert regression_power(n, win_rate, loss_rate, tolerance=tolerance) == pytest.approx(
+        _enumerated_power(n, win_rate, loss_rate, fails, margin=tolerance), abs=1e-9)
+
+
+@pytest.mark.parametrize("n, win_rate, loss_rate, margin", [(20, 0.05, 0.05, 0.1), (40, 0.02, 0.02, 0.05),
+                                                            (16, 0.2, 0.1, 0.0), (12, 0.0, 0.3, 0.2)])
+def test_non_inferior_power_is_the_chance_that_the_margin_holds(n, win_rate, loss_rate, margin):
+    holds = lambda result, m: within_margin(result, m, lower_is_better=False)  # noqa: E731
+    assert non_inferior_power(n, win_rate, loss_rate, margin=margin) == pytest.approx(
+        _enumerated_power(n, win_rate, loss_rate, holds, margin=margin), abs=1e-9)
+
+
+def test_a_narrower_confidence_gives_a_narrower_interval():
+    wide, narrow = mcnemar(8, 2, 50, 0.95), mcnemar(8, 2, 50, 0.80)
+    assert narrow.low > wide.low and narrow.high < wide.high
+    assert compare([1] * 8 + [0] * 42, [0] * 8 + [0] * 42, confidence=0.8).low > \
+        compare([1] * 8 + [0] * 42, [0] * 50).low
