@@ -298,7 +298,8 @@ def _deciding_report(revision, registry) -> Report | None:
         if report is not None:
             return report
         break
-    return _newest_readable_report(rows)
+    gated = [row for row in rows if row.get("verdict") != "measured"]    # a report measured as a baseline gates nothing
+    return _newest_readable_report(gated) or _newest_readable_report(rows)
 
 
 def _experience_view(summary: dict | None) -> ExperienceView | None:

@@ -82,6 +82,9 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
                      None, "--baseline-predictions", help="With --predictions: the baseline's outputs (JSONL), "
                      "scored the same way (default: the champion's registered report, else no baseline)."),
                  base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the revision's)."),
+                 no_reuse: bool = typer.Option(False, "--no-reuse", help="Decode every answer again, even those a "
+                                               "registered report of the revision already holds for the same "
+                                               "prompt, decoding settings, precision and base."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
     one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
@@ -103,11 +106,12 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
         if not bars.live and bars.enabled:   # a log shows what runs before its first finished example
             err.print(f"evaluating {' '.join(refs) or 'base'} under {contract} ...", highlight=False, markup=False)
         if len(refs) > 1:
-            results = evaluate_many(workspace, refs, contract, limit=limit, base=base, progress=bars.update)
+            results = evaluate_many(workspace, refs, contract, limit=limit, base=base, progress=bars.update,
+                                    reuse=not no_reuse)
         else:
             results = [evaluate(workspace, refs[0] if refs else None, contract, out_dir=out_dir, limit=limit,
                                 predictions=predictions, base=base, progress=bars.update,
-                                baseline_predictions=baseline_predictions)]
+                                baseline_predictions=baseline_predictions, reuse=not no_reuse)]
     shown = [{**r.report.to_dict(), "report_path": r.report_path, "predictions_path": r.predictions_path}
              for r in results]
     if json_out:

@@ -75,11 +75,13 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
 
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
              limit: int | None = None, predictions: Path | None = None, base: str | None = None,
-             progress: EvalProgress | None = None, baseline_predictions: Path | None = None) -> EvalResult:
+             progress: EvalProgress | None = None, baseline_predictions: Path | None = None,
+             reuse: bool = True) -> EvalResult:
     """Measure ``ref`` (a revision, ``base``, or outputs from ``predictions``) and gate it against its baseline:
     the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion.
 
-    With ``predictions`` nothing is generated: the baseline is ``baseline_predictions`` scored the same way,
+    An answer a registered report of the same subject holds for the same prompt, decoding settings, precision and
+    base is taken from it (``reuse`` False: every answer decoded again). With ``predictions`` nothing is generated: the baseline is ``baseline_predictions`` scored the same way,
     else the champion's registered report on the same examples, else none (gates that compare with a
     baseline then fail, saying so)."""
     if baseline_predictions is not None and predictions is None:
@@ -96,20 +98,31 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
     if predictions is not None:
         return _evaluate_predictions(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions,
                                      base=base, baseline_predictions=baseline_predictions)
-    return _evaluate_generated(ws, [ref], contract, out_dir=out_dir, limit=limit, base=base, progress=progress)[0]
+    return _evaluate_generated(ws, [ref], contract, out_dir=out_dir, limit=limit, base=base, progress=progress,
+                               reuse=reuse)[0]
 
 
 def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit: int | None = None,
-                  base: str | None = None, progress: EvalProgress | None = None) -> list[EvalResult]:
+                  base: str | None = None, progress: EvalProgress | None = None,
+                  measure_on: dict[str, tuple[tuple[str, ...], str]] | None = None,
+                  reuse: bool = True) -> list[EvalResult]:
     """Measure every revision of ``refs`` (or ``base``) under one contract, decoded as one mixed-adapter stream;
-    each gets the report it gets evaluated alone (see ``evaluate``), in the order given."""
+    each gets the report it gets evaluated alone (see ``evaluate``), in the order given. ``measure_on[ref]``:
+    (the suites it is decoded on, why): a control that answers one question needs no other suite, and its
+    report says so."""
     if not refs:
         raise BadInput("give the revisions (or `base`) to evaluate", field="REF")
     if limit is not None and limit < 1:
         raise BadInput("must be at least 1", field="--limit")
     contract = load_contract(contract_path)
     check_not_stale(ws, contract)
-    return _evaluate_generated(ws, list(refs), contract, out_dir=None, limit=limit, base=base, progress=progress)
+    for ref, (names, _why) in (measure_on or {}).items():
+        unknown = [n for n in names if n not in {suite.name for suite in contract.suites}]
+        if ref not in refs or unknown or not names:
+            raise BadInput(f"{ref}: measure_on names {', '.join(unknown) or 'no suite'} of contract {contract.name}",
+                           field="measure_on")
+    return _evaluate_generated(ws, list(refs), contract, out_dir=None, limit=limit, base=base, progress=progress,
+                               measure_on=measure_on or {}, reuse=reuse)
 
 
 BASE = "base"     # the bare base's key among the subjects a stream decodes
@@ -135,9 +148,11 @@ def _subject(ws: Workspace, ref: str, contract: Contract) -> Subject:
 
 
 def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, out_dir, limit, base,
-                        progress) -> list[EvalResult]:
+                        progress, measure_on: dict | None = None, reuse: bool = True) -> list[EvalResult]:
     """Decode ``refs`` and every baseline they need that has no report yet in one stream, then write and register
-    the reports, each baseline's before the reports compared with it."""
+    the reports, each baseline's before the reports compared with it. Answers a registered report of the same
+    subject already holds for the same prompt, decoding settings, precision and base are taken from it, not
+    decoded again."""
     started = time.perf_counter()
     candidates = [_subject(ws, ref, contract) for ref in refs]
     seen: dict[str, str] = {}
@@ -154,35 +169,48 @@ def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, o
                        "one base; evaluate each base's revisions on their own", field="REF")
     base_name = base_names.pop()
     suites, live_suites = read_suites(ws, contract, limit)
-    keys = {suite.name: example_keys(records) for suite, records in suites}
-    examples_sha256 = examples_digest(suites)
     loaded: dict = {}
     revision = next((c.revision for c in candidates if c.revision is not None and c.revision.base_fingerprint), None)
     precision = _precision(ws, contract, base_name, revision, suites, loaded)
     fingerprint = _base_fingerprint(base_name, loaded)
-    order, baseline_of, known = _plan(ws, contract, candidates, examples_sha256, fingerprint, precision)
-    decoded = _decode(contract, suites, order, base_name, progress, loaded, precision)
+    order, baseline_of, known = _plan(ws, contract, candidates, examples_digest(suites), fingerprint, precision)
+    restricted = {subject.key: measure_on[ref] for ref, subject in zip(refs, candidates) if ref in (measure_on or {})}
+    own_suites = {subject.key: [(suite, records) for suite, records in suites
+                                if subject.key not in restricted or suite.name in restricted[subject.key][0]]
+                  for subject in order}
+    decoded = _decode(contract, suites, order, base_name, progress, loaded, precision,
+                      reuse=_reusable(ws, contract, order, precision.used, fingerprint) if reuse else None,
+                      own_suites={k: {suite.name for suite, _ in v} for k, v in own_suites.items()})
     results: dict[str, EvalResult] = {}
     for subject in order:            # each baseline before the reports compared with it
+        mine = own_suites[subject.key]
+        keys = {suite.name: example_keys(records) for suite, records in mine}
+        examples_sha256 = examples_digest(mine)
         reference = baseline_of.get(subject.key)
-        if reference is None:        # the base: generation 0 is its own baseline
+        measured_only = subject.key not in requested_keys(candidates) and subject.key != BASE
+        if reference is None:        # the base (generation 0 is its own baseline), or a baseline measured alone
             baseline = None
         else:
             baseline = known[reference] if reference in known else _load_baseline(ws, results[reference].report)
-        outputs, latencies, generation = decoded[subject.key]
+        outputs, latencies, generation, prompts = decoded[subject.key]
         own_dir = out_dir if subject in candidates else None
         results[subject.key] = _write_report(
-            ws, contract, subject, suites, live_suites, keys, examples_sha256, precision, outputs, latencies,
+            ws, contract, subject, mine, live_suites, keys, examples_sha256, precision, outputs, latencies,
             generation, baseline, base_name, fingerprint, started, out_dir=own_dir, source="generated",
-            baseline_evaluated=reference in results)
+            baseline_evaluated=reference in results, measured_only=measured_only,
+            measured_on=restricted.get(subject.key), prompts=prompts)
     return [results[c.key] for c in candidates]
+
+
+def requested_keys(candidates: list[Subject]) -> set[str]:
+    return {c.key for c in candidates}
 
 
 def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples_sha256: str, fingerprint: str,
           precision) -> tuple[list[Subject], dict[str, str], dict[str, "Baseline"]]:
     """What to decode: the candidates, and each baseline they need with no registered report on these examples
     at this precision (a candidate's is the champion, or the bare base when there is none or it is the champion;
-    a champion decoded for its report needs the base's in turn). (Subjects in dependency order, each one's
+    a champion decoded as a baseline is measured alone, without a baseline of its own). (Subjects in dependency order, each one's
     baseline key (none for the base), the baselines found registered.)"""
     champion_id = _champion(ws, contract)
     requested = {c.key: c for c in candidates}
@@ -201,7 +229,9 @@ def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples
                 return
         subject = requested.get(key) or (Subject(BASE, BASE) if key == BASE else
                                          _subject(ws, queries.revision_ref(ws, key), contract))
-        if key != BASE:
+        # a champion decoded only to be a candidate's baseline gets no verdict of its own, so it needs no baseline
+        # (before, it was gated against the bare base, decoded for that alone)
+        if key != BASE and key in requested:
             baseline_of[key] = champion_id if champion_id is not None and champion_id != key else BASE
             ensure(baseline_of[key])
         order.append(subject)
@@ -236,19 +266,27 @@ def _evaluate_predictions(ws: Workspace, ref: str | None, contract: Contract, *,
 def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, live_suites, keys: dict,
                   examples_sha256: str, precision, outputs: dict, latencies: dict, generation: dict | None,
                   baseline: "Baseline | None", base_name: str, fingerprint: str | None, started: float, *,
-                  out_dir: Path | None, source: str, baseline_evaluated: bool) -> EvalResult:
+                  out_dir: Path | None, source: str, baseline_evaluated: bool, measured_only: bool = False,
+                  measured_on: tuple | None = None, prompts: dict | None = None) -> EvalResult:
     """Score ``subject``'s outputs, gate them against ``baseline`` (None: the base, its own), write the report
-    and its predictions atomically and register it."""
+    and its predictions atomically and register it. ``measured_only``: a champion measured as another's baseline,
+    whose report has no gates and no verdict of its own ("measured"); ``measured_on``: (suites, why) when the
+    subject was decoded on some suites only; ``prompts``: each record's prompt digest, by suite, so a later
+    evaluation takes the answer instead of decoding it again."""
     revision = subject.revision
     is_base = subject.key == BASE and source == "generated"
-    metrics, rows = _score(contract, suites, keys, outputs, latencies)
+    metrics, rows = _score(contract, suites, keys, outputs, latencies, prompts)
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
-    paired = paired_deltas(contract, rows, baseline.rows)
-    no_latency = None if any(k.startswith("latency.") for k in metrics) else \
-        "the predictions carry no latency_ms" if source == "predictions" else "no example's latency was measured"
-    gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
-                        {s.name: len(r) for s, r in suites}, paired, no_latency)
+    if measured_only:
+        baseline = Baseline(None, MEASURED_AS_BASELINE, None, {}, [], examples_sha256)
+        gates = []
+    else:
+        paired = paired_deltas(contract, rows, baseline.rows)
+        no_latency = None if any(k.startswith("latency.") for k in metrics) else \
+            "the predictions carry no latency_ms" if source == "predictions" else "no example's latency was measured"
+        gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
+                            {s.name: len(r) for s, r in suites}, paired, no_latency)
     label = subject.label
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     report = Report(
@@ -259,7 +297,7 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
         # what every generation compared under this contract on this host decodes at, and why
         precision=precision.record(),
         metrics=metrics, gates=tuple(gates),
-        verdict="pass" if all(g.passed for g in gates) else "fail",
+        verdict="measured" if measured_only else "pass" if all(g.passed for g in gates) else "fail",
         examples={suite.name: len(records) for suite, records in suites},
         examples_sha256=examples_sha256,
         # what each suite was, so a later generation can be measured on this one's retention suites again
@@ -274,8 +312,9 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
         duration_s=round(time.perf_counter() - started, 3),
         predictions_sha256=hashlib.sha256(predictions_text.encode("utf-8")).hexdigest(),
         # what the harness says beside its metrics (the router's: its confusion matrix, the held-out distribution)
-        extra=contract.harness().report_fields([r for _suite, records in suites for r in records],
-                                               [o for suite, _records in suites for o in outputs[suite.name]]))
+        extra={**contract.harness().report_fields([r for _suite, records in suites for r in records],
+                                                  [o for suite, _records in suites for o in outputs[suite.name]]),
+               **({"measured_on": {"suites": list(measured_on[0]), "why": measured_on[1]}} if measured_on else {})})
     if out_dir is not None:
         target = out_dir
     elif is_base and not _base_dir(ws, contract, fingerprint, examples_sha256, precision.used).exists():
@@ -301,8 +340,10 @@ def _identity(contract: Contract) -> ContractIdentity:
     return ContractIdentity(contract.name, contract.version, contract.sha256, str(contract.path))
 
 
-def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dict) -> tuple[dict, list[dict]]:
-    """The suites' metrics (and latency percentiles) and one row per example, for the outputs given."""
+def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dict,
+           prompts: dict | None = None) -> tuple[dict, list[dict]]:
+    """The suites' metrics (and latency percentiles) and one row per example, for the outputs given (with each
+    one's prompt digest where ``prompts`` has it)."""
     metrics: dict[str, float] = {}
     rows: list[dict] = []
     all_latencies: list[float] = []
@@ -317,8 +358,10 @@ def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dic
         all_latencies += [x for x in suite_latency if x is not None]
         for index, (record, key, outs, score) in enumerate(zip(records, keys[suite.name], outputs[suite.name],
                                                                 scores)):
+            digest = (prompts or {}).get(suite.name)
             rows.append({"suite": suite.name, "index": index, "id": _record_id(record), "key": key, "outputs": outs,
-                         "scores": score, "latency_ms": suite_latency[index] if index < len(suite_latency) else None})
+                         "scores": score, "latency_ms": suite_latency[index] if index < len(suite_latency) else None,
+                         **({"prompt_sha256": digest[index]} if digest else {})})
     if all_latencies:
         metrics["latency.p50_ms"] = statistics.median(all_latencies)
         metrics["latency.p95_ms"] = _percentile(all_latencies, 0.95)
@@ -326,6 +369,7 @@ def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dic
 
 
 NO_BASELINE = "none"   # the label of a missing baseline (predictions with no baseline to pair them with)
+MEASURED_AS_BASELINE = "none: measured as a baseline"   # a champion measured for a candidate, not gated itself
 
 
 def _predictions_baseline(ws, contract, suites, keys, examples_sha256, champion_id, baseline_predictions):
@@ -486,25 +530,92 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
     """Each suite's outputs, latencies and generation facts (precision, tokens/s) from the revision (the bare
     base when ``adapter_dir`` is None), all suites decoded as one stream."""
     subject = Subject(revision.id, revision.ref, revision, adapter_dir) if revision is not None else Subject(BASE, BASE)
-    return _decode(contract, suites, [subject], base_name, progress, bases, precision)[subject.key]
+    return _decode(contract, suites, [subject], base_name, progress, bases, precision)[subject.key][:3]
+
+
+# mint's decoding engine: bump when the same prompt, settings, precision and base decode to other answers, so
+# answers decoded before are not taken for today's
+DECODER_VERSION = 1
+
+
+def decoding_identity(contract: Contract, precision_used: str, fingerprint: str) -> str:
+    """Everything besides the prompt's tokens that decides what a subject answers: the engine, the harness (its
+    answer ends), the decoding settings (not batch_size: a row's answer never depends on the rows beside it),
+    the precision and the base. Two evaluations with the same identity give one prompt the same answer."""
+    s = contract.settings
+    fields = {"decoder": DECODER_VERSION, "harness": contract.harness_name, "max_new_tokens": s.max_new_tokens,
+              "temperature": s.temperature, "top_p": s.top_p, "samples": s.samples,
+              "stop_at_answer_end": s.stop_at_answer_end, "prompt_lookup": s.prompt_lookup,
+              "precision": precision_used, "base": fingerprint}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def prompt_digest(ids: list[int], seed: int | None) -> str:
+    """A prompt's key among decoded answers: its token ids (the whole rendering: system turn, template, tools),
+    and where answers are sampled the seed its first sample draws with."""
+    return hashlib.sha256(json.dumps([ids, seed]).encode()).hexdigest()
+
+
+def _reusable(ws: Workspace, contract: Contract, subjects: list[Subject], precision_used: str,
+              fingerprint: str) -> dict[str, dict[str, dict]]:
+    """Per subject, the answers its registered reports hold for prompts decoded with this identity, by prompt
+    digest (newest report first); a report whose predictions changed since it was registered is passed over."""
+    identity = decoding_identity(contract, precision_used, fingerprint)
+    found: dict[str, dict[str, dict]] = {}
+    for subject in subjects:
+        rows: dict[str, dict] = {}
+        owner = base_report_owner(fingerprint) if subject.key == BASE else subject.key
+        for report in queries.generated_reports(ws, owner):
+            if not any(isinstance(g, dict) and g.get("decoding") == identity
+                       for g in (report.generation or {}).values()):
+                continue
+            try:
+                baseline = _load_baseline(ws, report)
+            except Refused:
+                continue
+            for row in baseline.rows:
+                digest = row.get("prompt_sha256")
+                if isinstance(digest, str) and isinstance(row.get("outputs"), list):
+                    rows.setdefault(digest, {**row, "report": report.id})
+        found[subject.key] = rows
+    return found
 
 
 def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str, progress, bases: dict,
-            precision: DecodingPrecision) -> dict[str, tuple[dict, dict, dict]]:
-    """Each subject's (outputs, latencies, generation facts) per suite: every suite of every subject decoded as
-    one stream, each revision's adapter in a LoRA slot of its own (the bare base in slot 0)."""
+            precision: DecodingPrecision, *, reuse: dict[str, dict[str, dict]] | None = None,
+            own_suites: dict[str, set[str]] | None = None) -> dict[str, tuple[dict, dict, dict, dict]]:
+    """Each subject's (outputs, latencies, generation facts, prompt digests) per suite: every suite of every
+    subject decoded as one stream, each revision's adapter in a LoRA slot of its own (the bare base in slot 0).
+    ``own_suites[key]``: the suites a subject is measured on (all by default); ``reuse[key]``: answers a
+    registered report of it already holds, by prompt digest, taken instead of decoded."""
     import dataclasses
 
     from mint.base import load_base
-    from mint.generation.engine import generate_each
+    from mint.generation.engine import generate_each, prompt_ids
     from mint.generation.slots import attach_adapters
     from mint.generation.stops import answer_ends
     from mint.hardware import apply_decoding_threads
 
-    adapters = [s for s in subjects if s.adapter_dir is not None]
+    reuse = reuse or {}
+    own = {s.key: (own_suites or {}).get(s.key) or {suite.name for suite, _ in suites} for s in subjects}
+    harness = contract.harness()
+    owners = [(suite, index) for suite, records in suites for index in range(len(records))]
+    conversations = evaluation_conversations(harness, suites)
     # a base loaded earlier in this eval is reused once; slots installed in it change it, so it is not kept
-    loaded = bases.pop(base_name, None) if adapters else bases.get(base_name)
-    loaded = loaded or load_base(base_name)
+    loaded = bases.pop(base_name, None) or load_base(base_name)
+    responded = _responses(harness, loaded, subjects, suites)
+    if responded is not None:
+        if not any(s.adapter_dir is not None for s in subjects):
+            bases[base_name] = loaded
+        return responded
+    settings = dataclasses.replace(contract.settings, precision=precision.used)
+    ids = prompt_ids(loaded.tokenizer, conversations)
+    sampled = settings.temperature > 0
+    digests = [prompt_digest(p, c * settings.samples if sampled else None) for c, p in enumerate(ids)]
+    wanted = {s.key: [c for c, (suite, _i) in enumerate(owners) if suite.name in own[s.key]
+                      and digests[c] not in reuse.get(s.key, {})] for s in subjects}
+    decoding = [s for s in subjects if wanted[s.key]]
+    adapters = [s for s in decoding if s.adapter_dir is not None]
     if not adapters:
         bases[base_name] = loaded
     for subject in adapters:
@@ -512,49 +623,65 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
         if fingerprint and fingerprint != loaded.fingerprint:
             raise BadInput(f"{subject.label} was trained on a base with fingerprint {fingerprint[:19]}, "
                            f"but {base_name} is {loaded.fingerprint[:19]}", field="--base")
-    harness = contract.harness()
-    owners = [(suite, index) for suite, records in suites for index in range(len(records))]
-    responded = _responses(harness, loaded, subjects, suites)
-    if responded is not None:
-        return responded
     slots = dict(zip((s.key for s in adapters), attach_adapters(
         loaded.model, [s.adapter_dir for s in adapters], base_name=base_name, names=[s.label for s in adapters])))
     done = {(subject.key, suite.name): 0 for subject in subjects for suite, _ in suites}
     totals = {suite.name: len(records) for suite, records in suites}
 
     def tick(k: int, conversation: int) -> None:
-        subject, suite = subjects[k], owners[conversation][0]
+        subject, suite = decoding[k], owners[conversation][0]
         done[(subject.key, suite.name)] += 1
         if progress:   # a stream of several revisions says whose suite it counts
             progress(suite.name if len(subjects) == 1 else f"{subject.label} {suite.name}",
                      done[(subject.key, suite.name)], totals[suite.name])
 
-    conversations = evaluation_conversations(harness, suites)
-    settings = dataclasses.replace(contract.settings, precision=precision.used)
     threads = apply_decoding_threads()     # the hardware plan's (mint.hardware), recorded with its figures
     # every suite in one stream: a batch stays full across suites (two suites of 12 decode as one batch of
     # 24, not two of 12) and across revisions, and each row's output does not depend on the rows beside it
-    results = generate_each(loaded.model, loaded.tokenizer, conversations, settings,
-                            [slots.get(s.key, 0) for s in subjects], on_done=tick,
-                            answer_end=answer_ends(contract.harness_name, contract.settings))
-    decoded: dict[str, tuple[dict, dict, dict]] = {}
-    for subject, result in zip(subjects, results):
-        outputs = {suite.name: [] for suite, _ in suites}
-        latencies = {suite.name: [] for suite, _ in suites}
-        tokens = {suite.name: 0 for suite, _ in suites}
-        for (suite, _index), output, latency, count in zip(owners, result.outputs, result.latencies_ms,
-                                                           result.row_tokens):
+    results = dict(zip((s.key for s in decoding), generate_each(
+        loaded.model, loaded.tokenizer, conversations, settings, [slots.get(s.key, 0) for s in decoding],
+        on_done=tick, answer_end=answer_ends(contract.harness_name, contract.settings),
+        subsets=[wanted[s.key] for s in decoding], prompts=ids))) if decoding else {}
+    identity = decoding_identity(contract, precision.used, loaded.fingerprint)
+    decoded: dict[str, tuple[dict, dict, dict, dict]] = {}
+    for subject in subjects:
+        result = results.get(subject.key)
+        fresh = dict(zip(wanted[subject.key], zip(result.outputs, result.latencies_ms, result.row_tokens))) \
+            if result is not None else {}
+        names = [suite.name for suite, _ in suites if suite.name in own[subject.key]]
+        outputs = {name: [] for name in names}
+        latencies = {name: [] for name in names}
+        prompts = {name: [] for name in names}
+        tokens = {name: 0 for name in names}
+        reused: dict[str, set] = {name: set() for name in names}
+        reused_rows = {name: 0 for name in names}
+        for c, (suite, _index) in enumerate(owners):
+            if suite.name not in own[subject.key]:
+                continue
+            if c in fresh:
+                output, latency, count = fresh[c]
+                tokens[suite.name] += count
+            else:
+                row = reuse[subject.key][digests[c]]
+                output, latency = row["outputs"], row.get("latency_ms")
+                reused[suite.name].add(row["report"])
+                reused_rows[suite.name] += 1
             outputs[suite.name].append(output)
             latencies[suite.name].append(latency)
-            tokens[suite.name] += count
+            prompts[suite.name].append(digests[c])
         # precision used and why (the contract's, resolved once per host: see the report's `precision`), tokens/s
-        # of the whole stream and who else it decoded
-        generation = {suite.name: {"precision": result.precision, "reason": result.precision_reason,
-                                   "new_tokens": tokens[suite.name], "tokens_per_s": round(result.tokens_per_s, 2),
-                                   "threads": {"value": threads.value, "reason": threads.reason},
-                                   **({"stream": [s.label for s in subjects]} if len(subjects) > 1 else {})}
-                      for suite, _ in suites}
-        decoded[subject.key] = (outputs, latencies, generation)
+        # of the whole stream and who else it decoded; answers taken from earlier reports instead of decoded
+        generation = {name: {"precision": precision.used if result is None else result.precision,
+                             "reason": precision.reason if result is None else result.precision_reason,
+                             "new_tokens": tokens[name],
+                             "tokens_per_s": round(result.tokens_per_s, 2) if result is not None else None,
+                             "threads": {"value": threads.value, "reason": threads.reason},
+                             "decoding": identity,
+                             **({"reused": reused_rows[name], "reused_from": sorted(reused[name])}
+                                if reused_rows[name] else {}),
+                             **({"stream": [s.label for s in decoding]} if len(decoding) > 1 else {})}
+                      for name in names}
+        decoded[subject.key] = (outputs, latencies, generation, prompts)
     return decoded
 
 
@@ -574,7 +701,7 @@ def _responses(harness, loaded, subjects: list[Subject], suites) -> dict | None:
             outputs[suite.name].append([response])
         seconds = round(time.perf_counter() - started, 3)
         decoded[subject.key] = (outputs, {suite.name: [] for suite, _ in suites},
-                                {suite.name: {"responded_s": seconds} for suite, _ in suites})
+                                {suite.name: {"responded_s": seconds} for suite, _ in suites}, {})
     return decoded
 
 

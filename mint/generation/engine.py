@@ -413,22 +413,27 @@ def prompt_ids(tokenizer, conversations) -> list[list[int]]:
 def generate_each(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
                   slots: Sequence[int], progress: Callable[[int], None] | None = None, *,
                   answer_end: tuple[str, ...] = (),
-                  on_done: Callable[[int, int], None] | None = None) -> list[Generation]:
+                  on_done: Callable[[int, int], None] | None = None,
+                  subsets: Sequence[Sequence[int]] | None = None,
+                  prompts: list[list[int]] | None = None) -> list[Generation]:
     """``settings.samples`` outputs per conversation from each LoRA slot of ``slots``, all in one stream (one
     ``Generation`` per slot, in order). Output ``s`` of conversation ``c`` samples with seed
     ``c * samples + s`` whatever the slot, so a slot's outputs are the ones it gives decoded alone.
-    ``answer_end`` (``mint.generation.stops.answer_ends``) stops each row at the end of its answer;
-    ``progress(n)`` is told how many more conversations are done, ``on_done(k, c)`` that slot ``slots[k]`` has
-    answered conversation ``c``."""
+    ``subsets[k]``, where given, are the only conversations slot ``slots[k]`` answers (its Generation lists them
+    in that order; a conversation keeps its seed). ``prompts``: the conversations' token ids, where the caller
+    has rendered them already. ``answer_end`` (``mint.generation.stops.answer_ends``) stops each row at the end
+    of its answer; ``progress(n)`` is told how many more conversations are done, ``on_done(k, c)`` that slot
+    ``slots[k]`` has answered conversation ``c``."""
     precision, reason = resolve_precision(settings.precision, str(model.device))
-    prompts = prompt_ids(tokenizer, conversations)
+    prompts = prompts if prompts is not None else prompt_ids(tokenizer, conversations)
     samples = settings.samples
+    chosen = [list(range(len(prompts))) if subsets is None else list(subsets[k]) for k in range(len(slots))]
     requests, owners = [], []
     for k, slot in enumerate(slots):
-        for c, prompt in enumerate(prompts):
+        for c in chosen[k]:
             for s in range(samples):
-                requests.append(Request(prompt, settings.max_new_tokens, slot, settings.temperature, settings.top_p,
-                                        seed=c * samples + s, answer_end=tuple(answer_end),
+                requests.append(Request(prompts[c], settings.max_new_tokens, slot, settings.temperature,
+                                        settings.top_p, seed=c * samples + s, answer_end=tuple(answer_end),
                                         lookup=settings.prompt_lookup if settings.temperature <= 0 else 0))
                 owners.append((k, c))
     left = {owner: samples for owner in set(owners)}
@@ -443,11 +448,12 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
                 on_done(*owner)
 
     run = Engine(model, tokenizer).decode(requests, batch_size=settings.batch_size, precision=precision,
-                                          on_done=done)
-    generations = []
+                                          on_done=done) if requests else DecodeRun([], 0.0, precision)
+    generations, start = [], 0
     for k in range(len(slots)):
-        mine = run.results[k * len(prompts) * samples:(k + 1) * len(prompts) * samples]
-        per = [mine[c * samples:(c + 1) * samples] for c in range(len(prompts))]
+        mine = run.results[start:start + len(chosen[k]) * samples]
+        start += len(chosen[k]) * samples
+        per = [mine[i * samples:(i + 1) * samples] for i in range(len(chosen[k]))]
         row_tokens = [sum(len(d.tokens) for d in outs) for outs in per]
         generations.append(Generation(
             outputs=[[d.text for d in outs] for outs in per],

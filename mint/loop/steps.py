@@ -356,12 +356,19 @@ class Eval(StepKind):
 
             controls = train_controls(context.ws, specialist=step.specialist, twin=twin, candidate=candidate,
                                       base=context.base)
-        # the generation and its controls decode as one stream, each measured as it would be alone
+        # the generation and its controls decode as one stream, each measured as it would be alone; a control
+        # answers one question (did the verified experience make the gain on the contract's first gated metric?),
+        # so it is decoded on that metric's suite alone
+        contract = load_contract(contract_path)
+        primary = next((g.metric for g in contract.gates if not g.metric.startswith("latency.")), None)
+        measure_on = {c.trained.ref: ((primary.partition(".")[0],),
+                                      f"a {c.arm} control answers whether the verified experience made the "
+                                      f"difference on {primary}") for c in controls} if primary else None
         result, *measured = evaluate_many(context.ws, [candidate.revision, *(c.trained.ref for c in controls)],
-                                          contract_path, limit=step.options.get("limit"))
+                                          contract_path, limit=step.options.get("limit"), measure_on=measure_on)
         report = result.report
-        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate.revision,
-                                     Path(result.report_path), base=context.base)
+        transfer = backward_transfer(context.ws, contract, candidate.revision, Path(result.report_path),
+                                     base=context.base)
         output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
                             report.metrics, report.baseline.to_dict(), report.gates, transfer, report.live_suites)
         if controls:

@@ -62,7 +62,7 @@ def registered(conn, report: Report) -> None:
                   "--contract FILE` and promote with the report it writes")
 
 
-def _intact(conn, report_id: str) -> Report | None:
+def intact_report(conn, report_id: str) -> Report | None:
     """The registered report with this id, if its file still has exactly the registered bytes."""
     row = conn.execute("SELECT path FROM reports WHERE id = ?", (report_id,)).fetchone()
     if row is None:
@@ -83,7 +83,7 @@ def find_registered_report(conn, owner: str, contract: ContractIdentity, example
                         "AND contract_sha256 = ? ORDER BY created_at DESC",
                         (owner, contract.name, contract.version, contract.sha256)).fetchall()
     for (report_id,) in rows:
-        report = _intact(conn, report_id)
+        report = intact_report(conn, report_id)
         if report and report.source == "generated" and report.examples_sha256 == examples_sha256 and \
                 (where is None or where(report)):
             return report
@@ -99,7 +99,7 @@ def _newest_registered_report(conn, revision_id: str, verdict: str | None = "pas
         rows = conn.execute("SELECT id FROM reports WHERE revision_id = ? AND verdict = ? ORDER BY created_at DESC",
                             (revision_id, verdict)).fetchall()
     for (report_id,) in rows:
-        report = _intact(conn, report_id)
+        report = intact_report(conn, report_id)
         if report is not None:
             return report
     return None
@@ -116,6 +116,10 @@ def failing_gates(report: Report) -> str:
 
 
 def _failed_report_message(revision: store.Revision, report: Report) -> str:
+    if report.verdict == "measured":
+        return (f"{revision.ref} was only measured as a baseline under {report.contract.name} "
+                f"v{report.contract.version} (report {report.path}): that report has no gates of its own; run `mint "
+                f"eval {revision.ref} --contract FILE` to gate it")
     return (f"{revision.ref} failed its gates under {report.contract.name} v{report.contract.version}: "
             f"{failing_gates(report)} (report {report.path}). Train a better candidate and `mint eval` it, or "
             f"promote this one anyway with `mint promote {revision.ref} --force --why TEXT` (the event log keeps "
@@ -159,7 +163,7 @@ def _check_same_examples(conn, report: Report, current: str | None) -> None:
                           f"v{report.contract.version} on the examples of {report.path}; re-run `mint eval "
                           f"{report.label}`")
         return
-    baseline = _intact(conn, report.baseline.report)
+    baseline = intact_report(conn, report.baseline.report)
     if baseline is None:
         raise Refused(f"the baseline report {report.baseline.report[:12]} named by {report.path} is not registered "
                       f"or was edited; re-run `mint eval {report.label}`")

@@ -11,7 +11,7 @@ from typing import Callable
 
 from mint.errors import BadInput
 from mint.registry import store
-from mint.registry.promotion import find_registered_report, is_registered, record_report
+from mint.registry.promotion import find_registered_report, intact_report, is_registered, record_report
 from mint.registry.report import ContractIdentity, Report, read_report
 from mint.workspace import Workspace
 
@@ -148,6 +148,20 @@ def newest_report(ws: Workspace, revision_id: str) -> Report | None:
         except BadInput:
             continue
     return None
+
+
+def generated_reports(ws: Workspace, owner: str) -> list[Report]:
+    """Every intact report mint generated for ``owner`` (a revision id or a base's owner), newest first, under any
+    contract: what an evaluation may take decoded answers from instead of decoding them again."""
+    if not store.exists(ws):
+        return []
+    conn = store.open_store(ws, create=False)
+    try:
+        ids = [row["id"] for row in reversed(store.reports_for(conn, owner))]
+        reports = [intact_report(conn, report_id) for report_id in ids]
+    finally:
+        conn.close()
+    return [r for r in reports if r is not None and r.source == "generated"]
 
 
 @dataclass(frozen=True)

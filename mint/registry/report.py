@@ -19,7 +19,9 @@ from pathlib import Path
 from mint.errors import BadInput
 
 FORMAT_VERSION = 1
-VERDICTS = ("pass", "fail")
+# "measured": a revision measured only as another's baseline (a champion under a newer contract): its scores
+# and answers, no gates and no baseline of its own, so it is never promoted with it
+VERDICTS = ("pass", "fail", "measured")
 SOURCES = ("generated", "predictions")
 
 
@@ -247,7 +249,7 @@ class Report:
             report=typed(baseline_data.get("report"), (str,), "baseline.report"))
         verdict = typed(data.get("verdict"), (str,), "verdict", optional=False)
         if verdict not in VERDICTS:
-            fail(f"{verdict!r} is not pass or fail", "verdict")
+            fail(f"{verdict!r} is not pass, fail or measured", "verdict")
         source = data.get("source", "generated")
         if source not in SOURCES:
             fail(f"{source!r} is not generated or predictions", "source")

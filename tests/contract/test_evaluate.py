@@ -1,5 +1,6 @@
 """mint eval end to end on the tiny base: reports, predictions, gates, the champion baseline."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,7 @@ from mint.contract.evaluate import evaluate
 from mint.registry import store
 from mint.contract.identity import contract_identity
 from mint.registry.promotion import promote
+from mint.registry.report import read_report
 from tests.contract.conftest import card_contract
 from tests.contract.test_schema import GOOD
 
@@ -65,12 +67,20 @@ def test_candidate_is_gated_against_the_champions_report_then_promoted(ws, candi
     assert promote(ws, v2.ref, identify_contract=contract_identity).new == v2.id
 
 
-def test_champion_without_a_report_under_this_version_is_evaluated_first(ws, candidate, ui_contract):
+def test_champion_without_a_report_under_this_version_is_measured_first_without_a_verdict(ws, candidate,
+                                                                                           ui_contract):
+    """A champion measured only as the candidate's baseline gets its scores and answers, no gates, and so needs
+    no baseline of its own: the bare base is not decoded for it."""
     v1, v2 = candidate("genui"), candidate("genui")
     promote(ws, v1.ref, force=True, why="bootstrap")
     result = evaluate(ws, v2.ref, ui_contract)
     assert result.baseline_evaluated and result.report.baseline.revision_id == v1.id
-    assert [r["verdict"] for r in store.reports_for(store.open_store(ws), v1.id)] == ["pass"]
+    conn = store.open_store(ws)
+    [champion_report] = store.reports_for(conn, v1.id)
+    assert champion_report["verdict"] == "measured"
+    assert all(not r["revision_id"].startswith("base:") for r in conn.execute("SELECT revision_id FROM reports"))
+    measured = read_report(Path(champion_report["path"]))
+    assert measured.gates == () and measured.baseline.revision_id is None and measured.metrics
 
 
 def test_a_contract_edited_without_a_new_version_is_refused_at_its_line(ws, candidate, ui_contract, capsys):

@@ -62,7 +62,7 @@ def test_revisions_evaluated_together_decode_as_one_stream_and_each_gets_its_rep
     together = evaluate_many(ws, [r.ref for r in revisions], contract)
     assert streams == [4]            # three revisions and their baseline, the bare base, decoded once, together
     assert [r.report.revision for r in together] == [r.ref for r in revisions]
-    alone = [evaluate(ws, r.ref, contract) for r in revisions]
+    alone = [evaluate(ws, r.ref, contract, reuse=False) for r in revisions]
     assert streams == [4, 1, 1, 1]   # alone: each revision by itself (the base's report is registered now)
     for joint, single in zip(together, alone):
         assert what_alone_must_match(joint) == what_alone_must_match(single)
@@ -75,7 +75,8 @@ def test_a_champion_without_a_report_and_its_baseline_join_the_candidates_stream
     champion, *candidates = revisions
     promote(ws, champion.ref, force=True, why="bootstrap")
     results = evaluate_many(ws, [c.ref for c in candidates], contract)
-    assert streams == [4]            # the base, the champion and both candidates: nothing decoded twice
+    assert streams == [3]            # the champion and both candidates; the champion, measured only as their
+    #                                  baseline, has no verdict of its own, so the bare base is not decoded
     conn = store.open_store(ws)
     try:
         [champion_report] = store.reports_for(conn, champion.id)
@@ -84,8 +85,22 @@ def test_a_champion_without_a_report_and_its_baseline_join_the_candidates_stream
     for result in results:
         assert result.baseline_evaluated and result.report.baseline.revision_id == champion.id
         assert result.report.baseline.report == champion_report["id"]
-    champion_result = evaluate(ws, champion.ref, contract)        # its own baseline is the base's report
-    assert champion_result.report.baseline.label == "base" and not champion_result.baseline_evaluated
+    assert champion_report["verdict"] == "measured"
+    champion_result = evaluate(ws, champion.ref, contract)        # asked for itself: gated against the base
+    assert champion_result.report.baseline.label == "base" and champion_result.baseline_evaluated
+    assert streams == [3, 1]         # the base decoded now; the champion's answers taken from its report
+    assert champion_result.report.generation["core"]["reused"] == 4
+
+
+def test_answers_a_registered_report_holds_are_taken_not_decoded_again(ws, contract, revisions, streams):
+    first = evaluate(ws, revisions[0].ref, contract)
+    again = evaluate(ws, revisions[0].ref, contract)
+    assert streams == [2]            # the revision and the base, once
+    assert what_alone_must_match(again)["rows"] == what_alone_must_match(first)["rows"]
+    assert again.report.generation["core"]["reused"] == 4
+    assert again.report.generation["core"]["reused_from"] == [first.report.id]
+    evaluate(ws, revisions[0].ref, contract, reuse=False)
+    assert streams == [2, 1]         # --no-reuse: decoded again (the base's report is reused as the baseline)
 
 
 def test_the_same_revision_twice_another_specialists_or_out_with_several_are_bad_input(ws, contract, revisions,
@@ -103,3 +118,48 @@ def test_mint_eval_takes_several_revisions_and_prints_a_report_each(ws, contract
     assert all(r["report_path"] and r["verdict"] == "pass" for r in shown["reports"])
     assert main(["eval", revisions[0].ref, revisions[1].ref, "--contract", str(contract), "--out", "x"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+# each part of a decoding's identity, changed in a contract of the next version: every answer decoded again
+IDENTITY_CHANGES = {
+    "max_new_tokens": ("max_new_tokens: 10", "max_new_tokens: 9"),
+    "answer ends": ("batch_size: 3}", "batch_size: 3, stop_at_answer_end: true}"),
+    "prompt lookup": ("batch_size: 3}", "batch_size: 3, prompt_lookup: 4}"),
+    "sampling": ("batch_size: 3}", "batch_size: 3, temperature: 0.7}"),
+    "precision": ("batch_size: 3}", "batch_size: 3, precision: bf16}"),
+    "system prompt": ('system: "Answer with JSON."', 'system: "Answer with one JSON tree."'),
+}
+
+
+@pytest.mark.parametrize("part", sorted(IDENTITY_CHANGES))
+def test_changing_any_part_of_the_decoding_decodes_every_answer_again(ws, contract, revisions, streams, part):
+    evaluate(ws, revisions[0].ref, contract)
+    old, new = IDENTITY_CHANGES[part]
+    text = contract.read_text()
+    assert old in text
+    contract.write_text(text.replace("version: 2", "version: 3").replace(old, new))
+    again = evaluate(ws, revisions[0].ref, contract)
+    assert streams == [2, 2]         # the revision and the base, decoded again under the new settings
+    assert "reused" not in again.report.generation["core"]
+
+
+def test_a_changed_record_is_decoded_again_and_the_others_are_taken(ws, contract, revisions, streams):
+    evaluate(ws, revisions[0].ref, contract)
+    rows = [json.loads(line) for line in (contract.parent / "core.jsonl").read_text().splitlines()]
+    rows[1]["messages"][0]["content"] = "Show a card titled Rain in Bergen"
+    (contract.parent / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    contract.write_text(contract.read_text().replace("version: 2", "version: 3"))
+    again = evaluate(ws, revisions[0].ref, contract)
+    assert again.report.generation["core"]["reused"] == 3 and again.report.generation["core"]["new_tokens"] > 0
+
+
+def test_another_revision_or_base_never_takes_these_answers(ws, contract, revisions, streams):
+    from mint.contract.evaluate import decoding_identity
+    from mint.contract.schema import load_contract
+
+    evaluate(ws, revisions[0].ref, contract)
+    other = evaluate(ws, revisions[1].ref, contract)
+    assert "reused" not in other.report.generation["core"]          # its own answers, decoded
+    loaded = load_contract(contract)
+    assert decoding_identity(loaded, "fp32", "sha256:a") != decoding_identity(loaded, "fp32", "sha256:b")
+    assert decoding_identity(loaded, "fp32", "sha256:a") != decoding_identity(loaded, "bf16", "sha256:a")

@@ -146,6 +146,11 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
         assert revision.parent == store.resolve(conn, trained["parent"]).id
     finally:
         conn.close()
+    # each control is decoded on the suite of the contract's first gated metric alone, and says so
+    for report_path in (twin["report"], twin["steps_control"]["report"]):
+        measured = json.loads(Path(report_path).read_text())
+        assert measured["measured_on"]["suites"] == ["core"] and list(measured["examples"]) == ["core"]
+        assert "whether the verified experience made the difference" in measured["measured_on"]["why"]
     # the steps control: the same parent and steps on the logs alone (none of the experience), never promoted
     control = twin["steps_control"]
     assert control["steps"] == trained["steps"] and len(control["vs_control"]["interval"]) == 2
