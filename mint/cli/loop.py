@@ -87,10 +87,26 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
             out.print(f"{result.recipe}: {result.message}")
         else:
             _render_generations(result)
+            _render_step_times(result)
         for alert in result.alerts:
             out.print(f"[yellow]warning (mint monitor):[/] {escape(alert)}")
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _render_step_times(result) -> None:
+    """Where the loop's time went: each step that ran, its seconds, and the total."""
+    ran = [s for s in result.steps if s.status in ("ran", "failed")]
+    if not ran:
+        return
+    total = sum(s.seconds for s in ran)
+    table = Table(title=f"time: {total:.0f} s in {len(ran)} step(s) that ran")
+    for column in ("iter", "step", "seconds", "share"):
+        table.add_column(column, justify="right" if column in ("seconds", "share") else "left")
+    for step in ran:
+        table.add_row(str(step.iteration), escape(step.label) + ("" if step.status == "ran" else " (failed)"),
+                      f"{step.seconds:.0f}", f"{step.seconds / total:.0%}" if total else "-")
+    out.print(table)
 
 
 def _fmt(value) -> str:

@@ -208,3 +208,11 @@ def test_another_recipes_malformed_state_stops_the_loop_before_it_trains(ws, tmp
     message = capsys.readouterr().err
     assert str(other) in message and "generations[0].iteration" in message
     assert not (ws.home / "loops" / "t" / "state.json").exists() and not (ws.home / "adapters").exists()
+
+
+def test_the_summary_says_how_long_each_step_that_ran_took(ws, tmp_path, capsys):
+    assert main(["loop", str(recipe(tmp_path, iterations=1))]) == 0
+    out = capsys.readouterr().out
+    assert "time: " in out and "step(s) that ran" in out
+    for label in ("ingest", "train genui", "eval genui", "promote genui"):
+        assert label in out.split("time: ", 1)[1]
