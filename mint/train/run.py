@@ -283,10 +283,12 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
     rows, settings, changed = rows_for_template(plan.method, rows, template_source, settings)
     key = reasoning_key(template if template is not None else own_chat_template(plan.base))
     rows, reasoning = reasoning_for_template(rows, key, settings.examples["reasoning"])
+    settings, max_length = max_length_from_data(plan, settings, rows, template)
     effective = {"chat_template": {"source": template_source,
                                    "sha256": hashlib.sha256(template.encode()).hexdigest() if template else None},
                  "lora": effective_lora(plan, settings), "changed": changed,
-                 **({"reasoning": reasoning} if reasoning["turns"] else {})}
+                 **({"reasoning": reasoning} if reasoning["turns"] else {}),
+                 **({"max_length": max_length} if max_length else {})}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = f"{plan.specialist}-{plan.method}-{stamp}-{os.getpid()}"
     run_dir, again = ws.runs / name, 2
@@ -306,6 +308,31 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
                   "effective": effective, "created_at": stamp}
         atomic_write_json(tmp / RUN_FILE, record)
     return run_dir
+
+
+def example_tokens(tokenizer, row: dict, template: str | None) -> int:
+    """How many tokens an SFT row is as TRL tokenizes it: its conversation (a prompt/completion row: both) under
+    the chat template, with its tools."""
+    messages = row["messages"] if "messages" in row else row["prompt"] + row["completion"]
+    tools = row.get("tools")
+    ids = tokenizer.apply_chat_template(messages, tools=json.loads(tools) if isinstance(tools, str) else tools,
+                                        chat_template=template, tokenize=True, return_dict=True)["input_ids"]
+    return len(ids)
+
+
+def max_length_from_data(plan: TrainPlan, settings: TrainSettings, rows: list[dict],
+                         template: str | None) -> tuple[TrainSettings, dict | None]:
+    """(settings, why) with SFT's ``max_length`` the longest row's tokens, so that truncation never cuts an answer
+    short; unchanged where the user set max_length (null: no limit) or the method is not SFT. TRL pads each batch
+    to its own longest row, so a limit above the data's costs nothing and one below it cuts answers."""
+    if plan.method != "sft" or "max_length" in plan.user.trl or not rows:
+        return settings, None
+    tokenizer = load_tokenizer(plan.base)
+    lengths = [example_tokens(tokenizer, row, template) for row in rows]
+    longest = max(lengths)
+    why = {"value": longest, "reason": f"the longest of the {len(rows)} examples, tokenized with the run's chat "
+                                       f"template (median {sorted(lengths)[len(lengths) // 2]}): no example is cut"}
+    return replace(settings, trl={**settings.trl, "max_length": longest}), why
 
 
 def build_run_examples(ws: Workspace, plan: TrainPlan) -> list[dict]:

@@ -135,7 +135,13 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
                                            **lora_targets(model, lora["target_modules"], lora.get("from_layer", 0)))
     if method == "sft":
         from trl import SFTTrainer
+
+        from mint.train.lm_head import score_trained_positions, scores_every_position
         trainer = SFTTrainer(**common)
+        # where TRL's head would project every position through the vocabulary (a CPU), only the trained ones
+        trainer.mint_lm_head = "TRL's fused head"
+        if scores_every_position(trainer.args.device) and score_trained_positions(trainer.model.get_base_model()):
+            trainer.mint_lm_head = "trained positions only (mint.train.lm_head)"
     elif method == "dpo":
         from trl import DPOTrainer
         trainer = DPOTrainer(**common)
@@ -183,6 +189,7 @@ def _record_backend(run_dir: Path, run: dict, trainer, fingerprint: str) -> None
         "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
         "gradient_checkpointing": bool(args.gradient_checkpointing),
         "assistant_only_loss": bool(getattr(args, "assistant_only_loss", False)),
+        **({"lm_head": trainer.mint_lm_head} if hasattr(trainer, "mint_lm_head") else {}),
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__})
     atomic_write_json(run_dir / RUN_FILE, {**run, "effective": effective})
 

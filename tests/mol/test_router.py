@@ -559,3 +559,28 @@ def test_router_on_smollm2_routes_everyday_turns(smollm2_router, everyday):
     score = route_everyday(ws, everyday)
     assert score.accuracy >= 0.95 and min(score.recall.values()) >= 0.85, score
 
+
+
+def test_prompt_features_pass_no_token_after_the_message_and_equal_the_whole_prompts_states():
+    import torch
+
+    from mint.base import TINY, load_base
+    from mint.mol.router import prompt_features, prompt_tokens
+
+    loaded = load_base(TINY)
+    conversations = [[{"role": "user", "content": "hi there"}],
+                     [{"role": "user", "content": "please parse these dates " * 4}]]
+    widths = []
+    hook = loaded.model.get_decoder().embed_tokens.register_forward_hook(
+        lambda _module, inputs, _output: widths.append(inputs[0].shape[1]))
+    try:
+        features = prompt_features(loaded.model, loaded.tokenizer, conversations, 1)
+    finally:
+        hook.remove()
+    encoded = [prompt_tokens(loaded.tokenizer, c) for c in conversations]
+    assert widths == [max(end for _ids, (_start, end) in encoded)]
+    for row, (ids, (start, end)) in enumerate(encoded):
+        assert end < len(ids)                        # the prompt goes on past the message
+        with torch.inference_mode():
+            states = loaded.model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[1]
+        assert torch.allclose(features[row], states[0, start:end].mean(0), atol=1e-5)

@@ -230,3 +230,44 @@ def test_a_finished_run_says_how_much_reasoning_it_left_out(ws, reasoning_datase
                    sets=FAST[1:] + ["max_steps=1"])
     assert result.warnings[0].startswith(f"{result.examples} assistant turn(s)' reasoning left out: the chat template "
                                          "has no place")
+
+
+@pytest.fixture
+def uneven_dataset(ws, project, tmp_path):
+    """Tool-calling conversations, one with an answer ten times longer than the others'."""
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
+    rows = [{"messages": [{"role": "user", "content": f"Look up item {i}"},
+                          {"role": "assistant", "content": "Item " + " and".join(f" part {k}" for k in
+                                                                                 range(400 if i == 3 else 40))}],
+             "tools": tools, "specialist": "agent"} for i in range(6)]
+    ingest(ws, [write_jsonl(tmp_path / "logs.jsonl", rows)], dataset="uneven", project=project)
+    return "uneven"
+
+
+def _prepared_trainer(ws, sets):
+    from mint.jsonl import read_jsonl
+    from mint.train.trainer import build_trainer, load_run_base
+
+    run_dir = prepare_run(ws, check_request(ws, TrainRequest(specialist="agent", data="uneven", method="sft",
+                                                             base="tiny-random", sets=tuple(sets))))
+    run = json.loads((run_dir / RUN_FILE).read_text())
+    rows = [row for _n, row in read_jsonl(run_dir / "examples.jsonl")]
+    loaded = load_run_base(run_dir, run)
+    return run, build_trainer(run_dir, run, loaded.model, loaded.tokenizer, rows)
+
+
+def test_sft_max_length_is_the_longest_example_so_truncation_cuts_no_answer(ws, uneven_dataset):
+    run, trainer = _prepared_trainer(ws, FAST[:-1])          # no max_length set
+    lengths = [len(row["input_ids"]) for row in trainer.train_dataset]
+    assert run["settings"]["trl"]["max_length"] == max(lengths) > 3 * sorted(lengths)[0]
+    assert run["effective"]["max_length"]["value"] == max(lengths)
+    # the longest example kept its answer to the end: its last trained token is its last token but the newline
+    longest = trainer.train_dataset[lengths.index(max(lengths))]
+    assert longest["labels"][-2] != -100
+
+
+def test_a_max_length_the_user_sets_is_kept(ws, uneven_dataset):
+    run, trainer = _prepared_trainer(ws, FAST[:-1] + ["max_length=300"])
+    assert run["settings"]["trl"]["max_length"] == 300 and "max_length" not in run["effective"]
+    assert max(len(row["input_ids"]) for row in trainer.train_dataset) == 300
