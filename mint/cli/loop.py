@@ -127,6 +127,8 @@ def _render_generations(result) -> None:
                       f"{pool.get('prompts_between', 0)} strictly between 0 and 1; "
                       f"{row.experience.get('accepted')} answer(s) accepted"
                       + (f" ({row.experience['repaired']} of them repaired)" if row.experience.get("repaired") else ""))
+            _render_families(f"{row.specialist} (iteration {row.iteration}) experience",
+                             row.experience.get("families") or [])
         if row.twin:
             vs = row.twin.get("vs_twin") or {}
             interval = vs.get("interval") or [None, None]
@@ -141,6 +143,21 @@ def _render_generations(result) -> None:
                           f"{control.get('revision')} (the same steps on the logs alone): Δ {_fmt(vs.get('delta'))} "
                           f"[{_fmt(interval[0])}, {_fmt(interval[1])}]"
                           + (f" — {escape(row.twin['why'])}" if row.twin.get("why") else ""))
+
+
+def _render_families(what: str, recorded: list[dict]) -> None:
+    """What the experience found learnable per family of requests, and where it is within reach."""
+    from mint.cli.common import families_table
+    from mint.loop.results import WITHIN_REACH, FamilyStats
+
+    families = [FamilyStats.from_dict(f) for f in recorded]
+    if not families:
+        return
+    out.print(families_table(f"{what}: what was learnable per family", families))
+    reach = [f for f in families if f.reading == WITHIN_REACH]
+    out.print(f"{what}: within reach: " + (escape(", ".join(
+        f"{f.family} ({f.sometimes} of {f.requests} request(s) passed sometimes)"
+        for f in sorted(reach, key=lambda f: -f.signal))) if reach else "no family (no request passed sometimes)"))
 
 
 def _ci(delta, interval) -> str:
