@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, sub_app, ws
+from mint.cli.common import JSON_OPT, app, err, families_table, out, print_json, quiet_transformers, sub_app, ws
 
 recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, train, eval, promote and route.\n\n"
                                "Example:\n\n\b\n  mint recipe check recipes/demo.yaml")
@@ -147,7 +147,6 @@ def _render_generations(result) -> None:
 
 def _render_families(what: str, recorded: list[dict]) -> None:
     """What the experience found learnable per family of requests, and where it is within reach."""
-    from mint.cli.common import families_table
     from mint.loop.results import WITHIN_REACH, FamilyStats
 
     families = [FamilyStats.from_dict(f) for f in recorded]
