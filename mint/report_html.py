@@ -204,6 +204,29 @@ def progress_table(progress: list) -> str:
     return f"<table class='progress'>{head}{''.join(rows)}</table>"
 
 
+def families_table(progress: list) -> str | None:
+    """Per generation that learned from experience, each family of the requests its parent answered: where it
+    stood (within reach, solved, beyond reach), pass@1 and pass@k as drawn and after verified repair, the requests
+    passed always / sometimes / never, the p(1-p) signal and the answers accepted; None when no generation's
+    experience recorded families."""
+    from mint.loop.results import WITHIN_REACH
+
+    head = "<tr><th>gen</th><th>revision</th><th>family</th><th>reading</th><th>requests</th><th>samples</th>" \
+           "<th>pass@1 raw → repaired</th><th>pass@k raw → repaired</th><th>always / sometimes / never</th>" \
+           "<th>signal Σ p(1−p)</th><th>accepted</th></tr>"
+    rows = []
+    for r in progress:
+        for f in r.experience.families if r.experience else ():
+            cells = [str(r.generation), r.revision, f.family]
+            after = [str(f.requests), str(f.samples), f"{_fmt(f.raw_pass_at_1)} → {_fmt(f.repaired_pass_at_1)}",
+                     f"{_fmt(f.raw_pass_at_k)} → {_fmt(f.repaired_pass_at_k)} (k={f.k})",
+                     f"{f.always} / {f.sometimes} / {f.never}", _fmt(f.signal), str(f.accepted)]
+            reading = f'<td style="color:{GREEN if f.reading == WITHIN_REACH else GREY}">{html.escape(f.reading)}</td>'
+            rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + reading
+                        + "".join(f"<td>{html.escape(c)}</td>" for c in after) + "</tr>")
+    return f"<table class='families'>{head}{''.join(rows)}</table>" if rows else None
+
+
 def render_html(report: dict) -> str:
     """The whole page for ``mint.reports.lineage_report``'s data."""
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>mint report</title><style>",
@@ -219,6 +242,10 @@ def render_html(report: dict) -> str:
         parts.append(f"<h2>{html.escape(name)}</h2><p>champion: <b>{html.escape(entry['champion'] or 'none')}</b></p>")
         if entry["progress"]:
             parts.append("<h3>per generation</h3>" + progress_table(entry["progress"]))
+            learnable = families_table(entry["progress"])
+            if learnable:
+                parts.append("<h3>what each generation's experience found learnable, per family of requests</h3>"
+                             + learnable)
         parts.append("<h3>lineage</h3>" + _table(entry))
         figures = [(f"{name}: primary metric per generation", progress_figure(name, entry["progress"])),
                    (f"{name}: training loss", loss_figure(name, entry)),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mint.errors import BadInput
+from mint.loop.results import FamilyStats
 from mint.registry.report import GateResult, Report, read_report
 from mint.workspace import Workspace
 
@@ -221,6 +222,8 @@ class ExperienceView:
     accepted: int | None               # distinct verified answers
     accepted_per_source: dict           # source -> distinct verified answers from its prompts
     prompts_per_source: dict            # source -> prompts drawn from it
+    # what was learnable per family of requests (none for an experience recorded before families were reported)
+    families: tuple[FamilyStats, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -309,10 +312,12 @@ def _experience_view(summary: dict | None) -> ExperienceView | None:
     k = pool.get("k") if isinstance(pool.get("k"), int) else None
     per_source = summary.get("accepted_per_source")
     prompts = summary.get("kept_per_source")
+    families = tuple(FamilyStats.from_dict(f) for f in summary.get("families") or ()
+                     if isinstance(f, dict) and isinstance(f.get("family"), str))
     return ExperienceView(summary.get("prompts"), _number(pool.get("pass@1")),
                           _number(pool.get(f"pass@{k}")) if k else None, k, pool.get("prompts_between"),
                           summary.get("accepted"), per_source if isinstance(per_source, dict) else {},
-                          prompts if isinstance(prompts, dict) else {})
+                          prompts if isinstance(prompts, dict) else {}, families)
 
 
 def _twin_view(twin: dict | None, metric: str | None, reports_of: dict[str, list[dict]]) -> TwinView | None:

@@ -61,6 +61,21 @@ def test_the_html_report_shows_each_generation_with_its_experience_and_twin(ws, 
                      r"src='data:image/png;base64,[A-Za-z0-9+/=]{200,}'", page)
 
 
+def test_the_html_report_shows_what_each_generations_experience_found_learnable_per_family(ws, candidate,
+                                                                                             report_for, tmp_path):
+    from tests.test_reports import two_generations_and_a_twin
+
+    two_generations_and_a_twin(ws, candidate, report_for)
+    out = tmp_path / "report.html"
+    assert main(["report", "--html", str(out)]) == 0
+    (table,) = re.findall(r"<table class='families'>.*?</table>", out.read_text(), re.S)
+    card, beyond = (next(row for row in table.split("<tr>") if f"<td>{name}</td>" in row) for name in ("Card", "Table"))
+    for shown in ("<td>2</td><td>coding:v2</td><td>Card</td>", "within reach</td>", "<td>6</td><td>48</td>",
+                  "<td>0 → 0.125</td>", "<td>0 → 0.5 (k=8)</td>", "<td>0 / 3 / 3</td>", "<td>0.562</td><td>5</td>"):
+        assert shown in card, shown
+    assert "beyond reach</td>" in beyond and "<td>0 / 0 / 2</td>" in beyond
+
+
 def test_the_twin_is_drawn_as_its_own_marker(ws, candidate, report_for):
     import dataclasses
 
@@ -95,6 +110,7 @@ def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tm
     assert main(["report", "--html", str(out)]) == 0                # registered, but no loop ran
     page = out.read_text()
     assert "<table class='progress'>" in page and "<td>coding:v1</td>" in page
+    assert "<table class='families'>" not in page                  # no experience: nothing learnable to show
     assert "<img alt='coding: primary metric per generation'" in page
 
 

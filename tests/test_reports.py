@@ -89,6 +89,15 @@ def gated_report(ws, report_for, revision, value, baseline_value, passed, baseli
     return path
 
 
+# what the experience step records of two families of requests (mint.loop.results.FamilyStats)
+FAMILY_WITHIN_REACH = {"family": "Card", "requests": 6, "samples": 48, "k": 8, "raw_pass_at_1": 0.0,
+                       "raw_pass_at_k": 0.0, "repaired_pass_at_1": 0.125, "repaired_pass_at_k": 0.5, "always": 0,
+                       "sometimes": 3, "never": 3, "signal": 0.5625, "accepted": 5}
+FAMILY_BEYOND_REACH = {"family": "Table", "requests": 2, "samples": 16, "k": 8, "raw_pass_at_1": 0.0,
+                       "raw_pass_at_k": 0.0, "repaired_pass_at_1": 0.0, "repaired_pass_at_k": 0.0, "always": 0,
+                       "sometimes": 0, "never": 2, "signal": 0.0, "accepted": 0}
+
+
 def two_generations_and_a_twin(ws, candidate, report_for):
     """coding:v1 (from the base), coding:v2 learned from experience and rejected, coding:v3 its placebo twin;
     the loop's state records both generations as the runner writes them."""
@@ -106,7 +115,8 @@ def two_generations_and_a_twin(ws, candidate, report_for):
     reject(ws, v2.ref, why="forgetting: retention fell")
     experience = {"pool": {"pass@1": 0.25, "pass@4": 0.5, "k": 4, "prompts_between": 3}, "prompts": 8,
                   "accepted": 5, "dpo_pairs": 2, "kept_per_source": {"served": 6, "jsonl:requests.jsonl": 2},
-                  "accepted_per_source": {"served": 4, "jsonl:requests.jsonl": 1}, "plan": None}
+                  "accepted_per_source": {"served": 4, "jsonl:requests.jsonl": 1}, "plan": None,
+                  "families": [FAMILY_WITHIN_REACH, FAMILY_BEYOND_REACH]}
     comparison = {"revision": twin.ref, "revision_id": twin.id, "report": str(twin_report), "metric": "core.pass_at_1",
                   "vs_previous": {"delta": 0.2, "interval": [0.1, 0.3]},
                   "vs_twin": {"delta": 0.15, "interval": [-0.05, 0.35], "n": 20, "method": "mcnemar"},
@@ -138,6 +148,27 @@ def test_each_generation_shows_its_metric_experience_twin_and_verdict(ws, candid
     t = second.twin
     assert (t.revision, t.value, t.delta, t.interval, t.reading) == ("coding:v3", 0.35, 0.15, [-0.05, 0.35],
                                                                      "no experience effect")
+
+
+def test_each_generation_shows_what_its_experience_found_learnable_per_family(ws, candidate, report_for, capsys):
+    from mint.loop.results import FamilyStats
+    from mint.reports import generation_progress
+
+    two_generations_and_a_twin(ws, candidate, report_for)
+    _base, first, second = generation_progress(ws)["coding"]
+    assert second.experience.families == (FamilyStats.from_dict(FAMILY_WITHIN_REACH),
+                                           FamilyStats.from_dict(FAMILY_BEYOND_REACH))
+    assert [f.reading for f in second.experience.families] == ["within reach", "beyond reach"]
+    assert main(["report"]) == 0
+    shown = capsys.readouterr().out
+    assert "coding:v2 learned from its parent's experience: what was learnable per family" in " ".join(shown.split())
+    (card,) = [line for line in shown.splitlines() if "Card" in line]
+    for cell in ("within reach", "0 → 0.125", "0 → 0.5 (k=8)", "0 / 3 / 3", "0.5625"):
+        assert cell in card, cell
+    assert main(["report", "--json"]) == 0
+    (recorded,) = [g for g in json.loads(capsys.readouterr().out)["specialists"]["coding"]["progress"]
+                   if g["revision"] == "coding:v2"]
+    assert recorded["experience"]["families"] == [FAMILY_WITHIN_REACH, FAMILY_BEYOND_REACH]
 
 
 def test_each_generation_shows_its_retention_suite_beside_what_users_ask_now(ws, candidate, report_for):
@@ -181,7 +212,14 @@ def test_generations_without_a_loop_come_from_the_registry_alone(ws, candidate, 
                                           '{"revision_id": 7}}}]}',
                                           "generations[0].twin.steps_control.revision_id: expected str or null"),
                                          ('{"generations": [{"specialist": "coding", "twin": {"steps_control": 5}}]}',
-                                          "generations[0].twin.steps_control: expected dict or null")])
+                                          "generations[0].twin.steps_control: expected dict or null"),
+                                         ('{"generations": [{"specialist": "coding", "experience": {"families": '
+                                          '[{"family": "Card", "requests": "6"}]}}]}',
+                                          "generations[0].experience.families[0].requests: expected int, not str"),
+                                         ('{"generations": [{"specialist": "coding", "experience": {"families": '
+                                          '[{"requests": 6}]}}]}',
+                                          "generations[0].experience.families[0]: expected an object naming its "
+                                          "family")])
 def test_a_malformed_loop_state_is_exit_2_naming_the_file(ws, candidate, report_for, tmp_path, capsys, text, where):
     v1 = candidate()
     gated_report(ws, report_for, v1, 0.30, 0.10, True)

@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.markup import escape
+from rich.table import Table
 
 from mint import __version__
 from mint.errors import BadInput
@@ -123,6 +125,22 @@ def number(value) -> str:
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.4g}"
+
+
+def families_table(title: str, families) -> Table:
+    """What an experience step found learnable, one row per family of requests (mint.loop.results.FamilyStats):
+    its reading, pass rates as drawn and after verified repair, the requests passed always, sometimes and never,
+    the p(1-p) signal and the answers accepted."""
+    table = Table(title=escape(title))
+    for column in ("family", "reading", "requests", "samples", "pass@1 raw → repaired", "pass@k raw → repaired",
+                   "always / sometimes / never", "signal Σ p(1−p)", "accepted"):
+        table.add_column(column, overflow="fold")
+    for f in families:
+        table.add_row(escape(f.family), f.reading, str(f.requests), str(f.samples),
+                      f"{number(f.raw_pass_at_1)} → {number(f.repaired_pass_at_1)}",
+                      f"{number(f.raw_pass_at_k)} → {number(f.repaired_pass_at_k)} (k={f.k})",
+                      f"{f.always} / {f.sometimes} / {f.never}", number(f.signal), str(f.accepted))
+    return table
 
 
 def gate_outcome(gate: GateResult) -> str:

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, sub_app, ws
+from mint.cli.common import JSON_OPT, app, err, families_table, out, print_json, quiet_transformers, sub_app, ws
 
 recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, train, eval, promote and route.\n\n"
                                "Example:\n\n\b\n  mint recipe check recipes/demo.yaml")
@@ -143,6 +143,8 @@ def _render_generations(result) -> None:
                       f"{pool.get('prompts_between', 0)} strictly between 0 and 1; "
                       f"{row.experience.get('accepted')} answer(s) accepted"
                       + (f" ({row.experience['repaired']} of them repaired)" if row.experience.get("repaired") else ""))
+            _render_families(f"{row.specialist} (iteration {row.iteration}) experience",
+                             row.experience.get("families") or [])
         if row.twin:
             vs = row.twin.get("vs_twin") or {}
             interval = vs.get("interval") or [None, None]
@@ -157,6 +159,20 @@ def _render_generations(result) -> None:
                           f"{control.get('revision')} (the same steps on the logs alone): Δ {_fmt(vs.get('delta'))} "
                           f"[{_fmt(interval[0])}, {_fmt(interval[1])}]"
                           + (f" — {escape(row.twin['why'])}" if row.twin.get("why") else ""))
+
+
+def _render_families(what: str, recorded: list[dict]) -> None:
+    """What the experience found learnable per family of requests, and where it is within reach."""
+    from mint.loop.results import WITHIN_REACH, FamilyStats
+
+    families = [FamilyStats.from_dict(f) for f in recorded]
+    if not families:
+        return
+    out.print(families_table(f"{what}: what was learnable per family", families))
+    reach = [f for f in families if f.reading == WITHIN_REACH]
+    out.print(f"{what}: within reach: " + (escape(", ".join(
+        f"{f.family} ({f.sometimes} of {f.requests} request(s) passed sometimes)"
+        for f in sorted(reach, key=lambda f: -f.signal))) if reach else "no family (no request passed sometimes)"))
 
 
 def _ci(delta, interval) -> str:

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, number, out, print_json, ws
+from mint.cli.common import JSON_OPT, app, families_table, number, out, print_json, ws
 
 report_app = typer.Typer(help="The lineage of every specialist with its metrics and gates; evaluation reports.\n\n"
                               "Examples:\n\n\b\n  mint report --html report.html\n  mint report show coding:v3\n"
@@ -54,6 +54,10 @@ def report_lineage(ctx: typer.Context,
             if g.get("forced"):
                 out.print(f"{g['ref']} was promoted with --force past its report's verdict "
                           f"({g['verdict'] or 'none'}): {escape(g['forced'])}")
+        for generation in entry["progress"]:
+            if generation.experience and generation.experience.families:
+                out.print(families_table(f"{generation.revision} learned from its parent's experience: what was "
+                                         "learnable per family", generation.experience.families))
     if html is not None:
         out.print(f"wrote {escape(str(html))}")
 

@@ -113,6 +113,12 @@ class Harness:
                     return str(message.get("content") or "")
         return str(record.get("prompt") or "")
 
+    def family(self, record: dict) -> str | None:
+        """The family of requests ``record`` belongs to, read from the request alone as the harness's verifier
+        reads it (GenUI: the root component it names), so statistics can say which kinds of request a model
+        solves; None where the harness tells no families apart."""
+        return None
+
     def system(self, record: dict) -> str | None:
         messages = record.get("messages")
         own = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"),

@@ -895,6 +895,11 @@ class GenuiHarness(Harness):
         if "reference" in record and not isinstance(record["reference"], dict):
             raise RecordProblem("reference", "expected a component tree")
 
+    def family(self, record: dict) -> str | None:
+        """The root component the request names (``request_terms``, as ``verify`` reads it): a stat card and an
+        alert card are both ``Card``; None for a request that names none."""
+        return request_terms(self.request(record)).root
+
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
         catalog = self.settings.catalog or DEFAULT_CATALOG
         _schema, validator, required = load_catalog(catalog)

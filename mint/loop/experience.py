@@ -15,6 +15,14 @@ solves can teach it something; a passing repair is paired with the answer it cam
 pass@k (unbiased estimator, of the samples as drawn, before repair) say how much there was to learn: a prompt
 the champion always or never solves teaches nothing, so the result counts those strictly between.
 
+Per family of requests (the harness's ``family``: GenUI's root component; else the specialist the router
+labelled the turns with), the result says what was learnable (``family_statistics``): each request's pass rate
+p as drawn and after verified repair (a sample passes if it passed or its repair did), pass@1 and pass@k of
+both, the requests passed always, sometimes and never after repair, and the signal, the sum of p(1-p) over
+the family's requests. Self-training sharpens what the champion sometimes gets right: a request it sometimes
+passes carries the signal, one it always passes teaches little, and one it never passes is counted, never
+given an invented answer.
+
 With ``control`` (``true``, or the arms ``[placebo, steps]``), every sample (verified or not) is also written to
 a twin dataset for the placebo twin, and with ``steps`` the logs alone to a dataset for the logs-only control:
 the same steps without any experience (mint.loop.placebo).
@@ -31,7 +39,7 @@ from pathlib import Path
 
 from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
-from mint.loop.results import ControlData, ExperienceResult
+from mint.loop.results import ControlData, ExperienceResult, FamilyStats
 from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
 
@@ -95,6 +103,63 @@ def pool_statistics(passes: list[tuple[int, int]], k: int) -> dict:
             "prompts_between": sum(1 for n, c in scored if 0 < c < n),
             "prompts_always": sum(1 for n, c in scored if c == n),
             "prompts_never": sum(1 for n, c in scored if c == 0)}
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """One request's samples as the experience step judged them."""
+
+    family: str
+    samples: int
+    passed: int                 # samples that passed as drawn
+    passed_repaired: int        # samples that passed, or whose repair passed verification
+    accepted: int = 0           # distinct verified answers kept (+1 episodes)
+
+
+def learning_signal(samples: int, passed: int) -> float:
+    """p(1-p) of a request's pass rate p = passed / samples: the variance of one sample's outcome, 0.25 where
+    the champion passes half the time, 0 where it always or never does (nothing to sharpen)."""
+    if not samples:
+        return 0.0
+    rate = passed / samples
+    return rate * (1.0 - rate)
+
+
+def family_statistics(outcomes: list[RequestOutcome], k: int) -> tuple[FamilyStats, ...]:
+    """Per family (by name), over its requests that were sampled: raw and repaired pass@1 and pass@k, the
+    requests passed always, sometimes and never after repair, the summed p(1-p) signal after repair, and the
+    answers accepted."""
+    by_family: dict[str, list[RequestOutcome]] = {}
+    for outcome in outcomes:
+        if outcome.samples:
+            by_family.setdefault(outcome.family, []).append(outcome)
+    families = []
+    for family in sorted(by_family):
+        rows = by_family[family]
+        raw = pool_statistics([(o.samples, o.passed) for o in rows], k)
+        fixed = pool_statistics([(o.samples, o.passed_repaired) for o in rows], k)
+        families.append(FamilyStats(
+            family, len(rows), sum(o.samples for o in rows), k, raw["pass@1"], raw[f"pass@{k}"], fixed["pass@1"],
+            fixed[f"pass@{k}"], fixed["prompts_always"], fixed["prompts_between"], fixed["prompts_never"],
+            round(sum(learning_signal(o.samples, o.passed_repaired) for o in rows), 4),
+            sum(o.accepted for o in rows)))
+    return tuple(families)
+
+
+def request_family(harness, specialist: str, prompt: ExperiencePrompt) -> str:
+    """The family ``prompt`` belongs to: what the harness reads from its request (``Harness.family``), else the
+    specialist the router labelled it with (every prompt of an experience step is one of that specialist's)."""
+    family = harness.family({"messages": prompt.prompt}) if harness is not None else None
+    return family or specialist
+
+
+def _family_reader(harness: str | None, specialist: str):
+    """The harness whose ``family`` names the families of the step's requests; None for a specialist without a
+    harness of its own."""
+    from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
+
+    name = harness or specialist
+    return harness_for(name, HarnessSettings()) if name in HARNESS_NAMES else None
 
 
 # --- the sources ------------------------------------------------------------------------------------
@@ -278,17 +343,35 @@ def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str]
             for text, score in zip(answers, scores)]
 
 
-def repaired_answers(answers: list[str], verdicts: list[bool], repair) -> list[str]:
-    """The repairs of the failing ``answers`` (``repair`` from mint.harness.repairer_for), each once, none that
-    is already one of the answers: candidates for the verifier, never accepted unverified."""
+def sample_repairs(answers: list[str], verdicts: list[bool], repair) -> list[str | None]:
+    """Each answer's repair (``repair`` from mint.harness.repairer_for): None for an answer that passed or that
+    has none."""
+    return [None if ok else repair(text) for text, ok in zip(answers, verdicts)]
+
+
+def repaired_answers(answers: list[str], verdicts: list[bool], repair, repairs: list[str | None] | None = None
+                     ) -> list[str]:
+    """The repairs of the failing ``answers`` (``repairs``, else made with ``repair``), each once, none that is
+    already one of the answers: candidates for the verifier, never accepted unverified."""
     forms = {canonical_answer(a) for a in answers}
     out = []
-    for text, ok in zip(answers, verdicts):
-        fixed = None if ok else repair(text)
+    for fixed in sample_repairs(answers, verdicts, repair) if repairs is None else repairs:
         if fixed is not None and canonical_answer(fixed) not in forms:
             forms.add(canonical_answer(fixed))
             out.append(fixed)
     return out
+
+
+def passed_after_repair(answers: list[str], verdicts: list[bool], repairs: list[str | None],
+                        candidates: list[str], candidate_verdicts: list[bool]) -> list[bool]:
+    """Per answer: whether it passed, or its repair passed verification (``candidates`` are the repairs the
+    verifier judged; a repair that is one of the answers themselves has that answer's verdict)."""
+    verdict_of: dict[str, bool] = {}
+    for text, ok in zip(answers + candidates, verdicts + candidate_verdicts):
+        form = canonical_answer(text)
+        verdict_of[form] = verdict_of.get(form, False) or ok
+    return [ok or (fixed is not None and verdict_of.get(canonical_answer(fixed), False))
+            for ok, fixed in zip(verdicts, repairs)]
 
 
 def distinct_answers(answers: list[str], cap: int) -> list[str]:
@@ -352,6 +435,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
             skipped[_source_label(source)] = why
     harness = _harness_name(contracts)
     repair_answer = repairer_for(harness or specialist) if repair else None
+    family_reader = _family_reader(harness, specialist)
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts)
     # said, not silently ignored: this harness's answers have no repair
@@ -364,13 +448,14 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         return drawn
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
                       max_new_tokens=max_new_tokens, seed=seed)
-    kept, unverified, passes, total, pairs, repaired = [], [], [], 0.0, 0, 0
+    kept, unverified, passes, total, pairs, repaired, outcomes = [], [], [], 0.0, 0, 0, []
     for prompt, outs in zip(chosen, answers):
         verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
         total += sum(detail["score"] for _ok, detail in verdicts)
         passes.append((len(outs), sum(ok for ok, _ in verdicts)))
         oks = [ok for ok, _ in verdicts]
-        fixed = repaired_answers(outs, oks, repair_answer) if repair_answer else []
+        repairs = sample_repairs(outs, oks, repair_answer) if repair_answer else [None] * len(outs)
+        fixed = repaired_answers(outs, oks, repair_answer, repairs)
         fixed_ok = [ok for ok, _ in verify_answers(specialist, prompt, fixed, threshold, harness)] if fixed else []
         # the champion's own passing answers first, then the repairs that pass: under the cap its own come first
         episodes_for_prompt, n_pairs = experience_episodes(specialist, prompt, outs + fixed, oks + fixed_ok,
@@ -378,7 +463,10 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         passing_repairs = {canonical_answer(t) for t, ok in zip(fixed, fixed_ok) if ok}
         repaired += sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1
                         and canonical_answer(e["messages"][-1]["content"]) in passing_repairs)
-        per_source[prompt.source]["accepted"] += sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1)
+        accepted_here = sum(1 for e in episodes_for_prompt if e["feedback"]["rating"] == 1)
+        per_source[prompt.source]["accepted"] += accepted_here
+        outcomes.append(RequestOutcome(request_family(family_reader, specialist, prompt), len(outs), sum(oks),
+                                       sum(passed_after_repair(outs, oks, repairs, fixed, fixed_ok)), accepted_here))
         kept += episodes_for_prompt
         pairs += n_pairs
         unverified += [_episode(specialist, prompt, text, 1, served_by) for text in outs]
@@ -398,7 +486,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     return dataclasses.replace(drawn, answers=scored, passed=sum(c for _, c in passes), accepted=accepted,
                                dpo_pairs=pairs, mean_reward=round(total / scored, 4) if scored else None,
                                pool=pool_statistics(passes, samples), new_examples=accepted, repaired=repaired,
-                               twin=twin, **written)
+                               twin=twin, families=family_statistics(outcomes, samples), **written)
 
 
 def control_arms(control) -> tuple[str, ...]:
@@ -459,12 +547,13 @@ def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
 
 
 def experience_summary(result: ExperienceResult) -> dict:
-    """What a generation's row shows of its experience: the pool, what was kept, and from which source."""
+    """What a generation's row shows of its experience: the pool, what was kept, from which source, and what was
+    learnable per family of requests."""
     return {"pool": result.pool, "prompts": result.prompts, "accepted": result.accepted,
             "repaired": result.repaired, "dpo_pairs": result.dpo_pairs,
             "kept_per_source": {name: c.get("kept", 0) for name, c in result.sources.items()},
             "accepted_per_source": {name: c.get("accepted", 0) for name, c in result.sources.items()},
-            "plan": result.plan}
+            "plan": result.plan, "families": [f.to_dict() for f in result.families]}
 
 
 def _logged_examples(episodes: list[dict]) -> int:

@@ -15,11 +15,17 @@ from mint.workspace import Workspace
 
 STATE_FILE = "state.json"
 LOOPS_DIR = "loops"
-_TEXT, _OBJECT = (str, type(None)), (dict, type(None))
+_TEXT, _OBJECT, _LIST = (str, type(None)), (dict, type(None)), (list, type(None))
+_COUNT, _RATE = (int,), (int, float, type(None))
 # what `mint report` reads of a recorded generation (mint.loop.runner.GenerationRow), each with its types
 GENERATION_FIELDS = {"candidate": _TEXT, "iteration": (int,), "verdict": _TEXT, "reason": _TEXT,
                      "experience": _OBJECT, "twin": _OBJECT}
-EXPERIENCE_FIELDS = {"pool": _OBJECT, "accepted_per_source": _OBJECT, "kept_per_source": _OBJECT}
+EXPERIENCE_FIELDS = {"pool": _OBJECT, "accepted_per_source": _OBJECT, "kept_per_source": _OBJECT,
+                     "families": _LIST}
+# one family of an experience's requests (mint.loop.results.FamilyStats)
+FAMILY_FIELDS = {"family": (str,), "requests": _COUNT, "samples": _COUNT, "k": _COUNT, "raw_pass_at_1": _RATE,
+                 "raw_pass_at_k": _RATE, "repaired_pass_at_1": _RATE, "repaired_pass_at_k": _RATE, "always": _COUNT,
+                 "sometimes": _COUNT, "never": _COUNT, "signal": _RATE, "accepted": _COUNT}
 TWIN_FIELDS = {"revision": _TEXT, "revision_id": _TEXT, "report": _TEXT, "verdict": _TEXT, "vs_twin": _OBJECT,
                "steps_control": _OBJECT}
 STEPS_CONTROL_FIELDS = {"revision": _TEXT, "revision_id": _TEXT, "report": _TEXT, "vs_control": _OBJECT}
@@ -54,6 +60,12 @@ def read_state(path: Path) -> dict:
         for part, fields in (("experience", EXPERIENCE_FIELDS), ("twin", TWIN_FIELDS)):
             if isinstance(row.get(part), dict):
                 _check_fields(path, f"{where}.{part}", row[part], fields)
+        families = row["experience"].get("families") if isinstance(row.get("experience"), dict) else None
+        for j, family in enumerate(families or []):
+            where_family = f"{where}.experience.families[{j}]"
+            if not isinstance(family, dict) or not isinstance(family.get("family"), str):
+                raise BadInput("expected an object naming its family", file=str(path), field=where_family)
+            _check_fields(path, where_family, family, FAMILY_FIELDS)
         control = (row.get("twin") or {}).get("steps_control")
         if isinstance(control, dict):
             _check_fields(path, f"{where}.twin.steps_control", control, STEPS_CONTROL_FIELDS)

@@ -5,6 +5,7 @@ recorded before these types resumes) and reads a recorded one back with ``from_d
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from mint.registry.report import GateResult
@@ -37,7 +38,58 @@ class ControlData:
                    cls.from_dict(steps) if isinstance(steps, dict) else None)
 
 
-# an experience's keys as the loop's state records them, in their order (then repair_skipped, twin, plan)
+WITHIN_REACH = "within reach"
+
+
+@dataclass(frozen=True)
+class FamilyStats:
+    """What one family of requests (``mint.harness.Harness.family``, else the specialist the router labelled
+    the turns with) gave an experience step: how many requests and samples, pass@1 and pass@k of the samples as
+    drawn (``raw``) and counting a sample that failed as passed where its repair passed verification
+    (``repaired``), how many requests passed always, sometimes and never after repair, the learning signal (the
+    sum over its requests of p(1-p), p a request's pass rate after repair: the variance of one sample's outcome,
+    largest where the champion passes half the time, 0 where it always or never does) and the distinct verified
+    answers accepted."""
+
+    family: str
+    requests: int
+    samples: int
+    k: int
+    raw_pass_at_1: float | None
+    raw_pass_at_k: float | None
+    repaired_pass_at_1: float | None
+    repaired_pass_at_k: float | None
+    always: int
+    sometimes: int
+    never: int
+    signal: float
+    accepted: int
+
+    @property
+    def reading(self) -> str:
+        """Where the family stands for self-training: ``within reach`` where a request passed sometimes (the
+        signal is there), ``solved`` where every request always passed, ``beyond reach`` where none ever did."""
+        if self.sometimes:
+            return WITHIN_REACH
+        if self.always == self.requests:
+            return "solved"
+        if self.never == self.requests:
+            return "beyond reach"
+        return "solved or beyond reach"     # some requests always pass, the others never: nothing in between
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FamilyStats:
+        return cls(str(data["family"]), data.get("requests", 0), data.get("samples", 0), data.get("k", 0),
+                   data.get("raw_pass_at_1"), data.get("raw_pass_at_k"), data.get("repaired_pass_at_1"),
+                   data.get("repaired_pass_at_k"), data.get("always", 0), data.get("sometimes", 0),
+                   data.get("never", 0), data.get("signal", 0.0), data.get("accepted", 0))
+
+
+# an experience's keys as the loop's state records them, in their order (then repair_skipped, verified, twin, plan,
+# families: an experience recorded before families were reported has none)
 _RECORDED = ("prompts", "answers", "passed", "accepted", "dpo_pairs", "mean_reward", "served_by", "sources",
              "skipped_sources", "pool", "repaired", "file", "version", "episodes_added", "new_examples",
              "logged_examples")
@@ -48,7 +100,7 @@ class ExperienceResult:
     """What one experience step gathered: the prompts drawn (per source: offered, kept and why others were left
     out, accepted), the answers sampled and how many passed, the pool's pass@1 and pass@k, the +1/-1 episodes
     and DPO pairs written to the dataset's new version, the control datasets, and the plan the next generation
-    trains by (set by ``experience_step``). The loop records it as ``to_dict()`` and reads it back with
+    trains by (set by ``experience_step``), and what was learnable per family of requests. The loop records it as ``to_dict()`` and reads it back with
     ``from_dict``."""
 
     prompts: int
@@ -71,6 +123,7 @@ class ExperienceResult:
     twin: ControlData | None = None
     plan: dict | None = None        # mint.loop.placebo.training_plan
     verified: ControlData | None = None     # a continuation's data: the verified answers alone
+    families: tuple[FamilyStats, ...] = ()  # what was learnable, per family of requests
 
     def to_dict(self) -> dict:
         out = {key: getattr(self, key) for key in _RECORDED}
@@ -82,6 +135,8 @@ class ExperienceResult:
             out["twin"] = self.twin.to_dict()
         if self.plan is not None:
             out["plan"] = self.plan
+        if self.families:
+            out["families"] = [f.to_dict() for f in self.families]
         return out
 
     @classmethod
@@ -90,7 +145,9 @@ class ExperienceResult:
         return cls(**{key: data[key] for key in _RECORDED if key in data},
                    repair_skipped=data.get("repair_skipped"), plan=data.get("plan"),
                    twin=ControlData.from_dict(twin) if isinstance(twin, dict) else None,
-                   verified=ControlData.from_dict(verified) if isinstance(verified, dict) else None)
+                   verified=ControlData.from_dict(verified) if isinstance(verified, dict) else None,
+                   families=tuple(FamilyStats.from_dict(f) for f in data.get("families") or ()
+                                  if isinstance(f, dict) and "family" in f))
 
 
 @dataclass(frozen=True)

@@ -478,3 +478,17 @@ def test_a_request_that_leaves_the_content_to_the_answer_takes_any_text():
     card = {"type": "Card", "props": {"title": "Weather in Oslo"}, "children": [
         {"type": "Text", "props": {"text": "Sunny, 12 C"}}]}
     assert _verdict("Show a weather card for Oslo.", card)[0]
+
+
+def test_a_genui_request_family_is_the_root_component_it_names_and_other_harnesses_name_none():
+    from mint.harness import HarnessSettings, harness_for
+
+    genui = harness_for("genui", HarnessSettings())
+    record = lambda text: {"messages": [{"role": "system", "content": "Answer with one tree."},   # noqa: E731
+                                        {"role": "user", "content": text}]}
+    assert genui.family(record("Show a stat card for Inventory at 880 with a history button.")) == "Card"
+    assert genui.family(record('Make an alert card that says "Upload failed" and has a retry button.')) == "Card"
+    # the root is the first component named before `with`, as the verifier reads it: a form, not a table
+    assert genui.family(record("Show a form to book a table with name and date fields.")) == "Form"
+    assert genui.family(record("Say hello to the team.")) is None                # names no component
+    assert harness_for("chat", HarnessSettings()).family(record("Show a stat card.")) is None

@@ -396,3 +396,68 @@ def test_a_continuation_replays_logged_answers_beside_its_verified_ones_and_its_
                 if e["messages"][-1]["content"] == PRICES]
     # the twin: every sample unverified beside the very logged episodes the generation replays
     assert all(m in twin for m in replayed) and len(twin) == 2 + len(replayed)
+
+
+# --- what was learnable, per family of requests -------------------------------------------------------------
+
+def test_family_statistics_weigh_each_request_by_the_variance_of_its_outcome_after_repair():
+    from mint.loop.experience import RequestOutcome, family_statistics
+    from mint.loop.results import FamilyStats
+
+    outcomes = [RequestOutcome("Card", 8, 0, 4, 2),     # within reach only through verified repair
+                RequestOutcome("Card", 8, 0, 0, 0),     # never: counted, no answer forced
+                RequestOutcome("Card", 8, 8, 8, 2),     # always: teaches little
+                RequestOutcome("Table", 8, 2, 2, 1),
+                RequestOutcome("Chart", 0, 0, 0, 0)]    # nothing sampled: no family row
+    card, table = family_statistics(outcomes, k=4)
+    # pass@4 of 4 passes in 8 is 1 - C(4,4)/C(8,4) = 69/70; of 2 passes, 1 - C(6,4)/C(8,4) = 55/70
+    assert card == FamilyStats("Card", requests=3, samples=24, k=4, raw_pass_at_1=round(1 / 3, 4),
+                               raw_pass_at_k=round(1 / 3, 4), repaired_pass_at_1=0.5,
+                               repaired_pass_at_k=round((69 / 70 + 0 + 1) / 3, 4), always=1, sometimes=1, never=1,
+                               signal=0.25, accepted=4)
+    assert table == FamilyStats("Table", 1, 8, 4, 0.25, round(55 / 70, 4), 0.25, round(55 / 70, 4), 0, 1, 0,
+                                0.1875, 1)
+    assert (card.reading, table.reading) == ("within reach", "within reach")
+    assert FamilyStats("Form", 2, 16, 8, 0.0, 0.0, 0.0, 0.0, 0, 0, 2, 0.0, 0).reading == "beyond reach"
+    assert FamilyStats("List", 2, 16, 8, 1.0, 1.0, 1.0, 1.0, 2, 0, 0, 0.0, 4).reading == "solved"
+
+
+def test_each_request_counts_its_samples_as_drawn_and_after_verified_repair_per_family(ws, project, tmp_path,
+                                                                                      monkeypatch):
+    from mint.loop.experience import gather_experience
+
+    _ingest(ws, project, tmp_path, [_genui(text, "{}", rating=-1) for text in
+                                    ("Show a price list.", "Show a chart.", "Show a login form.", "Say hello to the team.")])
+    broken_list = PRICE_LIST[:-2] + "]"     # its repair is PRICE_LIST itself: one passing answer, twice over
+    broken_chart = CHART.replace("[1, 2]", "[3, 4]")[:-2]    # cut off: its repair is a new passing answer
+    answers = {"Show a price list.": [PRICE_LIST, broken_list, "nope", "nope"],
+               "Show a chart.": [CHART, broken_chart, CHART, CHART],
+               "Show a login form.": ["nope"] * 4, "Say hello to the team.": ["{}"] * 4}
+    _answer_with(monkeypatch, lambda text: answers[text])
+    result = gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project, samples=4,
+                               per_prompt=2, sources=["unaccepted"], repair=True)
+    families = {f.family: f for f in result.families}
+    assert sorted(families) == ["Chart", "Form", "List", "genui"]    # "Say hello to the team." names no component
+    chart, form, listed, other = (families[name] for name in ("Chart", "Form", "List", "genui"))
+    assert (listed.raw_pass_at_1, listed.repaired_pass_at_1, listed.sometimes, listed.signal, listed.accepted) == (
+        0.25, 0.5, 1, 0.25, 1)
+    assert (chart.raw_pass_at_1, chart.repaired_pass_at_1, chart.always, chart.signal, chart.accepted) == (
+        0.75, 1.0, 1, 0.0, 2)
+    assert (form.never, form.repaired_pass_at_k, form.accepted, other.never) == (1, 0.0, 0, 1)
+    assert sum(f.accepted for f in result.families) == result.accepted == 3
+    assert sum(f.samples for f in result.families) == result.answers == 16
+
+
+def test_an_experience_with_families_records_them_and_its_summary_carries_them():
+    from mint.loop.experience import experience_summary
+    from mint.loop.results import ExperienceResult, FamilyStats
+
+    card = FamilyStats("Card", 3, 24, 8, 0.0, 0.0, 0.125, 0.5, 0, 2, 1, 0.4375, 3)
+    gathered = ExperienceResult(prompts=3, served_by="genui:v1", pool={"pass@1": 0.0}, logged_examples=5,
+                                families=(card,))
+    recorded = gathered.to_dict()
+    assert recorded["families"] == [{"family": "Card", "requests": 3, "samples": 24, "k": 8, "raw_pass_at_1": 0.0,
+                                     "raw_pass_at_k": 0.0, "repaired_pass_at_1": 0.125, "repaired_pass_at_k": 0.5,
+                                     "always": 0, "sometimes": 2, "never": 1, "signal": 0.4375, "accepted": 3}]
+    assert ExperienceResult.from_dict(json.loads(json.dumps(recorded))) == gathered
+    assert experience_summary(gathered)["families"] == recorded["families"]
