@@ -5,7 +5,7 @@ held out at share S when its position is below S, so shares nest: a request held
 50%. Two shares exist:
 
 - a dataset's, ``HELDOUT_FRACTION`` (10%): the split that `dataset:NAME@latest` suites evaluate on;
-- the served traffic's (``$MINT_HOME/logs/split.json``): the share of what `mint serve` logged that contract
+- the served traffic's (``$MINT_HOME/logs/.split.json``): the share of what `mint serve` logged that contract
   suites drawn from the traffic (``traffic:WINDOW``) evaluate on. It is set by whoever writes the first turn
   (the recipe's or mint.yaml's ``traffic: {heldout: S}``, else 10%) and never changes after, since a new share
   would move requests between what experience and training read and what contracts evaluate on; a server,
@@ -35,7 +35,7 @@ from mint.workspace import Workspace, atomic_write_text
 # Fixed key and dataset share, so an episode's side never changes as the dataset grows.
 HELDOUT_FRACTION = 0.1
 HELDOUT_KEY = b"mint-heldout-v1"
-SPLIT_FILE = "split.json"
+SPLIT_FILE = ".split.json"   # hidden: `mint ingest $MINT_HOME/logs` passes over it
 
 
 def heldout_key(episode: dict) -> str | None:
@@ -92,7 +92,7 @@ def check_share(value, where: str) -> float:
 
 
 def traffic_share(ws: Workspace) -> TrafficShare:
-    """The served traffic's held-out share (``logs/split.json``); the dataset share until a turn fixes it."""
+    """The served traffic's held-out share (``logs/.split.json``); the dataset share until a turn fixes it."""
     path = logs_dir(ws) / SPLIT_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
