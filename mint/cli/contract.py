@@ -64,7 +64,7 @@ def _render_check(path: Path, summary) -> None:
         out.print(f"  {s.name}: {s.records} records from {escape(s.data)}{sized}, metrics {', '.join(s.metrics)}; "
                   f"{resolves}")
     for plan in summary.plans:
-        out.print(f"  gate {plan.metric} {plan.rule}: {escape(plan.reads)}")
+        out.print(f"  gate {plan.metric} {plan.rule}: {escape(plan.reads) or 'resolved once its suite is read'}")
     for warning in summary.warnings:
         out.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.isolation:
