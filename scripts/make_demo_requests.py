@@ -366,7 +366,10 @@ def traffic_requests(served: list[str], taken: set[str], rng: random.Random) -> 
     return rows, kinds
 
 
-def main() -> None:
+def build() -> tuple[dict[Path, list[str]], list[tuple[str, dict]], dict[str, str]]:
+    """Every request file's requests (by path), the retention suite's (request, tree) pairs, and each traffic
+    request's kind (TRAFFIC_MIX); SystemExit on a clash with the logs, the held-out files or each other, or a
+    traffic request mint.yaml's rules do not route to GenUI."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -397,14 +400,19 @@ def main() -> None:
     elsewhere = routed_elsewhere(traffic)
     if elsewhere:
         raise SystemExit(f"mint.yaml's rules do not route these to GenUI: {elsewhere}")
-    for path, rows in ((OUT, traffic), (HELDOUT_OUT, heldout), (GENERATION_3_OUT, generation_3),
-                       (HELDOUT_2_OUT, heldout_2)):
-        write_requests(path, rows)
-        print(f"wrote {len(rows)} requests to {path.relative_to(ROOT)}")
+    return {OUT: traffic, HELDOUT_OUT: heldout, GENERATION_3_OUT: generation_3, HELDOUT_2_OUT: heldout_2}, \
+        retention, kinds
+
+
+def main() -> None:
     from mint.data.split import is_heldout
 
+    files, retention, kinds = build()
+    for path, rows in files.items():
+        write_requests(path, rows)
+        print(f"wrote {len(rows)} requests to {path.relative_to(ROOT)}")
     for kind, _count in TRAFFIC_MIX:
-        mine = [r for r in traffic if kinds[r] == kind]
+        mine = [r for r in files[OUT] if kinds[r] == kind]
         held = sum(is_heldout({"messages": [{"role": "user", "content": r}]}, TRAFFIC_HELDOUT) for r in mine)
         print(f"  {kind}: {len(mine)} served, {held} held out at {TRAFFIC_HELDOUT:g}, {len(mine) - held} for experience")
     with open(RETENTION_OUT, "w", encoding="utf-8") as f:
