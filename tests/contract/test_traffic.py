@@ -38,15 +38,16 @@ def held_requests(n: int, share: float = 0.5) -> list[int]:
 
 def test_eval_on_the_traffic_records_the_window_share_and_episodes_and_measures_the_baseline_on_them(
         ws, tmp_path, candidate, capsys):
+    held = held_requests(12)
+    again = held[0]
     serve(ws, [turn(i) for i in range(12)] + [turn(100, specialist="chat")], heldout=0.5)
-    serve(ws, [turn(3, ts="2026-12-05T11:00:00Z") | {"id": "turn-3-again"}])     # the same request served twice
+    serve(ws, [turn(again, ts="2026-12-05T11:00:00Z") | {"id": "turn-again"}])     # a held-out request served twice
     revision = candidate("genui")
     assert main(["eval", revision.ref, "--contract", str(contract(tmp_path)), "--json"]) in (0, 1)
     report = json.loads(capsys.readouterr().out)
     drawn = report["live_suites"]["core"]
-    held = held_requests(12)
     assert (drawn["traffic"], drawn["heldout_share"], drawn["served"]) == ("all", 0.5, 13)
-    newest_first = (["turn-3-again"] if 3 in held else []) + [f"turn-{i}" for i in reversed(held) if i != 3]
+    newest_first = ["turn-again"] + [f"turn-{i}" for i in reversed(held) if i != again]
     assert drawn["episodes"] == newest_first and drawn["count"] == len(held)   # once each, the chat turn not
     predictions = [json.loads(line) for line in open(report["predictions_path"])]
     assert [p["key"] for p in predictions] == [f"id:{i}" for i in drawn["episodes"]]

@@ -48,6 +48,7 @@ def test_turns_logged_before_shares_were_fixed_keep_the_dataset_share(ws):
     (logs_dir(ws) / "served.jsonl").write_text(json.dumps(turn(0)) + "\n")     # written before split.json existed
     with pytest.raises(BadInput, match="holds turns logged before a share was fixed"):
         TurnLog(ws, heldout=0.5)
+    assert split.fix_share(ws, 0.5).heldout == split.HELDOUT_FRACTION     # what they were read at, whatever asked
     serve(ws, [turn(1)])
     assert split.traffic_share(ws).heldout == split.HELDOUT_FRACTION
 
