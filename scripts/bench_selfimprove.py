@@ -318,7 +318,8 @@ def goals(specialists: dict, sizes: dict, wall: dict) -> list[dict]:
                    if isinstance(g.get("examples"), dict) and _number(g["examples"].get("core"))]
         measured[specialist] = min(counted) if counted else size["examples"]
     goal(f"every evaluation on at least {MIN_HELDOUT} held-out examples (a suite drawn from the traffic: the power "
-         "planner's size for its gates)", ", ".join(f"{s} {n} (floor {sizes[s].get('floor', MIN_HELDOUT)})" for s, n in measured.items()),
+         "planner's size for its gates)",
+         ", ".join(f"{s} {n} (floor {sizes[s].get('floor', MIN_HELDOUT)})" for s, n in measured.items()),
          all(n >= sizes[s].get("floor", MIN_HELDOUT) for s, n in measured.items()))
 
     ordered = []

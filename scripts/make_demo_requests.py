@@ -360,7 +360,8 @@ def traffic_requests(served: list[str], taken: set[str], rng: random.Random) -> 
         if normalized_text(request) in taken:
             raise SystemExit(f"{request!r} is already logged, held out or served")
         taken.add(normalized_text(request))
-    kinds = {**{r: "first drift" for r in drift}, **{r: "logs' families" for r in old}, **{r: "far beyond" for r in far}}
+    kinds = {**{r: "first drift" for r in drift}, **{r: "logs' families" for r in old},
+             **{r: "far beyond" for r in far}}
     rows = drift + old + far
     rng.shuffle(rows)
     return rows, kinds

@@ -154,8 +154,8 @@ def _render_report(result) -> None:
             out.print(f"suite {escape(name)}: {drawn['count']} held-out request(s) of the served traffic "
                       f"({escape(drawn['traffic'])}{since}; {drawn['heldout_share']:g} of it held out)")
         for plan in (drawn.get("underpowered") or []) if isinstance(drawn, dict) else []:
-            out.print(f"[yellow]under-powered[/]: {escape(plan['metric'])} {escape(plan['rule'])} on {plan['examples']} "
-                      f"example(s): {escape(plan['reads'])}")
+            out.print(f"[yellow]under-powered[/]: {escape(plan['metric'])} {escape(plan['rule'])} on "
+                      f"{plan['examples']} example(s): {escape(plan['reads'])}")
     verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
     out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
     if result.baseline_evaluated:

@@ -224,9 +224,9 @@ def read_traffic_suite(ws: Workspace, contract: Contract, suite: Suite, limit: i
     if not records:
         where = f"since {sliced.provenance['since']}" if sliced.provenance["since"] else "in the logs"
         raise _refusal(contract, suite)(
-            f"the served traffic holds no held-out {contract.specialist} request {where} ({sliced.provenance['served']} "
-            f"served, {sliced.provenance['heldout_share']:g} held out, in {sliced.provenance['logs']}): serve more "
-            "requests, or use a suite file")
+            f"the served traffic holds no held-out {contract.specialist} request {where} "
+            f"({sliced.provenance['served']} served, {sliced.provenance['heldout_share']:g} held out, in "
+            f"{sliced.provenance['logs']}): serve more requests, or use a suite file")
     ids = [r["id"] for r in records]
     provenance = {**sliced.provenance, "count": len(ids),
                   "episodes_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(),

@@ -35,7 +35,8 @@ class StepOutcome:
     iteration: int
     index: int
     label: str
-    status: str                 # ran | skipped (inputs unchanged) | waiting (before from_iteration, or for traffic) | failed
+    # ran | skipped (inputs unchanged) | waiting (before from_iteration, or for traffic) | failed
+    status: str
     seconds: float
     output: dict
 

@@ -545,7 +545,8 @@ class Serve(StepKind):
         return context.requests or context.recipe.path.parent / step.options["requests"]
 
     def outside_inputs(self, context, step):
-        return [str(self.requests(context, step)), hashlib.sha256(self.requests(context, step).read_bytes()).hexdigest()]
+        path = self.requests(context, step)
+        return [str(path), hashlib.sha256(path.read_bytes()).hexdigest()]
 
     def key(self, context, step):
         digest = hashlib.sha256(self.requests(context, step).read_bytes()).hexdigest()
