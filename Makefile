@@ -43,16 +43,20 @@ test: setup
 
 # The main job: the self-improvement loop on the embedded base (SmolLM2-135M, converted once to the
 # cache) in a fresh project: recipes/demo.yaml ingests the example logs, measures the bare base as
-# generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them; then 48
-# new user requests are served through `mint serve`, and generation 2 learns from the champion's
-# verified answers to them, beside a placebo twin and a steps control (the same steps on the logs alone). Then the lineage report, and a few turns answered
-# through the mixture (the GenUI one, a request of the drifted kind, whole and rendered to genui-answer.html).
+# generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them; then 120
+# user requests are served through `mint serve`, half of them held out by a hash of the request: generation 2
+# learns from the champion's verified answers to the other half, beside a placebo twin and a steps control (the
+# same steps on the logs alone), and is gated on the held-out half. Then the lineage report, and a few turns
+# answered through the mixture (the GenUI one, a request of the drifted kind, whole and rendered to
+# genui-answer.html). `make demo REQUESTS=my-requests.jsonl` serves your own requests instead (a JSONL of
+# {"messages": [...]} or {"prompt": "..."} lines), checked and routed before anything runs.
 DEMO_DIR ?= $(CURDIR)/.mint-demo
 DEMO_MINT := cd $(DEMO_DIR) && $(abspath $(MINT))
+REQUESTS ?=
 demo: setup
 	rm -rf $(DEMO_DIR)
 	$(MINT) init --dir $(DEMO_DIR)
-	$(DEMO_MINT) loop recipes/demo.yaml
+	$(DEMO_MINT) loop recipes/demo.yaml $(if $(REQUESTS),--requests $(abspath $(REQUESTS)))
 	$(DEMO_MINT) report --html report.html
 	$(DEMO_MINT) chat "Show a stat card for Weekly signups at 318 with a details button." --max-new-tokens 320 --json \
 	  > $(DEMO_DIR)/genui-turn.json

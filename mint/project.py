@@ -18,7 +18,8 @@ from mint.yamlfile import check_keys, check_number, check_string, load_yaml
 
 PROJECT_FILE = "mint.yaml"
 CONFIG_ENV = "MINT_CONFIG"          # the project file, when it is not ./mint.yaml (`mint --config FILE`)
-PROJECT_KEYS = ("base", "fallback", "specialists", "monitor")
+PROJECT_KEYS = ("base", "fallback", "specialists", "monitor", "traffic")
+TRAFFIC_KEYS = ("heldout",)
 TRAINING_KEYS = {"lora", "trl", "rewards", "examples"}   # the blocks of `mint train --train-config FILE`
 GENERATOR, ROUTER_KIND = "generator", "router"
 KINDS = (GENERATOR, ROUTER_KIND)    # what a specialist is (mint.kinds says how each is trained and scored)
@@ -47,6 +48,10 @@ class Project:
     router: str = DEFAULT_ROUTER     # the specialist of kind `router`: it picks among ``specialists``
     router_description: str = ROUTER_DESCRIPTION
     fallback_name: str | None = None   # `fallback:` in mint.yaml (None: the first specialist)
+    # `traffic: {heldout: S}`: the share of served requests held out for contract suites (mint.data.split; None:
+    # the traffic's own, or the dataset share for a new one), and where it is written (file, line, field), for errors
+    traffic_heldout: float | None = None
+    traffic_at: tuple = (None, None, "traffic.heldout")
 
     @property
     def fallback(self) -> str:
@@ -234,8 +239,15 @@ def load_project(path: Path | None = None) -> Project:
     if fallback is not None and fallback not in names:
         raise doc.error("fallback", f"{fallback!r} is not a generator specialist of this file"
                         + closest(fallback, names, listing="expected one of"))
+    traffic = check_keys(doc, data.get("traffic") or {}, "traffic", TRAFFIC_KEYS)
+    heldout = None
+    if "heldout" in traffic:
+        heldout = check_number(doc, traffic["heldout"], "traffic.heldout", minimum=0, maximum=1)
+        if not 0 < heldout < 1:
+            raise doc.error("traffic.heldout", "expected the share of served requests held out, between 0 and 1")
     return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()),
-                   router=router, router_description=router_description, fallback_name=fallback)
+                   router=router, router_description=router_description, fallback_name=fallback,
+                   traffic_heldout=heldout, traffic_at=(str(path), doc.line("traffic.heldout"), "traffic.heldout"))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ placebo twin. The figures come from the loop's own result (its generation rows a
 registered reports (mint.registry.queries); deltas are paired on the same held-out examples with 95%
 intervals (mint.contract.paired through mint.loop.placebo.paired_on_examples).
 
-The benchmark refuses (exit 2) to run when an evaluation would measure fewer than 48 held-out examples, or
+The benchmark refuses (exit 2) to run when an evaluation would measure fewer than 48 held-out examples (a suite
+drawn from the served traffic: fewer than the power planner's size for its gates, which the loop waits for), or
 when a served request appears in the project's logs or held-out files or in two generations' batches. A run
 on another base or with a smaller budget (--steps, --limit, --prompts, --max-new-tokens) is a smoke run:
 same figures and goal lines, no floor, not the benchmark. Timings taken while other work shares the CPUs
@@ -97,13 +98,18 @@ def apply_budget(folder: Path, args) -> list[str]:
 
 
 def heldout_sizes(folder: Path) -> dict[str, dict]:
-    """Per evaluated specialist: the contract file of its smallest evaluation and how many core examples that
-    evaluation measures (the smaller of the suite file, the suite's own limit and the recipe's), or why that
-    cannot be counted (a recipe may gate each generation on its own contract)."""
-    from mint.contract.schema import load_contract, read_suite
+    """Per evaluated specialist: the contract file of its evaluation nearest its floor, how many core examples that
+    evaluation measures (the smaller of the suite file, the suite's own limit and the recipe's; a suite drawn from
+    the served traffic: the held-out requests of the batches served in its iterations, as mint.data.split sides
+    them) and its floor (MIN_HELDOUT; for a traffic suite whose gates say `detect`, the power planner's size, which
+    the loop waits for), or why that cannot be counted (a recipe may gate each generation on its own contract)."""
+    from mint.contract.planner import planned_size
+    from mint.contract.schema import load_contract, read_suite, suite_cap
+    from mint.data.split import HELDOUT_FRACTION, is_heldout
     from mint.loop.recipe import load_recipe
 
     recipe = load_recipe(folder / RECIPE)
+    share = recipe.traffic_heldout or HELDOUT_FRACTION
     sizes = {}
     for step in recipe.steps:
         if step.kind != "eval":
@@ -111,25 +117,42 @@ def heldout_sizes(folder: Path) -> dict[str, dict]:
         contract_path = (recipe.path.parent / step.options["contract"]).resolve()
         contract = load_contract(contract_path)
         core = next((s for s in contract.suites if s.name == "core"), None)
+        floor = MIN_HELDOUT
         if core is None:
-            sizes[step.specialist] = {"contract": str(contract_path), "examples": 0, "why": "no suite named core"}
+            size = {"contract": str(contract_path), "examples": 0, "floor": floor, "why": "no suite named core"}
+        elif core.traffic is not None:
+            served = {r for batch in served_batches(folder) if _overlap(batch["iterations"], step)
+                      for r in batch["requests"]}
+            held = sum(is_heldout({"messages": [{"role": "user", "content": r}]}, share) for r in served)
+            cap = suite_cap(contract, core, step.options.get("limit"))
+            floor = planned_size(contract, core.name) or MIN_HELDOUT
+            size = {"contract": str(contract_path), "examples": min(held, cap) if cap else held, "floor": floor,
+                    "why": f"{core.source}: {held} of the {len(served)} requests served in its iterations held out "
+                           f"at {share:g}, the planner's size {floor}, recipe limit {step.options.get('limit')}"}
         elif core.live:
-            sizes[step.specialist] = {"contract": str(contract_path), "examples": 0,
-                                      "why": "a live suite: its size is known only once the loop ingested"}
+            size = {"contract": str(contract_path), "examples": 0, "floor": floor,
+                    "why": "a live suite: its size is known only once the loop ingested"}
         else:
             count = len(read_suite(contract, core, step.options.get("limit")))
-            if count < sizes.get(step.specialist, {}).get("examples", count + 1):   # the smallest of its evals
-                sizes[step.specialist] = {"contract": str(contract_path), "examples": count,
-                                          "why": f"{core.source}, suite limit {core.limit}, recipe limit "
-                                                 f"{step.options.get('limit')}"}
+            size = {"contract": str(contract_path), "examples": count, "floor": floor,
+                    "why": f"{core.source}, suite limit {core.limit}, recipe limit {step.options.get('limit')}"}
+        earlier = sizes.get(step.specialist)
+        if earlier is None or size["examples"] - size["floor"] < earlier["examples"] - earlier["floor"]:
+            sizes[step.specialist] = size       # the evaluation nearest its floor
     return sizes
+
+
+def _overlap(iterations: list, step) -> bool:
+    """Whether a batch served in ``iterations`` ([from, until or None]) is served in a run of ``step``."""
+    first, last = iterations
+    return any(step.runs_in(i) for i in range(first, (last or max(first, step.until_iteration or first)) + 1))
 
 
 def refuse_small_suites(sizes: dict[str, dict]) -> None:
     for specialist, size in sizes.items():
-        if size["examples"] < MIN_HELDOUT:
+        if size["examples"] < size["floor"]:
             raise BadInput(f"the {specialist} evaluation would measure {size['examples']} held-out examples "
-                           f"({size['why']}); the benchmark needs at least {MIN_HELDOUT} (a smoke run with "
+                           f"({size['why']}); the benchmark needs at least {size['floor']} (a smoke run with "
                            "--base tiny-random has no floor)", file=size["contract"], field="suites.core")
 
 
@@ -294,8 +317,10 @@ def goals(specialists: dict, sizes: dict, wall: dict) -> list[dict]:
         counted = [g["examples"].get("core") for g in (specialists.get(specialist) or {}).get("generations", [])
                    if isinstance(g.get("examples"), dict) and _number(g["examples"].get("core"))]
         measured[specialist] = min(counted) if counted else size["examples"]
-    goal(f"every evaluation on at least {MIN_HELDOUT} held-out examples",
-         ", ".join(f"{s} {n}" for s, n in measured.items()), all(n >= MIN_HELDOUT for n in measured.values()))
+    goal(f"every evaluation on at least {MIN_HELDOUT} held-out examples (a suite drawn from the traffic: the power "
+         "planner's size for its gates)",
+         ", ".join(f"{s} {n} (floor {sizes[s].get('floor', MIN_HELDOUT)})" for s, n in measured.items()),
+         all(n >= sizes[s].get("floor", MIN_HELDOUT) for s, n in measured.items()))
 
     ordered = []
     for specialist, entry in specialists.items():

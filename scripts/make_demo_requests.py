@@ -9,15 +9,27 @@ each answer from the request alone, so nobody writes an answer. Which families s
 the demo's generation 1 must solve them sometimes but not often (see recipes/demo.yaml's header).
 
 Files written (each request in no log, no held-out file, and in one file only; the script refuses a clash):
-  examples/requests/genui.jsonl             the demo's generation-2 traffic, served through `mint serve`
-  examples/heldout/genui-drift.jsonl        the same families, held out: the suite the contract gates on (never
-                                            served, never trained on)
+  examples/requests/genui.jsonl             the demo's generation-2 traffic, served through `mint serve`: a mixture
+                                            a deployment would see (TRAFFIC below), whose held-out half
+                                            (mint.data.split) contracts/genui.yaml gates on
+  examples/heldout/genui-drift.jsonl        the first drift's families, held out: the retention suite of
+                                            contracts/genui-second-drift.yaml (never served, never trained on)
   examples/requests/genui-generation-3.jsonl the second drift (other families), for scripts/bench_selfimprove.py's
-                                            generation 3
+                                            generation 3: 96 requests, about half on each side of the split
   examples/heldout/genui-drift-2.jsonl      the second drift, held out: what generation 3 is measured on
   contracts/suites/genui_old_families.jsonl the logs' six families with subjects nobody logged, with their trees
                                             (scripts/make_example_logs.py builds them as it builds the logs'): the
                                             retention suite of the contract that gates on the drifted traffic
+
+The demo's traffic (examples/requests/genui.jsonl, TRAFFIC_MIX): 120 requests in a shuffled order, 60% of them
+(72: the 48 served before and 24 more) the first drift (stat and alert cards with a named button: within
+generation 1's reach), 20% (24) the logs' six families with subjects nobody logged (forms, product cards, tables,
+charts, lists, settings sections: what generation 1 already knows) and 20% (24) compositions far beyond it
+(dashboards, checkout forms, pricing sections, settings cards: several named parts each). Every one is routed to
+GenUI by mint.yaml's rules, and every far family has a tree the verifier passes (the script checks both). The
+demo holds out half of what it serves (recipes/demo.yaml `traffic: {heldout: 0.5}`, mint.data.split): 64
+requests (39 first drift, 15 logs' families, 10 far beyond), of which contracts/genui.yaml reads the newest 47
+(what its `detect: 0.2` needs); the other 56 (33, 9, 14) are what experience samples.
 
 Run: python scripts/make_demo_requests.py
 """
@@ -175,6 +187,88 @@ DRIFT = ("stat_card", "alert_card")
 SECOND_DRIFT = ("profile_card", "product_action", "table_caption")
 
 
+# --- the demo's traffic: the families far beyond generation 1, each with a tree its verifier passes ----------
+
+DASH_CHARTS = ["revenue", "signups", "latency", "traffic", "sales", "errors", "returns", "visits", "bookings"]
+DASH_TABLES = ["recent orders", "open tickets", "top customers", "failed jobs", "new leads", "late shipments",
+               "active trials", "pending refunds"]
+DASH_BUTTONS = ["refresh", "export", "share", "filter"]
+CHECKOUT_FIELDS = ["email", "address", "postcode", "phone", "city", "name"]
+SHIPPING = [["Standard", "Express"], ["Pickup", "Courier"], ["Economy", "Priority"], ["Ground", "Overnight"]]
+CHECKOUT_BUTTONS = ["pay", "purchase", "confirm", "checkout"]
+PLANS = ["Basic", "Plus", "Pro", "Team", "Starter", "Business", "Studio", "Scale"]
+PLAN_BUTTONS = ["choose", "select", "start", "upgrade"]
+CARD_SETTINGS = [("language", ["English", "French"]), ("timezone", ["UTC", "CET"]), ("theme", ["Light", "Dark"]),
+                 ("currency", ["Euro", "Dollar"]), ("units", ["Metric", "Imperial"]), ("region", ["Europe", "Asia"])]
+CARD_FIELDS = ["email", "nickname", "phone", "website"]
+CARD_BUTTONS = ["save", "apply", "update"]
+
+
+def _node(component: str, **props) -> dict:
+    return {"type": component, "props": props}
+
+
+def _field(label: str) -> dict:
+    return _node("TextField", label=label.capitalize(), name=label.replace(" ", "_"), inputType="text", required=True)
+
+
+def dashboard(rng: random.Random) -> tuple[str, dict]:
+    chart, table, verb = rng.choice(DASH_CHARTS), rng.choice(DASH_TABLES), rng.choice(DASH_BUTTONS)
+    request = f"Build a dashboard card with a {chart} chart, a table of {table} and {_a(verb)} button."
+    return request, {**_node("Card", title="Dashboard"), "children": [
+        _node("Chart", title=chart.capitalize(), kind="line", labels=["Mon", "Tue", "Wed"],
+              series=[{"name": chart, "values": [3, 5, 4]}]),
+        _node("Table", caption=table.capitalize(), columns=["Name", "Status"], rows=[["A", "Open"], ["B", "Done"]]),
+        _node("Button", label=verb.capitalize(), action=verb)]}
+
+
+def checkout_form(rng: random.Random) -> tuple[str, dict]:
+    fields, options, verb = rng.sample(CHECKOUT_FIELDS, 3), rng.choice(SHIPPING), rng.choice(CHECKOUT_BUTTONS)
+    request = (f"Make a checkout form with {_listed(fields)} fields, a shipping dropdown ({_listed(options, 'or')}) "
+               f"and {_a(verb)} button.")
+    return request, {**_node("Form", title="Checkout", submitLabel=verb.capitalize()), "children": [
+        *(_field(f) for f in fields), _node("Select", label="Shipping", name="shipping", options=options)]}
+
+
+def pricing_section(rng: random.Random) -> tuple[str, dict]:
+    plans, verb = rng.sample(PLANS, 3), rng.choice(PLAN_BUTTONS)
+    prices = sorted(rng.sample([5, 9, 12, 19, 29, 49, 79, 99], 3))
+    listed = _listed([f"{plan} at ${price}" for plan, price in zip(plans, prices)])
+    request = f"Show a pricing section with three plan cards, {listed}, each with {_a(verb)} button."
+    return request, {**_node("Stack", direction="horizontal", gap=8), "children": [
+        {**_node("Card", title=plan), "children": [_node("Text", text=f"${price}", variant="heading"),
+                                                   _node("Button", label=f"{verb.capitalize()} {plan}",
+                                                         action=f"{verb}:{plan.lower()}")]}
+        for plan, price in zip(plans, prices)]}
+
+
+def settings_card(rng: random.Random) -> tuple[str, dict]:
+    (setting, options), field, verb = rng.choice(CARD_SETTINGS), rng.choice(CARD_FIELDS), rng.choice(CARD_BUTTONS)
+    request = (f"Make a settings card with a {setting} dropdown ({_listed(options, 'or')}), {_a(field)} field and "
+               f"{_a(verb)} button.")
+    return request, {**_node("Card", title="Settings"), "children": [
+        _node("Select", label=setting.capitalize(), name=setting, options=options), _field(field),
+        _node("Button", label=verb.capitalize(), action=verb)]}
+
+
+FAR = {f.__name__: f for f in (dashboard, checkout_form, pricing_section, settings_card)}
+# the logs' six families with subjects nobody logged (scripts/make_example_logs.py's phrasings)
+OLD_FAMILY_SUBJECTS = {
+    "purposes": ["rent a canoe", "join the chess club", "request a site visit", "apply for the night shift"],
+    "products": ["Aspen kettle", "Cobble speaker", "Drift lantern", "Harbor tote"],
+    "tables": [("invoices due", ["Invoice", "Client", "Due"]), ("pets", ["Pet", "Owner", "Visit"]),
+               ("routes", ["Route", "Stops", "Driver"]), ("donors", ["Donor", "Gift", "Year"])],
+    "charts": [("rain by week", "bar", ["W1", "W2", "W3"]), ("calls per hour", "line", ["9h", "12h", "15h"]),
+               ("budget split", "pie", ["Rent", "Food", "Fun"]), ("steps per day", "line", ["Mon", "Tue", "Wed"])],
+    "lists": [("packing list for the trip", ["Boots", "Map"]), ("songs to learn", ["Blackbird", "Vincent"]),
+              ("questions for the interview", ["Salary", "Team size"]), ("herbs to plant", ["Mint", "Sage"])],
+    "settings": [("alarm sound", ["Beep", "Birds", "Radio"]), ("video resolution", ["480p", "720p", "1080p"]),
+                 ("photo backup", ["Wifi only", "Always"]), ("reading mode", ["Paged", "Scroll"])]}
+# the traffic's mixture: (kind, how many); the first drift takes the 48 requests served before, and more
+TRAFFIC_MIX = (("first drift", 72), ("logs' families", 24), ("far beyond", 24))
+TRAFFIC_HELDOUT = 0.5           # recipes/demo.yaml's `traffic: {heldout: ...}`
+
+
 def family_requests(families: tuple[str, ...], count: int, rng: random.Random, taken: set[str]) -> list[str]:
     """``count`` new requests, the families taking turns, none in ``taken`` (normalized), which grows."""
     from mint.loop.experience import normalized_text
@@ -220,9 +314,63 @@ def write_requests(path: Path, rows: list[str]) -> None:
 
 
 SERVED, HELDOUT, GENERATION_3, HELDOUT_2 = 48, 96, 48, 96
+# generation 3's batch grew by this many when the traffic's held-out share became half (recipes/selfimprove.yaml):
+# of its first 48, 31 fall on the held-out side, so experience would have sampled 17
+GENERATION_3_MORE = 48
 
 
-def main() -> None:
+def routed_elsewhere(rows: list[str]) -> list[str]:
+    """The requests mint.yaml's rules do not send to GenUI outright (the mixture routes the demo's traffic by them)."""
+    from mint.mol.router import Rules
+    from mint.project import DEFAULT_PROJECT
+
+    rules = Rules(DEFAULT_PROJECT)
+    return [r for r in rows if (route := rules.certain(r, False)) is None or route.specialist != "genui"]
+
+
+def traffic_requests(served: list[str], taken: set[str], rng: random.Random) -> tuple[list[str], dict]:
+    """The demo's traffic (TRAFFIC_MIX), shuffled, none in ``taken`` (which grows), and each request's kind."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from make_example_logs import genui_family_cases
+
+    from mint.harness.genui import verify
+    from mint.loop.experience import normalized_text
+
+    wanted = dict(TRAFFIC_MIX)
+    drift = served + family_requests(DRIFT, wanted["first drift"] - len(served), rng, taken)
+    old = [request for request, _tree in genui_family_cases(rng, OLD_FAMILY_SUBJECTS)]
+    far, turn = [], 0
+    while len(far) < wanted["far beyond"]:
+        request, tree = FAR[list(FAR)[turn % len(FAR)]](rng)
+        if normalized_text(request) in taken:
+            continue
+        passed, why = verify(request, json.dumps(tree))
+        if not passed:
+            raise SystemExit(f"no tree the verifier passes for {request!r} ({why}): a family far beyond generation 1 "
+                             "must still be one a model can answer")
+        taken.add(normalized_text(request))
+        far.append(request)
+        turn += 1
+    if len(old) != wanted["logs' families"]:
+        asked = wanted["logs' families"]
+        raise SystemExit(f"OLD_FAMILY_SUBJECTS makes {len(old)} requests, TRAFFIC_MIX asks for {asked}")
+    for request in old:
+        if normalized_text(request) in taken:
+            raise SystemExit(f"{request!r} is already logged, held out or served")
+        taken.add(normalized_text(request))
+    kinds = {**{r: "first drift" for r in drift}, **{r: "logs' families" for r in old},
+             **{r: "far beyond" for r in far}}
+    rows = drift + old + far
+    rng.shuffle(rows)
+    return rows, kinds
+
+
+def build() -> tuple[dict[Path, list[str]], list[tuple[str, dict]], dict[str, str]]:
+    """Every request file's requests (by path), the retention suite's (request, tree) pairs, and each traffic
+    request's kind (TRAFFIC_MIX); SystemExit on a clash with the logs, the held-out files or each other, or a
+    traffic request mint.yaml's rules do not route to GenUI."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -241,14 +389,33 @@ def main() -> None:
     generation_3 = family_requests(SECOND_DRIFT, GENERATION_3, rng, taken)
     heldout_2 = family_requests(SECOND_DRIFT, HELDOUT_2, rng, taken)
     retention = genui_retention_cases(random.Random(20261204))
-    clash = clashes(served + heldout + generation_3 + heldout_2 + [r for r, _tree in retention], known)
-    clash += [r for r, _tree in retention if normalized_text(r) in taken]
+    clash = [r for r, _tree in retention if normalized_text(r) in taken]
+    taken |= {normalized_text(r) for r, _tree in retention}
+    # the demo's traffic, from a generator of its own, so every file written before it stays as it was
+    traffic_rng = random.Random(20261206)
+    traffic, kinds = traffic_requests(served, taken, traffic_rng)
+    generation_3 += family_requests(SECOND_DRIFT, GENERATION_3_MORE, traffic_rng, taken)
+    clash += clashes(traffic + heldout + generation_3 + heldout_2 + [r for r, _tree in retention], known)
     if clash:
         raise SystemExit(f"these requests already appear in examples/logs or examples/heldout, or twice: {clash}")
-    for path, rows in ((OUT, served), (HELDOUT_OUT, heldout), (GENERATION_3_OUT, generation_3),
-                       (HELDOUT_2_OUT, heldout_2)):
+    elsewhere = routed_elsewhere(traffic)
+    if elsewhere:
+        raise SystemExit(f"mint.yaml's rules do not route these to GenUI: {elsewhere}")
+    return {OUT: traffic, HELDOUT_OUT: heldout, GENERATION_3_OUT: generation_3, HELDOUT_2_OUT: heldout_2}, \
+        retention, kinds
+
+
+def main() -> None:
+    from mint.data.split import is_heldout
+
+    files, retention, kinds = build()
+    for path, rows in files.items():
         write_requests(path, rows)
         print(f"wrote {len(rows)} requests to {path.relative_to(ROOT)}")
+    for kind, _count in TRAFFIC_MIX:
+        mine = [r for r in files[OUT] if kinds[r] == kind]
+        held = sum(is_heldout({"messages": [{"role": "user", "content": r}]}, TRAFFIC_HELDOUT) for r in mine)
+        print(f"  {kind}: {len(mine)} served, {held} held out at {TRAFFIC_HELDOUT:g}, {len(mine) - held} for experience")
     with open(RETENTION_OUT, "w", encoding="utf-8") as f:
         for request, tree in retention:
             f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": request}],

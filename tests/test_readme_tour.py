@@ -46,7 +46,7 @@ def test_the_readme_tour_runs_in_an_empty_directory(tmp_path):
             project.write_text(project.read_text().replace("base: smollm2-135m", "base: tiny-random"))
             # a random model never stops on its own: 32 tokens of an answer say as much as 256 (and take an
             # eighth of the tour's time)
-            contract = tmp_path / "contracts" / "genui.yaml"
+            contract = tmp_path / "contracts" / "genui-logs.yaml"
             text = contract.read_text()
             assert "max_new_tokens: 256" in text
             contract.write_text(text.replace("max_new_tokens: 256", "max_new_tokens: 32"))

@@ -53,15 +53,18 @@ def _render_check(path: Path, summary) -> None:
                     f"{s.records} examples, all one way)" if s.detectable is not None
                     else "too small to show any difference as significant")
         if s.records is None:     # a live suite: its records exist only in a workspace, read by `mint eval`
-            out.print(f"  {s.name}: the held-out split of {escape(s.data)}, read when evaluated"
-                      f"{f', up to {s.limit} records' if s.limit else ''}, metrics {', '.join(s.metrics)}")
+            what = f"the held-out requests of the served traffic ({escape(s.data)})" if s.data.startswith("traffic:") \
+                else f"the held-out split of {escape(s.data)}"
+            cap = min(x for x in (s.limit, s.planned) if x) if s.limit or s.planned else None
+            out.print(f"  {s.name}: {what}, read when evaluated{f', up to {cap} records' if cap else ''}, "
+                      f"metrics {', '.join(s.metrics)}")
             continue
         sized = f" (the first {s.records} of {s.available}: what its gates' detect needs)" \
             if s.planned is not None and s.available is not None and s.available > s.records else ""
         out.print(f"  {s.name}: {s.records} records from {escape(s.data)}{sized}, metrics {', '.join(s.metrics)}; "
                   f"{resolves}")
     for plan in summary.plans:
-        out.print(f"  gate {plan.metric} {plan.rule}: {escape(plan.reads)}")
+        out.print(f"  gate {plan.metric} {plan.rule}: {escape(plan.reads) or 'resolved once its suite is read'}")
     for warning in summary.warnings:
         out.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.isolation:
@@ -149,6 +152,14 @@ def _render_report(result) -> None:
     if report.get("precision"):
         out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
                   f"({escape(report['precision']['reason'])})")
+    for name, drawn in (report.get("live_suites") or {}).items():
+        if isinstance(drawn, dict) and drawn.get("traffic"):
+            since = f" since {drawn['since']}" if drawn.get("since") else ""
+            out.print(f"suite {escape(name)}: {drawn['count']} held-out request(s) of the served traffic "
+                      f"({escape(drawn['traffic'])}{since}; {drawn['heldout_share']:g} of it held out)")
+        for plan in (drawn.get("underpowered") or []) if isinstance(drawn, dict) else []:
+            out.print(f"[yellow]under-powered[/]: {escape(plan['metric'])} {escape(plan['rule'])} on "
+                      f"{plan['examples']} example(s): {escape(plan['reads'])}")
     verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
     out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
     if result.baseline_evaluated:

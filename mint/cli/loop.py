@@ -44,13 +44,19 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
                  resume: bool = typer.Option(False, "--resume", help="Continue a killed run from its iteration; "
                                                                      "finished steps are skipped."),
                  dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
+                 requests: Optional[Path] = typer.Option(
+                     None, "--requests", help="A JSONL of chat requests ({\"messages\": [...]} or {\"prompt\": ...} "
+                                              "a line) that every serve step sends instead of the recipe's."),
                  json_out: bool = JSON_OPT) -> None:
     """Run a recipe's steps for N iterations: unattended, idempotent, resumable, one at a time per workspace.
 
     Exit 0 when the loop ran (promoted or not), 1 when a step marked fatal failed its contract or another
     loop holds the workspace, 2 on bad input.
 
-    Example: mint loop recipes/demo.yaml --iterations 2
+    A specialist whose contract follows the served traffic waits, without failing, while the traffic's
+    held-out slice is smaller than its gates need ("not enough traffic yet"); the next run continues.
+
+    Example: mint loop recipes/demo.yaml --iterations 2 --requests my-requests.jsonl
     """
     from mint.loop.runner import run_loop
 
@@ -70,7 +76,8 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         elif event["event"] == "note":
             err.print(escape(event["message"]))
 
-    result = run_loop(ws(writes=not dry_run), recipe, iterations=iterations, resume=resume, dry_run=dry_run, events=events)
+    result = run_loop(ws(writes=not dry_run), recipe, iterations=iterations, resume=resume, dry_run=dry_run,
+                      events=events, requests=requests)
     if json_out:
         print_json(result)
     elif result.status == "dry run":
@@ -88,6 +95,8 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         else:
             _render_generations(result)
             _render_step_times(result)
+        for wait in result.waiting:
+            out.print(f"[yellow]iteration {wait['iteration']}, {escape(wait['message'])}[/]")
         for alert in result.alerts:
             out.print(f"[yellow]warning (mint monitor):[/] {escape(alert)}")
     if result.exit_code:

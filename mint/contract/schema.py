@@ -42,6 +42,10 @@ LIVE_PREFIX = "dataset:"
 _LIVE_REF = re.compile(r"^dataset:([A-Za-z0-9][A-Za-z0-9._-]{0,99})@([A-Za-z0-9._-]{1,64})\Z")
 # a live suite's records are made from logged episodes; HumanEval-style tests cannot be
 LIVE_HARNESSES = ("chat", "agent", "genui")
+# a traffic suite: the held-out requests of what `mint serve` logged (mint.data.split), in a window: served since
+# the champion was promoted, or all of it
+TRAFFIC_PREFIX = "traffic:"
+TRAFFIC_WINDOWS = ("since-promotion", "all")
 
 
 @dataclass(frozen=True)
@@ -53,14 +57,18 @@ class Suite:
     dataset: str | None = None      # a live suite: drawn from this dataset's held-out split ...
     version: str | None = None      # ... at this version (`latest` resolves when the suite is read)
     where: str = ""                 # the suite's field in the contract, for errors about its data
+    traffic: str | None = None      # a traffic suite: the served traffic's held-out requests in this window
 
     @property
     def live(self) -> bool:
-        return self.dataset is not None
+        """Whether the records are read from the workspace when evaluated (a dataset's or the traffic's), not a file."""
+        return self.dataset is not None or self.traffic is not None
 
     @property
     def source(self) -> str:
-        return f"{LIVE_PREFIX}{self.dataset}@{self.version}" if self.live else str(self.data)
+        if self.traffic is not None:
+            return f"{TRAFFIC_PREFIX}{self.traffic}"
+        return f"{LIVE_PREFIX}{self.dataset}@{self.version}" if self.dataset is not None else str(self.data)
 
 
 @dataclass(frozen=True)
@@ -199,8 +207,19 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             raise doc.error(f"{where}.name", f"suite {suite_name!r} appears twice")
         names.add(suite_name)
         data_text = check_string(doc, raw["data"], f"{where}.data")
-        dataset = dataset_version = data_path = None
-        if data_text.startswith(LIVE_PREFIX):
+        dataset = dataset_version = data_path = traffic = None
+        if data_text.startswith(TRAFFIC_PREFIX):
+            traffic = data_text[len(TRAFFIC_PREFIX):]
+            if traffic not in TRAFFIC_WINDOWS:
+                raise doc.error(f"{where}.data", f"expected {TRAFFIC_PREFIX}WINDOW with a window of "
+                                                 f"{', '.join(TRAFFIC_WINDOWS)}, got {data_text!r}"
+                                + closest(traffic, TRAFFIC_WINDOWS))
+            if not scorer.request_metrics:
+                able = [n for n in HARNESS_NAMES if harness_for(n, settings).request_metrics]
+                raise doc.error(f"{where}.data", f"the {harness_name} harness cannot score a request without a "
+                                                 f"reference answer, and served traffic has none (traffic suites: "
+                                                 f"{', '.join(able)}); use a suite file")
+        elif data_text.startswith(LIVE_PREFIX):
             match = _LIVE_REF.match(data_text)
             if match is None:
                 raise doc.error(f"{where}.data", f"expected {LIVE_PREFIX}NAME@VERSION (a version hash prefix, vN "
@@ -213,17 +232,22 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             data_path = (path.parent / data_text).resolve()
             if not is_file(data_path):
                 raise doc.error(f"{where}.data", f"no such file: {data_path}")
-        metrics = raw.get("metrics", list(available))
+        metrics = raw.get("metrics", list(scorer.request_metrics if traffic is not None else available))
         if not isinstance(metrics, list) or not metrics:
             raise doc.error(f"{where}.metrics", "expected a non-empty list of metric names")
         for j, metric in enumerate(metrics):
             if not isinstance(metric, str) or not scorer.knows_metric(metric):
                 raise doc.error(f"{where}.metrics[{j}]", f"the {harness_name} harness has no metric {metric!r}"
                                 + closest(str(metric), available, listing="expected one of"))
+            if traffic is not None and metric not in scorer.request_metrics:
+                raise doc.error(f"{where}.metrics[{j}]", f"{metric} compares with a reference answer, and served "
+                                                         "traffic has none; a traffic suite measures "
+                                                         f"{', '.join(scorer.request_metrics)}")
         limit = raw.get("limit")
         if limit is not None:
             check_number(doc, limit, f"{where}.limit", minimum=1, integer=True)
-        suites.append(Suite(suite_name, data_path, tuple(metrics), limit, dataset, dataset_version, f"{where}.data"))
+        suites.append(Suite(suite_name, data_path, tuple(metrics), limit, dataset, dataset_version, f"{where}.data",
+                            traffic))
 
     gate_rules = data.get("gate_rules", DEFAULT_GATE_RULES)
     if gate_rules not in GATE_RULES or isinstance(gate_rules, bool):

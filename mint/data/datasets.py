@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import itertools
 import json
 import os
@@ -24,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+# the held-out split (mint.data.split): the slice that contract suites evaluate on and training never sees
+from mint.data.split import HELDOUT_FRACTION, HELDOUT_KEY, heldout_key, heldout_position, heldout_rule, is_heldout
 from mint.errors import BadInput, Refused
 from mint.jsonl import read_jsonl
 from mint.text import closest
@@ -37,11 +38,6 @@ SUPERSEDED_FILE = "superseded.txt"
 VERSION_CHARS = 12
 EXPORT_FORMATS = ("openai", "hf")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
-# The held-out split: the slice of every dataset that contract suites drawn from the data
-# (`dataset:NAME@latest`) evaluate on and that training never sees. Fixed key and fraction, so an
-# episode's side never changes as the dataset grows.
-HELDOUT_FRACTION = 0.1
-HELDOUT_KEY = b"mint-heldout-v1"
 
 
 def check_name(name: str) -> None:
@@ -111,33 +107,6 @@ def quarantine_keys(directory: Path) -> Iterator[bytes]:
             yield bytes.fromhex(key)
         except (ValueError, KeyError, TypeError, AttributeError):
             continue   # not an entry mint wrote
-
-
-# --- the held-out split ----------------------------------------------------------
-
-def heldout_key(episode: dict) -> str | None:
-    """What decides an episode's side: the text of its first user message. Not the episode id, because
-    the same question must stay on one side when it is re-logged with more turns or later feedback (a
-    new id), asked again, or answered by the champion as experience. None when there is no user turn."""
-    for message in episode.get("messages") or []:
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            return content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False)
-    return None
-
-
-def heldout_position(episode: dict) -> float | None:
-    """A keyed hash of :func:`heldout_key` mapped to [0, 1); None when the episode has no user turn."""
-    key = heldout_key(episode)
-    if key is None:
-        return None
-    digest = hmac.new(HELDOUT_KEY, key.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64
-
-
-def is_heldout(episode: dict, fraction: float = HELDOUT_FRACTION) -> bool:
-    position = heldout_position(episode)
-    return position is not None and position < fraction
 
 
 # --- reading for users and later stages ----------------------------------------
@@ -220,9 +189,11 @@ def iter_episodes(ws: Workspace, name: str, version: str | None = None,
     """Every episode of the dataset as of ``version``, oldest first, without those a later record of
     the same conversation replaced (up to ``version``). ``split="train"`` leaves out the held-out split
     (every reader of training data asks for it: `mint train`, the loop's experience, `mint data export`);
-    ``split="heldout"`` keeps only that split (live contract suites)."""
+    ``split="heldout"`` keeps only that split (live contract suites). Held out: below the dataset share, or a
+    request the served traffic holds out (mint.data.split.heldout_rule)."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r}")
+    held = heldout_rule(ws) if split is not None else None
     directory, manifest = resolve_version(ws, name, version)
     versions = chain(directory, manifest["version"])
     for v in versions:   # before the first episode: nothing downstream may see a changed version
@@ -232,7 +203,7 @@ def iter_episodes(ws: Workspace, name: str, version: str | None = None,
         for episode in read_episodes(directory, v):
             if (specialist is None or episode["specialist"] == specialist) and \
                     (not gone or bytes.fromhex(episode["id"][:32]) not in gone) and \
-                    (split is None or is_heldout(episode) == (split == "heldout")):
+                    (held is None or held(episode) == (split == "heldout")):
                 yield episode
 
 
@@ -488,12 +459,14 @@ def rated(episodes: Iterator[dict], min_rating: int | None, left_out: dict | Non
             left_out[why] = left_out.get(why, 0) + 1
 
 
-def _selected(episodes: Iterator[dict], specialist: str | None, split: str, left_out: dict) -> Iterator[dict]:
-    """The episodes of ``specialist`` in ``split``; the others are counted in ``left_out`` by why."""
+def _selected(episodes: Iterator[dict], specialist: str | None, split: str, left_out: dict,
+              held: Callable[[dict], bool]) -> Iterator[dict]:
+    """The episodes of ``specialist`` in ``split`` (``held``: the workspace's held-out rule); the others are
+    counted in ``left_out`` by why."""
     for episode in episodes:
         if specialist is not None and episode["specialist"] != specialist:
             why = f"specialist {episode['specialist']} (--specialist {specialist})"
-        elif split != "all" and is_heldout(episode) != (split == "heldout"):
+        elif split != "all" and held(episode) != (split == "heldout"):
             why = "held-out split (--split all or heldout)" if split == "train" else "training split"
         else:
             yield episode
@@ -542,7 +515,8 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
     if out.exists() and not force:
         raise BadInput("already exists; choose another path or pass --force", file=str(out))
     left_out: dict[str, int] = {}
-    episodes = rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split, left_out),
+    held = heldout_rule(ws)
+    episodes = rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split, left_out, held),
                      min_rating, left_out)
     first = next(episodes, None)
     if first is None:
@@ -570,7 +544,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
             # what the rows will be, counted here: the worker that makes the dataset only writes them
             left_out, pairs, conversations = {}, 0, 0
             for episode in rated(_selected(iter_episodes(ws, name, manifest["version"]), specialist, split,
-                                           left_out), min_rating, left_out):
+                                           left_out, held), min_rating, left_out):
                 if episode.get("preference"):
                     pairs += 1
                 else:

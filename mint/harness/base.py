@@ -84,6 +84,9 @@ class Harness:
     name: str = ""
     metrics: tuple[str, ...] = field(default=())
     lower_is_better: tuple[str, ...] = field(default=())
+    # the metrics it scores from the request alone, without a reference answer: what a suite drawn from served
+    # traffic, where nobody wrote one, can measure (none: such a suite is refused for this harness)
+    request_metrics: tuple[str, ...] = field(default=())
 
     def knows_metric(self, metric: str) -> bool:
         """Whether a suite may name ``metric``."""

@@ -887,6 +887,10 @@ class GenuiHarness(Harness):
     # off_request_rate: answers that parse as a tree but are not the one asked for (a fixed or empty tree
     # scores 1, text that holds no tree 0)
     lower_is_better: tuple[str, ...] = ("off_request_rate",)
+    # without a reference the tree is judged by the catalog and the request (request_problem: the root and parts
+    # it names, its labels); root_type_match compares with a reference only
+    request_metrics: tuple[str, ...] = ("parse_rate", "schema_valid_rate", "required_props_rate", "request_match",
+                                        "off_request_rate")
 
     def check_record(self, record: dict) -> None:
         super().check_record(record)

@@ -273,7 +273,7 @@ def excluded_keys(contract_paths: list[Path]) -> set[str]:
         contract = load_contract(path)
         harness = contract.harness()
         for suite in contract.suites:
-            if suite.live:      # a live suite draws from the dataset's held-out side, excluded by is_heldout
+            if suite.live:      # a live or traffic suite draws from the held-out side, excluded by the split
                 continue
             for record in read_suite(contract, suite):
                 keys.add(normalized_text(harness.request(record)))
@@ -281,11 +281,14 @@ def excluded_keys(contract_paths: list[Path]) -> set[str]:
 
 
 def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], answered: set[str],
-                     limit: int) -> tuple[list[ExperiencePrompt], dict]:
+                     limit: int, held=None) -> tuple[list[ExperiencePrompt], dict]:
     """The first ``limit`` distinct prompts that are neither held out nor already answered, and how many of
-    each source were kept or left out and why."""
+    each source were kept or left out and why. Held out: in a suite file (``heldout``), or by the workspace's
+    split (``held``, mint.data.split.heldout_rule: the dataset share, and the served traffic's held-out
+    requests, whichever source offers them); without ``held``, the dataset share alone."""
     from mint.data.datasets import is_heldout
 
+    held = held or is_heldout
     kept, seen, counts = [], set(), {}
     for candidate in candidates:
         tally = counts.setdefault(candidate.source, {"offered": 0, "kept": 0, "heldout": 0, "answered": 0,
@@ -295,7 +298,7 @@ def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], a
         key = candidate.key
         if not key:
             continue
-        if key in heldout or is_heldout({"messages": candidate.prompt}):
+        if key in heldout or held({"messages": candidate.prompt}):
             tally["heldout"] += 1
         elif key in answered:
             tally["answered"] += 1
@@ -417,7 +420,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     trains on, and its placebo twin learns from every sampled answer alone: the champion has learned the logs.
     ``replay`` logged examples per verified answer (drawn with ``seed``) go beside both, rehearsing what the
     champion knew: without them a continuation forgets it (measured in docs/benchmarks.md)."""
-    from mint.data.datasets import iter_episodes
+    from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import repairer_for
 
@@ -437,7 +440,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     repair_answer = repairer_for(harness or specialist) if repair else None
     family_reader = _family_reader(harness, specialist)
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
-                                          answered=answered, limit=prompts)
+                                          answered=answered, limit=prompts, held=heldout_rule(ws))
     # said, not silently ignored: this harness's answers have no repair
     repair_skipped = f"the {harness or specialist} harness has no repair for its answers" \
         if repair and repair_answer is None else None

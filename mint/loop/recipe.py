@@ -29,7 +29,8 @@ from mint.loop.steps import STEPS
 from mint.text import closest
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, load_yaml
 
-TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps")
+TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps", "traffic")
+TRAFFIC_KEYS = ("heldout",)
 LOOP_KEYS = ("iterations",)
 COMMON_KEYS = ("from_iteration", "until_iteration", "fatal")
 STEP_KINDS = tuple(STEPS)
@@ -68,6 +69,10 @@ class Recipe:
     sha256: str
     doc: YamlDoc = field(repr=False, compare=False, default=None)
     description: str = ""           # printed when the loop starts: what it trains and why, in a line or two
+    # `traffic: {heldout: S}`: the share of the requests it serves held out for contract suites (mint.data.split),
+    # over mint.yaml's; and where it is written (file, line, field)
+    traffic_heldout: float | None = None
+    traffic_at: tuple = (None, None, "traffic.heldout")
 
     @property
     def specialists(self) -> tuple[str, ...]:
@@ -124,8 +129,15 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
         steps.append(Step(kind, i, options, doc.line(at), from_iteration=from_iteration,
                           until_iteration=until_iteration, fatal=fatal))
     _check_order(doc, steps)
+    traffic = check_keys(doc, data.get("traffic") or {}, "traffic", TRAFFIC_KEYS)
+    heldout = None
+    if "heldout" in traffic:
+        heldout = check_number(doc, traffic["heldout"], "traffic.heldout", minimum=0, maximum=1)
+        if not 0 < heldout < 1:
+            raise doc.error("traffic.heldout", "expected the share of served requests held out, between 0 and 1")
     return Recipe(name, path.absolute(), base, dataset, iterations, tuple(steps),
-                  hashlib.sha256(path.read_bytes()).hexdigest(), doc, description)
+                  hashlib.sha256(path.read_bytes()).hexdigest(), doc, description, heldout,
+                  (str(path), doc.line("traffic.heldout"), "traffic.heldout"))
 
 
 def _check_step(doc, path: Path, kind: str, options: dict, at: str, specialists, check_contracts: bool) -> None:
@@ -155,6 +167,7 @@ def check_recipe(path: Path) -> dict:
     recipe = load_recipe(path, specialists=load_project(_project_file(path)).names)
     return {"recipe": recipe.name, "description": recipe.description, "path": str(recipe.path), "sha256": recipe.sha256, "base": recipe.base,
             "dataset": recipe.dataset, "iterations": recipe.iterations, "specialists": list(recipe.specialists),
+            "traffic": {"heldout": recipe.traffic_heldout} if recipe.traffic_heldout is not None else None,
             "steps": [{"index": s.index, "kind": s.kind, "line": s.line, "from_iteration": s.from_iteration,
                        "until_iteration": s.until_iteration, "fatal": s.fatal, **s.options} for s in recipe.steps],
             "ok": True}

@@ -35,7 +35,8 @@ class StepOutcome:
     iteration: int
     index: int
     label: str
-    status: str                 # ran | skipped (inputs unchanged) | waiting (before from_iteration) | failed
+    # ran | skipped (inputs unchanged) | waiting (before from_iteration, or for traffic) | failed
+    status: str
     seconds: float
     output: dict
 
@@ -74,6 +75,8 @@ class LoopResult:
     # per specialist, every generation with its experience, twin and verdict (mint.reports.generation_progress),
     # read back from what the registry and the loop's state keep
     progress: dict[str, list] = field(default_factory=dict)
+    # specialists whose generation waited for traffic: {iteration, specialist, message, traffic}
+    waiting: list[dict] = field(default_factory=list)
 
 
 # --- the workspace lock --------------------------------------------------------------------------
@@ -165,8 +168,10 @@ class LoopState:
 # --- the loop ----------------------------------------------------------------------------------------
 
 def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None, resume: bool = False,
-             dry_run: bool = False, events: LoopEvents | None = None) -> LoopResult:
-    """Run ``recipe_path``; see the module docstring. Exit code 1 only when a fatal step failed its contract."""
+             dry_run: bool = False, events: LoopEvents | None = None, requests: Path | None = None) -> LoopResult:
+    """Run ``recipe_path``; see the module docstring. Exit code 1 only when a fatal step failed its contract.
+    ``requests``: a JSONL of chat requests every serve step sends instead of the recipe's (checked, and routed,
+    before the first step runs)."""
     from mint.project import load_project
 
     recipe_path = Path(recipe_path)
@@ -177,7 +182,8 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         raise BadInput("must be at least 1", field="--iterations")
     total = iterations or recipe.iterations
     emit = events or (lambda event: None)
-    context = _Context(ws, recipe, project, emit)
+    context = _Context(ws, recipe, project, emit, requests=Path(requests).absolute() if requests else None)
+    check_traffic(context)
 
     if dry_run:
         state = LoopState(ws, recipe)
@@ -229,7 +235,67 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
 
         return LoopResult(recipe.name, "ran", total - first + 1, exit_code, outcomes, generations,
                           state_file=str(state.path), alerts=routing_alerts(ws, project),
-                          progress=generation_progress(ws, specialists=recipe.specialists))
+                          progress=generation_progress(ws, specialists=recipe.specialists),
+                          waiting=context.waiting)
+
+
+def check_traffic(context: "_Context") -> None:
+    """Before any step runs: the traffic's held-out share the recipe (or mint.yaml) asks for is the one its log
+    has, and a ``--requests`` file is well formed and holds a request for each specialist the served traffic
+    feeds (routed as the mixture routes it). Every problem is BadInput naming the file and line."""
+    from mint.data.split import share_conflict
+
+    conflict = share_conflict(context.ws, context.traffic_heldout)
+    if conflict:
+        file, line, where = context.traffic_at
+        raise BadInput(conflict, file=file, line=line, field=where)
+    if context.requests is None:
+        return
+    from mint.mol.router import route_conversations
+    from mint.serve.replay import read_requests
+
+    if not any(step.kind == "serve" for step in context.recipe.steps):
+        raise BadInput(f"{context.recipe.path.name} has no serve step to send the requests through", field="--requests")
+    if not context.requests.is_file():
+        raise BadInput("no such file", file=str(context.requests), field="--requests")
+    rows = read_requests(context.requests)
+    fed = traffic_fed(context)
+    if not fed:
+        return
+    routes = route_conversations(context.ws, [r["messages"] for r in rows], [bool(r.get("tools")) for r in rows],
+                                 project=context.project, base=context.base)
+    went: dict[str, list[int]] = {}
+    for number, route in enumerate(routes, start=1):
+        went.setdefault(route.specialist, []).append(number)
+    for specialist in fed:
+        if specialist not in went:
+            where = "; ".join(f"{name}: line{'s' if len(lines) > 1 else ''} {_lines(lines)}"
+                              for name, lines in sorted(went.items()))
+            raise BadInput(f"no request here is one {specialist} answers, routed as the mixture routes it ({where}); "
+                           f"the served traffic feeds {specialist}'s experience and contract, so it would learn and "
+                           "be measured on nothing", file=str(context.requests))
+
+
+def traffic_fed(context: "_Context") -> list[str]:
+    """The specialists the served traffic feeds: an experience step that reads served turns, or an eval contract
+    with a suite drawn from the traffic."""
+    from mint.contract.schema import load_contract
+    from mint.loop.experience import DEFAULT_SOURCES
+
+    fed = []
+    for step in context.recipe.steps:
+        if step.kind == "experience" and "served" in (step.options.get("sources") or DEFAULT_SOURCES):
+            fed.append(step.specialist)
+        elif step.kind == "eval":
+            contract = load_contract(context.recipe.path.parent / step.options["contract"], check_data=False)
+            if any(s.traffic for s in contract.suites):
+                fed.append(step.specialist)
+    return list(dict.fromkeys(fed))
+
+
+def _lines(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:5]))
+    return shown + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
 
 
 def routing_alerts(ws: Workspace, project) -> list[str]:
@@ -253,6 +319,37 @@ def _project_file(recipe_path: Path) -> Path | None:
 class _Context(LoopContext):
     """One iteration's steps, run in order: each kind's key, run and result come from ``STEPS``."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.waiting: list[dict] = []
+        self._waits: dict[tuple[int, str], dict | None] = {}
+
+    def traffic_wait(self, specialist: str, iteration: int) -> dict | None:
+        """Why ``specialist``'s generation waits this iteration: an eval contract of this iteration has a suite
+        drawn from the served traffic whose held-out slice is smaller than the power planner's size for its
+        gates (None: it does not wait). Asked once per iteration, at its first step."""
+        if (iteration, specialist) in self._waits:
+            return self._waits[(iteration, specialist)]
+        from mint.contract.live import traffic_shortfalls
+        from mint.contract.schema import load_contract
+
+        wait = None
+        for step in self.recipe.steps:
+            if step.kind != "eval" or step.specialist != specialist or not step.runs_in(iteration):
+                continue
+            contract = load_contract(self.recipe.path.parent / step.options["contract"], check_data=False)
+            short = traffic_shortfalls(self.ws, contract)
+            if short:
+                message = f"{specialist}: {short[0].message}; its generation waits for more traffic (nothing " \
+                          "trained or registered for it in this iteration)"
+                wait = {"iteration": iteration, "specialist": specialist, "message": message,
+                        "traffic": [dataclasses.asdict(s) for s in short]}
+                self.waiting.append(wait)
+                self.emit({"event": "note", "message": message})
+                break
+        self._waits[(iteration, specialist)] = wait
+        return wait
+
     def state_key(self) -> str:
         outside = [STEPS[s.kind].outside_inputs(self, s) for s in self.recipe.steps]
         return content_key(self.recipe.sha256, [f for f in outside if f is not None], self.champions())
@@ -263,6 +360,10 @@ class _Context(LoopContext):
             return StepOutcome(iteration, step.index, step.label, "waiting", 0.0,
                                {"note": f"runs in iterations {step.from_iteration}–{step.until_iteration or ''}"})
         kind = STEPS[step.kind]
+        wait = self.traffic_wait(step.specialist, iteration) if step.specialist else None
+        if wait is not None:
+            return StepOutcome(iteration, step.index, step.label, "waiting", 0.0,
+                               {"note": wait["message"], "traffic": wait["traffic"]})
         key = kind.key(self, step)
         if key is None:
             return StepOutcome(iteration, step.index, step.label, "waiting", 0.0,

@@ -32,9 +32,14 @@ class LoopContext:
     """What the steps of one iteration hand each other (candidates, reports, decisions), and the workspace
     facts their keys read (the dataset's newest version, the champions)."""
 
-    def __init__(self, ws: Workspace, recipe, project, emit: Callable[[dict], None]) -> None:
+    def __init__(self, ws: Workspace, recipe, project, emit: Callable[[dict], None], *,
+                 requests: Path | None = None) -> None:
         self.ws, self.recipe, self.project, self.emit = ws, recipe, project, emit
         self.base = recipe.base or project.base
+        self.requests = requests        # `mint loop --requests FILE`: what every serve step serves instead
+        # the share of the served traffic held out (mint.data.split): the recipe's, else mint.yaml's, and where it is
+        self.traffic_heldout, self.traffic_at = (recipe.traffic_heldout, recipe.traffic_at) \
+            if recipe.traffic_heldout is not None else (project.traffic_heldout, project.traffic_at)
         self.candidates: dict[str, TrainOutput] = {}
         self.evaluations: dict[str, EvalOutput] = {}
         self.decisions: dict[str, Decision] = {}
@@ -333,13 +338,27 @@ class Eval(StepKind):
         if "limit" in options:
             check_number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
 
+    def traffic(self, context: LoopContext, step) -> list:
+        """What the contract's suites drawn from the served traffic read now (none: it has no such suite)."""
+        from mint.contract.live import traffic_fingerprint
+        from mint.contract.schema import load_contract
+
+        contract = load_contract(context.recipe.path.parent / step.options["contract"], check_data=False)
+        return traffic_fingerprint(context.ws, contract, step.options.get("limit")) \
+            if any(s.traffic for s in contract.suites) else []
+
+    def outside_inputs(self, context, step):
+        # a contract that follows the traffic has something new to measure when more is served
+        return self.traffic(context, step) or None
+
     def key(self, context, step):
         candidate = context.candidates.get(step.specialist)
         if candidate is None:
             return None
         contract = context.recipe.path.parent / step.options["contract"]
+        traffic = self.traffic(context, step)
         return content_key("eval", candidate.revision_id, hashlib.sha256(contract.read_bytes()).hexdigest(),
-                           step.options.get("limit"))
+                           step.options.get("limit"), *([traffic] if traffic else []))
 
     def run(self, context, step):
         from mint.contract.evaluate import evaluate_many
@@ -529,7 +548,12 @@ class Serve(StepKind):
                 check_number(doc, options[key], f"{at}.{key}", minimum=1, integer=True)
 
     def requests(self, context: LoopContext, step) -> Path:
-        return context.recipe.path.parent / step.options["requests"]
+        """The recipe's file, or the one `mint loop --requests` gives instead."""
+        return context.requests or context.recipe.path.parent / step.options["requests"]
+
+    def outside_inputs(self, context, step):
+        path = self.requests(context, step)
+        return [str(path), hashlib.sha256(path.read_bytes()).hexdigest()]
 
     def key(self, context, step):
         digest = hashlib.sha256(self.requests(context, step).read_bytes()).hexdigest()
@@ -539,7 +563,8 @@ class Serve(StepKind):
         from mint.serve.replay import serve_requests
 
         return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
-                              clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256))
+                              clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256),
+                              heldout=context.traffic_heldout, heldout_at=context.traffic_at)
 
 
 STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Serve(), Experience(), Train(), Eval(),

@@ -99,7 +99,7 @@ class TurnBook:
                  log: TurnLog | None = None, scrub_logs: bool = False) -> None:
         self.ws, self.project = ws, project
         self.feedback_window_s = feedback_window_s
-        self.log = log or TurnLog(ws)
+        self.log = log or TurnLog(ws, heldout=project.traffic_heldout, heldout_at=project.traffic_at)
         self.scrub_logs = scrub_logs
         self._pending: OrderedDict[str, tuple[float, str | None]] = OrderedDict()   # id -> (answered, owner)
         self._pending_lock = threading.Lock()

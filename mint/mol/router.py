@@ -511,6 +511,14 @@ def route_text(ws, text: str, *, project: Project, tools: bool = False, base: st
     if not isinstance(text, str) or not text.strip():
         raise BadInput("the turn is empty", field="TEXT")
     check_unicode(text, "TEXT")
+    return route_conversations(ws, [[{"role": "user", "content": text}]], [tools], project=project, base=base)[0]
+
+
+def route_conversations(ws, conversations: Sequence[list[dict]], tools: Sequence[bool], *, project: Project,
+                        base: str | None = None) -> list[Route]:
+    """Where each conversation goes, as the mixture routes it: the rules, else the router champion's probe on
+    the base (without a champion, the starter probe). The base is loaded only when the rules leave a turn to a
+    probe."""
     router, probe_base = champion_router(ws, project)
     loaded = []
 
@@ -524,12 +532,14 @@ def route_text(ws, text: str, *, project: Project, tools: bool = False, base: st
     def features(conversations, layer, reads):
         return probe_features(base_model().model, base_model().tokenizer, conversations, layer, reads)
 
-    conversation = [{"role": "user", "content": text}]
-    route = router.route([conversation], [tools], features)[0]
-    if route.rule == "default" and has_starter(project):     # no probe, no rule or keyword named a specialist
-        route = starter_router(project, router, base_model().model, features).route([conversation], [tools],
-                                                                                     features)[0]
-    return route
+    routes = router.route(list(conversations), list(tools), features)
+    defaults = [i for i, route in enumerate(routes) if route.rule == "default"]
+    if defaults and has_starter(project):     # no probe, no rule or keyword named a specialist
+        starter = starter_router(project, router, base_model().model, features)
+        for i, route in zip(defaults, starter.route([conversations[i] for i in defaults],
+                                                    [tools[i] for i in defaults], features)):
+            routes[i] = route
+    return routes
 
 
 def starter_router(project: Project, router: Router, model, features_fn) -> Router:

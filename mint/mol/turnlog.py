@@ -19,23 +19,32 @@ import time
 from pathlib import Path
 
 from mint.data.schema import Episode
+from mint.data.split import fix_share, share_conflict
+from mint.data.traffic import CURRENT, is_feedback_line, logs_dir, read_turns, scan_turns
 from mint.errors import BadInput
 from mint.workspace import Workspace, file_lock
 
-CURRENT = "served.jsonl"
+__all__ = ["CURRENT", "TurnLog", "is_feedback_line", "logs_dir", "read_turns", "scan_turns"]
+
 DEFAULT_MAX_BYTES = 16 << 20
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 
 
-def logs_dir(ws: Workspace) -> Path:
-    return ws.home / "logs"
-
-
 class TurnLog:
+    """``heldout``: the share of the served traffic held out for contract suites (mint.data.split; None: the
+    log's own), fixed with the first turn written; a log whose share is already another is refused here, before
+    anything is served."""
+
     def __init__(self, ws: Workspace, max_bytes: int = DEFAULT_MAX_BYTES, *,
-                 retention_days: float | None = None) -> None:
+                 retention_days: float | None = None, heldout: float | None = None,
+                 heldout_at: tuple = (None, None, "traffic.heldout")) -> None:
         if retention_days is not None and not retention_days > 0:
             raise BadInput("must be more than 0", field="--log-retention-days")
+        conflict = share_conflict(ws, heldout)
+        if conflict:        # ``heldout_at``: (file, line, field) where the share was asked for
+            file, line, field = heldout_at
+            raise BadInput(conflict, file=file, line=line, field=field)
+        self.ws, self.heldout, self._share_fixed = ws, heldout, False
         self.directory = logs_dir(ws)
         self.max_bytes = max_bytes
         self.retention_s = retention_days * 86400 if retention_days is not None else None
@@ -54,6 +63,9 @@ class TurnLog:
         self._private_directory()
         current = self.directory / CURRENT
         with self._lock, file_lock(self.directory / ".served.lock"):
+            if not self._share_fixed:       # the first turn fixes the traffic's held-out share, before it is written
+                fix_share(self.ws, self.heldout)
+                self._share_fixed = True
             try:
                 size = current.stat().st_size
             except FileNotFoundError:
@@ -109,50 +121,3 @@ def _first_line_time(path: Path) -> float:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except (ValueError, AttributeError, TypeError, RecursionError):
         return path.stat().st_mtime
-
-
-def is_feedback_line(record: dict) -> bool:
-    """Whether a log line is feedback for an earlier turn (``upstream_id`` + ``feedback``, no messages)."""
-    return "messages" not in record and isinstance(record.get("upstream_id"), str) \
-        and isinstance(record.get("feedback"), dict)
-
-
-def read_turns(ws: Workspace) -> list[dict]:
-    """Every logged turn, oldest file first, with later feedback merged in; lines that do not parse are
-    skipped (a torn last line)."""
-    return scan_turns(ws)[0]
-
-
-def scan_turns(ws: Workspace) -> tuple[list[dict], int]:
-    """(every logged turn oldest file first, feedback merged in; how many non-blank lines were not a JSON object
-    and were skipped). Feedback for a turn that is not in the log (pruned, or never logged) is dropped."""
-    directory = logs_dir(ws)
-    if not directory.is_dir():
-        return [], 0
-    files = sorted(directory.glob("served-*.jsonl")) + [directory / CURRENT]
-    turns, skipped, by_id = [], 0, {}
-    for file in files:
-        if not file.is_file():
-            continue
-        with open(file, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except (ValueError, RecursionError):
-                    record = None
-                if not isinstance(record, dict):
-                    skipped += 1
-                elif is_feedback_line(record):
-                    turn = by_id.get(record["upstream_id"])
-                    if turn is not None:
-                        given = {k: v for k, v in record["feedback"].items() if v is not None}
-                        turn["feedback"] = {**(turn.get("feedback") or {}), **given}
-                else:
-                    turns.append(record)
-                    # a turn's answer id: its upstream_id (logs written before turns were canonical: its id)
-                    answer_id = record.get("upstream_id", record.get("id"))
-                    if isinstance(answer_id, str):
-                        by_id[answer_id] = record
-    return turns, skipped

@@ -76,9 +76,12 @@ class ReplayResult:
 
 
 def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base: str | None = None,
-                   clients: int = 8, max_tokens: int = 256) -> ReplayResult:
+                   clients: int = 8, max_tokens: int = 256, heldout: float | None = None,
+                   heldout_at: tuple = (None, None, "traffic.heldout")) -> ReplayResult:
     """Answer every request in ``requests_path`` through a real `mint serve` on loopback; returns how many were
-    served, by which revision, the failures (each with its reason) and the seconds taken."""
+    served, by which revision, the failures (each with its reason) and the seconds taken. ``heldout``: the share
+    of the traffic held out (mint.data.split), fixed with its first turn; ``heldout_at`` is where it was asked
+    for, should the log's share be another."""
     from mint.mol.mixture import Mixture
     from mint.mol.turnlog import TurnLog
     from mint.serve.admission import Access
@@ -91,7 +94,9 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
         raise BadInput("clients and max_tokens must be at least 1", field="clients")
     started = time.monotonic()
     key = secrets.token_urlsafe(18)
-    mixture = Mixture.open(ws, project, base=base, log=TurnLog(ws))
+    log = TurnLog(ws, heldout=heldout if heldout is not None else project.traffic_heldout,
+                  heldout_at=heldout_at if heldout is not None else project.traffic_at)
+    mixture = Mixture.open(ws, project, base=base, log=log)
     running = start_background(create_app(LocalBackend(mixture, poll_s=3600.0), access=Access((key,))),
                                start_limit_s=START_LIMIT_S)
     try:

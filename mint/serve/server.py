@@ -194,9 +194,10 @@ def run(ws: Workspace, options: ServeOptions, ready: Callable[[Serving], None]) 
             raise BadInput(f"{options.host} can be reached from other machines, and no API key is set: give "
                            "--api-key (or MINT_API_KEY), or --insecure to serve anyone who reaches the port",
                            field="--host")
-        log = TurnLog(ws, retention_days=options.retention_days)
-        log.forget_expired()
         project = load_project(options.config)
+        log = TurnLog(ws, retention_days=options.retention_days, heldout=project.traffic_heldout,
+                      heldout_at=project.traffic_at)
+        log.forget_expired()
         url = f"http://{f'[{options.host}]' if ':' in options.host else options.host}:{port}/v1"
         if options.upstream is not None:
             backend, serving = _gateway(ws, project, options, log, url, not keys)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
-from mint.data.datasets import is_heldout, iter_episodes, list_names, resolve_version
+from mint.data.datasets import heldout_rule, iter_episodes, list_names, resolve_version
 from mint.errors import BadInput, MintError
 from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
@@ -151,10 +151,11 @@ def planned_examples(ws: Workspace, *, specialist: str | None, data: str | None,
     _directory, manifest = resolve_version(ws, name, version or None, field="--data")
     reasons: dict[str, int] = {}
     mine = []
+    held = heldout_rule(ws)     # the split `mint train` reads through (mint.data.split)
     for episode in iter_episodes(ws, name, manifest["version"]):
         if episode["specialist"] != specialist:
             why = f"labelled {episode['specialist']}, not {specialist}"
-        elif is_heldout(episode):
+        elif held(episode):
             why = "held-out split (contract suites draw it; training never sees it)"
         else:
             mine.append(episode)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mint.contract.evaluate import evaluate
-from mint.contract.schema import load_contract, read_suite
+from mint.contract.schema import load_contract
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ROOT / "contracts"
@@ -42,22 +42,40 @@ def contract_file(name: str, tmp_path: Path) -> Path:
     return copy
 
 
-def write_predictions(path: Path, contract_path: Path, answer) -> Path:
+def write_predictions(ws, path: Path, contract_path: Path, answer) -> Path:
     """``answer(specialist, harness, record)`` for every record of every suite, as `--predictions` reads them."""
+    from mint.contract.live import read_suites
+
     contract = load_contract(contract_path)
     harness = contract.harness()
     rows = [{"suite": suite.name, "index": index, "output": answer(contract.specialist, harness, record),
              "latency_ms": 10.0}
-            for suite in contract.suites for index, record in enumerate(read_suite(contract, suite))]
+            for suite, records in read_suites(ws, contract)[0] for index, record in enumerate(records)]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def serve_drifted_traffic(ws) -> None:
+    """The first drift's held-out requests (stat and alert cards), logged as `mint serve` logs turns, half held
+    out: what a contract's suite drawn from the traffic reads (their reference-like answers: drifted_card)."""
+    from mint.mol.turnlog import TurnLog
+    from mint.registry.store import now
+
+    log = TurnLog(ws, heldout=0.5)
+    for i, line in enumerate((ROOT / "examples" / "heldout" / "genui-drift.jsonl").read_text().splitlines()):
+        messages = json.loads(line)["messages"]
+        log.append({"id": f"turn-{i}", "ts": now(), "specialist": "genui", "served_by": "genui:v1",
+                    "messages": messages + [{"role": "assistant", "content": "{}"}],
+                    "feedback": {"rating": None, "correction": None}})
 
 
 def verdict(ws, name: str, tmp_path: Path, answer) -> dict:
     """The report of ``answer``'s predictions under contract ``name``, against a baseline that answers "no"."""
     contract_path = contract_file(name, tmp_path)
-    baseline = write_predictions(tmp_path / "baseline.jsonl", contract_path, lambda *_: "no")
-    candidate = write_predictions(tmp_path / "candidate.jsonl", contract_path, answer)
+    if any(suite.traffic for suite in load_contract(contract_path).suites):
+        serve_drifted_traffic(ws)
+    baseline = write_predictions(ws, tmp_path / "baseline.jsonl", contract_path, lambda *_: "no")
+    candidate = write_predictions(ws, tmp_path / "candidate.jsonl", contract_path, answer)
     return evaluate(ws, None, contract_path, predictions=candidate, baseline_predictions=baseline).report.to_dict()
 
 

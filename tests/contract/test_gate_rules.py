@@ -15,8 +15,24 @@ from mint.errors import BadInput
 from tests.contract.test_degenerate import drifted_card
 
 ROOT = Path(__file__).resolve().parents[2]
-GENUI = ROOT / "contracts" / "genui.yaml"
+SHIPPED_GENUI = ROOT / "contracts" / "genui.yaml"
 INVALID = json.dumps({"type": "Banner", "props": {"text": "Sale"}})   # parses, but the catalog refuses it
+
+
+def drift_contract(tmp_path: Path, rules: str = "gate_rules: 2\n") -> Path:
+    """The shipped genui contract as the 2026-12-04 demo's generation 2 met it: its gates (under ``rules``) on the
+    first drift's 96 held-out requests (its core then; since v15 the core is drawn from the served traffic)."""
+    text = SHIPPED_GENUI.read_text().replace("gate_rules: 2\n", rules)
+    assert 'data: "traffic:since-promotion"' in text and ", detect: 0.2" in text
+    text = text.replace('data: "traffic:since-promotion"', "data: ../examples/heldout/genui-drift.jsonl")
+    text = text.replace(", detect: 0.2", "")
+    for key in ("catalog: ", "data: "):
+        text = text.replace(key + "ui4a/", f"{key}{ROOT}/contracts/ui4a/")
+        text = text.replace(key + "../examples", f"{key}{ROOT}/examples")
+        text = text.replace(key + "suites/", f"{key}{ROOT}/contracts/suites/")
+    path = tmp_path / f"genui-drift-{rules.split()[-1]}.yaml"
+    path.write_text(text)
+    return path
 
 
 def generation_two_like(contract_path: Path) -> tuple[list[dict], list[dict]]:
@@ -55,8 +71,9 @@ def gate(report: dict, metric: str) -> dict:
 
 
 def test_a_significant_parse_rate_loss_like_generation_two_s_fails_the_shipped_contract(ws, tmp_path):
-    candidate, champion = generation_two_like(GENUI)
-    report = evaluate(ws, None, GENUI, predictions=write(tmp_path / "gen2.jsonl", candidate),
+    contract = drift_contract(tmp_path)
+    candidate, champion = generation_two_like(contract)
+    report = evaluate(ws, None, contract, predictions=write(tmp_path / "gen2.jsonl", candidate),
                       baseline_predictions=write(tmp_path / "gen1.jsonl", champion)).report.to_dict()
     parse = gate(report, "core.parse_rate")
     assert parse["delta"]["wins"] == 12 and parse["delta"]["losses"] == 29
@@ -69,13 +86,7 @@ def test_a_significant_parse_rate_loss_like_generation_two_s_fails_the_shipped_c
 
 def test_the_same_report_passed_under_gate_rules_one(ws, tmp_path):
     """What the old rule did with it: the reason the shipped contracts moved to gate rules 2."""
-    old = tmp_path / "genui-rules-1.yaml"
-    text = GENUI.read_text().replace("gate_rules: 2\n", "gate_rules: 1\n")
-    for key in ("catalog: ", "data: "):
-        text = text.replace(key + "ui4a/", f"{key}{ROOT}/contracts/ui4a/")
-        text = text.replace(key + "../examples", f"{key}{ROOT}/examples")
-        text = text.replace(key + "suites/", f"{key}{ROOT}/contracts/suites/")
-    old.write_text(text)
+    old = drift_contract(tmp_path, "gate_rules: 1\n")
     candidate, champion = generation_two_like(old)
     report = evaluate(ws, None, old, predictions=write(tmp_path / "gen2.jsonl", candidate),
                       baseline_predictions=write(tmp_path / "gen1.jsonl", champion)).report.to_dict()
@@ -149,7 +160,7 @@ def test_a_contract_gated_under_rules_one_is_not_reread_under_two_at_the_same_ve
 
     contract = _contract(tmp_path, "  - {metric: core.parse_rate, no_regression: 0.0}\n")
     old_sha = contract_sha256(contract.path, [contract.suites[0].data], None, gate_rules=1)
-    predictions = write_predictions(tmp_path / "p.jsonl", contract.path, lambda *_: "{}")
+    predictions = write_predictions(ws, tmp_path / "p.jsonl", contract.path, lambda *_: "{}")
     from mint.registry import queries
 
     report = evaluate(ws, None, contract.path, predictions=predictions,

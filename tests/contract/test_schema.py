@@ -112,13 +112,24 @@ def test_the_contract_hash_covers_its_suites_and_its_catalog(contract_dir):
 
 def test_contract_check_says_what_each_suite_can_resolve(capsys):
     from pathlib import Path
-    path = Path(__file__).parents[2] / "contracts" / "genui.yaml"
+    path = Path(__file__).parents[2] / "contracts" / "genui-second-drift.yaml"
     assert main(["contract", "check", str(path), "--json"]) == 0
     core = json.loads(capsys.readouterr().out)["suites"][0]
     assert (core["name"], core["records"], core["detectable_examples"]) == ("core", 96, 6)
     assert core["detectable"] == 0.0625
     assert main(["contract", "check", str(path)]) == 0
     assert "resolves pass/fail differences of 6% or more (6 of 96 examples" in " ".join(capsys.readouterr().out.split())
+
+
+def test_contract_check_says_a_traffic_suite_is_read_when_evaluated_up_to_the_planners_size(capsys):
+    from pathlib import Path
+    path = Path(__file__).parents[2] / "contracts" / "genui.yaml"
+    assert main(["contract", "check", str(path), "--json"]) == 0
+    core = json.loads(capsys.readouterr().out)["suites"][0]
+    assert (core["data"], core["records"], core["planned"]) == ("traffic:since-promotion", None, 47)
+    assert main(["contract", "check", str(path)]) == 0
+    assert "core: the held-out requests of the served traffic (traffic:since-promotion), read when evaluated, up to " \
+           "47 records" in " ".join(capsys.readouterr().out.split())
 
 
 def test_the_shipped_core_gates_compare_with_the_baseline():

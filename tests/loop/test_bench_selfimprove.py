@@ -35,14 +35,27 @@ def run_bench(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
 
 def test_the_benchmark_refuses_a_contract_whose_core_suite_holds_fewer_than_48_examples(tmp_path):
     project = tmp_path / "project"
-    heldout = project / "examples" / "heldout" / "genui-drift.jsonl"   # the core of generation 2's contract
+    heldout = project / "examples" / "heldout" / "genui-drift-2.jsonl"   # the core of generation 3's contract
     heldout.parent.mkdir(parents=True)      # `mint init` keeps a file that exists: this project holds out 10
-    heldout.write_text("".join((ROOT / "examples" / "heldout" / "genui-drift.jsonl").read_text().splitlines(True)[:10]))
+    heldout.write_text("".join((ROOT / "examples" / "heldout" / "genui-drift-2.jsonl").read_text().splitlines(True)[:10]))
     done = run_bench("--keep", str(project))
     assert done.returncode == 2, done.stderr
-    assert f"{project / 'contracts' / 'genui.yaml'}: suites.core: the genui evaluation would measure 10 held-out " \
-           "examples" in done.stderr and "at least 48" in done.stderr
+    assert f"{project / 'contracts' / 'genui-second-drift.yaml'}: suites.core: the genui evaluation would measure 10 " \
+           "held-out examples" in done.stderr and "at least 48" in done.stderr
     assert "Traceback" not in done.stderr and not (project / ".mint").exists()     # nothing ran
+
+
+def test_a_suite_drawn_from_the_traffic_is_counted_from_the_batches_served_and_held_to_the_planners_size(tmp_path):
+    bench = load_bench()
+    project = tmp_path / "project"
+    requests = project / "examples" / "requests" / "genui.jsonl"     # generation 2's traffic, cut to 40 requests
+    requests.parent.mkdir(parents=True)
+    requests.write_text("".join((ROOT / "examples" / "requests" / "genui.jsonl").read_text().splitlines(True)[:40]))
+    done = run_bench("--keep", str(project))
+    assert done.returncode == 2, done.stderr
+    assert f"{project / 'contracts' / 'genui.yaml'}: suites.core: the genui evaluation would measure " in done.stderr
+    assert "of the 40 requests served in its iterations held out at 0.5" in done.stderr and "at least 47" in done.stderr
+    bench.refuse_small_suites(bench.heldout_sizes(ROOT))     # the shipped traffic's held-out half meets it
 
 
 def test_the_benchmark_refuses_a_request_served_in_two_generations(tmp_path):
@@ -52,7 +65,7 @@ def test_the_benchmark_refuses_a_request_served_in_two_generations(tmp_path):
     shutil.copyfile(ROOT / "examples" / "requests" / "genui.jsonl", again)
     done = run_bench("--keep", str(project), "--base", "tiny-random")
     assert done.returncode == 2, done.stderr
-    assert "48 request(s) are also in" in done.stderr and str(again) in done.stderr
+    assert "120 request(s) are also in" in done.stderr and str(again) in done.stderr
     assert not (project / ".mint").exists()
 
 
@@ -61,7 +74,7 @@ def test_the_shipped_request_batches_are_new_and_distinct():
     known = bench.known_requests(ROOT)
     batches = [[json.loads(line)["messages"][-1]["content"] for line in path.read_text().splitlines()]
                for path in (ROOT / "examples" / "requests").glob("genui*.jsonl")]
-    assert len(batches) == 2 and all(len(b) == 48 for b in batches)
+    assert sorted(len(b) for b in batches) == [96, 120]
     assert not bench.clashes(batches[0] + batches[1], known) and not set(batches[0]) & set(batches[1])
 
 
@@ -110,7 +123,7 @@ def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_
     result = json.loads(out.read_text())
     assert result["mode"].startswith("smoke") and {"cpu", "flags", "cores", "torch"} <= set(result["machine"])
     assert result["experience_sources"] == {"genui": ["served"]}
-    assert [b["requests"] for b in result["requests"]["batches"]] == [48, 48]
+    assert [b["requests"] for b in result["requests"]["batches"]] == [120, 96]
     genui, agent = result["specialists"]["genui"], result["specialists"]["agent"]
     assert genui["metric"] and [g["generation"] for g in genui["generations"]] == [1, 2, 3]
     assert [g["generation"] for g in agent["generations"]] == [1]          # the agent is trained once
@@ -120,7 +133,7 @@ def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_
         assert {"value", "experience", "twin", "retention", "backward_transfer"} <= set(generation)
     assert all(g["experience"]["pool"]["k"] == 8 and g["twin"]["verdict"] for g in genui["generations"][1:])
     # each generation is gated on what users ask at its time: the contract follows the traffic
-    assert [g["contract"] for g in genui["generations"]] == ["genui v12", "genui v13", "genui v14"]
+    assert [g["contract"] for g in genui["generations"]] == ["genui v12", "genui v15", "genui v16"]
     steps = result["wall_s"]["steps"]
     assert {(s["iteration"], s["step"]) for s in steps} >= {(3, "serve"), (3, "experience genui"), (2, "eval genui")}
     assert result["wall_s"]["total"] > 0

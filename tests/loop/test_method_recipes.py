@@ -21,7 +21,7 @@ def tiny_contract(path: Path, tmp_path: Path) -> Path:
     if "catalog" in harness:
         harness["catalog"] = str((path.parent / harness["catalog"]).resolve())
     for suite in data["suites"]:
-        if not suite["data"].startswith("dataset:"):      # a live suite names a dataset, not a file
+        if not suite["data"].startswith(("dataset:", "traffic:")):   # a live suite names a dataset or the traffic
             suite["data"] = str((path.parent / suite["data"]).resolve())
         suite["limit"] = 2
     data["promotion"] = {**(data.get("promotion") or {}), "min_examples": 1}
