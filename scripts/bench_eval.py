@@ -84,7 +84,7 @@ MODES = {
     "engine": Mode(),
     "engine to eos": Mode(changes=NO_END, answer_end=False),
     "engine DynamicCache": Mode(kv_room=0),
-    **{f"engine b{n}": Mode(changes=(("batch_size", n),)) for n in (8, 16, 24, 32)},
+    **{f"engine b{n}": Mode(changes=(("batch_size", n),)) for n in (8, 16, 24, 32, 48, 64, 96)},
     "engine bf16": Mode(changes=(("precision", "bf16"),)),
     "engine int8": Mode(changes=(("precision", "int8"),)),
     "engine lookup": Mode(changes=(("prompt_lookup", LOOKUP),)),
@@ -175,7 +175,8 @@ def run_modes(args, chosen: list[str], adapters: list[str]) -> None:
     from mint.hardware import decoding_plan, detect
 
     contract = load_contract(Path(args.contract))
-    records = [r for suite in contract.suites for r in read_suite(contract, suite, None)]
+    # a suite drawn from the served traffic exists only in a workspace: the contract's file suites stand for it
+    records = [r for suite in contract.suites if not suite.live for r in read_suite(contract, suite, None)]
     records = (records * (args.examples // len(records) + 1))[:args.examples]
     harness = contract.harness()
     conversations = [harness.messages(r) for r in records]
