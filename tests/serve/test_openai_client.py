@@ -202,9 +202,12 @@ def test_tool_choice_naming_a_function_answers_a_call_of_it_whole_and_streamed(l
 def test_tool_choice_none_answers_in_words_as_if_no_tools_were_offered(target):
     url, _app = target
     asked = {"model": "mint", "messages": [{"role": "user", "content": "Weather in Paris today?"}], "max_tokens": 6}
-    reply = create(url, tools=WEATHER, tool_choice="none", **asked).choices[0]
-    assert reply.message.tool_calls is None
-    assert reply.message.content == create(url, **asked).choices[0].message.content
+    reply, plain = create(url, tools=WEATHER, tool_choice="none", **asked), create(url, **asked)
+    assert reply.choices[0].message.tool_calls is None
+    assert reply.choices[0].message.content == plain.choices[0].message.content
+    # the tools are not listed in the prompt at all (listed, they take their own tokens)
+    assert reply.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert create(url, tools=WEATHER, **asked).usage.prompt_tokens > plain.usage.prompt_tokens
 
 
 def test_the_gateway_refuses_a_forced_tool_call_by_name(servers):
