@@ -10,11 +10,13 @@ MINT_BASE_URL and MINT_API_KEY, the key `mint serve` takes too):
 `mint/genui` asks for the GenUI champion (`mint` routes each request as users' are). Each request asks for
 JSON of a UI4A component tree (`response_format: json_schema`, which the server decodes constrained), and the
 score is the share of answers whose root component is the kind of the reference tree
-(`examples/heldout/genui.jsonl`: a chart asked for is a Chart, a product card a Card).
+(`examples/heldout/genui.jsonl`: a chart asked for is a Chart, a product card a Card); an answer cut at its
+token limit is judged by the kind it opens with.
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from inspect_ai import Task, task
@@ -25,6 +27,7 @@ from inspect_ai.solver import TaskState, generate
 from inspect_ai.util import JSONSchema
 
 REQUESTS = Path(__file__).resolve().parents[1] / "heldout" / "genui.jsonl"
+ROOT = re.compile(r'\{"type": "(\w+)"')
 KINDS = ["Card", "Stack", "Text", "Button", "TextField", "Select", "Form", "Table", "List", "Image", "Chart"]
 # a component tree's outline (contracts/ui4a/catalog.v1.json has the whole grammar): its kind and its props
 TREE = JSONSchema(type="object", properties={"type": JSONSchema(enum=KINDS), "props": JSONSchema(type="object")},
@@ -44,10 +47,12 @@ def root_kind():
         answer = state.output.completion
         try:
             tree = json.loads(answer)
+            kind, why = tree.get("type") if isinstance(tree, dict) else None, "a whole tree"
         except ValueError:
-            return Score(value=INCORRECT, answer=answer[:200], explanation="not JSON")
-        kind = tree.get("type") if isinstance(tree, dict) else None
-        return Score(value=CORRECT if kind == target.text else INCORRECT, answer=str(kind))
+            # cut at its token limit: the schema it was decoded to makes it open with its root's kind
+            opening = ROOT.match(answer) if state.output.stop_reason == "max_tokens" else None
+            kind, why = (opening.group(1), "cut at the token limit") if opening else (None, "not JSON")
+        return Score(value=CORRECT if kind == target.text else INCORRECT, answer=str(kind), explanation=why)
     return score
 
 
