@@ -47,13 +47,9 @@ class Tracking:
         return self.mlflow or self.tensorboard
 
 
-def current(project=None) -> Tracking:
-    """What this invocation tracks: mint.yaml's ``tracking`` block (``project``'s, else the project file's), or,
-    where it says nothing, both MLflow and TensorBoard when ``MINT_TRACK=1`` (``--track``)."""
-    if project is None:
-        from mint.project import load_project
-
-        project = load_project()
+def current(project) -> Tracking:
+    """What this invocation tracks: ``project``'s ``tracking`` block (mint.yaml's), or, where it says nothing,
+    both MLflow and TensorBoard when ``MINT_TRACK=1`` (``--track``)."""
     tracking = project.tracking
     if not tracking.on and os.environ.get(TRACK_ENV) == "1":
         return Tracking(mlflow=True, tensorboard=True, experiment=tracking.experiment)

@@ -106,7 +106,7 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
         run_dir = prepare_run(ws, plan)
     from mint import tracking as trackers
 
-    tracked = trackers.current()
+    tracked = trackers.current(load_project())
     training = trackers.start_training(ws, tracked, run_dir, json.loads((run_dir / RUN_FILE).read_text()))
     try:
         with trackers.training_env(training):
