@@ -145,7 +145,10 @@ def _response_format(value) -> Structure | None:
     """``response_format``: text (no shape), ``json_object`` or ``json_schema`` (decoded constrained)."""
     if value is None:
         return None
-    kind = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        raise RequestError(400, "response_format must be {type: text | json_object | json_schema, ...}",
+                           "response_format")
+    kind = value.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
