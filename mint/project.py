@@ -14,11 +14,12 @@ from pathlib import Path
 
 from mint.errors import BadInput
 from mint.text import closest
+from mint.tracking import TRACKING_KEYS, Tracking
 from mint.yamlfile import check_keys, check_number, check_string, load_yaml
 
 PROJECT_FILE = "mint.yaml"
 CONFIG_ENV = "MINT_CONFIG"          # the project file, when it is not ./mint.yaml (`mint --config FILE`)
-PROJECT_KEYS = ("base", "fallback", "specialists", "monitor", "traffic")
+PROJECT_KEYS = ("base", "fallback", "specialists", "monitor", "traffic", "tracking")
 TRAFFIC_KEYS = ("heldout",)
 TRAINING_KEYS = {"lora", "trl", "rewards", "examples"}   # the blocks of `mint train --train-config FILE`
 GENERATOR, ROUTER_KIND = "generator", "router"
@@ -52,6 +53,7 @@ class Project:
     # the traffic's own, or the dataset share for a new one), and where it is written (file, line, field), for errors
     traffic_heldout: float | None = None
     traffic_at: tuple = (None, None, "traffic.heldout")
+    tracking: Tracking = Tracking()   # `tracking:`: MLflow and TensorBoard (mint.tracking); off without it
 
     @property
     def fallback(self) -> str:
@@ -247,7 +249,21 @@ def load_project(path: Path | None = None) -> Project:
             raise doc.error("traffic.heldout", "expected the share of served requests held out, between 0 and 1")
     return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()),
                    router=router, router_description=router_description, fallback_name=fallback,
-                   traffic_heldout=heldout, traffic_at=(str(path), doc.line("traffic.heldout"), "traffic.heldout"))
+                   traffic_heldout=heldout, traffic_at=(str(path), doc.line("traffic.heldout"), "traffic.heldout"),
+                   tracking=_tracking(doc, data.get("tracking")))
+
+
+def _tracking(doc, block) -> Tracking:
+    """mint.yaml's ``tracking: {mlflow: true | URI, tensorboard: true, experiment: NAME}``."""
+    block = check_keys(doc, block or {}, "tracking", TRACKING_KEYS)
+    mlflow, tensorboard = block.get("mlflow", False), block.get("tensorboard", False)
+    if not isinstance(mlflow, bool) and not (isinstance(mlflow, str) and mlflow.strip()):
+        raise doc.error("tracking.mlflow", "expected true, false or a tracking URI (sqlite:///mlflow.db, http://...)")
+    if not isinstance(tensorboard, bool):
+        raise doc.error("tracking.tensorboard", "expected true or false")
+    experiment = check_string(doc, block.get("experiment", "mint"), "tracking.experiment")
+    return Tracking(mlflow=bool(mlflow), uri=mlflow.strip() if isinstance(mlflow, str) else None,
+                    tensorboard=tensorboard, experiment=experiment)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def each_path(tokenizer, ep: dict) -> dict:
     (grpo_row,) = method_rows("grpo", [ep])
     body = {"messages": ([{"role": "system", "content": system}] if system else []) +
             [{"role": "user", "content": REQUEST}], **({"tools": tools} if tools else {})}
-    served, _stream, _model = parse_chat_request(body, ("chat", "agent"))
+    served = parse_chat_request(body, ("chat", "agent")).turn
     conversations = {"evaluation": evaluated, "experience": prompt_as_trained(ExperiencePrompt(
                          "unaccepted", grpo_row["prompt"], json.loads(grpo_row.get("tools") or "[]"))),
                      "chat": prompt_of(chat_turn(REQUEST, system=system, tools=tools)), "serve": prompt_of(served)}

@@ -94,14 +94,15 @@ def root_command():
 
 
 ROOT_OPTIONS = ("--home", "--registry", "--config")
+ROOT_FLAGS = ("--track",)
 
 
 def hoist_global_options(argv: list[str]) -> tuple[list[str], bool]:
-    """Accept ``--home DIR``, ``--config FILE``, ``--registry URL`` and ``--json`` anywhere on the line, as users
-    type them.
+    """Accept ``--home DIR``, ``--config FILE``, ``--registry URL``, ``--track`` and ``--json`` anywhere on the line,
+    as users type them.
 
-    ``--home``, ``--config`` and ``--registry`` are root options, so they move to the front; ``--json`` belongs
-    to every command, so it moves to the end. Arguments after ``--`` are left alone.
+    ``--home``, ``--config``, ``--registry`` and ``--track`` are root options, so they move to the front;
+    ``--json`` belongs to every command, so it moves to the end. Arguments after ``--`` are left alone.
     """
     head, rest, json_out = [], [], False
     args = list(argv)
@@ -113,6 +114,8 @@ def hoist_global_options(argv: list[str]) -> tuple[list[str], bool]:
             break
         if arg == "--json":
             json_out = True
+        elif arg in ROOT_FLAGS:
+            head.append(arg)
         elif arg in ROOT_OPTIONS and i + 1 < len(args):
             head += [arg, args[i + 1]]
             i += 1
@@ -143,7 +146,7 @@ def _report_error(json_out: bool, message: str, exit_code: int, exc: BaseExcepti
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map MintError to its exit code, anything unexpected to 3."""
     argv, json_out = hoist_global_options(sys.argv[1:] if argv is None else argv)
-    config_env = os.environ.get("MINT_CONFIG")
+    config_env, track_env = os.environ.get("MINT_CONFIG"), os.environ.get("MINT_TRACK")
     reset_state()
     try:
         code = root_command().main(args=argv, standalone_mode=False, prog_name="mint")
@@ -172,12 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         if json_out:
             _report_error(True, f"internal error: {type(exc).__name__}: {exc}", 3)
         return 3
-    finally:   # --config, --quiet and --verbose hold for this invocation only
+    finally:   # --config, --track, --quiet and --verbose hold for this invocation only
         reset_state()
-        if config_env is None:
-            os.environ.pop("MINT_CONFIG", None)
-        else:
-            os.environ["MINT_CONFIG"] = config_env
+        for name, value in (("MINT_CONFIG", config_env), ("MINT_TRACK", track_env)):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def entry() -> None:

@@ -279,8 +279,13 @@ def _root(
                                                 "workspace's SQLite file)."),
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                  help="Print the version and exit."),
+    track: bool = typer.Option(False, "--track",
+                               help="Log training runs and evaluation reports to MLflow and TensorBoard, as "
+                                    "mint.yaml's `tracking:` block does (where it says nothing)."),
 ) -> None:
     _state["home"] = home
+    if track:   # the library (and the processes it starts) read it from here, for this invocation
+        os.environ["MINT_TRACK"] = "1"
     _state["registry"] = registry
     _state["config"] = config
     if config is not None:   # the library (and the processes it starts) read the project file from here

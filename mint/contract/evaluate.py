@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from mint import tracking as trackers
 from mint.contract.gates import apply_gates
 from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
@@ -95,6 +96,7 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
                        field="--predictions")
     contract = load_contract(contract_path)
     check_not_stale(ws, contract)
+    trackers.check(_tracking())    # a tracker that cannot be reached is bad input before any decoding
     if predictions is not None:
         return _evaluate_predictions(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions,
                                      base=base, baseline_predictions=baseline_predictions)
@@ -115,6 +117,7 @@ def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit:
     if limit is not None and limit < 1:
         raise BadInput("must be at least 1", field="--limit")
     contract = load_contract(contract_path)
+    trackers.check(_tracking())
     check_not_stale(ws, contract)
     for ref, (names, _why) in (measure_on or {}).items():
         unknown = [n for n in names if n not in {suite.name for suite in contract.suites}]
@@ -332,7 +335,15 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
     checkpoint("eval.report_published")   # on disk but not registered: promote must not trust it
     if revision is not None or is_base:
         queries.register_report(ws, report)
+    trackers.log_report(ws, _tracking(), report, target / REPORT_FILE)   # a run per report where it is on
     return EvalResult(report, str(target / REPORT_FILE), str(target / PREDICTIONS_FILE), baseline_evaluated)
+
+
+def _tracking() -> trackers.Tracking:
+    """Where reports are tracked (mint.yaml's ``tracking``, or ``--track``)."""
+    from mint.project import load_project
+
+    return trackers.current(load_project())
 
 
 def _identity(contract: Contract) -> ContractIdentity:

@@ -16,6 +16,8 @@ with room to grow: ``mint.generation.cache``):
 - one LoRA slot per row: the slot table says which slot each row of the batch reads, so adapters share a batch
   unmerged (a batch of one slot runs PEFT's own arithmetic, see ``mint.generation.lora``);
 - one EOS rule (``mint.generation.stops.eos_ids``) and, where a request asks, answer-end stops;
+- a request may carry a constraint (``mint.generation.constrain``: a JSON schema, a tool call): the tokens that
+  would leave its shape are masked out of its logits before it picks, and it ends once the shape is complete;
 - a sampled row draws from a generator of its own seed with HF generate's processors (temperature, the base's
   top_k, top_p), so its output depends on its seed alone, never on the rows beside it; greedy rows are HF
   generate's token for token, and may draft tokens from their own text (``lookup``, prompt lookup decoding)
@@ -66,6 +68,7 @@ class Request:
     lookup: int = 0                         # greedy: tokens it may draft a step (prompt lookup)
     listener: TextListener | None = None
     span: tuple[int, int] | None = None     # routed: the [start, end) positions its router pools (last user turn)
+    constraint: object | None = None        # a shape its answer must take (mint.generation.constrain.Constraint)
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,19 @@ class _Row:
         self.listener = request.listener
         self.tokens: list[int] = []
         self.reason: str | None = None
-        self.lookup = drafts.Lookup(request.prompt) if request.lookup and request.temperature <= 0 else None
+        self.lookup = drafts.Lookup(request.prompt) \
+            if request.lookup and request.temperature <= 0 and request.constraint is None else None
         self.admitted = 0.0
 
     @property
     def sampling(self) -> bool:
         return self.request.temperature > 0
+
+    @property
+    def picked_alone(self) -> bool:
+        """Whether its token is drawn by ``_choose`` rather than taken from the step's argmax: sampled or
+        constrained."""
+        return self.request.temperature > 0 or self.request.constraint is not None
 
 
 class Engine:
@@ -294,12 +304,12 @@ class Engine:
         if width == 1:
             return [self._finished(row, token) for row, token in zip(running, self._choose(out.logits[:, -1], running))], mask
         picks = out.logits.float().argmax(-1).tolist()
-        sampled = [i for i, row in enumerate(running) if row.sampling]
+        sampled = [i for i, row in enumerate(running) if row.picked_alone]
         drawn = dict(zip(sampled, self._choose(out.logits[sampled, 0], [running[i] for i in sampled]))) \
             if sampled else {}
         done = []
         for index, (row, draft) in enumerate(zip(running, row_drafts)):
-            if row.sampling:     # a sampled row drafts nothing: its first column is its step
+            if row.picked_alone:     # a sampled or constrained row drafts nothing: its first column is its step
                 finished = self._finished(row, drawn[index])
                 if not finished:
                     mask[index, mask.shape[1] - width + 1:] = 0
@@ -313,6 +323,11 @@ class Engine:
         import torch
 
         logits = logits.float()
+        constrained = [k for k, row in enumerate(rows) if row.request.constraint is not None]
+        if constrained:     # the tokens that would leave the row's shape are never picked
+            logits = logits.clone()
+            for k in constrained:
+                rows[k].request.constraint.mask(logits[k])
         picks = logits.argmax(-1).tolist()
         groups: dict[int, list[int]] = {}     # rows sampling with one set of processors, drawn together
         for k, row in enumerate(rows):
@@ -350,6 +365,10 @@ class Engine:
             row.reason = "stop"
             return True
         row.tokens.append(token)
+        constraint = row.request.constraint
+        if constraint is not None and not constraint.accept(token):
+            row.reason = "stop"      # cannot happen for a token its mask allowed; ends the row, never the batch
+            return True
         if row.lookup is not None:
             row.lookup.extend((token,))
         if row.listener is not None:
@@ -359,6 +378,9 @@ class Engine:
         kinds = row.request.answer_end
         if kinds and self.closes(token) and answer_complete(
                 self.tokenizer.decode(row.tokens, skip_special_tokens=True), kinds):
+            row.reason = "stop"
+            return True
+        if constraint is not None and constraint.done:     # the shape is complete: only its end may follow
             row.reason = "stop"
             return True
         if len(row.tokens) >= row.request.max_new_tokens:

@@ -25,8 +25,9 @@ from typing import Callable, Sequence
 
 from mint.base import LoadedBase
 from mint.errors import BadInput, MintError, Refused
+from mint.generation.constrain import Structure
 from mint.generation.slots import DEFAULT_MAX_RANK
-from mint.generation.text import TextListener
+from mint.generation.text import StopAt, TextListener
 from mint.workspace import Workspace
 
 
@@ -54,6 +55,8 @@ class Decoding:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    stop: tuple[str, ...] = ()               # the answer ends before the first of these (OpenAI's ``stop``)
+    structure: Structure | None = None       # a shape the answer must take (constrained decoding)
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,7 @@ class MixtureRuntime:
         too_long = {i: exc for i, p in enumerate(prompts) if (exc := self._too_long(p, limits[i]))}
         if too_long:
             raise RowsFailed(too_long)
+        from mint.generation.constrain import constraint_for
         from mint.generation.engine import Request
 
         row_decodings = list(rows) if rows is not None else [decoding] * len(conversations)
@@ -359,6 +363,16 @@ class MixtureRuntime:
             results[row] = result
             if on_generated is not None:
                 on_generated(row, result)
+
+        stops: dict[int, StopAt] = {}        # row -> the stop strings' watch over its text
+
+        def request(row: int, prompt: list[int], limit: int, slot, decoding: Decoding, listener, span) -> Request:
+            if decoding.stop:
+                listener = stops[row] = StopAt(decoding.stop, listener)
+            constraint = None if decoding.structure is None else constraint_for(
+                self.tokenizer, self.model.config.vocab_size, self.engine.eos, decoding.structure)
+            return Request(prompt, limit, slot, decoding.temperature, decoding.top_p, decoding.seed,
+                           listener=listener, span=span, constraint=constraint)
 
         def join(room: int) -> list:
             if self.swap_waiting:     # a slot load waits for this stream: let it end
@@ -387,25 +401,31 @@ class MixtureRuntime:
                     if failed:
                         raise failed
                     slot = None if ask.routed else (self._slot(ask.specialist).index if ask.specialist else 0)
+                    joining_request = request(row, prompt, ask.decoding.max_new_tokens, slot, ask.decoding,
+                                              ask.listener, span)
                 except MintError as exc:      # this row's trouble is its own
                     deliver(row, exc)
                     continue
                 request_rows.append(row)
-                joined.append(Request(prompt, ask.decoding.max_new_tokens, slot, ask.decoding.temperature,
-                                      ask.decoding.top_p, ask.decoding.seed, listener=ask.listener, span=span))
+                joined.append(joining_request)
             return joined
 
         def done(index: int, out) -> None:
             row = request_rows[index]
+            text, reason = out.text, out.finish_reason
+            watch = stops.get(row)
+            if watch is not None and watch.cut is not None:    # it stopped at a stop: the text before it
+                text, reason = watch.text[:watch.cut], "stop"
+            elif watch is not None:
+                watch.flush()
             deliver(row, Generation(specialist=specialists[row], served_by=self.served_by(specialists[row]),
-                                    text=out.text, token_ids=out.tokens, prompt_tokens=len(prompts[row]),
-                                    finish_reason=out.finish_reason, seconds=out.finished - started[row]))
+                                    text=text, token_ids=out.tokens, prompt_tokens=len(prompts[row]),
+                                    finish_reason=reason, seconds=out.finished - started[row]))
 
         with self.lock:
-            requests = [Request(prompt, limits[i], None if i in routed else
+            requests = [request(i, prompt, limits[i], None if i in routed else
                                 (self._slot(specialists[i]).index if specialists[i] is not None else 0),
-                                row_decodings[i].temperature, row_decodings[i].top_p, row_decodings[i].seed,
-                                listener=listeners[i], span=spans[i]) for i, prompt in enumerate(prompts)]
+                                row_decodings[i], listeners[i], spans[i]) for i, prompt in enumerate(prompts)]
             router = self._prefill_router(route, spans, specialists, request_rows) if route else None
             self.engine.decode(requests, router=router, on_done=done, batch_size=batch_size,
                                joining=join if joining is not None else None)

@@ -18,6 +18,7 @@ import uuid
 from fastapi import Request   # at module level: FastAPI resolves the handlers' (postponed) annotations here
 
 from mint.errors import BadInput
+from mint.generation.constrain import TOOL_CALL
 from mint.generation.text import StopFlag
 from mint.serve.admission import Access, Limits
 from mint.serve.backend import Backend
@@ -86,8 +87,8 @@ def create_app(backend: Backend, *, access: Access = Access(), limits: Limits = 
 
     @app.exception_handler(UpstreamError)
     async def _upstream(_request, exc: UpstreamError):
-        return error_response(exc.status, str(exc), None, "upstream_timeout" if exc.status == 504 else
-                              "upstream_error")
+        return error_response(exc.status, str(exc), None, {504: "upstream_timeout", 400: "upstream_refused"}.get(
+            exc.status, "upstream_error"))
 
     @app.get("/health")
     async def health(request: Request):
@@ -97,12 +98,21 @@ def create_app(backend: Backend, *, access: Access = Access(), limits: Limits = 
             return JSONResponse({"status": status}, 200 if ok else 503)
         return JSONResponse({"status": status, **details, "queue": admission.state()}, 200 if ok else 503)
 
+    def model_list() -> list[dict]:
+        ids = [MODEL, *(f"{MODEL}/{name}" for name in backend.names)]
+        return [*({"id": i, "object": "model", "created": 0, "owned_by": "mint", "parent": None} for i in ids),
+                *backend.models()]
+
     @app.get("/v1/models")
     async def models():
-        ids = [MODEL, *(f"{MODEL}/{name}" for name in backend.names)]
-        return {"object": "list", "data": [
-            *({"id": i, "object": "model", "created": 0, "owned_by": "mint", "parent": None} for i in ids),
-            *backend.models()]}
+        return {"object": "list", "data": model_list()}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        found = [m for m in model_list() if m["id"] == model_id]
+        if not found:
+            raise RequestError(404, f"model {model_id!r} does not exist", "model", "model_not_found")
+        return found[0]
 
     if backend.loads_adapters:
         @app.post("/v1/load_lora_adapter")
@@ -145,9 +155,16 @@ def create_app(backend: Backend, *, access: Access = Access(), limits: Limits = 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        turn, stream, model = parse_chat_request(await body_of(request), backend.names, limits, max_prompt_chars,
-                                                 adapters=backend.adapter_names())
-        if not stream:
+        asked = parse_chat_request(await body_of(request), backend.names, limits, max_prompt_chars,
+                                   adapters=backend.adapter_names())
+        turn, model = asked.turn, asked.model
+        structure = turn.decoding.structure
+        if structure is not None and structure.kind not in backend.structures:
+            raise RequestError(400, f"{backend.kind} cannot shape an answer as a {structure.kind.replace('_', ' ')}"
+                                    f" (it can: {', '.join(backend.structures) or 'none'})",
+                               "tool_choice" if structure.kind == TOOL_CALL else "response_format",
+                               "unsupported_parameter")
+        if not asked.stream:
             flag = StopFlag()
             waiting = answering(request, turn, flag)
             left = asyncio.ensure_future(client_left(request))
@@ -172,7 +189,7 @@ def create_app(backend: Backend, *, access: Access = Access(), limits: Limits = 
             relay.leave()
             raise task.exception()
         # the background task runs however the response ends, even if the generator never started
-        return StreamingResponse(stream_events(relay, task, first, answer_id, model, turn.tools),
-                                 media_type="text/event-stream", background=BackgroundTask(relay.leave))
+        events = stream_events(relay, task, first, answer_id, model, turn.tools, asked.include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(relay.leave))
 
     return app

@@ -60,6 +60,8 @@ class Backend:
     """The interface the app answers through; ``turns`` is the turn book that logs what it answers."""
 
     loads_adapters = False      # whether /v1/load_lora_adapter and /v1/unload_lora_adapter load into it
+    kind = "this server"        # how a refusal names it
+    structures: tuple[str, ...] = ()    # the shapes it can hold an answer to (mint.generation.constrain's kinds)
 
     def __init__(self, turns: TurnBook, names: tuple[str, ...], poller: ChampionPoller) -> None:
         self.turns, self.names, self.poller = turns, names, poller

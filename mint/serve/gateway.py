@@ -23,6 +23,7 @@ published, and again while it cannot be.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mint.errors import BadInput, MintError
+from mint.generation.constrain import JSON_OBJECT, JSON_SCHEMA
 from mint.mol.mixture import Answer, Turn, TurnBook, prompt_of
 from mint.mol.router import Route, Router, probe_features, starter_router
 from mint.mol.runtime import Handoff
@@ -380,13 +382,27 @@ class Gateway(TurnBook):
     def upstream_body(self, turn: Turn, model: str) -> dict:
         """The request the upstream answers: the conversation the runtime would answer, with the turn's decoding."""
         decoding = turn.decoding
-        return {"model": model, "messages": prompt_of(turn), "max_tokens": decoding.max_new_tokens,
+        body = {"model": model, "messages": prompt_of(turn), "max_tokens": decoding.max_new_tokens,
                 "temperature": decoding.temperature, "top_p": decoding.top_p, "seed": decoding.seed}
+        if decoding.stop:
+            body["stop"] = list(decoding.stop)
+        structure = decoding.structure
+        if structure is not None and structure.kind == JSON_OBJECT:
+            body["response_format"] = {"type": "json_object"}
+        elif structure is not None:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": structure.name or "answer", "schema": json.loads(structure.schema)}}
+        return body
 
 
 class GatewayBackend(Backend):
     """``gateway`` answering the app's turns: each routed off the event loop, forwarded to the upstream (whole or
     streamed) and logged as the local runtime logs it."""
+
+    kind = "the gateway"
+    # JSON is asked of the upstream (response_format); a forced tool call is not: the upstream is sent the
+    # conversation with the tools written into its system turn, not as tools it could be made to call
+    structures = (JSON_OBJECT, JSON_SCHEMA)
 
     def __init__(self, gateway: Gateway, *, poll_s: float = 2.0) -> None:
         super().__init__(gateway, gateway.project.names, ChampionPoller(gateway, poll_s))

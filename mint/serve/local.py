@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mint.errors import BadInput, MintError
+from mint.generation.constrain import JSON_OBJECT, JSON_SCHEMA, TOOL_CALL
 from mint.generation.engine import CANCELLED
 from mint.generation.text import TextListener
 from mint.mol.mixture import Answer, Asked, Mixture, Turn
@@ -170,6 +171,7 @@ class LocalBackend(Backend):
     """``mixture`` answering the app's turns through a ``Batcher``."""
 
     loads_adapters = True
+    structures = (JSON_OBJECT, JSON_SCHEMA, TOOL_CALL)     # constrained in the engine (mint.generation.constrain)
 
     def __init__(self, mixture: Mixture, *, window_ms: float = 10.0, max_batch: int = 16, poll_s: float = 2.0) -> None:
         super().__init__(mixture, mixture.project.names, ChampionPoller(mixture, poll_s))

@@ -28,6 +28,7 @@ are checked here as vLLM's runtime LoRA API checks them, and refused in its shap
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -37,6 +38,7 @@ from fastapi import Request   # at module level: FastAPI resolves the handlers' 
 
 from mint.errors import BadInput, MintError
 from mint.harness.agent import parse_tool_calls
+from mint.generation.constrain import Structure, check_structure, json_structure, tool_call_structure
 from mint.mol.mixture import Answer, Turn
 from mint.mol.runtime import Decoding
 from mint.render import render_message, tool_descriptions
@@ -47,9 +49,11 @@ MODEL = "mint"
 MAX_TOKENS_LIMIT = 4096
 ROLES = ("system", "user", "assistant", "tool")
 # the body fields a chat completion may have; any other is refused (400 naming it), never ignored silently
-CHAT_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "max_tokens",
-                         "max_completion_tokens", "temperature", "top_p", "seed", "n", "user"})
+CHAT_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens",
+                         "max_completion_tokens", "temperature", "top_p", "seed", "n", "user", "stop",
+                         "response_format"})
 MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+MAX_STOPS = 4               # OpenAI's limit on `stop`
 
 
 class RequestError(Exception):
@@ -127,9 +131,98 @@ def answer_tool_calls(text: str, tools: list[dict]) -> tuple[str | None, list[di
                             for name, arguments in calls]
 
 
+def _stop(value) -> tuple[str, ...]:
+    """``stop``: a string or up to MAX_STOPS of them."""
+    stops = [value] if isinstance(value, str) else value if value is not None else []
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS or \
+            not all(isinstance(s, str) and s for s in stops):
+        raise RequestError(400, f"stop must be a non-empty string or a list of at most {MAX_STOPS} of them", "stop")
+    check_unicode(stops, "stop")
+    return tuple(stops)
+
+
+def _response_format(value) -> Structure | None:
+    """``response_format``: text (no shape), ``json_object`` or ``json_schema`` (decoded constrained)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise RequestError(400, "response_format must be {type: text | json_object | json_schema, ...}",
+                           "response_format")
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_structure(None)
+    if kind != "json_schema":
+        raise RequestError(400, "response_format.type must be text, json_object or json_schema",
+                           "response_format.type")
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise RequestError(400, "response_format.json_schema must be {name, schema, strict?, description?}",
+                           "response_format.json_schema")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise RequestError(400, "response_format.json_schema.schema must be a JSON schema object",
+                           "response_format.json_schema.schema")
+    check_unicode(schema, "response_format.json_schema.schema")
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise RequestError(400, f"response_format.json_schema.schema is not a JSON schema: {exc.message}",
+                           "response_format.json_schema.schema") from None
+    structure = json_structure(schema, spec["name"])
+    problem = check_structure(structure)
+    if problem:
+        raise RequestError(400, f"response_format.json_schema.schema cannot be decoded to: {problem}",
+                           "response_format.json_schema.schema", "unsupported_schema")
+    return structure
+
+
+def _tool_choice(value, tools: list[dict]) -> tuple[list[dict], Structure | None]:
+    """(the tools the turn offers, the shape its answer must take) for ``tool_choice``: ``auto`` offers them,
+    ``none`` offers none (the answer is words), ``required`` forces a call of one, ``{"type": "function",
+    "function": {"name"}}`` a call of that one (decoded constrained)."""
+    if value in (None, "auto"):
+        return tools, None
+    if value == "none":
+        return [], None
+    if not tools:
+        raise RequestError(400, "tool_choice other than auto or none needs tools", "tool_choice")
+    functions = tool_descriptions(tools)
+    if value != "required":
+        name = value.get("function").get("name") if isinstance(value, dict) and value.get("type") == "function" \
+            and isinstance(value.get("function"), dict) else None
+        if not isinstance(name, str):
+            raise RequestError(400, "tool_choice must be auto, none, required or {type: function, function: "
+                                    "{name}}", "tool_choice")
+        functions = [f for f in functions if f["name"] == name]
+        if not functions:
+            raise RequestError(400, f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
+    if any(f["parameters"] is not None and not isinstance(f["parameters"], dict) for f in functions):
+        raise RequestError(400, "a tool's function.parameters must be a JSON schema object", "tools")
+    structure = tool_call_structure(functions)
+    problem = check_structure(structure)
+    if problem:
+        raise RequestError(400, f"the tools' parameters cannot be decoded to: {problem}", "tools",
+                           "unsupported_schema")
+    return tools, structure
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatRequest:
+    """A checked /v1/chat/completions body."""
+    turn: Turn
+    stream: bool
+    model: str
+    include_usage: bool = False      # stream_options.include_usage: a last chunk with the usage
+
+
 def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limits(),
-                       max_prompt_chars: int | None = None, adapters: Collection[str] = ()) -> tuple[Turn, bool, str]:
-    """(turn, stream, model) from a /v1/chat/completions body; RequestError (4xx) for anything malformed, for a
+                       max_prompt_chars: int | None = None, adapters: Collection[str] = ()) -> ChatRequest:
+    """The checked request of a /v1/chat/completions body; RequestError (4xx) for anything malformed, for a
     field this server does not implement, and for more messages or text than ``limits`` allow (checked before
     anything is tokenized). A ``model`` among ``adapters`` (loaded by name) is answered by that adapter."""
     if not isinstance(body, dict):
@@ -138,8 +231,6 @@ def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limi
         if key not in CHAT_FIELDS:
             raise RequestError(400, f"{key!r} is not supported by this server (it takes "
                                     f"{', '.join(sorted(CHAT_FIELDS))})", key, "unsupported_parameter")
-    if body.get("tool_choice") not in (None, "auto"):
-        raise RequestError(400, "tool_choice: only 'auto' is supported", "tool_choice", "unsupported_parameter")
     model = body.get("model", MODEL)
     if not isinstance(model, str):
         raise RequestError(400, "model must be a string", "model")
@@ -198,14 +289,26 @@ def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limi
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(400, "stream must be true or false", "stream")
+    options = body.get("stream_options")
+    if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}
+                                or not isinstance(options.get("include_usage", False), bool)):
+        raise RequestError(400, "stream_options must be {include_usage: true|false}, with stream: true",
+                           "stream_options")
     max_tokens = _number(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT, None, integer=True)
     max_tokens = max_tokens or _number(body, "max_tokens", 1, MAX_TOKENS_LIMIT, 64, integer=True)
+    tools, forced_call = _tool_choice(body.get("tool_choice"), tools)
+    structure = _response_format(body.get("response_format"))
+    if forced_call is not None and structure is not None:
+        raise RequestError(400, "a tool_choice that forces a call and a response_format cannot both shape one "
+                                "answer", "response_format")
     decoding = Decoding(max_new_tokens=max_tokens, temperature=float(_number(body, "temperature", 0, 2, 0.0)),
                         top_p=float(_number(body, "top_p", 0.01, 1, 1.0)),
-                        seed=int(_number(body, "seed", -(2 ** 63), 2 ** 63 - 1, 0, integer=True)))
+                        seed=int(_number(body, "seed", -(2 ** 63), 2 ** 63 - 1, 0, integer=True)),
+                        stop=_stop(body.get("stop")), structure=forced_call or structure)
     session = body.get("user") if isinstance(body.get("user"), str) else None
     check_unicode(session, "user")     # Turn checks messages and tools; its name for this one is `session`
-    return Turn(messages, tools, forced, decoding, session, adapter=adapter), stream, model
+    return ChatRequest(Turn(messages, tools, forced, decoding, session, adapter=adapter), stream, model,
+                       bool((options or {}).get("include_usage")))
 
 
 # --- answers ------------------------------------------------------------------------------
@@ -216,14 +319,18 @@ def _reply(answer: Answer, tools: list[dict]) -> tuple[str | None, list[dict] | 
     return (answer.text, None, answer.finish_reason) if called is None else (*called, "tool_calls")
 
 
+def _usage(answer: Answer) -> dict:
+    return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+            "total_tokens": answer.prompt_tokens + answer.completion_tokens}
+
+
 def completion_body(answer: Answer, model: str, tools: list[dict]) -> dict:
     content, calls, finish = _reply(answer, tools)
     message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
     return {
         "id": answer.id, "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
-                  "total_tokens": answer.prompt_tokens + answer.completion_tokens},
+        "usage": _usage(answer),
         "mint": {"specialist": answer.specialist, "served_by": answer.served_by,
                  "route": {"probabilities": answer.route.probabilities, "decided_by": answer.route.decided_by,
                            "revision": answer.route.revision}, "latency_ms": answer.latency_ms},
@@ -272,14 +379,18 @@ class Relay:
             pass
 
 
-async def stream_events(relay: Relay, future, first, answer_id: str, model: str, tools: list[dict]):
+async def stream_events(relay: Relay, future, first, answer_id: str, model: str, tools: list[dict],
+                        include_usage: bool = False):
     """The server-sent events of one streaming turn; ``first`` is the relay's first item. A turn that offers
-    tools is sent whole when it ends: as ``tool_calls`` if it calls them, else as one content delta."""
+    tools is sent whole when it ends: as ``tool_calls`` if it calls them, else as one content delta. With
+    ``include_usage`` every chunk has ``usage: null`` and a last chunk without choices has the usage."""
     created = int(time.time())
 
     def event(delta: dict, finish: str | None = None, answer: Answer | None = None) -> str:
         chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
                  "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if include_usage:
+            chunk["usage"] = None
         if answer is not None:
             chunk["mint"] = {"specialist": answer.specialist, "served_by": answer.served_by}
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
@@ -303,6 +414,10 @@ async def stream_events(relay: Relay, future, first, answer_id: str, model: str,
         if calls:
             yield event({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
         yield event({}, finish, answer)
+        if include_usage:
+            usage = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [], "usage": _usage(answer)}
+            yield f"data: {json.dumps(usage)}\n\n"
         yield "data: [DONE]\n\n"
     finally:   # a disconnect cancels this generator: the backend stops the turn (a row: at its next step)
         relay.leave()

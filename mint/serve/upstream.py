@@ -21,8 +21,8 @@ DEFAULT_UPSTREAM_TIMEOUT_S = 60.0
 
 
 class UpstreamError(MintError):
-    """The upstream failed a turn: ``status`` 502 (unreachable, or it answered an error) or 504 (no answer in
-    time)."""
+    """The upstream failed a turn: ``status`` 502 (unreachable, or it answered an error), 504 (no answer in
+    time) or 400 (it refused the request as the client asked it)."""
 
     def __init__(self, message: str, status: int = 502) -> None:
         super().__init__(message)
@@ -62,6 +62,12 @@ class Completion:
     text: str
     finish_reason: str | None
     usage: dict = field(default_factory=dict)
+
+
+def refused(status: int, text: str) -> "UpstreamError":
+    """The error of an upstream that answered ``status``: its 400 (a request it cannot take, as the client asked
+    it) is the client's 400; anything else, a 502."""
+    return UpstreamError(upstream_message(status, text), 400 if status in (400, 422) else 502)
 
 
 def upstream_message(status: int, text: str) -> str:
@@ -163,7 +169,7 @@ class UpstreamClient:
         except httpx.HTTPError as exc:
             raise UpstreamError(f"cannot reach {url}: {exc}") from None
         if reply.status_code != 200:
-            raise UpstreamError(upstream_message(reply.status_code, reply.text))
+            raise refused(reply.status_code, reply.text)
         try:
             data = reply.json()
             choice = data["choices"][0]
@@ -180,7 +186,9 @@ class UpstreamClient:
         import httpx
 
         url = f"{self.upstream.api}/chat/completions"
-        outgoing = self._async.build_request("POST", url, json={**body, "stream": True},
+        # the usage comes in a last chunk of its own, only when asked for
+        outgoing = self._async.build_request("POST", url, json={**body, "stream": True,
+                                                                "stream_options": {"include_usage": True}},
                                              headers=self.upstream.headers())
         try:
             reply = await asyncio.wait_for(self._async.send(outgoing, stream=True), self.upstream.timeout_s)
@@ -194,7 +202,7 @@ class UpstreamClient:
                     text = (await asyncio.wait_for(reply.aread(), self.upstream.timeout_s)).decode("utf-8", "replace")
                 except (asyncio.TimeoutError, httpx.HTTPError):
                     text = ""
-                raise UpstreamError(upstream_message(reply.status_code, text))
+                raise refused(reply.status_code, text)
             listener("")         # the answer starts now: the role delta goes out before the first word
             return await self._read_events(reply, listener)
         finally:

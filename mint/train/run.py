@@ -104,22 +104,37 @@ def train(ws: Workspace, *, specialist: str | None = None, data: str | None = No
         plan = check_request(ws, request)
         phase(progress, "preparing the examples")
         run_dir = prepare_run(ws, plan)
+    from mint import tracking as trackers
+
+    tracked = trackers.current(load_project())
+    training = trackers.start_training(ws, tracked, run_dir, json.loads((run_dir / RUN_FILE).read_text()))
+    try:
+        with trackers.training_env(training):
+            result = _train_prepared(run_dir, request, progress)
+        registered = register_run(ws, run_dir, result)
+    except BaseException:
+        trackers.finish_training(ws, tracked, training, revision=None, metrics={}, failed=True)
+        raise
+    trackers.finish_training(ws, tracked, training, revision=registered.ref, metrics=registered.metrics)
+    return registered
+
+
+def _train_prepared(run_dir: Path, request: TrainRequest, progress: TrainProgress | None) -> dict:
+    """Train the run prepared at ``run_dir``, in this process or in several; its result record."""
     if request.num_processes > 1 or request.accelerate_config:
         phase(progress, f"training in {request.num_processes} processes")
         _launch(run_dir, request.num_processes, request.accelerate_config, resume=bool(request.resume))
         check_world_size(run_dir, request.num_processes)
-        result = json.loads((run_dir / RESULT_FILE).read_text())
-    else:
-        from mint.train.trainer import run_training
+        return json.loads((run_dir / RESULT_FILE).read_text())
+    from mint.train.trainer import run_training
 
-        try:
-            result = run_training(run_dir, progress=progress, resume=bool(request.resume))
-        except BadInput:
-            # refused before the first step (a setting the loaded base cannot take): no run to resume
-            if not request.resume:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-    return register_run(ws, run_dir, result)
+    try:
+        return run_training(run_dir, progress=progress, resume=bool(request.resume))
+    except BadInput:
+        # refused before the first step (a setting the loaded base cannot take): no run to resume
+        if not request.resume:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 @dataclass

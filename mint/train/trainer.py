@@ -26,6 +26,7 @@ from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
 from mint.jsonl import read_jsonl
 from mint.train.config import TrainSettings, trl_config_class
+from mint.tracking import REPORT_TO_ENV
 from mint.train.health import run_warnings
 from mint.train.rundir import EXAMPLES_FILE, METRICS_FILE, RESULT_FILE, RUN_FILE, TEMPLATE_FILE, TrainProgress, phase
 from mint.workspace import atomic_write_json
@@ -77,6 +78,11 @@ def load_run_base(run_dir: Path, run: dict):
 def training_arguments(method: str, trl_values: dict, output_dir: Path, *, env: str | None = None):
     """The TRL config object for the method: the run's settings plus what mint decides for this process."""
     values = dict(trl_values)
+    # where the run is tracked (mint.tracking sets it for every process of the run); mint.yaml's tracking,
+    # not the run's settings: the adapter is the same either way
+    reported = [name for name in os.environ.get(REPORT_TO_ENV, "").split(",") if name]
+    if reported:
+        values["report_to"] = reported
     if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():
         values.setdefault("ddp_backend", "gloo")
     if env:

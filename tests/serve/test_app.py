@@ -297,7 +297,7 @@ def test_the_clients_tool_call_history_is_written_as_the_agent_was_trained():
     body = {"tools": WEATHER, "messages": [
         {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": None, "tool_calls": calls},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, {"role": "user", "content": "And so?"}]}
-    turn, _stream, _model = parse_chat_request(body, ("chat", "agent"))
+    turn = parse_chat_request(body, ("chat", "agent")).turn
     trained = render_message({"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "get_weather", "arguments": {"date": "today", "city": "Paris"}}}]},
         WEATHER)["content"]

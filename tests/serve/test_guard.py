@@ -136,12 +136,22 @@ def test_too_many_messages_or_too_much_text_are_refused_before_tokenizing(guarde
     assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
 
 
-@pytest.mark.parametrize("field", ["stop", "logprobs", "top_k", "response_format"])
+@pytest.mark.parametrize("field", ["logprobs", "top_k", "presence_penalty", "logit_bias"])
 def test_an_unsupported_field_is_refused_by_name(field):
     from mint.serve.protocol import RequestError, parse_chat_request
 
     with pytest.raises(RequestError) as refused:
         parse_chat_request({**ask(), field: 5}, ("chat",))
+    assert refused.value.status == 400 and refused.value.param == field
+    assert refused.value.code == "unsupported_parameter"
+
+
+@pytest.mark.parametrize("field", ["stop", "response_format", "stream_options", "tool_choice"])
+def test_a_supported_field_of_the_wrong_type_is_refused_by_name(field):
+    from mint.serve.protocol import RequestError, parse_chat_request
+
+    with pytest.raises(RequestError) as refused:
+        parse_chat_request({**ask(), field: 5, "stream": True}, ("chat",))
     assert refused.value.status == 400 and refused.value.param == field
 
 
