@@ -56,7 +56,10 @@ def grammar(structure: Structure) -> str:
     """The llguidance grammar of ``structure``."""
     import llguidance
 
-    schema = {**json.loads(structure.schema), "x-guidance": _LAYOUT}
+    schema = json.loads(structure.schema)
+    # a schema may set its own layout and options (llguidance's ``x-guidance``: a harness's compact JSON, its
+    # oneOf read as anyOf where the branches exclude each other); the rest is json.dumps's layout
+    schema["x-guidance"] = {**_LAYOUT, **(schema.get("x-guidance") or {})}
     if structure.kind == TOOL_CALL:
         return llguidance.LLMatcher.grammar_from_lark(
             f'start: "<tool_call>" call "</tool_call>"\ncall: %json {json.dumps(schema)}')

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from mint.generation import cache as kv
+from mint.generation.constrain import constraint_for, json_structure
 from mint.generation import lookup as drafts
 from mint.generation.precision import PARITY_PROMPTS, precision_copy, resolve_precision
 from mint.generation.stops import answer_complete, closing_tokens, eos_ids
@@ -437,26 +438,37 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
                   answer_end: tuple[str, ...] = (),
                   on_done: Callable[[int, int], None] | None = None,
                   subsets: Sequence[Sequence[int]] | None = None,
-                  prompts: list[list[int]] | None = None) -> list[Generation]:
+                  prompts: list[list[int]] | None = None,
+                  shapes: Sequence[dict | None] | None = None) -> list[Generation]:
     """``settings.samples`` outputs per conversation from each LoRA slot of ``slots``, all in one stream (one
     ``Generation`` per slot, in order). Output ``s`` of conversation ``c`` samples with seed
     ``c * samples + s`` whatever the slot, so a slot's outputs are the ones it gives decoded alone.
     ``subsets[k]``, where given, are the only conversations slot ``slots[k]`` answers (its Generation lists them
     in that order; a conversation keeps its seed). ``prompts``: the conversations' token ids, where the caller
-    has rendered them already. ``answer_end`` (``mint.generation.stops.answer_ends``) stops each row at the end
+    has rendered them already. ``shapes[c]``, where given, is a JSON schema every answer to conversation ``c``
+    is decoded inside (``mint.generation.constrain``; None: unconstrained). ``answer_end`` (``mint.generation.stops.answer_ends``) stops each row at the end
     of its answer; ``progress(n)`` is told how many more conversations are done, ``on_done(k, c)`` that slot
     ``slots[k]`` has answered conversation ``c``."""
     precision, reason = resolve_precision(settings.precision, str(model.device))
     prompts = prompts if prompts is not None else prompt_ids(tokenizer, conversations)
     samples = settings.samples
     chosen = [list(range(len(prompts))) if subsets is None else list(subsets[k]) for k in range(len(slots))]
+    engine = Engine(model, tokenizer)
+    structures = [None if shape is None else json_structure(shape) for shape in shapes] if shapes else None
+
+    def constraint(c: int):       # a matcher of its own for every row: it follows that row's tokens
+        if structures is None or structures[c] is None:
+            return None
+        return constraint_for(tokenizer, model.config.vocab_size, engine.eos, structures[c])
+
     requests, owners = [], []
     for k, slot in enumerate(slots):
         for c in chosen[k]:
             for s in range(samples):
                 requests.append(Request(prompts[c], settings.max_new_tokens, slot, settings.temperature,
                                         settings.top_p, seed=c * samples + s, answer_end=tuple(answer_end),
-                                        lookup=settings.prompt_lookup if settings.temperature <= 0 else 0))
+                                        lookup=settings.prompt_lookup if settings.temperature <= 0 else 0,
+                                        constraint=constraint(c)))
                 owners.append((k, c))
     left = {owner: samples for owner in set(owners)}
 
@@ -469,7 +481,7 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
             if on_done:
                 on_done(*owner)
 
-    run = Engine(model, tokenizer).decode(requests, batch_size=settings.batch_size, precision=precision,
+    run = engine.decode(requests, batch_size=settings.batch_size, precision=precision,
                                           on_done=done) if requests else DecodeRun([], 0.0, precision)
     generations, start = [], 0
     for k in range(len(slots)):
@@ -487,18 +499,21 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
 
 def generate(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
              progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
-             on_done: Callable[[int], None] | None = None, slot: int = BASE_SLOT) -> Generation:
+             on_done: Callable[[int], None] | None = None, slot: int = BASE_SLOT,
+             shapes: Sequence[dict | None] | None = None) -> Generation:
     """``settings.samples`` outputs per conversation from one slot (the bare base by default); see
     ``generate_each``. ``on_done(c)`` is told that conversation ``c`` is done."""
     return generate_each(model, tokenizer, conversations, settings, [slot], progress, answer_end=answer_end,
-                         on_done=(lambda _k, c: on_done(c)) if on_done else None)[0]
+                         on_done=(lambda _k, c: on_done(c)) if on_done else None, shapes=shapes)[0]
 
 
 def generate_batches(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
                      progress: Callable[[int], None] | None = None, *, answer_end: tuple[str, ...] = (),
-                     slot: int = BASE_SLOT) -> tuple[list[list[str]], list[float]]:
+                     slot: int = BASE_SLOT, shapes: Sequence[dict | None] | None = None
+                     ) -> tuple[list[list[str]], list[float]]:
     """``settings.samples`` outputs per conversation, and each conversation's latency in ms."""
-    result = generate(model, tokenizer, conversations, settings, progress, answer_end=answer_end, slot=slot)
+    result = generate(model, tokenizer, conversations, settings, progress, answer_end=answer_end, slot=slot,
+                      shapes=shapes)
     return result.outputs, result.latencies_ms
 
 

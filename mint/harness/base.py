@@ -122,6 +122,11 @@ class Harness:
         solves; None where the harness tells no families apart."""
         return None
 
+    def answer_schema(self, record: dict) -> dict | None:
+        """The JSON schema every answer to ``record`` fits, for decoding constrained to it (with llguidance's
+        ``x-guidance`` layout where the answers have one); None where answers have no one shape."""
+        return None
+
     def system(self, record: dict) -> str | None:
         messages = record.get("messages")
         own = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"),

@@ -904,6 +904,13 @@ class GenuiHarness(Harness):
         alert card are both ``Card``; None for a request that names none."""
         return request_terms(self.request(record)).root
 
+    def answer_schema(self, record: dict) -> dict | None:
+        """The catalog: every valid answer is one of its trees. Written compact (``{"type":"Card",...}``, as the
+        logs' answers are), and its ``oneOf`` of components read as ``anyOf`` (each branch fixes ``type`` to
+        its own name, so no tree matches two)."""
+        schema, _validator, _required = load_catalog(self.settings.catalog or DEFAULT_CATALOG)
+        return {**schema, "x-guidance": {"key_separator": ":", "item_separator": ",", "coerce_one_of": True}}
+
     def score(self, record: dict, outputs: list[str]) -> dict[str, float | None]:
         catalog = self.settings.catalog or DEFAULT_CATALOG
         _schema, validator, required = load_catalog(catalog)

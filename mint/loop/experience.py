@@ -413,13 +413,19 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
                       contracts: list[Path] | None = None, control: bool | list = False,
                       repair: bool = False, recipe_dir: Path | None = None,
-                      continuation: bool = False, replay: float = 0.0) -> ExperienceResult:
+                      continuation: bool = False, replay: float = 0.0, constrained: bool = False,
+                      precision: str = "fp32") -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
     trains on, and its placebo twin learns from every sampled answer alone: the champion has learned the logs.
     ``replay`` logged examples per verified answer (drawn with ``seed``) go beside both, rehearsing what the
-    champion knew: without them a continuation forgets it (measured in docs/benchmarks.md)."""
+    champion knew: without them a continuation forgets it (measured in docs/benchmarks.md). ``constrained``
+    decodes every sample inside the shape the contract's harness gives its answers (GenUI: a tree of the
+    catalog), so no sample is spent on text that cannot pass; the verifier still judges each one. ``precision``
+    (fp32, bf16, or auto: bf16 where the hardware probe finds it faster) is what the samples decode at: they
+    are drawn at random and judged by the verifier, never compared with a baseline's, so numerics only change
+    which answers are drawn."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import repairer_for
@@ -449,8 +455,13 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                              skipped_sources=skipped, repair_skipped=repair_skipped)
     if not chosen:
         return drawn
+    shapes = _answer_shapes(contracts, chosen) if constrained else None
+    if constrained and not any(shapes):
+        raise BadInput(f"the {harness or specialist} harness gives its answers no one shape to decode inside",
+                       field="constrained")
+    used_precision, precision_reason = sampling_precision(precision)
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
-                      max_new_tokens=max_new_tokens, seed=seed)
+                      max_new_tokens=max_new_tokens, seed=seed, shapes=shapes, precision=used_precision)
     kept, unverified, passes, total, pairs, repaired, outcomes = [], [], [], 0.0, 0, 0, []
     for prompt, outs in zip(chosen, answers):
         verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
@@ -487,6 +498,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     twin = _twin_dataset(ws, dataset, specialist, episodes, unverified, project, steps_control="steps" in arms,
                          with_logs=not continuation, replayed=replayed) if arms else None
     return dataclasses.replace(drawn, answers=scored, passed=sum(c for _, c in passes), accepted=accepted,
+                               constrained=constrained, precision=used_precision, precision_reason=precision_reason,
                                dpo_pairs=pairs, mean_reward=round(total / scored, 4) if scored else None,
                                pool=pool_statistics(passes, samples), new_examples=accepted, repaired=repaired,
                                twin=twin, families=family_statistics(outcomes, samples), **written)
@@ -517,7 +529,36 @@ def _harness_name(contracts: list[Path] | None) -> str | None:
 
 
 GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",
-               "control", "repair", "replay")
+               "control", "repair", "replay", "constrained", "precision")
+SAMPLING_PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def sampling_precision(requested: str) -> tuple[str, str]:
+    """The precision experience samples at, and why: ``auto`` is bf16 where the hardware probe found bf16
+    matmuls at a decoding step's shape faster than fp32 (mint.hardware.decoding_plan), else fp32."""
+    if requested not in SAMPLING_PRECISIONS:
+        raise BadInput(f"expected one of {', '.join(SAMPLING_PRECISIONS)}, got {requested!r}", field="precision")
+    if requested != "auto":
+        return requested, f"{requested}, as the step asks"
+    from mint.hardware import decoding_plan, detect
+
+    bf16 = decoding_plan(detect())["bf16"]
+    return ("bf16" if bf16.value else "fp32"), f"auto: {bf16.reason}"
+
+
+def _answer_shapes(contracts: list[Path] | None, chosen: list[ExperiencePrompt]) -> list[dict | None]:
+    """The JSON schema each prompt's answers are decoded inside (the first eval contract's harness:
+    ``Harness.answer_schema``), None where its harness gives them no one shape."""
+    from mint.contract.schema import load_contract
+
+    for path in contracts or []:
+        try:
+            harness = load_contract(Path(path), check_data=False).harness()
+        except BadInput:
+            continue
+        return [harness.answer_schema({"messages": p.prompt, **({"tools": p.tools} if p.tools else {})})
+                for p in chosen]
+    return [None] * len(chosen)
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
@@ -598,7 +639,8 @@ def _champion(ws: Workspace, specialist: str, base: str):
 
 
 def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePrompt], *, samples: int,
-            temperature: float, max_new_tokens: int, seed: int) -> list[list[str]]:
+            temperature: float, max_new_tokens: int, seed: int, shapes: list[dict | None] | None = None,
+            precision: str = "fp32") -> list[list[str]]:
     from mint.base import load_base
     from mint.generation.engine import BASE_SLOT, generate_batches
     from mint.generation.slots import attach_adapters
@@ -613,13 +655,15 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
         if adapter_dir is not None else [BASE_SLOT]
     settings = HarnessSettings(system=None, template="{prompt}", tools=None, max_new_tokens=max_new_tokens,
                                temperature=temperature, top_p=0.95, samples=samples,
-                               batch_size=sampling_rows(), timeout_s=10.0, catalog=None, stop_at_answer_end=True)
+                               batch_size=sampling_rows(), timeout_s=10.0, catalog=None, stop_at_answer_end=True,
+                               precision=precision)
     # each answer samples with a seed of its own (its prompt's position and sample number): the same pool from
     # the same champion, so a rerun is the same experience.
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
     answers, _latency = generate_batches(loaded.model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen],
-                                         settings, answer_end=answer_ends(specialist, settings), slot=slot)
+                                         settings, answer_end=answer_ends(specialist, settings), slot=slot,
+                                         shapes=shapes)
     return answers
 
 

@@ -92,7 +92,7 @@ class FamilyStats:
 # families: an experience recorded before families were reported has none)
 _RECORDED = ("prompts", "answers", "passed", "accepted", "dpo_pairs", "mean_reward", "served_by", "sources",
              "skipped_sources", "pool", "repaired", "file", "version", "episodes_added", "new_examples",
-             "logged_examples")
+             "logged_examples", "constrained", "precision", "precision_reason")
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,9 @@ class ExperienceResult:
     plan: dict | None = None        # mint.loop.placebo.training_plan
     verified: ControlData | None = None     # a continuation's data: the verified answers alone
     families: tuple[FamilyStats, ...] = ()  # what was learnable, per family of requests
+    constrained: bool = False       # samples decoded inside the harness's answer shape
+    precision: str = "fp32"         # what the samples decoded at
+    precision_reason: str = ""
 
     def to_dict(self) -> dict:
         out = {key: getattr(self, key) for key in _RECORDED}

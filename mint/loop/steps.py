@@ -167,7 +167,7 @@ class Experience(StepKind):
     result = ExperienceResult
     options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
                "per_prompt", "seed", "init", "control", "repair", "epochs", "batch_size", "min_steps", "max_steps",
-               "learning_rate", "continuation_learning_rate", "replay")
+               "learning_rate", "continuation_learning_rate", "replay", "constrained", "precision")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
         for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1)):
@@ -180,6 +180,17 @@ class Experience(StepKind):
         if "repair" in options and not isinstance(options["repair"], bool):
             raise doc.error(f"{at}.repair", "expected true (repair failing answers where the harness can, and "
                                             "verify each repair) or false")
+        if "constrained" in options and not isinstance(options["constrained"], bool):
+            raise doc.error(f"{at}.constrained", "expected true (decode every sample inside the shape the "
+                                                 "contract's harness gives its answers) or false")
+        if "precision" in options:
+            from mint.loop.experience import SAMPLING_PRECISIONS
+
+            if options["precision"] not in SAMPLING_PRECISIONS:
+                raise doc.error(f"{at}.precision", f"expected one of {', '.join(SAMPLING_PRECISIONS)} (auto: bf16 "
+                                                   "where the hardware runs it faster)"
+                                + (closest(options["precision"], SAMPLING_PRECISIONS)
+                                   if isinstance(options["precision"], str) else ""))
         self.check_plan(doc, recipe_path, options, at)
 
     @staticmethod

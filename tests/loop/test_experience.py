@@ -461,3 +461,65 @@ def test_an_experience_with_families_records_them_and_its_summary_carries_them()
                                      "always": 0, "sometimes": 2, "never": 1, "signal": 0.4375, "accepted": 3}]
     assert ExperienceResult.from_dict(json.loads(json.dumps(recorded))) == gathered
     assert experience_summary(gathered)["families"] == recorded["families"]
+
+
+def test_constrained_samples_decode_inside_the_catalog_and_the_unconstrained_do_not(ws, project, tmp_path):
+    """On the random tiny base the free samples are noise; constrained, every sample is the start of a catalog
+    tree as the logs write them (compact JSON), and one that ended before its token limit is a whole valid one."""
+    from mint.harness.genui import load_catalog
+    from mint.loop import experience
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    chosen = [experience.ExperiencePrompt("jsonl:r", [{"role": "user", "content": "Show a login form."}])]
+    kwargs = dict(samples=3, temperature=1.0, max_new_tokens=48, seed=0)
+    free = experience._sample(ws, None, "tiny-random", "genui", chosen, **kwargs)[0]
+    shapes = experience._answer_shapes([SMOKE_CONTRACT], chosen)
+    constrained = experience._sample(ws, None, "tiny-random", "genui", chosen, shapes=shapes, **kwargs)[0]
+    assert not any(text.startswith('{"type":"') for text in free)
+    assert all(text.startswith('{"type":"') for text in constrained), constrained
+    _schema, validator, _required = load_catalog()
+    for text in constrained:
+        try:
+            tree = json.loads(text)
+        except ValueError:
+            continue          # cut at the token limit
+        assert validator.is_valid(tree)
+
+
+def test_a_constrained_step_whose_harness_gives_answers_no_shape_is_refused(ws, project, tmp_path, monkeypatch):
+    from mint.loop.experience import gather_experience
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    rows = tmp_path / "agent.jsonl"
+    rows.write_text(json.dumps({"prompt": "Weather in Oslo?"}) + "\n")
+    _answer_with(monkeypatch, [CORRECTION])
+    with pytest.raises(BadInput) as caught:
+        gather_experience(ws, dataset="d", specialist="agent", base="tiny-random", project=project, samples=2,
+                          sources=[{"jsonl": str(rows)}], constrained=True,
+                          contracts=[ROOT / "contracts" / "agent.yaml"])
+    assert caught.value.field == "constrained"
+
+
+def test_auto_precision_samples_in_bf16_where_the_hardware_plan_finds_it_faster(ws, project, tmp_path, monkeypatch):
+    from mint import hardware
+    from mint.generation import engine as generate
+    from mint.loop import experience
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    precisions = []
+
+    def fake(model, tokenizer, conversations, settings, *args, **kwargs):
+        precisions.append(settings.precision)
+        return [[LOGIN_FORM] for _ in conversations], [0.0]
+
+    monkeypatch.setattr(generate, "generate_batches", fake)
+    for faster in (True, False):
+        rows = tmp_path / f"requests-{faster}.jsonl"     # a new request each time: an answered one is not drawn
+        rows.write_text(json.dumps({"prompt": f"Show a login form with a submit button ({faster})."}) + "\n")
+        plan = {"rows": hardware.Choice(8, "test"), "bf16": hardware.Choice(faster, "test"),
+                "threads": hardware.Choice(2, "test")}
+        monkeypatch.setattr(hardware, "decoding_plan", lambda _hardware, plan=plan: plan)
+        result = experience.gather_experience(ws, dataset="d", specialist="genui", base="tiny-random",
+                                              project=project, samples=2, sources=[{"jsonl": str(rows)}],
+                                              precision="auto")
+        assert result.precision == ("bf16" if faster else "fp32") == precisions[-1]
