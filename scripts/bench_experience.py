@@ -20,6 +20,7 @@ the seconds each part took; `--json FILE` writes the same. Variants (each names 
   lr3e-4           the continuation at 3e-4
   replay1          1 logged answer replayed per verified one
   constrained-samples16   the two combined
+  constrained-lr3e-4      constrained samples, the continuation at 3e-4
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ VARIANTS = {
     "lr3e-4": {"continuation_learning_rate": 3.0e-4},
     "replay1": {"replay": 1},
     "constrained-samples16": {"constrained": True, "samples": 16},
+    "constrained-lr3e-4": {"constrained": True, "continuation_learning_rate": 3.0e-4},
 }
 
 
