@@ -13,7 +13,8 @@ routed, plain and streamed, some followed by feedback); at 40% of the requests c
 rolled back to coding:v1 (the gateway loads each through vLLM's runtime LoRA API and drains the old one). Then:
   5xx         responses with a 5xx status or no response at all: goal 0
   refused     requests not answered 200: goal 0
-  lost / dup  answered completions missing from, or repeated in, the gateway's turn log (by id): goal 0
+  lost / dup  answered completions missing from, or repeated in, the gateway's turn log (by the answer's id,
+              a logged turn's upstream_id): goal 0
   mismatches  answers that are not the sentence of the adapter the gateway says served them (served_by): goal 0
   switches    whether coding:v2 served turns after the promotion and coding:v1 again after the rollback
 The last line printed is the figure; the exit code is 1 when any goal is missed.
@@ -239,7 +240,7 @@ def run_load(url: str, args, ws, promote, rollback) -> list[dict]:
 def report(results: list[dict], logged: list[dict], seconds: float) -> None:
     fives = [r for r in results if r.get("status") is None or r["status"] >= 500]
     refused = [r for r in results if r.get("status") != 200]
-    ids = Counter(t["id"] for t in logged)
+    ids = Counter(t["upstream_id"] for t in logged)   # the answer's id (a logged turn's own id is its content hash)
     answered = [r for r in results if "id" in r]
     lost = [r for r in answered if ids[r["id"]] == 0]
     duplicated = [r for r in answered if ids[r["id"]] > 1]
@@ -258,7 +259,9 @@ def report(results: list[dict], logged: list[dict], seconds: float) -> None:
     ok = not (fives or refused or lost or duplicated or mismatched or feedback_refused) and switched
     print(f"{len(results)} requests: 5xx {len(fives)}, refused {len(refused)}, lost {len(lost)}, duplicated "
           f"{len(duplicated)}, mismatches {len(mismatched)} of {len(answered)} answers, switched v1->v2->v1 "
-          f"{'yes' if switched else 'NO'}; latency p50 {p50:.2f} s p99 {p99:.2f} s; {seconds:.0f} s in all: "
+          f"{'yes' if switched else 'NO'}; latency p50 {p50:.2f} s p99 {p99:.2f} s; {seconds:.0f} s in all")
+    print(f"FIGURE vllm: requests={len(results)} 5xx={len(fives)} refused={len(refused)} lost={len(lost)} "
+          f"dup={len(duplicated)} mismatches={len(mismatched)} switched={'yes' if switched else 'no'} goal=0,0,0,0,0,yes "
           f"{'PASS' if ok else 'FAIL'}")
     sys.exit(0 if ok else 1)
 
