@@ -413,13 +413,14 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       threshold: float = 1.0, sources: list | None = None, per_prompt: int = 2, seed: int = 0,
                       contracts: list[Path] | None = None, control: bool | list = False,
                       repair: bool = False, recipe_dir: Path | None = None,
-                      continuation: bool = False, replay: float = 0.0) -> ExperienceResult:
+                      continuation: bool = False, replay: float = 0.0, version: str | None = None) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
     trains on, and its placebo twin learns from every sampled answer alone: the champion has learned the logs.
     ``replay`` logged examples per verified answer (drawn with ``seed``) go beside both, rehearsing what the
-    champion knew: without them a continuation forgets it (measured in docs/benchmarks.md)."""
+    champion knew: without them a continuation forgets it (measured in docs/benchmarks.md). ``version``: the
+    dataset's version to read (its head when None; a resumed loop gives the one the killed step started from)."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import repairer_for
@@ -428,7 +429,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         raise BadInput("experience samples several different answers: temperature must be above 0",
                        field="temperature")
     champion, served_by = _champion(ws, specialist, base)   # a changed champion is refused before anything else
-    episodes = list(iter_episodes(ws, dataset, None, specialist, split="train"))
+    episodes = list(iter_episodes(ws, dataset, version, specialist, split="train"))
     answered = {prompt_key(e["messages"]) for e in episodes if has_accepted_answer(e)}
     candidates, skipped = [], {}
     for source in sources or DEFAULT_SOURCES:
@@ -521,14 +522,14 @@ GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
-                    contracts: list[Path], recipe_dir: Path) -> ExperienceResult:
+                    contracts: list[Path], recipe_dir: Path, version: str | None = None) -> ExperienceResult:
     """What the loop's experience step records: the gathered experience and the plan the next generation
     trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``."""
     from mint.loop.placebo import PLAN_DEFAULTS, training_plan
 
     plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k != "specialist"}
     result = gather_experience(ws, dataset=dataset, specialist=specialist, base=base, project=project,
-                               contracts=contracts, recipe_dir=recipe_dir,
+                               contracts=contracts, recipe_dir=recipe_dir, version=version,
                                continuation=plan_options.get("init", PLAN_DEFAULTS["init"]) == "champion",
                                **{k: v for k, v in options.items() if k in GATHER_KEYS})
     verified = result.verified
