@@ -51,7 +51,7 @@ COMMANDS = ("ingest", "train", "eval", "promote", "experience")
 LIFECYCLE = COMMANDS[:4]
 CONDITIONS = ("full", "readonly")
 sys.path.insert(0, str(ROOT / "scripts"))
-from reliability_kill import (CONTRACT, DATASET, EXPERIENCE_ANSWERS, EXPERIENCE_RECIPE, LOGS,  # noqa: E402
+from reliability_kill import (CONTRACT, DATASET, EXPERIENCE_ANSWERS, EXPERIENCE_RECIPE, LOGS, RUN_LIMIT_S,  # noqa: E402
                               lifecycle_argv)   # the same lifecycle commands as the kill suite
 UNPRIVILEGED = 65534          # nobody:nogroup
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -208,7 +208,7 @@ class Suite:
             shutil.copytree(self.home, target, symlinks=True)
             self.templates[command] = target
             done = subprocess.run(self.argv(command), capture_output=True, text=True, env=self.env,
-                                  cwd=self.work, timeout=600)
+                                  cwd=self.work, timeout=RUN_LIMIT_S)
             if done.returncode != 0:
                 raise SystemExit(f"the clean `mint {command}` failed: {done.stderr[-2000:]}")
 
@@ -223,7 +223,7 @@ class Suite:
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
         first = subprocess.run(self.argv("experience")[:-1], capture_output=True, text=True, cwd=self.work,
-                               env={**self.env, "MINT_FAULT": "loop.1.4"}, timeout=900)
+                               env={**self.env, "MINT_FAULT": "loop.1.4"}, timeout=RUN_LIMIT_S)
         if first.returncode != -9:
             raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.4: {first.stderr[-2000:]}")
         target = self.work / "template-experience"
@@ -231,7 +231,7 @@ class Suite:
         shutil.copytree(self.home, target, symlinks=True)
         self.templates["experience"] = target
         clean = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work, env=self.env,
-                               timeout=900)
+                               timeout=RUN_LIMIT_S)
         if clean.returncode != 0:
             raise SystemExit(f"the clean experience loop failed: {clean.stderr[-2000:]}")
         self.clean_experience = listing(self.home)
@@ -250,7 +250,8 @@ class Suite:
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, self.home / entry.name)
             before_listing, before_files = listing(self.home), file_hashes(self.home)
             started = time.perf_counter()
-            done = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work, timeout=900,
+            done = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work,
+                                  timeout=RUN_LIMIT_S,
                                   env={**self.env, "MINT_FILL_DISK_AT_SAMPLING": str(self.home / FILLER)})
             case.how = f"tmpfs filled while the step sampled, {time.perf_counter() - started:.1f}s"
             case.exit_code = done.returncode
@@ -260,7 +261,7 @@ class Suite:
             state = [str(p.relative_to(self.home)) for p in (self.home / "loops").glob("*/state.json")]
             case.problems += state_problems(self.home, before_listing, before_files, may_change=tuple(state))
             resumed = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work,
-                                     env=self.env, timeout=900)
+                                     env=self.env, timeout=RUN_LIMIT_S)
             case.tracebacks += resumed.stderr.count("Traceback")
             if resumed.returncode != 0:
                 case.problems.append(f"the resume with room again exited {resumed.returncode}: {resumed.stderr[-400:]}")
@@ -316,7 +317,7 @@ class Suite:
             if condition == "readonly" and not mounted:
                 argv = argv_prefix + argv
             started = time.perf_counter()
-            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.work, timeout=600,
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.work, timeout=RUN_LIMIT_S,
                                   preexec_fn=preexec)
             case.exit_code = done.returncode
             case.message, case.problems = message_problems(done.stderr, done.returncode)

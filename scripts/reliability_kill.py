@@ -53,6 +53,9 @@ LOOPS = ("loop", "experience")          # commands that run `mint loop` (resumed
 LOGS = [ROOT / "examples" / "logs" / name for name in ("server_log.jsonl.gz", "app_openai.jsonl", "chat_sharegpt.json")]
 CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
 DATASET = "smoke"   # the name contracts/genui-smoke.yaml's live suite reads
+# a run longer than this hangs (generous: on a 2-core host other work shares, one loop run took 20 min)
+RUN_LIMIT_S = 3600
+
 TRAIN_SETTINGS = ["max_steps=1", "per_device_train_batch_size=2", "max_length=96", "lora.r=2"]
 
 
@@ -302,7 +305,7 @@ class Suite:
 
     def run(self, argv: list[str], extra_env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(extra_env or {})},
-                              cwd=self.work, timeout=600)
+                              cwd=self.work, timeout=RUN_LIMIT_S)
 
     def prepare(self, commands: list[str]) -> None:
         """Clean runs in the lifecycle's order; each one's end state is the next one's starting workspace."""
@@ -361,7 +364,7 @@ class Suite:
                 process.wait(timeout=float(kill.split(":", 1)[1]))
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)   # the command and any worker it started
-        _, stderr = process.communicate(timeout=600)
+        _, stderr = process.communicate(timeout=RUN_LIMIT_S)
         trial.killed = process.returncode == -signal.SIGKILL
         if not trial.killed and process.returncode != clean.exit_code:
             trial.problems.append(f"exited {process.returncode} (clean: {clean.exit_code}): {stderr[-500:]}")

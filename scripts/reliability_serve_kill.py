@@ -51,6 +51,8 @@ TINY = "tiny-random"
 LONG_TOKENS = 1500
 SHORT_TOKENS = (6, 12, 20)
 LEAVING_TOKENS = 400
+# a wait longer than this is a hang (generous: a 2-core host other work shares starves these processes)
+LIMIT_S = 1800
 
 
 @dataclass
@@ -87,14 +89,14 @@ def ask(url: str, turn: Asked, began: threading.Event | None = None) -> None:
             "max_tokens": turn.max_tokens, "temperature": 0, "stream": turn.stream}
     try:
         if not turn.stream:
-            reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+            reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=LIMIT_S)
             turn.status = reply.status_code
             if reply.status_code == 200:
                 data = reply.json()
                 turn.id, turn.text = data["id"], data["choices"][0]["message"]["content"]
                 turn.whole = data["choices"][0]["finish_reason"] is not None
             return
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as reply:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=LIMIT_S) as reply:
             turn.status = reply.status_code
             pieces, finished, ended = [], False, False
             for line in reply.iter_lines():
@@ -140,7 +142,7 @@ class Server:
                                         cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 
-    def wait_ready(self, log: Path, limit_s: float = 300) -> None:
+    def wait_ready(self, log: Path, limit_s: float = LIMIT_S) -> None:
         from servers import wait_ready
 
         wait_ready(self.process, f"{self.url}/health", log=log, limit_s=limit_s, what="mint serve")
@@ -182,20 +184,20 @@ def run_trial(number: int, home: Path, workdir: Path, rng: random.Random) -> Tri
     began = threading.Event()
     threads = [threading.Thread(target=ask, args=(server.url, long, began), daemon=True)]
     threads[0].start()
-    began.wait(120)
+    began.wait(LIMIT_S)
     for turn in (*shorts, leaving):
         thread = threading.Thread(target=ask, args=(server.url, turn), daemon=True)
         thread.start()
         threads.append(thread)
     for turn in shorts:
-        turn.done.wait(120)
+        turn.done.wait(LIMIT_S)
     trial.joined = server.joined()
     time.sleep(trial.delay_s)
     trial.killed = server.kill()
     if not trial.killed:
         trial.problems.append("the server had exited before the kill")
     for thread in threads:
-        thread.join(120)
+        thread.join(LIMIT_S)
     return trial
 
 
