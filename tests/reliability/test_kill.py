@@ -1,4 +1,4 @@
-"""Reliability suite 1 (issue #12), fast form: kill -9 at seeded random points and at the named fault
+"""Reliability suite 1, fast form: kill -9 at seeded random points and at the named fault
 points, then check what is listed and that a rerun gives the clean result. The long form, over train,
 eval, promote and the loop too, is `python scripts/reliability_kill.py` (`--quick` for a small one)."""
 import json

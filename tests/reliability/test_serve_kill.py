@@ -1,4 +1,4 @@
-"""kill -9 of `mint serve` while it batches turns continuously, fast form: one trial of
+"""kill -9 of `mint serve` while it batches turns continuously, fast form: two trials of
 scripts/reliability_serve_kill.py (the long form runs 20). Turns that joined the running stream are answered
 whole or fail cleanly, every turn a client got whole is in the turn log, the log has no torn line, no logged turn
 is cut short (the killed one and the one whose client left are not logged), and the server starts again."""
