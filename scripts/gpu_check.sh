@@ -47,6 +47,7 @@ if [ ! -f "$PROJECT/mint.yaml" ]; then
   mint init --dir "$PROJECT" > "$WORK/init.log" 2>&1 || { cat "$WORK/init.log"; exit 1; }
 fi
 cd "$PROJECT" || exit 1
+sed -i "s/^base: .*/base: $BASE/" mint.yaml      # the project serves the base the checks train on
 export MINT_HOME="$PROJECT/.mint"
 # the smoke contract's live suite reads the dataset `smoke`
 if ! mint ingest examples/logs --dataset smoke --json > "$WORK/ingest.log" 2>&1; then
