@@ -246,18 +246,21 @@ def check(trials: list[Trial], home: Path, workdir: Path) -> dict:
     for trial in trials:
         for turn in trial.asked:
             by_prompt[turn.prompt] = (trial, turn)
-    wanted = sorted({(t.prompt, t.max_tokens) for trial in trials for t in trial.asked})
-    whole = whole_answers(home, wanted)
+    logged_prompts = {record["messages"][0]["content"] for record in logged}
+    # the whole answers a check compares with: of the turns a client got whole, and of the logged ones (not the
+    # killed turn's 1,500 tokens, which nothing holds)
+    wanted = sorted({(t.prompt, t.max_tokens) for trial in trials for t in trial.asked
+                     if t.whole or t.prompt in logged_prompts})
+    whole = whole_answers(home, wanted) if wanted else {}
     counts = {"turns": sum(len(t.asked) for t in trials), "answered_whole": 0, "failed_cleanly": 0, "unclean": 0,
               "lost": 0, "torn": torn, "half": 0, "logged": len(logged), "restarts": 0,
               "not_joined": sum(1 for t in trials if not t.joined)}
     logged_ids = {record.get("upstream_id") for record in logged}
-    logged_prompts = {record["messages"][0]["content"] for record in logged}
     for trial in trials:
         counts["restarts"] += any(p.startswith("restart") for p in trial.problems)
         for turn in trial.asked:
-            full = whole[(turn.prompt, turn.max_tokens)]
             if turn.whole and turn.status == 200:
+                full = whole[(turn.prompt, turn.max_tokens)]
                 if turn.text != full:
                     counts["unclean"] += 1
                     trial.problems.append(f"{turn.name}: answered as whole, but {len(turn.text)} of {len(full)} "
