@@ -1,7 +1,8 @@
-"""Reliability suite 7: ingest, train, eval and promote on a full disk and a read-only workspace.
+"""Reliability suite 7: ingest, train, eval and promote on a full disk and a read-only workspace, and a disk
+that fills up while the loop's experience step samples.
 
-Run:   python scripts/reliability_disk.py            # every command x every condition, twice (16 cases)
-       python scripts/reliability_disk.py --quick    # each case once (8 cases)
+Run:   python scripts/reliability_disk.py            # every command x every condition, twice (18 cases)
+       python scripts/reliability_disk.py --quick    # each case once (9 cases)
        python scripts/reliability_disk.py --seed 7 --commands ingest,promote --conditions full
 
 Each command first runs uninterrupted from its starting workspace (tiny-random base) to build the next
@@ -18,6 +19,12 @@ and runs the command. It must exit 1 or 2 with one clear `error:` line and no tr
 workspace as it was: `mint registry verify` passes, the datasets, revisions, aliases and registered
 reports listed are the same, and no file was added or changed (no partial file, no `.tmp-` leftover; only
 empty lock files and a dataset's index cache may appear).
+
+`experience` is the loop's second iteration resumed on a tmpfs (as in scripts/reliability_kill.py: the pool
+answered from a fixed table by scripts/experience_answers.py), whose sampling ends by filling the disk: the step's
+writes then meet a full disk. Beyond the checks above (the loop's own state file may change: the run began), once
+the disk has room again `mint loop --resume` must end as an uninterrupted run does (the same datasets,
+revisions and champions). Only the `full` condition applies, and only where a tmpfs can be mounted.
 Cases run in a seeded order (`--seed`). The figure is printed last:
 `FIGURE diskfull: cases=N failures=F goal=0 PASS|FAIL`; exit 1 when F > 0.
 """
@@ -40,10 +47,12 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-COMMANDS = ("ingest", "train", "eval", "promote")
+COMMANDS = ("ingest", "train", "eval", "promote", "experience")
+LIFECYCLE = COMMANDS[:4]
 CONDITIONS = ("full", "readonly")
 sys.path.insert(0, str(ROOT / "scripts"))
-from reliability_kill import DATASET, lifecycle_argv  # noqa: E402 - the same lifecycle commands as the kill suite
+from reliability_kill import (CONTRACT, DATASET, EXPERIENCE_ANSWERS, EXPERIENCE_RECIPE, LOGS, RUN_LIMIT_S,  # noqa: E402
+                              lifecycle_argv)   # the same lifecycle commands as the kill suite
 UNPRIVILEGED = 65534          # nobody:nogroup
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 FILLER = ".filler-of-reliability-disk"   # not a name mint reads or writes
@@ -59,6 +68,7 @@ class Case:
     message: str = ""
     problems: list[str] = field(default_factory=list)
     skipped: str = ""
+    tracebacks: int = 0
 
 
 def listing(home: Path) -> dict:
@@ -100,7 +110,8 @@ def file_hashes(home: Path) -> dict[str, str]:
     return out
 
 
-def state_problems(home: Path, before_listing: dict, before_files: dict[str, str]) -> list[str]:
+def state_problems(home: Path, before_listing: dict, before_files: dict[str, str],
+                   may_change: tuple[str, ...] = ()) -> list[str]:
     from mint.registry.maintenance import verify
     from mint.registry import store
     from mint.workspace import workspace
@@ -118,7 +129,8 @@ def state_problems(home: Path, before_listing: dict, before_files: dict[str, str
     added = sorted(p for p in set(after_files) - set(before_files)
                    if not (Path(p).name.endswith(".lock") and after_files[p] == EMPTY_SHA256)
                    and not (p.startswith("datasets/") and Path(p).name.startswith("index.sqlite")))
-    changed = sorted(p for p in before_files if p in after_files and after_files[p] != before_files[p])
+    changed = sorted(p for p in before_files if p in after_files and after_files[p] != before_files[p]
+                     and p not in may_change)
     removed = sorted(set(before_files) - set(after_files))
     if added:
         problems.append(f"files left behind: {added[:5]}{' ...' if len(added) > 5 else ''}")
@@ -178,22 +190,92 @@ class Suite:
         self.mounting = mount and can_mount(work / "probe")
 
     def argv(self, command: str) -> list[str]:
+        if command == "experience":
+            return [sys.executable, str(EXPERIENCE_ANSWERS), "loop", str(self.work / "experience.yaml"), "--resume"]
         return lifecycle_argv(command)
 
     def prepare(self, commands: list[str]) -> None:
         """Clean runs in the lifecycle's order; each one's end state is the next one's starting workspace."""
+        if "experience" in commands:
+            self.prepare_experience()
+        lifecycle = [c for c in commands if c in LIFECYCLE]
+        if not lifecycle:
+            return
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
-        for command in COMMANDS[:max(COMMANDS.index(c) for c in commands) + 1]:
+        for command in LIFECYCLE[:max(LIFECYCLE.index(c) for c in lifecycle) + 1]:
             target = self.work / f"template-{command}"
             shutil.copytree(self.home, target, symlinks=True)
             self.templates[command] = target
             done = subprocess.run(self.argv(command), capture_output=True, text=True, env=self.env,
-                                  cwd=self.work, timeout=600)
+                                  cwd=self.work, timeout=RUN_LIMIT_S)
             if done.returncode != 0:
                 raise SystemExit(f"the clean `mint {command}` failed: {done.stderr[-2000:]}")
 
+    def prepare_experience(self) -> None:
+        """The loop stopped (killed) once its first iteration was recorded, and the listing an uninterrupted
+        resume of it ends with."""
+        from experience_answers import REQUESTS
+
+        (self.work / "experience.yaml").write_text(EXPERIENCE_RECIPE.format(dataset=DATASET, logs=LOGS[0],
+                                                                             contract=CONTRACT))
+        (self.work / "requests.jsonl").write_text(REQUESTS)
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.home.mkdir(parents=True)
+        first = subprocess.run(self.argv("experience")[:-1], capture_output=True, text=True, cwd=self.work,
+                               env={**self.env, "MINT_FAULT": "loop.1.4"}, timeout=RUN_LIMIT_S)
+        if first.returncode != -9:
+            raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.4: {first.stderr[-2000:]}")
+        target = self.work / "template-experience"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(self.home, target, symlinks=True)
+        self.templates["experience"] = target
+        clean = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work, env=self.env,
+                               timeout=RUN_LIMIT_S)
+        if clean.returncode != 0:
+            raise SystemExit(f"the clean experience loop failed: {clean.stderr[-2000:]}")
+        self.clean_experience = listing(self.home)
+
+    def experience_case(self) -> Case:
+        """The disk fills while the experience step samples; with room again, the loop resumes to the clean end."""
+        case = Case("experience", "full")
+        if not self.mounting:
+            case.skipped = "a disk that fills during sampling needs a tmpfs, and mounting is not permitted here"
+            return case
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.home.mkdir(parents=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(self.home)], check=True)
+        try:
+            for entry in self.templates["experience"].iterdir():
+                (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, self.home / entry.name)
+            before_listing, before_files = listing(self.home), file_hashes(self.home)
+            started = time.perf_counter()
+            done = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work,
+                                  timeout=RUN_LIMIT_S,
+                                  env={**self.env, "MINT_FILL_DISK_AT_SAMPLING": str(self.home / FILLER)})
+            case.how = f"tmpfs filled while the step sampled, {time.perf_counter() - started:.1f}s"
+            case.exit_code = done.returncode
+            case.tracebacks = done.stderr.count("Traceback")
+            case.message, case.problems = message_problems(done.stderr, done.returncode)
+            (self.home / FILLER).unlink(missing_ok=True)
+            state = [str(p.relative_to(self.home)) for p in (self.home / "loops").glob("*/state.json")]
+            case.problems += state_problems(self.home, before_listing, before_files, may_change=tuple(state))
+            resumed = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work,
+                                     env=self.env, timeout=RUN_LIMIT_S)
+            case.tracebacks += resumed.stderr.count("Traceback")
+            if resumed.returncode != 0:
+                case.problems.append(f"the resume with room again exited {resumed.returncode}: {resumed.stderr[-400:]}")
+            after = listing(self.home)
+            for key, value in self.clean_experience.items():
+                if after[key] != value:
+                    case.problems.append(f"after the resume, {key} {after[key]} != the clean run's {value}")
+        finally:
+            subprocess.run(["umount", str(self.home)], check=False)
+        return case
+
     def case(self, command: str, condition: str) -> Case:
+        if command == "experience":
+            return self.experience_case()
         case = Case(command, condition)
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
@@ -235,7 +317,7 @@ class Suite:
             if condition == "readonly" and not mounted:
                 argv = argv_prefix + argv
             started = time.perf_counter()
-            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.work, timeout=600,
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.work, timeout=RUN_LIMIT_S,
                                   preexec_fn=preexec)
             case.exit_code = done.returncode
             case.message, case.problems = message_problems(done.stderr, done.returncode)
@@ -244,6 +326,7 @@ class Suite:
                 subprocess.run(["mount", "-o", "remount,rw", str(self.home)], check=True)
             elif condition == "full" and mounted:
                 (self.home / FILLER).unlink()
+            case.tracebacks = done.stderr.count("Traceback")
             case.problems += state_problems(self.home, before_listing, before_files)
             case.how += f", {time.perf_counter() - started:.1f}s"
         finally:
@@ -287,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "not used, RLIMIT_FSIZE and chmod + setpriv instead"), flush=True)
         started = time.perf_counter()
         suite.prepare(commands)
-        order = [(c, k) for c in commands for k in conditions] * repeat
+        order = [(c, k) for c in commands for k in conditions if c != "experience" or k == "full"] * repeat
         random.Random(args.seed).shuffle(order)
         for number, (command, condition) in enumerate(order, 1):
             case = suite.case(command, condition)
@@ -304,7 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     ran = [c for c in cases if not c.skipped]
     failures = sum(bool(c.problems) for c in ran)
     skipped = len(cases) - len(ran)
-    print(f"FIGURE diskfull: cases={len(ran)} failures={failures} skipped={skipped} goal=0 "
+    corrupt = sum(any(p.startswith(("verify", "files", "datasets", "episodes", "revisions", "champions", "events",
+                                    "reports", "after the resume")) for p in c.problems) for c in ran)
+    print(f"FIGURE diskfull: cases={len(ran)} corrupt={corrupt} tracebacks={sum(c.tracebacks for c in ran)} "
+          f"failures={failures} skipped={skipped} goal=0 "
           f"{'PASS' if failures == 0 and ran else 'FAIL'}")
     return 0 if failures == 0 and ran else 1
 

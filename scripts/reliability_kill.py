@@ -1,7 +1,8 @@
-"""Reliability suite 1: kill -9 at random points of ingest, train, eval, promote and loop.
+"""Reliability suite 1: kill -9 at random points of ingest, train, eval, promote, the loop, and the loop's
+experience and controls.
 
-Run:   python scripts/reliability_kill.py            # the long form: 50 trials over the five commands
-       python scripts/reliability_kill.py --quick    # a small version: 10 trials
+Run:   python scripts/reliability_kill.py            # the long form: 60 trials over the six commands
+       python scripts/reliability_kill.py --quick    # a small version: 12 trials
        python scripts/reliability_kill.py --seed 7 --commands ingest,promote --trials 20
 
 Each command is first run uninterrupted on a copy of its starting workspace (tiny-random base), which
@@ -9,7 +10,12 @@ measures its duration and records the result it should give (generation 0, the b
 contract, is measured once beforehand and is part of every starting workspace). Then each trial restores that starting
 workspace, starts the command as a subprocess and kills it with SIGKILL: either after a seeded random
 delay spread over the measured duration, or at one of the named MINT_FAULT points (mint/faults.py),
-each point once. After the kill it checks that
+each point once. `experience` is a loop's second iteration, resumed (`mint loop --resume`) after a loop that
+stopped once its first iteration was done: it gathers experience (its pool answered from a fixed table by
+scripts/experience_answers.py, since the tiny base writes no valid tree; the verified, twin and steps-control
+datasets ingested), trains the next generation, and its eval step trains the placebo twin and the steps control;
+its named points are counted (`ingest.version_published@3`: the third dataset version the process publishes, the
+twin's). After the kill it checks that
 
   * `mint registry verify` passes (every revision's files hash, the event chain holds);
   * only complete things are listed: dataset heads, revisions, aliases and registered reports are
@@ -18,7 +24,9 @@ each point once. After the kill it checks that
     the same dataset version and episode ids (none lost or duplicated), the same champion and
     revisions, the same verdict and metrics.
 
-The figure is printed last: `FIGURE kill9: trials=N failures=F goal=0 PASS|FAIL`; exit 1 when F > 0.
+The figure is printed last: `FIGURE kill9: trials=N killed=K lost=L duplicated=D corrupt=C tracebacks=T failures=F
+goal=0 PASS|FAIL` (lost and duplicated: episodes against the clean run; corrupt: a failed verify, a half-written
+listing or report; tracebacks: in the rerun's output); exit 1 when F > 0.
 """
 from __future__ import annotations
 
@@ -38,11 +46,16 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-COMMANDS = ("ingest", "train", "eval", "promote", "loop")
+COMMANDS = ("ingest", "train", "eval", "promote", "loop", "experience")
+LOOPS = ("loop", "experience")          # commands that run `mint loop` (resumed after a kill)
 LOGS = [ROOT / "examples" / "logs" / name for name in ("server_log.jsonl.gz", "app_openai.jsonl", "chat_sharegpt.json")]
 CONTRACT = ROOT / "contracts" / "genui-smoke.yaml"
 DATASET = "smoke"   # the name contracts/genui-smoke.yaml's live suite reads
+# a run longer than this hangs (generous: on a 2-core host other work shares, one loop run took 20 min)
+RUN_LIMIT_S = 3600
+
 TRAIN_SETTINGS = ["max_steps=1", "per_device_train_batch_size=2", "max_length=96", "lora.r=2"]
 
 
@@ -68,6 +81,12 @@ FAULT_POINTS = {
     "promote": ["promote.read", "promote.checked", "promote.before_commit", "promote.committed"],
     "loop": ["register.published", "loop.1.1", "eval.report_published", "loop.1.2", "promote.before_commit",
              "loop.1.0", "ingest.version_published", "loop.1.3"],
+    # iteration 2 (steps: ingest 0 skipped, experience 1, train 2, eval 3, promote 4). Its datasets in order: the
+    # experience in the logs' dataset, the verified answers', the twin's, the steps control's; its revisions: the
+    # generation, the twin, the steps control; its reports: the same three
+    "experience": ["ingest.version_published@1", "ingest.head_written@2", "ingest.version_published@3",
+                   "ingest.episodes_written@4", "loop.2.1", "register.published@1", "register.published@2",
+                   "register.committed@3", "eval.report_published@2", "loop.2.3"],
 }
 
 RECIPE = """\
@@ -83,6 +102,25 @@ steps:
   - eval: {{specialist: genui, contract: {contract}}}
   - promote: {{specialist: genui}}
 """
+
+# the loop with experience from its second iteration, both controls beside the generation
+EXPERIENCE_RECIPE = """\
+# Run: python scripts/experience_answers.py loop experience.yaml   (written by scripts/reliability_kill.py)
+recipe: experience
+base: tiny-random
+dataset: {dataset}
+loop: {{iterations: 2}}
+steps:
+  - ingest: {{sources: [{logs}]}}
+  - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2,
+                 control: [placebo, steps], sources: [{{jsonl: requests.jsonl}}], batch_size: 2, min_steps: 1,
+                 max_steps: 1}}
+  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
+              lora.r: 2}}}}
+  - eval: {{specialist: genui, contract: {contract}}}
+  - promote: {{specialist: genui}}
+"""
+EXPERIENCE_ANSWERS = ROOT / "scripts" / "experience_answers.py"
 
 
 @dataclass
@@ -183,10 +221,10 @@ def visible_problems(snap: Snapshot, clean: Clean) -> list[str]:
                         f"{len(clean.before.episode_ids)} nor the clean {len(clean.after.episode_ids)}")
     known = {r[0] for r in clean.before.revisions} | {r[0] for r in clean.after.revisions}
     extra = [r[0] for r in snap.revisions if r[0] not in known]
-    if clean.command != "loop" and extra:
+    if clean.command not in LOOPS and extra:
         problems.append(f"revisions listed that neither run made: {extra}")
     for specialist, champion in snap.champions.items():
-        if clean.command != "loop" and champion not in (clean.before.champions.get(specialist),
+        if clean.command not in LOOPS and champion not in (clean.before.champions.get(specialist),
                                                         clean.after.champions.get(specialist)):
             problems.append(f"{specialist}:champion is {champion}, neither the starting nor the clean one")
     return problems
@@ -204,7 +242,7 @@ def result_problems(snap: Snapshot, clean: Clean, killed_after: Snapshot) -> lis
                         f"(lost {lost}, duplicated {dup})")
     if snap.champions != clean.after.champions:
         problems.append(f"champions {snap.champions} != clean {clean.after.champions}")
-    if clean.command == "loop":
+    if clean.command in LOOPS:
         # content-addressed steps: a resumed loop makes exactly the revisions an uninterrupted one makes
         if snap.revisions != clean.after.revisions:
             problems.append(f"revisions {snap.revisions} != clean {clean.after.revisions}")
@@ -239,10 +277,17 @@ class Suite:
         self.recipe = work / "kill.yaml"
         self.recipe.write_text(RECIPE.format(dataset=DATASET, logs=", ".join(str(p) for p in LOGS[:1]),
                                              contract=CONTRACT))
+        self.experience_recipe = work / "experience.yaml"
+        self.experience_recipe.write_text(EXPERIENCE_RECIPE.format(dataset=DATASET, logs=LOGS[0], contract=CONTRACT))
+        from experience_answers import REQUESTS
+
+        (work / "requests.jsonl").write_text(REQUESTS)
 
     def argv(self, command: str, rerun: bool = False) -> list[str]:
         if command == "loop":
             return [sys.executable, "-m", "mint", "loop", str(self.recipe)] + (["--resume"] if rerun else [])
+        if command == "experience":     # always a resume: the loop stopped after its first iteration
+            return [sys.executable, str(EXPERIENCE_ANSWERS), "loop", str(self.experience_recipe), "--resume"]
         return lifecycle_argv(command)
 
     def restore(self, command: str) -> None:
@@ -260,7 +305,7 @@ class Suite:
 
     def run(self, argv: list[str], extra_env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(extra_env or {})},
-                              cwd=self.work, timeout=600)
+                              cwd=self.work, timeout=RUN_LIMIT_S)
 
     def prepare(self, commands: list[str]) -> None:
         """Clean runs in the lifecycle's order; each one's end state is the next one's starting workspace."""
@@ -284,6 +329,20 @@ class Suite:
             self.templates.pop("loop", None)   # the loop starts from an empty workspace and does it all
             self.restore("loop")
             self.cleans["loop"] = self.clean_run("loop")
+        if "experience" in commands:
+            # its starting workspace: the loop stopped (killed) once its first iteration was recorded
+            self.templates.pop("experience", None)
+            self.restore("experience")
+            first = self.run([sys.executable, str(EXPERIENCE_ANSWERS), "loop", str(self.experience_recipe)],
+                             {"MINT_FAULT": "loop.1.4"})
+            if first.returncode != -signal.SIGKILL:
+                raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.4 (exit "
+                                 f"{first.returncode}): {first.stderr[-2000:]}")
+            self.save_template("experience")
+            self.cleans["experience"] = self.clean_run("experience")
+            if self.cleans["experience"].exit_code != 0:
+                raise SystemExit("the clean experience loop failed: "
+                                 f"{self.cleans['experience'].output.get('stderr', '')[-2000:]}")
 
     def clean_run(self, command: str) -> Clean:
         before = snapshot(self.home)
@@ -305,7 +364,7 @@ class Suite:
                 process.wait(timeout=float(kill.split(":", 1)[1]))
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)   # the command and any worker it started
-        _, stderr = process.communicate(timeout=600)
+        _, stderr = process.communicate(timeout=RUN_LIMIT_S)
         trial.killed = process.returncode == -signal.SIGKILL
         if not trial.killed and process.returncode != clean.exit_code:
             trial.problems.append(f"exited {process.returncode} (clean: {clean.exit_code}): {stderr[-500:]}")
@@ -322,7 +381,26 @@ class Suite:
 
 
 # Shares of the trials: the quick commands get more, so that the long form fits in about 5 quiet minutes.
-SHARES = {"ingest": 0.34, "promote": 0.30, "train": 0.12, "eval": 0.12, "loop": 0.12}
+SHARES = {"ingest": 0.28, "promote": 0.25, "train": 0.10, "eval": 0.10, "loop": 0.10, "experience": 0.17}
+
+
+def tally(trials: list[Trial]) -> dict[str, int]:
+    """The figure's counts: trials killed, episodes lost and duplicated, trials that left something corrupt (a failed
+    verify, a half-written or unregistered report, a listing neither the starting nor the clean one), tracebacks."""
+    import re
+
+    counts = {"killed": 0, "lost": 0, "duplicated": 0, "corrupt": 0, "tracebacks": 0}
+    for trial in trials:
+        counts["killed"] += trial.killed
+        for problem in trial.problems:
+            found = re.search(r"\(lost (\d+), duplicated (\d+)\)", problem)
+            if found:
+                counts["lost"] += int(found[1])
+                counts["duplicated"] += int(found[2])
+        counts["corrupt"] += any(p.startswith(("verify", "report of")) or "neither the starting" in p
+                                 or "temp path" in p for p in trial.problems)
+        counts["tracebacks"] += any("traceback" in p for p in trial.problems)
+    return counts
 
 
 def plan(commands: list[str], trials: int, cleans: dict[str, Clean], rng: random.Random) -> list[tuple[str, str]]:
@@ -346,17 +424,19 @@ def plan(commands: list[str], trials: int, cleans: dict[str, Clean], rng: random
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a small version: 10 trials, each command at least once")
-    parser.add_argument("--trials", type=int, help="trials in all (default 50, --quick 10)")
+    parser.add_argument("--quick", action="store_true", help="a small version: 12 trials, each command at least once")
+    parser.add_argument("--trials", type=int, help="trials in all (default 60, --quick 12)")
     parser.add_argument("--seed", type=int, default=12, help="seeds the kill delays (default 12)")
     parser.add_argument("--commands", default=",".join(COMMANDS), help=f"a subset of {','.join(COMMANDS)}")
+    parser.add_argument("--points", help="only these named kill points, one trial each (e.g. loop.2.1,"
+                                          "register.committed@3): a trial reproduced")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temp folder)")
     args = parser.parse_args(argv)
     commands = [c.strip() for c in args.commands.split(",") if c.strip()]
     unknown = [c for c in commands if c not in COMMANDS]
     if unknown or not commands:
         parser.error(f"--commands: unknown {unknown} (expected some of {','.join(COMMANDS)})")
-    trials = args.trials if args.trials is not None else (10 if args.quick else 50)
+    trials = args.trials if args.trials is not None else (12 if args.quick else 60)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("MINT_FAULT", None)
@@ -374,7 +454,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"clean {command}: {clean.seconds:.1f}s, exit {clean.exit_code}", flush=True)
         failures = 0
         results = []
-        for number, (command, kill) in enumerate(plan(commands, trials, suite.cleans, suite.rng), 1):
+        planned = plan(commands, trials, suite.cleans, suite.rng) if not args.points else \
+            [(c, f"fault:{p}") for c in commands for p in args.points.split(",") if p in FAULT_POINTS[c]]
+        for number, (command, kill) in enumerate(planned, 1):
             trial = suite.trial(number, command, kill)
             results.append(trial)
             failures += bool(trial.problems)
@@ -388,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
         home.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"FIGURE kill9: trials={len(results)} failures={failures} goal=0 {'PASS' if failures == 0 else 'FAIL'}")
+    counts = tally(results)
+    print(f"FIGURE kill9: trials={len(results)} killed={counts['killed']} lost={counts['lost']} "
+          f"duplicated={counts['duplicated']} corrupt={counts['corrupt']} tracebacks={counts['tracebacks']} "
+          f"failures={failures} goal=0 {'PASS' if failures == 0 else 'FAIL'}")
     return 0 if failures == 0 else 1
 
 

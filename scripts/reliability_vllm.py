@@ -13,9 +13,12 @@ routed, plain and streamed, some followed by feedback); at 40% of the requests c
 rolled back to coding:v1 (the gateway loads each through vLLM's runtime LoRA API and drains the old one). Then:
   5xx         responses with a 5xx status or no response at all: goal 0
   refused     requests not answered 200: goal 0
-  lost / dup  answered completions missing from, or repeated in, the gateway's turn log (by id): goal 0
+  lost / dup  answered completions missing from, or repeated in, the gateway's turn log (by the answer's id,
+              a logged turn's upstream_id): goal 0
   mismatches  answers that are not the sentence of the adapter the gateway says served them (served_by): goal 0
   switches    whether coding:v2 served turns after the promotion and coding:v1 again after the rollback
+  drained     whether vLLM unloaded coding-v2 after the rollback, once the turns on it were answered (the gateway
+              keeps a replaced adapter loaded while a turn uses it), and kept coding-v1
 The last line printed is the figure; the exit code is 1 when any goal is missed.
 """
 from __future__ import annotations
@@ -162,6 +165,7 @@ def main() -> None:
                         cwd=project_dir, env={**env, "MINT_HOME": str(project_dir / ".mint")})
         print(f"vLLM and the gateway answer ({time.perf_counter() - started:.0f} s)", flush=True)
         results = run_load(f"http://127.0.0.1:{gateway_port}", args, ws, promote, rollback)
+        drained = drained_on(f"http://127.0.0.1:{vllm_port}")
     finally:
         if gateway is not None:
             stop(gateway)
@@ -169,7 +173,23 @@ def main() -> None:
     logged = read_turns(ws)
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
-    report(results, logged, time.perf_counter() - started)
+    report(results, logged, drained, time.perf_counter() - started)
+
+
+def drained_on(vllm_url: str, limit_s: float = 30.0) -> bool:
+    """Whether vLLM unloads coding-v2 (the adapter the rollback replaced, once its turns were answered) and keeps
+    coding-v1 (the gateway polls every 0.2 s; the limit only catches an adapter never unloaded)."""
+    import httpx
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        served = [m["id"] for m in httpx.get(f"{vllm_url}/v1/models", timeout=10).json()["data"]]
+        if "coding-v2" not in served and "coding-v1" in served:
+            return True
+        if time.monotonic() > deadline:
+            print(f"  not drained: vLLM still serves {served}", flush=True)
+            return False
+        time.sleep(0.2)
 
 
 def run_load(url: str, args, ws, promote, rollback) -> list[dict]:
@@ -236,10 +256,10 @@ def run_load(url: str, args, ws, promote, rollback) -> list[dict]:
     return results
 
 
-def report(results: list[dict], logged: list[dict], seconds: float) -> None:
+def report(results: list[dict], logged: list[dict], drained: bool, seconds: float) -> None:
     fives = [r for r in results if r.get("status") is None or r["status"] >= 500]
     refused = [r for r in results if r.get("status") != 200]
-    ids = Counter(t["id"] for t in logged)
+    ids = Counter(t["upstream_id"] for t in logged)   # the answer's id (a logged turn's own id is its content hash)
     answered = [r for r in results if "id" in r]
     lost = [r for r in answered if ids[r["id"]] == 0]
     duplicated = [r for r in answered if ids[r["id"]] > 1]
@@ -255,11 +275,13 @@ def report(results: list[dict], logged: list[dict], seconds: float) -> None:
             print(f"  {name}: {json.dumps({k: row.get(k) for k in ('i', 'status', 'error', 'served_by', 'text')})}")
     latencies = sorted(r["seconds"] for r in results if "seconds" in r)
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1]
-    ok = not (fives or refused or lost or duplicated or mismatched or feedback_refused) and switched
+    ok = not (fives or refused or lost or duplicated or mismatched or feedback_refused) and switched and drained
     print(f"{len(results)} requests: 5xx {len(fives)}, refused {len(refused)}, lost {len(lost)}, duplicated "
           f"{len(duplicated)}, mismatches {len(mismatched)} of {len(answered)} answers, switched v1->v2->v1 "
-          f"{'yes' if switched else 'NO'}; latency p50 {p50:.2f} s p99 {p99:.2f} s; {seconds:.0f} s in all: "
-          f"{'PASS' if ok else 'FAIL'}")
+          f"{'yes' if switched else 'NO'}; latency p50 {p50:.2f} s p99 {p99:.2f} s; {seconds:.0f} s in all")
+    print(f"FIGURE vllm: requests={len(results)} 5xx={len(fives)} refused={len(refused)} lost={len(lost)} "
+          f"dup={len(duplicated)} mismatches={len(mismatched)} switched={'yes' if switched else 'no'} "
+          f"drained={'yes' if drained else 'no'} goal=0,0,0,0,0,yes,yes {'PASS' if ok else 'FAIL'}")
     sys.exit(0 if ok else 1)
 
 

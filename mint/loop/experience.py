@@ -414,7 +414,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       contracts: list[Path] | None = None, control: bool | list = False,
                       repair: bool = False, recipe_dir: Path | None = None,
                       continuation: bool = False, replay: float = 0.0, constrained: bool = False,
-                      precision: str = "fp32") -> ExperienceResult:
+                      precision: str = "fp32", version: str | None = None) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
@@ -425,7 +425,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     catalog), so no sample is spent on text that cannot pass; the verifier still judges each one. ``precision``
     (fp32, bf16, or auto: bf16 where the hardware probe finds it faster) is what the samples decode at: they
     are drawn at random and judged by the verifier, never compared with a baseline's, so numerics only change
-    which answers are drawn."""
+    which answers are drawn. ``version``: the dataset's version to read (its head when None; a resumed loop
+    gives the one the killed step started from)."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import repairer_for
@@ -434,7 +435,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         raise BadInput("experience samples several different answers: temperature must be above 0",
                        field="temperature")
     champion, served_by = _champion(ws, specialist, base)   # a changed champion is refused before anything else
-    episodes = list(iter_episodes(ws, dataset, None, specialist, split="train"))
+    episodes = list(iter_episodes(ws, dataset, version, specialist, split="train"))
     answered = {prompt_key(e["messages"]) for e in episodes if has_accepted_answer(e)}
     candidates, skipped = [], {}
     for source in sources or DEFAULT_SOURCES:
@@ -562,14 +563,14 @@ def _answer_shapes(contracts: list[Path] | None, chosen: list[ExperiencePrompt])
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
-                    contracts: list[Path], recipe_dir: Path) -> ExperienceResult:
+                    contracts: list[Path], recipe_dir: Path, version: str | None = None) -> ExperienceResult:
     """What the loop's experience step records: the gathered experience and the plan the next generation
     trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``."""
     from mint.loop.placebo import PLAN_DEFAULTS, training_plan
 
     plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k != "specialist"}
     result = gather_experience(ws, dataset=dataset, specialist=specialist, base=base, project=project,
-                               contracts=contracts, recipe_dir=recipe_dir,
+                               contracts=contracts, recipe_dir=recipe_dir, version=version,
                                continuation=plan_options.get("init", PLAN_DEFAULTS["init"]) == "champion",
                                **{k: v for k, v in options.items() if k in GATHER_KEYS})
     verified = result.verified

@@ -127,10 +127,10 @@ def train_controls(ws: Workspace, *, specialist: str, twin: ControlData, candida
     """The placebo twin, trained as the candidate was (same parent, method and settings) on the twin dataset, and
     with a steps control in ``twin``, the same steps on the logs alone. Evaluated beside the candidate (one stream:
     ``mint.contract.evaluate.evaluate_many``) and judged by ``judge_controls``."""
-    controls = [Control("placebo", _train_control(ws, specialist, twin.dataset, candidate, base),
+    controls = [Control("placebo", _train_control(ws, specialist, twin, candidate, base),
                         f"placebo twin of {candidate.revision}: trained on unverified answers, never promoted")]
     if twin.steps_control is not None:
-        controls.append(Control("steps", _train_control(ws, specialist, twin.steps_control.dataset, candidate, base),
+        controls.append(Control("steps", _train_control(ws, specialist, twin.steps_control, candidate, base),
                                 f"steps control of {candidate.revision}: the same steps on the logs alone, never "
                                 "promoted"))
     return controls
@@ -140,10 +140,12 @@ def judge_controls(ws: Workspace, controls: list[Control], reports: list[str], e
     """Reject every control once measured (``reports``, in order), and compare the generation with each: the twin
     first; a gain that more training without any experience also gives is no experience effect, so with a steps
     control the verdict asks for a significant gain over both."""
+    from mint.registry import queries
     from mint.registry.promotion import reject
 
     for control in controls:
-        reject(ws, control.trained.ref, why=control.why)
+        if queries.status(ws, control.trained.revision_id) != "rejected":   # a killed loop may have rejected it
+            reject(ws, control.trained.ref, why=control.why)
     (twin, twin_report), *rest = [(c, r) for c, r in zip(controls, reports)]
     trained = twin.trained
     result = {"revision": trained.ref, "revision_id": trained.revision_id, "steps": trained.steps,
@@ -169,9 +171,15 @@ def with_steps_control(twin: dict, evaluation: EvalOutput, control_report: str) 
     return result
 
 
-def _train_control(ws: Workspace, specialist: str, dataset: str, candidate: TrainOutput, base: str):
-    """A control trained as the candidate was (same parent, method and settings) on ``dataset``."""
-    from mint.train.run import train
+def _train_control(ws: Workspace, specialist: str, data: ControlData, candidate: TrainOutput, base: str):
+    """A control trained as the candidate was (same parent, method and settings) on ``data``'s dataset. One that a
+    killed loop trained before it could judge it (the same dataset version, parent and method, still registered)
+    is taken, not trained again: a resumed loop makes the revisions an uninterrupted one makes."""
+    from mint.train.run import registered_run, train
 
-    return train(ws, specialist=specialist, data=dataset, method=candidate.method, from_ref=candidate.parent,
+    earlier = registered_run(ws, specialist=specialist, dataset=f"{data.dataset}@{data.version}",
+                             method=candidate.method, parent=candidate.parent)
+    if earlier is not None:
+        return earlier
+    return train(ws, specialist=specialist, data=data.dataset, method=candidate.method, from_ref=candidate.parent,
                  base=None if candidate.parent else base, override=candidate.settings)

@@ -205,20 +205,24 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                               message="the recipe, its sources and the champions are as the last completed run "
                                       "left them: nothing to do", alerts=routing_alerts(ws, project))
         generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
-        first = 1
+        first, started_at = 1, {}
         if resume:
             if state.last_run and not state.last_run.get("finished"):
                 first = int(state.last_run.get("iteration", 1))
+                started_at = state.last_run.get("dataset_at") or {}
             else:
                 emit({"event": "note", "message": "no unfinished run to resume; starting a new one"})
         state.last_run = {"start": start, "finished": False, "iteration": first, "iterations": total,
-                          "started_at": _now(), "pid": os.getpid()}
+                          "started_at": _now(), "pid": os.getpid(), "dataset_at": started_at}
         state.save()
         outcomes, generations, exit_code = [], [], 0
         for iteration in range(first, total + 1):
             state.last_run["iteration"] = iteration
+            # the dataset's version when the iteration began, kept: a resumed iteration's steps read and are keyed
+            # on the versions an uninterrupted one had, whatever a killed step had ingested since
+            at = state.last_run["dataset_at"].setdefault(str(iteration), context.head_version())
             state.save()
-            context.begin_iteration(iteration)
+            context.begin_iteration(iteration, at)
             for step in recipe.steps:
                 outcome = context.run_step(step, iteration, state)
                 outcomes.append(outcome)

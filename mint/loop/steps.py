@@ -44,10 +44,14 @@ class LoopContext:
         self.evaluations: dict[str, EvalOutput] = {}
         self.decisions: dict[str, Decision] = {}
         self.experiences: dict[str, ExperienceResult] = {}   # this iteration's experience per specialist
+        # the recipe's dataset as this iteration's steps so far left it (None: its head); see dataset_version
+        self.version: str | None = None
 
-    def begin_iteration(self, iteration: int) -> None:
+    def begin_iteration(self, iteration: int, version: str | None = None) -> None:
+        """``version``: the recipe's dataset when the iteration began (a resumed iteration: when it first began)."""
         self.candidates, self.evaluations, self.decisions, self.experiences = {}, {}, {}, {}
         self.iteration = iteration
+        self.version = version
 
     def experience_plan(self, specialist: str) -> dict | None:
         """The plan this iteration's experience set for the specialist's next generation, when it found
@@ -57,6 +61,13 @@ class LoopContext:
         return plan if plan and plan.get("max_steps") else None
 
     def dataset_version(self) -> str | None:
+        """The recipe's dataset as the steps before this one left it: the version the iteration began with, moved
+        on by each ingest and experience step as it runs or is skipped. Not the head: a step killed after it
+        ingested (an experience step's answers) moved the head, and the resumed step must read, and be keyed
+        on, what it read the first time; otherwise it gathers other experience than an uninterrupted loop."""
+        return self.version if self.version is not None else self.head_version()
+
+    def head_version(self) -> str | None:
         from mint.data.datasets import dataset_dir, read_head
 
         try:
@@ -161,6 +172,10 @@ class Ingest(StepKind):
                         project=context.project)
         return IngestOutput(result.version, result.created, result.episodes_added, missing, result.quarantined_new)
 
+    def absorb(self, context, step, output):
+        if output.version:
+            context.version = output.version
+
 
 class Experience(StepKind):
     name = "experience"
@@ -257,10 +272,13 @@ class Experience(StepKind):
 
         return experience_step(context.ws, dataset=context.recipe.dataset, specialist=step.specialist,
                                base=context.base, project=context.project, options=step.options,
-                               contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent)
+                               contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent,
+                               version=context.dataset_version())
 
     def absorb(self, context, step, output):
         context.experiences[step.specialist] = output
+        if output.version:         # its verified answers, ingested into the recipe's dataset
+            context.version = output.version
 
 
 class Train(StepKind):

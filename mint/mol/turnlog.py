@@ -84,8 +84,7 @@ class TurnLog:
             try:
                 if os.fstat(fd).st_mode & 0o777 != PRIVATE_FILE:   # a file from before logs were private
                     os.fchmod(fd, PRIVATE_FILE)
-                os.write(fd, line)
-                os.fsync(fd)
+                _append_whole(fd, line, size)
             finally:
                 os.close(fd)
             if not size:
@@ -109,6 +108,21 @@ class TurnLog:
             except FileNotFoundError:   # another server's log pruned it first
                 pass
         return gone
+
+
+def _append_whole(fd: int, line: bytes, size: int) -> None:
+    """Append ``line`` to the log open at ``fd`` (``size`` bytes long, under the log's lock) and sync it; a write a
+    full disk cuts short is undone, so the log never holds part of a line (which `mint ingest` would quarantine
+    and no reader could tell from a turn that was cut)."""
+    written = 0
+    try:
+        while written < len(line):
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    except OSError:
+        if written:
+            os.ftruncate(fd, size)
+        raise
 
 
 def _first_line_time(path: Path) -> float:

@@ -88,6 +88,33 @@ def champion(ws: Workspace, specialist: str) -> str | None:
         conn.close()
 
 
+def status(ws: Workspace, revision_id: str) -> str | None:
+    """The status (candidate, champion, rejected, retired) of a registered revision; None when it has none."""
+    if not store.exists(ws):
+        return None
+    conn = store.open_store(ws, create=False)
+    try:
+        revision = store.get_revision(conn, revision_id)
+        return revision.status if revision is not None else None
+    finally:
+        conn.close()
+
+
+def trained_revision(ws: Workspace, *, specialist: str, dataset: str, method: str, config_hash: str,
+                     parent: str | None) -> store.Revision | None:
+    """The newest revision registered from a run with exactly these inputs; None when there is none."""
+    if not store.exists(ws):
+        return None
+    conn = store.open_store(ws, create=False)
+    try:
+        rows = conn.execute(f"SELECT {', '.join(store.REVISION_COLUMNS)} FROM revisions WHERE specialist = ? AND "
+                            "dataset = ? AND method = ? AND config_hash = ? ORDER BY version DESC",
+                            (specialist, dataset, method, config_hash)).fetchall()
+        return next((r for r in map(store._revision, rows) if r.parent == parent), None)
+    finally:
+        conn.close()
+
+
 def revision_ref(ws: Workspace, revision_id: str) -> str:
     """The ref (``coding:v3``) of a registered revision."""
     conn = store.open_store(ws, create=False)

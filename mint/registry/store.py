@@ -307,6 +307,21 @@ def open_sqlite_store(ws: Workspace, *, create: bool = True) -> Connection:
     return conn
 
 
+def hold(ws: Workspace) -> Connection | None:
+    """A connection that a long-running process (a server) keeps open and idle while it runs; None where there is
+    nothing to hold (a shared registry, or no SQLite file yet).
+
+    SQLite's last connection to close checkpoints the log into the database and deletes the log (two more disk
+    syncs and two unlinks), and the next writer re-creates it (a header sync and a folder sync): five syncs for
+    one promotion where one does. On a loaded host one sync can wait seconds (measured 3.8 s beside vLLM's CPU
+    build), so a `mint promote` or `rollback` beside a server sat several seconds in COMMIT and close. While this
+    connection is open no other one is the last, so a promotion appends to the log and syncs once. It runs no
+    statement after opening (autocommit: no read transaction stays open), so checkpoints are never held back."""
+    if ws.registry_url is not None or not db_path(ws).is_file():
+        return None
+    return open_sqlite_store(ws, create=False)
+
+
 def _empty_store() -> Connection:
     """An empty registry in memory, with the current schema: what a project reads before its first revision."""
     conn = connect_sqlite(":memory:")

@@ -19,7 +19,8 @@ from mint.mol.mixture import Answer, Turn, TurnBook
 class ChampionPoller:
     """Calls ``syncer.sync()`` every ``poll_s`` seconds (champion aliases re-read, what moved loaded). No error
     stops it: one it cannot get past (a registry it cannot read) is ``last_error``; a champion that fails to load
-    is its specialist's, which the syncer keeps."""
+    is its specialist's, which the syncer keeps. While it runs it keeps the registry open (``store.hold``), so a
+    promotion beside the server syncs the disk once, not five times."""
 
     def __init__(self, syncer, poll_s: float) -> None:
         self.syncer, self.poll_s = syncer, poll_s
@@ -49,8 +50,25 @@ class ChampionPoller:
         self.last_poll = time.time()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            self.poll()
+        held = None      # the registry, kept open while serving (mint.registry.store.hold: why)
+        try:
+            while True:
+                if held is None:
+                    held = self._hold()
+                if self._stop.wait(self.poll_s):
+                    return
+                self.poll()
+        finally:
+            if held is not None:
+                held.close()
+
+    def _hold(self):
+        from mint.registry.store import hold
+
+        try:
+            return hold(self.syncer.ws)
+        except Exception:  # noqa: BLE001 - an unreadable registry is poll()'s to report; held at a later poll
+            return None
 
     def state(self) -> dict:
         return {"alive": self.alive, "last_poll": self.last_poll}

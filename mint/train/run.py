@@ -534,21 +534,60 @@ def _launch(run_dir: Path, num_processes: int, accelerate_config: Path | None, r
 
 # --- step 4: register the adapter --------------------------------------------------------------------
 
+def _run_metrics(result: dict) -> dict:
+    return {"train_loss": result.get("train_loss"), "steps": result.get("steps"),
+            **{f"last_{k}": v for k, v in result.get("last", {}).items() if k in ("loss", "reward")}}
+
+
+def _train_result(run_dir: Path, run: dict, result: dict, ref: str, revision_id: str) -> TrainResult:
+    reasoning = (run.get("effective") or {}).get("reasoning") or {}
+    notes = [f"{reasoning['left_out']} assistant turn(s)' reasoning {reasoning['why']}"] \
+        if reasoning.get("left_out") else []
+    return TrainResult(ref, revision_id, run_dir.name, str(run_dir), run["method"], result["steps"], run["examples"],
+                       _run_metrics(result), result.get("resumed_from_step"),
+                       notes + list(result.get("warnings") or []))
+
+
 def register_run(ws: Workspace, run_dir: Path, result: dict) -> TrainResult:
     """The run's adapter as a candidate revision of its specialist; result.json marks the run registered."""
     run = json.loads((run_dir / RUN_FILE).read_text())
     fingerprint = result.get("base_fingerprint")
-    metrics = {"train_loss": result.get("train_loss"), "steps": result.get("steps"),
-               **{f"last_{k}": v for k, v in result.get("last", {}).items() if k in ("loss", "reward")}}
+    metrics = _run_metrics(result)
     revision = register(ws, run_dir / "adapter", specialist=run["specialist"], parent=run["parent"],
                         base=run["base"], base_fingerprint=fingerprint, dataset=run["dataset"], method=run["method"],
                         recipe=None, config_hash=run["config_hash"],
                         metrics={k: v for k, v in metrics.items() if v is not None})
     atomic_write_json(run_dir / RESULT_FILE, {**result, "registered": True, "revision": revision.ref,
                                                "revision_id": revision.id})
-    reasoning = (run.get("effective") or {}).get("reasoning") or {}
-    notes = [f"{reasoning['left_out']} assistant turn(s)' reasoning {reasoning['why']}"] \
-        if reasoning.get("left_out") else []
-    return TrainResult(revision.ref, revision.id, run_dir.name, str(run_dir), run["method"], result["steps"],
-                       run["examples"], metrics, result.get("resumed_from_step"),
-                       notes + list(result.get("warnings") or []))
+    return _train_result(run_dir, run, result, revision.ref, revision.id)
+
+
+def registered_run(ws: Workspace, *, specialist: str, dataset: str, method: str,
+                   parent: str | None) -> TrainResult | None:
+    """The newest run of ``specialist`` on ``dataset`` (NAME@VERSION) by ``method`` from ``parent`` (a revision id;
+    None: from the base) whose revision is registered, as ``train`` returned it; None when there is none. A run
+    killed between registering its revision and marking itself registered is marked now."""
+    from mint.registry import queries
+
+    runs = sorted(ws.runs.glob(f"{specialist}-{method}-*"), key=lambda p: p.name, reverse=True) \
+        if ws.runs.is_dir() else []
+    for run_dir in runs:
+        try:
+            run = json.loads((run_dir / RUN_FILE).read_text())
+            result = json.loads((run_dir / RESULT_FILE).read_text())
+        except (OSError, ValueError):
+            continue      # a run killed before it finished (no result.json) registered nothing
+        if (run.get("specialist"), run.get("dataset"), run.get("method"), run.get("parent")) != \
+                (specialist, dataset, method, parent):
+            continue
+        if result.get("registered"):
+            if queries.status(ws, result["revision_id"]) is not None:
+                return _train_result(run_dir, run, result, result["revision"], result["revision_id"])
+            continue
+        revision = queries.trained_revision(ws, specialist=specialist, dataset=dataset, method=method,
+                                            config_hash=run["config_hash"], parent=parent)
+        if revision is not None and revision.metrics.get("steps") == result.get("steps"):
+            atomic_write_json(run_dir / RESULT_FILE, {**result, "registered": True, "revision": revision.ref,
+                                                       "revision_id": revision.id})
+            return _train_result(run_dir, run, result, revision.ref, revision.id)
+    return None

@@ -40,3 +40,32 @@ def test_scrub_logs_scrubs_the_turn_before_its_id_is_hashed(ws):
     line = (logs_dir(ws) / "served.jsonl").read_text()
     assert "bob@example.com" not in line and line.count("[EMAIL]") == 2
     assert json.loads(line)["id"] == Episode.from_dict(json.loads(line)).id    # hashed after scrubbing
+
+
+def test_a_turn_a_full_disk_cuts_short_leaves_no_part_of_its_line_in_the_log(ws, tmp_path):
+    """The disk fills mid-append (here: a file size limit a few bytes past the log's end): the append fails, the log
+    keeps its whole lines only, and the next turn, with room again, is appended after them."""
+    import subprocess
+    import sys
+
+    from mint.mol.turnlog import TurnLog
+
+    log = TurnLog(ws)
+    first = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    path = log.append(first)
+    size = path.stat().st_size
+    script = f"""
+import resource, sys
+from mint.mol.turnlog import TurnLog
+from mint.workspace import workspace
+resource.setrlimit(resource.RLIMIT_FSIZE, ({size + 40}, {size + 40}))
+try:
+    TurnLog(workspace(sys.argv[1])).append({{"messages": [{{"role": "user", "content": "x" * 500}}]}})
+except OSError as exc:
+    print("refused", exc.errno)
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(ws.home)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split()[:1] == ["refused"], done.stdout + done.stderr
+    assert path.stat().st_size == size                     # nothing of the cut line stays
+    log.append(first)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [first, first]

@@ -1,4 +1,4 @@
-"""Suite 2 of issue #12, fast form: two `mint loop` and six promote / reject / rollback processes released
+"""Reliability suite 2, fast form: two `mint loop` and six promote / reject / rollback processes released
 together on one workspace. The long form is scripts/reliability_concurrency.py."""
 import random
 from pathlib import Path

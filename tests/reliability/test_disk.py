@@ -1,4 +1,4 @@
-"""Reliability suite 7 (issue #12), fast form: `mint ingest` on a full tmpfs and on a read-only workspace
+"""Reliability suite 7, fast form: `mint ingest` on a full tmpfs and on a read-only workspace
 fails with one `error:` line, exit 1 or 2, and changes nothing. The long form, over train, eval and
 promote too, is `python scripts/reliability_disk.py` (`--quick` for a small one)."""
 import sys
@@ -86,3 +86,16 @@ def test_a_registry_on_a_full_disk_is_not_called_damaged(ws, candidate, monkeypa
     monkeypatch.setattr(store.sqlite3, "connect", FullDisk)
     with pytest.raises(Unwritable, match="is the disk full or the workspace read-only"):
         store.open_store(ws, create=False)
+
+
+def test_a_disk_that_fills_while_experience_samples_fails_the_loop_cleanly_and_it_resumes_to_the_clean_end(
+        tmp_path, capsys):
+    suite = load_script("disk")
+    code = suite.main(["--commands", "experience", "--keep", str(tmp_path)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    if "skipped=1" in lines[-1]:
+        pytest.skip("a disk that fills during sampling needs a tmpfs mount: " + "; ".join(lines[1:-1]))
+    assert code == 0, "\n".join(lines)
+    [case] = [line for line in lines if line.startswith("case")]
+    assert "'error: " in case and "exit 1" in case, case
+    assert lines[-1].startswith("FIGURE diskfull: cases=1 corrupt=0 tracebacks=0 failures=0"), lines[-1]

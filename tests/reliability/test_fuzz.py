@@ -1,4 +1,4 @@
-"""Reliability suite 3 (issue #12), fast form: fuzz every input mint reads from outside, 0 crashes.
+"""Reliability suite 3, fast form: fuzz every input mint reads from outside, 0 crashes.
 
 The long form is ``python scripts/reliability_fuzz.py`` (10,000+ cases); this runs its small version on the
 tiny base, plus one regression test per defect it found.

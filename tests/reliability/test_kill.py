@@ -1,4 +1,4 @@
-"""Reliability suite 1 (issue #12), fast form: kill -9 at seeded random points and at the named fault
+"""Reliability suite 1, fast form: kill -9 at seeded random points and at the named fault
 points, then check what is listed and that a rerun gives the clean result. The long form, over train,
 eval, promote and the loop too, is `python scripts/reliability_kill.py` (`--quick` for a small one)."""
 import json
@@ -16,7 +16,8 @@ def test_ingest_killed_at_each_fault_point_and_at_random_delays_reruns_to_the_cl
     # 3 named points, then 1 seeded delay spread over the measured duration
     assert suite.main(["--commands", "ingest", "--trials", "4", "--seed", "3", "--keep", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1] == "FIGURE kill9: trials=4 failures=0 goal=0 PASS"
+    assert lines[-1].startswith("FIGURE kill9: trials=4 killed=") and lines[-1].endswith(
+        "lost=0 duplicated=0 corrupt=0 tracebacks=0 failures=0 goal=0 PASS"), lines[-1]
     trials = [line for line in lines if line.startswith("trial")]
     assert [t.split()[3] for t in trials[:3]] == [f"fault:{p}" for p in suite.FAULT_POINTS["ingest"]]
     assert all(t.split()[3].startswith("delay:") for t in trials[3:])
@@ -48,3 +49,26 @@ def test_a_promote_retried_after_a_kill_at_commit_exits_0_and_moves_nothing(ws, 
     assert len(store.history(conn, "coding")) == 1   # the retry added no event
     conn.close()
     assert verify(ws).ok
+
+
+def test_a_loop_killed_in_its_experience_and_its_controls_resumes_to_the_uninterrupted_generation(tmp_path, capsys):
+    """Regression (found by this suite): killed after its experience step had ingested its verified answers, the
+    resumed loop read a dataset that already held them, found every prompt answered and trained another
+    generation on the logs; killed while the eval step trained the controls, it trained the twin again."""
+    suite = load_script("kill")
+    code = suite.main(["--commands", "experience", "--points", "ingest.head_written@2,register.committed@3",
+                       "--keep", str(tmp_path)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0, "\n".join(lines)
+    assert [line.split()[3] for line in lines if line.startswith("trial")] == \
+        ["fault:ingest.head_written@2", "fault:register.committed@3"]
+    assert lines[-1].endswith("failures=0 goal=0 PASS"), lines[-1]
+
+
+def test_the_figure_counts_lost_and_duplicated_episodes_corrupt_trials_and_tracebacks():
+    suite = load_script("kill")
+    trials = [suite.Trial(1, "ingest", "delay:1", True, ["episodes 1 != clean 3 (lost 2, duplicated 0)"]),
+              suite.Trial(2, "promote", "fault:promote.read", True, ["verify: event #2 was rewritten"]),
+              suite.Trial(3, "loop", "delay:2", False, ["rerun printed a traceback"]),
+              suite.Trial(4, "eval", "delay:3", True)]
+    assert suite.tally(trials) == {"killed": 3, "lost": 2, "duplicated": 0, "corrupt": 1, "tracebacks": 1}

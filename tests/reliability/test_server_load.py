@@ -1,4 +1,4 @@
-"""Reliability suite 6 (issue #12), fast form: `mint serve` under load with a promotion in the middle.
+"""Reliability suite 6, fast form: `mint serve` under load with a promotion in the middle.
 
 The long form is ``python scripts/reliability_server.py`` (1,000 requests, 16 clients); this runs its small
 version (a real `mint serve` process on the tiny base), plus one regression test per defect it found.

@@ -1,4 +1,4 @@
-"""Suite 4 of issue #12, fast form: every tampering of a revision's files (one byte flip per file, truncation,
+"""Reliability suite 4, fast form: every tampering of a revision's files (one byte flip per file, truncation,
 deletion, swaps, extra files) and of its report is refused by load, serve, promote and verify. The long form
 is scripts/reliability_tamper.py."""
 import json

@@ -3,6 +3,7 @@ be), both on 127.0.0.1 threads; and the local server's vLLM-shaped /v1/load_lora
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -146,6 +147,51 @@ def test_a_promotion_is_published_to_the_running_upstream_and_the_next_turn_name
     reply = client(gateway).chat.completions.create(model="mint/coding", messages=CODING_TURN, max_tokens=4)
     assert reply.model_extra["mint"]["served_by"] == "coding:v2"
     assert read_turns(upstream.ws)[-1]["served_by"] == "coding:v2"   # the upstream answered with the new adapter
+
+
+def test_a_promotion_and_a_rollback_while_the_gateway_streams_only_append_to_the_registry_log(
+        ws, crown, tiny_loras, upstream, start_gateway):
+    """A server keeps the registry open while it runs, so a promotion or a rollback beside it syncs the disk once:
+    the registry's log (registry.sqlite-wal) is appended to, never checkpointed into the database and deleted on
+    close, then made again by the next write (five syncs where one does; beside vLLM's CPU build a promotion sat
+    7-9 s in them). The stream in flight meanwhile is answered whole."""
+    import httpx
+
+    from mint.registry import store
+    from mint.registry.artifacts import register
+    from mint.registry.promotion import promote, rollback
+
+    crown("coding", tiny_loras["coding"])
+    v2 = register(ws, tiny_loras["agent"], specialist="coding", base="tiny-random", method="sft")
+    gateway = start_gateway(upstream.url)
+    wait_for(lambda: httpx.get(f"{gateway}/health").json()["poller"]["last_poll"], "the poller never polled")
+    database = store.db_path(ws)
+    log = database.with_name(database.name + "-wal")
+    before = (log.exists() and log.stat().st_ino, database.stat().st_mtime_ns, database.stat().st_size)
+    lines, began = [], threading.Event()
+
+    def long_turn():
+        with httpx.stream("POST", f"{gateway}/v1/chat/completions", timeout=120,
+                          json={"model": "mint/coding", "messages": CODING_TURN, "max_tokens": 1024,
+                                "stream": True}) as reply:
+            lines.append(reply.status_code)
+            for line in reply.iter_lines():
+                began.set()
+                lines.append(line)
+
+    streaming = threading.Thread(target=long_turn)
+    streaming.start()
+    assert began.wait(60), "the long turn's stream never began"
+    for move in (lambda: promote(ws, v2.ref, force=True, why="a promotion while the gateway streams"),
+                 lambda: rollback(ws, "coding", why="a rollback while the gateway streams")) * 2:
+        move()
+        assert log.exists() and log.stat().st_ino == before[0], "the registry's log was deleted and made again"
+    assert (database.stat().st_mtime_ns, database.stat().st_size) == before[1:], \
+        "a promotion checkpointed the log into the database on close"
+    streaming.join(120)
+    events = [json.loads(line[5:]) for line in lines[1:] if line.startswith("data:") and line != "data: [DONE]"]
+    assert lines[0] == 200 and not any("error" in event for event in events)
+    assert events[-1]["choices"][0]["finish_reason"] == "length" and events[-1]["mint"]["served_by"] == "coding:v1"
 
 
 def test_an_upstream_that_dies_gives_502s_and_the_gateway_recovers_when_it_returns(ws, crown, tiny_loras, upstream,
