@@ -18,6 +18,7 @@ the seconds each part took; `--json FILE` writes the same. Variants (each names 
   constrained      samples decoded inside the catalog's trees (the contract harness's answer shape)
   samples16        16 samples a request instead of the recipe's
   lr3e-4           the continuation at 3e-4
+  lr3e-4-steps24   the continuation at 3e-4, up to 24 steps
   replay1          1 logged answer replayed per verified one
   constrained-samples16   the two combined
   constrained-lr3e-4      constrained samples, the continuation at 3e-4
@@ -41,6 +42,7 @@ VARIANTS = {
     "constrained": {"constrained": True},
     "samples16": {"samples": 16},
     "lr3e-4": {"continuation_learning_rate": 3.0e-4},
+    "lr3e-4-steps24": {"continuation_learning_rate": 3.0e-4, "max_steps": 24},
     "replay1": {"replay": 1},
     "constrained-samples16": {"constrained": True, "samples": 16},
     "constrained-lr3e-4": {"constrained": True, "continuation_learning_rate": 3.0e-4},
@@ -55,10 +57,15 @@ def recipe_step(project: Path, kind: str, specialist: str = "genui", last: bool 
     return dict((steps[-1] if last else steps[0]).options)
 
 
-def run_variant(project: Path, name: str, changes: dict, keep: Path | None) -> dict:
+def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pools: dict) -> dict:
+    """One variant in a copy of ``project``. Variants whose sampling options agree share one pool: the
+    first samples it and leaves a copy of its project as it stood after sampling (``pools``, keyed by those
+    options); a later one starts from that copy and only plans, trains and evaluates."""
+    import dataclasses
+
     from mint.contract.evaluate import evaluate
-    from mint.loop.experience import experience_step
-    from mint.loop.placebo import planned_settings
+    from mint.loop.experience import GATHER_KEYS, experience_step
+    from mint.loop.placebo import planned_settings, training_plan
     from mint.project import load_project
     from mint.train.config import SettingsOverride
     from mint.train.run import train
@@ -67,27 +74,42 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None) -> d
     folder = (keep / name) if keep else Path(tempfile.mkdtemp(prefix=f"mint-exp-{name}-"))
     if folder.exists():
         shutil.rmtree(folder)
-    shutil.copytree(project, folder, symlinks=True)
+    experience = {k: v for k, v in recipe_step(project, "experience").items()
+                  if k not in ("specialist", "from_iteration", "until_iteration", "control")}
+    experience.update(changes)
+    pool_key = json.dumps({k: v for k, v in experience.items() if k in GATHER_KEYS}, sort_keys=True, default=str)
+    shared = pools.get(pool_key)
+    shutil.copytree(shared[0] if shared else project, folder, symlinks=True)
     cwd = os.getcwd()
     os.chdir(folder)
     try:
         ws = Workspace(folder / ".mint")
         project_config = load_project()
-        experience = {k: v for k, v in recipe_step(folder, "experience").items()
-                      if k not in ("specialist", "from_iteration", "until_iteration", "control")}
-        experience.update(changes)
         train_set = recipe_step(folder, "train")["set"]
         contracts = [folder / "recipes" / recipe_step(folder, "eval")["contract"]]
         timings = {}
         began = time.perf_counter()
-        gathered = experience_step(ws, dataset="demo", specialist="genui", base="smollm2-135m",
-                                   project=project_config, options=experience, contracts=contracts,
-                                   recipe_dir=folder / "recipes")
+        if shared:
+            gathered = shared[1]
+            plan_options = {k: v for k, v in experience.items() if k not in GATHER_KEYS}
+            verified = gathered.verified
+            gathered = dataclasses.replace(gathered, plan=training_plan(
+                new_examples=gathered.new_examples, logged_examples=gathered.logged_examples,
+                data=f"{verified.dataset}@{verified.version}" if verified else None,
+                replayed=verified.episodes - gathered.new_examples if verified else 0, **plan_options))
+        else:
+            gathered = experience_step(ws, dataset="demo", specialist="genui", base="smollm2-135m",
+                                       project=project_config, options=experience, contracts=contracts,
+                                       recipe_dir=folder / "recipes")
+            snapshot = Path(tempfile.mkdtemp(prefix="mint-exp-pool-")) / "project"
+            shutil.copytree(folder, snapshot, symlinks=True)
+            pools[pool_key] = (snapshot, gathered)
         timings["experience"] = round(time.perf_counter() - began, 1)
         pool = {"pool": gathered.pool, "accepted": gathered.accepted, "repaired": gathered.repaired,
                 "precision": gathered.precision, "constrained": gathered.constrained,
+                "shared_with_earlier_variant": bool(shared), "plan": gathered.plan,
                 "families": [f.to_dict() for f in gathered.families]}
-        if not gathered.plan or not gathered.plan.get("data"):
+        if not gathered.plan or not gathered.plan.get("data") or not gathered.plan.get("max_steps"):
             return {"variant": name, "changes": changes, "pool": pool, "timings": timings,
                     "verdict": "nothing accepted"}
         began = time.perf_counter()
@@ -122,9 +144,9 @@ def main() -> None:
 
     hardware = detect()
     print(f"host: {hardware.device_name}, {hardware.cores} cores, flags {' '.join(hardware.cpu_flags)}", flush=True)
-    results = []
+    results, pools = [], {}
     for name in args.variant or list(VARIANTS):
-        result = run_variant(args.project.resolve(), name, VARIANTS[name], args.keep)
+        result = run_variant(args.project.resolve(), name, VARIANTS[name], args.keep, pools)
         results.append(result)
         print(json.dumps(result, default=str), flush=True)
         if args.json:

@@ -273,14 +273,20 @@ def _catalog_pruned(node: Any, parts: dict, root: bool = True) -> Any:
     return pruned
 
 
-def _dumped(value: Any) -> str:
-    """``value`` as JSON text that can be written as UTF-8: a lone surrogate (``"\\udcff"`` in the answer)
-    stays escaped."""
-    text = json.dumps(value, ensure_ascii=False)
+_SPACED_KEY = re.compile(r'"\s*:\s')
+
+
+def _dumped(value: Any, written: str = "") -> str:
+    """``value`` as JSON text that can be written as UTF-8 (a lone surrogate, ``"\\udcff"`` in the answer,
+    stays escaped), laid out as ``written`` was: compact, as the logs' answers and a model trained on them
+    write trees, unless ``written`` put a space after its keys. A repaired answer is a training example
+    (experience's ``repair``): re-spaced, it would teach the next generation a layout its logs never had."""
+    separators = (", ", ": ") if _SPACED_KEY.search(written) else (",", ":")
+    text = json.dumps(value, ensure_ascii=False, separators=separators)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(value)
+        return json.dumps(value, separators=separators)
     return text
 
 
@@ -299,7 +305,7 @@ def repair(answer: str, catalog: Path = DEFAULT_CATALOG) -> str | None:
     if not isinstance(value, dict) or too_deep(value):
         return None
     cleaned = _without_repeats(_catalog_pruned(value, _catalog_parts(catalog)))
-    text = closed if cleaned == value else _dumped(cleaned)
+    text = closed if cleaned == value else _dumped(cleaned, written=answer)
     return text if text.strip() != answer.strip() else None
 
 

@@ -492,3 +492,15 @@ def test_a_genui_request_family_is_the_root_component_it_names_and_other_harness
     assert genui.family(record("Show a form to book a table with name and date fields.")) == "Form"
     assert genui.family(record("Say hello to the team.")) is None                # names no component
     assert harness_for("chat", HarnessSettings()).family(record("Show a stat card.")) is None
+
+
+def test_a_repaired_answer_keeps_the_layout_it_was_written_in():
+    # a repaired answer becomes a training example: compact answers (the logs' layout) stay compact
+    from mint.harness.genui import repair
+
+    spaced = ('{"type": "Card", "props": {"title": "Payment failed", "children": '
+              '[{"type": "Button", "props": {"label": "Retry", "action": "retry"}}]}}')
+    compact = json.dumps(json.loads(spaced), separators=(",", ":"))
+    assert repair(compact) == ('{"type":"Card","props":{"title":"Payment failed"},"children":'
+                               '[{"type":"Button","props":{"label":"Retry","action":"retry"}}]}')
+    assert repair(spaced) == json.dumps(json.loads(repair(compact)))
