@@ -19,6 +19,8 @@ the seconds each part took; `--json FILE` writes the same. Variants (each names 
   samples16        16 samples a request instead of the recipe's
   lr3e-4           the continuation at 3e-4
   lr3e-4-steps24   the continuation at 3e-4, up to 24 steps
+  samples32-lr3e-4 32 samples a request (decoded at the precision the hardware probe finds fastest), the
+                   continuation at 3e-4
   replay1          1 logged answer replayed per verified one
   constrained-samples16   the two combined
   constrained-lr3e-4      constrained samples, the continuation at 3e-4
@@ -43,6 +45,7 @@ VARIANTS = {
     "samples16": {"samples": 16},
     "lr3e-4": {"continuation_learning_rate": 3.0e-4},
     "lr3e-4-steps24": {"continuation_learning_rate": 3.0e-4, "max_steps": 24},
+    "samples32-lr3e-4": {"samples": 32, "continuation_learning_rate": 3.0e-4, "precision": "auto"},
     "replay1": {"replay": 1},
     "constrained-samples16": {"constrained": True, "samples": 16},
     "constrained-lr3e-4": {"constrained": True, "continuation_learning_rate": 3.0e-4},
