@@ -358,14 +358,16 @@ def test_experience_episodes_are_canonical_episodes_with_their_verdicts_as_ratin
 def test_an_experience_as_a_loop_recorded_it_reads_back_typed_and_records_the_same():
     from mint.loop.results import ControlData, ExperienceResult
 
-    # the keys, in their order, the experience step recorded before its result was a type
+    # the keys, in their order, the experience step records (those it recorded before its result was a type, then
+    # how its samples were decoded)
     record = {"prompts": 2, "answers": 8, "passed": 3, "accepted": 2, "dpo_pairs": 1, "mean_reward": 0.375,
               "served_by": "genui:v1", "sources": {"served": {"offered": 2, "kept": 2, "heldout": 0, "answered": 0,
                                                                "repeated": 0, "over_limit": 0, "accepted": 2}},
               "skipped_sources": {}, "pool": {"pass@1": 0.375, "pass@4": 1.0, "k": 4, "prompts_between": 2,
                                               "prompts_always": 0, "prompts_never": 0},
               "repaired": 0, "file": "/h/experience/d/genui-0123.jsonl", "version": "v2", "episodes_added": 3,
-              "new_examples": 2, "logged_examples": 5,
+              "new_examples": 2, "logged_examples": 5, "constrained": False, "precision": "fp32",
+              "precision_reason": "",
               "twin": {"dataset": "d-twin-genui", "version": "t1", "episodes": 13, "unverified": 8,
                        "steps_control": {"dataset": "d-steps-genui", "version": "s1", "episodes": 5}},
               "plan": {"init": "champion", "max_steps": 2, "learning_rate": 1e-4, "per_device_train_batch_size": 2}}
