@@ -19,6 +19,7 @@ the seconds each part took; `--json FILE` writes the same. Variants (each names 
   samples16        16 samples a request instead of the recipe's
   lr3e-4           the continuation at 3e-4
   lr3e-4-steps24   the continuation at 3e-4, up to 24 steps
+  auto-lr3e-4      samples at the precision the hardware probe finds fastest, the continuation at 3e-4
   samples32-lr3e-4 32 samples a request (decoded at the precision the hardware probe finds fastest), the
                    continuation at 3e-4
   replay1          1 logged answer replayed per verified one
@@ -45,6 +46,7 @@ VARIANTS = {
     "samples16": {"samples": 16},
     "lr3e-4": {"continuation_learning_rate": 3.0e-4},
     "lr3e-4-steps24": {"continuation_learning_rate": 3.0e-4, "max_steps": 24},
+    "auto-lr3e-4": {"continuation_learning_rate": 3.0e-4, "precision": "auto"},
     "samples32-lr3e-4": {"samples": 32, "continuation_learning_rate": 3.0e-4, "precision": "auto"},
     "replay1": {"replay": 1},
     "constrained-samples16": {"constrained": True, "samples": 16},

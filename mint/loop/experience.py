@@ -516,17 +516,23 @@ def control_arms(control) -> tuple[str, ...]:
     return tuple(control)
 
 
-def _harness_name(contracts: list[Path] | None) -> str | None:
-    """The harness of the specialist's contract (the first eval contract the recipe names), whose verifier
-    judges experience by the metric the contract gates."""
+def _first_contract(contracts: list[Path] | None):
+    """The specialist's contract: the first eval contract the recipe names that loads (None: none does)."""
     from mint.contract.schema import load_contract
 
     for path in contracts or []:
         try:
-            return load_contract(Path(path), check_data=False).harness_name
+            return load_contract(Path(path), check_data=False)
         except BadInput:
             continue
     return None
+
+
+def _harness_name(contracts: list[Path] | None) -> str | None:
+    """The harness of the specialist's contract, whose verifier judges experience by the metric the contract
+    gates."""
+    contract = _first_contract(contracts)
+    return contract.harness_name if contract else None
 
 
 GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",
@@ -548,18 +554,14 @@ def sampling_precision(requested: str) -> tuple[str, str]:
 
 
 def _answer_shapes(contracts: list[Path] | None, chosen: list[ExperiencePrompt]) -> list[dict | None]:
-    """The JSON schema each prompt's answers are decoded inside (the first eval contract's harness:
+    """The JSON schema each prompt's answers are decoded inside (the specialist's contract's harness:
     ``Harness.answer_schema``), None where its harness gives them no one shape."""
-    from mint.contract.schema import load_contract
-
-    for path in contracts or []:
-        try:
-            harness = load_contract(Path(path), check_data=False).harness()
-        except BadInput:
-            continue
-        return [harness.answer_schema({"messages": p.prompt, **({"tools": p.tools} if p.tools else {})})
-                for p in chosen]
-    return [None] * len(chosen)
+    contract = _first_contract(contracts)
+    if contract is None:
+        return [None] * len(chosen)
+    harness = contract.harness()
+    return [harness.answer_schema({"messages": p.prompt, **({"tools": p.tools} if p.tools else {})})
+            for p in chosen]
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,

@@ -276,19 +276,26 @@ def test_new_served_turns_or_a_changed_source_file_make_the_loop_gather_experien
     assert experience_inputs(ws, {"sources": ["unaccepted"]}, tmp_path) == []
 
 
-def test_the_pool_decodes_as_many_rows_side_by_side_as_the_hardware_plan_says(ws, project, tmp_path, monkeypatch):
-    from mint import hardware
-    from mint.loop import experience
+def _decoded_settings(monkeypatch, field: str) -> list:
+    """Every sampling call's ``settings.FIELD``, in order; each answers a login form without decoding."""
     from mint.generation import engine as generate
 
-    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
-    batch_sizes = []
+    seen = []
 
     def fake(model, tokenizer, conversations, settings, *args, **kwargs):
-        batch_sizes.append(settings.batch_size)
+        seen.append(getattr(settings, field))
         return [[LOGIN_FORM] for _ in conversations], [0.0]
 
     monkeypatch.setattr(generate, "generate_batches", fake)
+    return seen
+
+
+def test_the_pool_decodes_as_many_rows_side_by_side_as_the_hardware_plan_says(ws, project, tmp_path, monkeypatch):
+    from mint import hardware
+    from mint.loop import experience
+
+    _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
+    batch_sizes = _decoded_settings(monkeypatch, "batch_size")
     for measured, expected in ((24, 24), (None, experience.SAMPLING_ROWS)):
         rows = tmp_path / f"requests-{measured}.jsonl"    # a new request each time: an answered one is not drawn
         rows.write_text(json.dumps({"prompt": f"Show a login form with a submit button ({measured})."}) + "\n")
@@ -504,17 +511,10 @@ def test_a_constrained_step_whose_harness_gives_answers_no_shape_is_refused(ws, 
 
 def test_auto_precision_samples_in_bf16_where_the_hardware_plan_finds_it_faster(ws, project, tmp_path, monkeypatch):
     from mint import hardware
-    from mint.generation import engine as generate
     from mint.loop import experience
 
     _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)])
-    precisions = []
-
-    def fake(model, tokenizer, conversations, settings, *args, **kwargs):
-        precisions.append(settings.precision)
-        return [[LOGIN_FORM] for _ in conversations], [0.0]
-
-    monkeypatch.setattr(generate, "generate_batches", fake)
+    precisions = _decoded_settings(monkeypatch, "precision")
     for faster in (True, False):
         rows = tmp_path / f"requests-{faster}.jsonl"     # a new request each time: an answered one is not drawn
         rows.write_text(json.dumps({"prompt": f"Show a login form with a submit button ({faster})."}) + "\n")
