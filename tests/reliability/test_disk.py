@@ -17,7 +17,8 @@ def test_ingest_on_a_full_disk_and_a_read_only_workspace_fails_cleanly_and_chang
     if "skipped=2" in lines[-1]:
         pytest.skip("neither a tmpfs mount nor a way to drop root here: " + "; ".join(lines[1:-1]))
     assert code == 0, "\n".join(lines)
-    assert lines[-1].startswith("FIGURE diskfull: cases=2 failures=0"), lines[-1]
+    assert lines[-1].startswith("FIGURE diskfull: cases=2 ") and " corrupt=0 " in lines[-1] \
+        and " tracebacks=0 " in lines[-1] and " failures=0 " in lines[-1], lines[-1]
     cases = [line for line in lines if line.startswith("case")]
     assert all("'error: " in case and ("exit 1" in case or "exit 2" in case) for case in cases), cases
 
