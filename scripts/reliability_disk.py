@@ -52,7 +52,7 @@ LIFECYCLE = COMMANDS[:4]
 CONDITIONS = ("full", "readonly")
 sys.path.insert(0, str(ROOT / "scripts"))
 from reliability_kill import (CONTRACT, DATASET, EXPERIENCE_ANSWERS, EXPERIENCE_RECIPE, LOGS, RUN_LIMIT_S,  # noqa: E402
-                              lifecycle_argv)   # the same lifecycle commands as the kill suite
+                              lifecycle_argv, snapshot)   # the same lifecycle commands as the kill suite
 UNPRIVILEGED = 65534          # nobody:nogroup
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 FILLER = ".filler-of-reliability-disk"   # not a name mint reads or writes
@@ -96,6 +96,16 @@ def listing(home: Path) -> dict:
     finally:
         conn.close()
     return shown
+
+
+def outcome(home: Path) -> dict:
+    """What a loop made, by name rather than by id (a revision's id hashes when it was made): the dataset heads and
+    episodes, the revisions (ref, status, parent, dataset, method, settings), the champions' refs, the alias events
+    and the reports' verdicts; what a resumed loop must end with to end as an uninterrupted one."""
+    made = snapshot(home)
+    return {"datasets": made.heads, "episodes": made.episode_ids, "revisions": made.revisions,
+            "champions": made.champions, "events": made.events,
+            "reports": sorted({report[:3] for report in made.reports}), "verify": made.verify_problems}
 
 
 def file_hashes(home: Path) -> dict[str, str]:
@@ -234,7 +244,7 @@ class Suite:
                                timeout=RUN_LIMIT_S)
         if clean.returncode != 0:
             raise SystemExit(f"the clean experience loop failed: {clean.stderr[-2000:]}")
-        self.clean_experience = listing(self.home)
+        self.clean_experience = outcome(self.home)
 
     def experience_case(self) -> Case:
         """The disk fills while the experience step samples; with room again, the loop resumes to the clean end."""
@@ -258,14 +268,16 @@ class Suite:
             case.tracebacks = done.stderr.count("Traceback")
             case.message, case.problems = message_problems(done.stderr, done.returncode)
             (self.home / FILLER).unlink(missing_ok=True)
-            state = [str(p.relative_to(self.home)) for p in (self.home / "loops").glob("*/state.json")]
-            case.problems += state_problems(self.home, before_listing, before_files, may_change=tuple(state))
+            # the loop's own state and lock (it holds the running loop's pid) change: the run began
+            began = [str(p.relative_to(self.home)) for p in (self.home / "loops").glob("*/state.json")]
+            case.problems += state_problems(self.home, before_listing, before_files,
+                                            may_change=(*began, "loop.lock"))
             resumed = subprocess.run(self.argv("experience"), capture_output=True, text=True, cwd=self.work,
                                      env=self.env, timeout=RUN_LIMIT_S)
             case.tracebacks += resumed.stderr.count("Traceback")
             if resumed.returncode != 0:
                 case.problems.append(f"the resume with room again exited {resumed.returncode}: {resumed.stderr[-400:]}")
-            after = listing(self.home)
+            after = outcome(self.home)
             for key, value in self.clean_experience.items():
                 if after[key] != value:
                     case.problems.append(f"after the resume, {key} {after[key]} != the clean run's {value}")

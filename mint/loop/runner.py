@@ -205,15 +205,17 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                               message="the recipe, its sources and the champions are as the last completed run "
                                       "left them: nothing to do", alerts=routing_alerts(ws, project))
         generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
-        first, started_at = 1, {}
+        first, started_at, champions_at = 1, {}, {}
         if resume:
             if state.last_run and not state.last_run.get("finished"):
                 first = int(state.last_run.get("iteration", 1))
                 started_at = state.last_run.get("dataset_at") or {}
+                champions_at = state.last_run.get("champions_at") or {}
             else:
                 emit({"event": "note", "message": "no unfinished run to resume; starting a new one"})
         state.last_run = {"start": start, "finished": False, "iteration": first, "iterations": total,
-                          "started_at": _now(), "pid": os.getpid(), "dataset_at": started_at}
+                          "started_at": _now(), "pid": os.getpid(), "dataset_at": started_at,
+                          "champions_at": champions_at}
         state.save()
         outcomes, generations, exit_code = [], [], 0
         for iteration in range(first, total + 1):
@@ -221,8 +223,12 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
             # the dataset's version when the iteration began, kept: a resumed iteration's steps read and are keyed
             # on the versions an uninterrupted one had, whatever a killed step had ingested since
             at = state.last_run["dataset_at"].setdefault(str(iteration), context.head_version())
+            # and the champions, kept for the same reason: a step after this iteration's promote (or the same
+            # iteration resumed) reads the champions the steps before it left, not the registry's
+            champions = state.last_run.setdefault("champions_at", {}).setdefault(str(iteration),
+                                                                                 context.registry_champions())
             state.save()
-            context.begin_iteration(iteration, at)
+            context.begin_iteration(iteration, at, champions)
             for step in recipe.steps:
                 outcome = context.run_step(step, iteration, state)
                 outcomes.append(outcome)
@@ -356,7 +362,7 @@ class _Context(LoopContext):
 
     def state_key(self) -> str:
         outside = [STEPS[s.kind].outside_inputs(self, s) for s in self.recipe.steps]
-        return content_key(self.recipe.sha256, [f for f in outside if f is not None], self.champions())
+        return content_key(self.recipe.sha256, [f for f in outside if f is not None], self.registry_champions())
 
     # one step
     def run_step(self, step: Step, iteration: int, state: LoopState) -> StepOutcome:

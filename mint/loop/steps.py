@@ -46,12 +46,17 @@ class LoopContext:
         self.experiences: dict[str, ExperienceResult] = {}   # this iteration's experience per specialist
         # the recipe's dataset as this iteration's steps so far left it (None: its head); see dataset_version
         self.version: str | None = None
+        # each specialist's champion as this iteration's steps so far left it (None: the registry's); see champions
+        self.champions_now: dict[str, str | None] | None = None
 
-    def begin_iteration(self, iteration: int, version: str | None = None) -> None:
-        """``version``: the recipe's dataset when the iteration began (a resumed iteration: when it first began)."""
+    def begin_iteration(self, iteration: int, version: str | None = None,
+                        champions: dict[str, str | None] | None = None) -> None:
+        """``version`` and ``champions``: the recipe's dataset and the champions when the iteration began (a resumed
+        iteration: when it first began)."""
         self.candidates, self.evaluations, self.decisions, self.experiences = {}, {}, {}, {}
         self.iteration = iteration
         self.version = version
+        self.champions_now = dict(champions) if champions is not None else None
 
     def experience_plan(self, specialist: str) -> dict | None:
         """The plan this iteration's experience set for the specialist's next generation, when it found
@@ -76,6 +81,15 @@ class LoopContext:
             return None
 
     def champions(self) -> dict[str, str | None]:
+        """Each specialist's champion as the steps before this one left it: the champions the iteration began with,
+        moved on by each promote step as it runs or is skipped. Not the registry's: a loop killed after this
+        iteration promoted must, resumed, key and start its steps on the champions an uninterrupted one had
+        (otherwise it trains the iteration's candidate again, from the candidate)."""
+        if self.champions_now is None:
+            return self.registry_champions()
+        return {s: self.champions_now.get(s) for s in self.recipe.specialists}
+
+    def registry_champions(self) -> dict[str, str | None]:
         from mint.registry import queries
 
         return {s: queries.champion(self.ws, s) for s in self.recipe.specialists}
@@ -499,6 +513,8 @@ class Promote(StepKind):
 
     def absorb(self, context, step, output):
         context.decisions[step.specialist] = output
+        if output.action == "promoted" and context.champions_now is not None:
+            context.champions_now[step.specialist] = context.evaluations[step.specialist].revision_id
 
 
 class Route(StepKind):

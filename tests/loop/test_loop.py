@@ -187,6 +187,25 @@ def test_killed_after_training_then_resumed_reuses_the_trained_candidate(ws, tmp
     assert champion(ws) == "genui:v1"
 
 
+def test_killed_after_its_promotion_then_resumed_the_iteration_trains_nothing_again(ws, tmp_path):
+    """Regression (found by the full-disk suite): a loop killed once its iteration had promoted, resumed, keyed its
+    train step on the new champion (the registry's), so it trained the iteration's candidate again, from the
+    candidate, and promoted that: another generation than an uninterrupted loop makes."""
+    path = recipe(tmp_path, iterations=1)
+    killed = run_mint("loop", str(path), env={"MINT_FAULT": "loop.1.4"})      # SIGKILL right after promote
+    assert killed.returncode == -signal.SIGKILL
+    assert champion(ws) == "genui:v1"
+    resumed = run_mint("loop", str(path), "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    steps = {s["label"]: s for s in json.loads(resumed.stdout)["steps"]}
+    assert [steps[label]["status"] for label in ("train genui", "eval genui", "promote genui")] == ["skipped"] * 3
+    conn = store.open_store(ws)
+    assert store.list_revisions(conn, specialist="genui").total == 1
+    assert len(store.history(conn, "genui")) == 1       # one promotion
+    conn.close()
+    assert champion(ws) == "genui:v1"
+
+
 def test_the_route_step_trains_the_router_once_per_set_of_labels(ws, tmp_path, capsys):
     path = tmp_path / "route.yaml"
     path.write_text(f"recipe: route\nbase: tiny-random\ndataset: routed\nloop: {{iterations: 2}}\nsteps:\n"

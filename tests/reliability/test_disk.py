@@ -92,7 +92,7 @@ def test_a_registry_on_a_full_disk_is_not_called_damaged(ws, candidate, monkeypa
 def test_a_disk_that_fills_while_experience_samples_fails_the_loop_cleanly_and_it_resumes_to_the_clean_end(
         tmp_path, capsys):
     suite = load_script("disk")
-    code = suite.main(["--commands", "experience", "--keep", str(tmp_path)])
+    code = suite.main(["--quick", "--commands", "experience", "--keep", str(tmp_path)])
     lines = capsys.readouterr().out.strip().splitlines()
     if "skipped=1" in lines[-1]:
         pytest.skip("a disk that fills during sampling needs a tmpfs mount: " + "; ".join(lines[1:-1]))
