@@ -29,7 +29,7 @@ from mint.contract.schema import Contract, load_contract
 from mint.errors import BadInput, Refused
 from mint.registry import queries
 from mint.registry.artifacts import load_revision
-from mint.registry.report import ContractIdentity, Report, ReportBaseline, base_report_owner
+from mint.registry.report import ContractIdentity, GateResult, Report, ReportBaseline, base_report_owner
 from mint.registry.store import now
 from mint.faults import checkpoint
 from mint.workspace import Workspace, atomic_dir
@@ -77,14 +77,14 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
              limit: int | None = None, predictions: Path | None = None, base: str | None = None,
              progress: EvalProgress | None = None, baseline_predictions: Path | None = None,
-             reuse: bool = True) -> EvalResult:
+             reuse: bool = True, stop_when_decided: bool = False) -> EvalResult:
     """Measure ``ref`` (a revision, ``base``, or outputs from ``predictions``) and gate it against its baseline:
     the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion.
 
     An answer a registered report of the same subject holds for the same prompt, decoding settings, precision and
     base is taken from it (``reuse`` False: every answer decoded again). With ``predictions`` nothing is generated: the baseline is ``baseline_predictions`` scored the same way,
     else the champion's registered report on the same examples, else none (gates that compare with a
-    baseline then fail, saying so)."""
+    baseline then fail, saying so). ``stop_when_decided``: see ``evaluate_many``."""
     if baseline_predictions is not None and predictions is None:
         raise BadInput("a baseline's predictions are scored only beside --predictions", field="--baseline-predictions")
     if limit is not None and limit < 1:
@@ -101,17 +101,20 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
         return _evaluate_predictions(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions,
                                      base=base, baseline_predictions=baseline_predictions)
     return _evaluate_generated(ws, [ref], contract, out_dir=out_dir, limit=limit, base=base, progress=progress,
-                               reuse=reuse)[0]
+                               reuse=reuse, stop_when_decided=stop_when_decided)[0]
 
 
 def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit: int | None = None,
                   base: str | None = None, progress: EvalProgress | None = None,
                   measure_on: dict[str, tuple[tuple[str, ...], str]] | None = None,
-                  reuse: bool = True) -> list[EvalResult]:
+                  reuse: bool = True, stop_when_decided: bool = False) -> list[EvalResult]:
     """Measure every revision of ``refs`` (or ``base``) under one contract, decoded as one mixed-adapter stream;
     each gets the report it gets evaluated alone (see ``evaluate``), in the order given. ``measure_on[ref]``:
     (the suites it is decoded on, why): a control that answers one question needs no other suite, and its
-    report says so."""
+    report says so. ``stop_when_decided``: the suites a candidate must gain on (``deciding_suites``) are decoded
+    first, with its baseline's; a candidate that fails a gate there has failed whatever the other suites say, so
+    they are not decoded for it (its report names the gate, and those suites' gates read "not decoded"). The
+    verdict is the one a complete evaluation gives: only decoding that cannot change it is skipped."""
     if not refs:
         raise BadInput("give the revisions (or `base`) to evaluate", field="REF")
     if limit is not None and limit < 1:
@@ -125,7 +128,7 @@ def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit:
             raise BadInput(f"{ref}: measure_on names {', '.join(unknown) or 'no suite'} of contract {contract.name}",
                            field="measure_on")
     return _evaluate_generated(ws, list(refs), contract, out_dir=None, limit=limit, base=base, progress=progress,
-                               measure_on=measure_on or {}, reuse=reuse)
+                               measure_on=measure_on or {}, reuse=reuse, stop_when_decided=stop_when_decided)
 
 
 BASE = "base"     # the bare base's key among the subjects a stream decodes
@@ -151,7 +154,8 @@ def _subject(ws: Workspace, ref: str, contract: Contract) -> Subject:
 
 
 def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, out_dir, limit, base,
-                        progress, measure_on: dict | None = None, reuse: bool = True) -> list[EvalResult]:
+                        progress, measure_on: dict | None = None, reuse: bool = True,
+                        stop_when_decided: bool = False) -> list[EvalResult]:
     """Decode ``refs`` and every baseline they need that has no report yet in one stream, then write and register
     the reports, each baseline's before the reports compared with it. Answers a registered report of the same
     subject already holds for the same prompt, decoding settings, precision and base are taken from it, not
@@ -181,9 +185,22 @@ def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, o
     own_suites = {subject.key: [(suite, records) for suite, records in suites
                                 if subject.key not in restricted or suite.name in restricted[subject.key][0]]
                   for subject in order}
-    decoded = _decode(contract, suites, order, base_name, progress, loaded, precision,
-                      reuse=_reusable(ws, contract, order, precision.used, fingerprint) if reuse else None,
-                      own_suites={k: {suite.name for suite, _ in v} for k, v in own_suites.items()})
+    reusable = _reusable(ws, contract, order, precision.used, fingerprint) if reuse else None
+    first = set(deciding_suites(contract)) if stop_when_decided else set()
+    decided: dict[str, tuple[tuple[str, ...], str]] = {}
+    decoded: dict[str, tuple[dict, dict, dict, dict]] = {}
+    if first:       # the deciding suites first; a candidate that failed there is decoded on nothing more
+        decoded = _decode_suites(contract, suites, order, base_name, progress, loaded, precision, reusable,
+                                 {k: {suite.name for suite, _ in v if suite.name in first} for k, v in own_suites.items()})
+        decided = _decided(contract, order, candidates, baseline_of, known, own_suites, decoded, first,
+                           exempt=set(restricted))
+        for key, (names, _why) in decided.items():
+            own_suites[key] = [(suite, records) for suite, records in own_suites[key] if suite.name in names]
+    rest = {k: {suite.name for suite, _ in v if suite.name not in first} for k, v in own_suites.items()}
+    for key, more in _decode_suites(contract, suites, order, base_name, progress, loaded, precision, reusable,
+                                    rest).items():
+        decoded[key] = _merged(decoded[key], more) if key in decoded else more
+    restricted.update(decided)
     results: dict[str, EvalResult] = {}
     for subject in order:            # each baseline before the reports compared with it
         mine = own_suites[subject.key]
@@ -207,6 +224,75 @@ def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, o
 
 def requested_keys(candidates: list[Subject]) -> set[str]:
     return {c.key for c in candidates}
+
+
+def deciding_suites(contract: Contract) -> tuple[str, ...]:
+    """The suites a candidate must show a gain on (those of an ``improve`` gate), in the contract's order: what an
+    evaluation that stops once its verdict is decided decodes first. Empty when no gate asks for a gain, or when
+    those suites are all of them (nothing would be left to skip)."""
+    names = [suite.name for suite in contract.suites]
+    gaining = {gate.metric.partition(".")[0] for gate in contract.gates if gate.improve is not None}
+    first = tuple(name for name in names if name in gaining)
+    return first if len(first) < len(names) else ()
+
+
+def _decode_suites(contract, suites, order: list[Subject], base_name, progress, loaded, precision, reusable,
+                   wanted: dict[str, set[str]]) -> dict:
+    """``_decode`` of the subjects that want some suite, each on the suites ``wanted`` names."""
+    subjects = [subject for subject in order if wanted.get(subject.key)]
+    if not subjects:
+        return {}
+    return _decode(contract, suites, subjects, base_name, progress, loaded, precision, reuse=reusable,
+                   own_suites={subject.key: wanted[subject.key] for subject in subjects})
+
+
+def _merged(first: tuple, more: tuple) -> tuple:
+    """One subject's decoded (outputs, latencies, generation, prompts) of two stages, suite by suite."""
+    return tuple({**a, **b} for a, b in zip(first, more))
+
+
+def _decided(contract: Contract, order: list[Subject], candidates: list[Subject], baseline_of: dict, known: dict,
+             own_suites: dict, decoded: dict, first: set[str], *, exempt: set[str]) -> dict[str, tuple]:
+    """The subjects whose verdict the deciding suites ``first`` already settle, by key: (the suites they are
+    measured on, why). A candidate that fails a gate on those suites has failed; a baseline decoded only for such
+    candidates needs no other suite either. ``exempt``: subjects measured on suites of their own choosing."""
+    from mint.contract.gates import check_gate
+
+    def scored(key: str):
+        mine = [(suite, records) for suite, records in own_suites[key] if suite.name in first]
+        outputs, latencies, _generation, prompts = decoded[key]
+        return _score(contract, mine, {suite.name: example_keys(records) for suite, records in mine},
+                      outputs, latencies, prompts)
+
+    names = tuple(suite.name for suite in contract.suites if suite.name in first)
+    decided: dict[str, tuple] = {}
+    for candidate in candidates:
+        reference = baseline_of.get(candidate.key)
+        if candidate.key in exempt or reference is None or candidate.key not in decoded:
+            continue
+        metrics, rows = scored(candidate.key)
+        if reference in known:
+            baseline_metrics, baseline_rows = known[reference].metrics, known[reference].rows
+        elif reference in decoded:
+            baseline_metrics, baseline_rows = scored(reference)
+        else:
+            continue
+        paired = paired_deltas(contract, rows, baseline_rows)
+        failed = [gate for gate in (check_gate(contract, g, metrics, baseline_metrics, paired.get(g.metric))
+                                    for g in contract.gates if g.metric.partition(".")[0] in first)
+                  if not gate.passed]
+        if failed:
+            decided[candidate.key] = (names, f"{failed[0].metric} failed ({failed[0].rule}), so the verdict is fail "
+                                             "whatever the other suites show")
+    requested = requested_keys(candidates)
+    for subject in order:      # a baseline measured only for candidates already decided
+        dependents = [key for key, reference in baseline_of.items() if reference == subject.key]
+        if subject.key not in requested and subject.key not in exempt and dependents and \
+                all(key in decided for key in dependents):
+            decided[subject.key] = (names, "measured as the baseline of "
+                                           f"{', '.join(c.label for c in candidates if c.key in dependents)}, "
+                                           f"whose verdicts {', '.join(names)} decided")
+    return decided
 
 
 def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples_sha256: str, fingerprint: str,
@@ -290,6 +376,9 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
             "the predictions carry no latency_ms" if source == "predictions" else "no example's latency was measured"
         gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
                             {s.name: len(r) for s, r in suites}, paired, no_latency)
+        if measured_on:     # a gate on a suite not decoded is not checked, and never passes
+            gates = [not_decoded(gate, measured_on) if gate.metric.partition(".")[0] not in measured_on[0]
+                     and not gate.metric.startswith("latency.") else gate for gate in gates]
     label = subject.label
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     report = Report(
@@ -337,6 +426,11 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
         queries.register_report(ws, report)
     trackers.log_report(ws, _tracking(), report, target / REPORT_FILE)   # a run per report where it is on
     return EvalResult(report, str(target / REPORT_FILE), str(target / PREDICTIONS_FILE), baseline_evaluated)
+
+
+def not_decoded(gate: GateResult, measured_on: tuple) -> GateResult:
+    """A gate on a suite the subject was not decoded on: not checked (the reason is its rule), not passed."""
+    return GateResult(gate.metric, None, gate.baseline, f"not decoded: {measured_on[1]}", False, None, skipped=True)
 
 
 def _tracking() -> trackers.Tracking:

@@ -361,7 +361,7 @@ class Eval(StepKind):
 
     name = "eval"
     result = EvalOutput
-    options = ("specialist", "contract", "limit")
+    options = ("specialist", "contract", "limit", "complete")
     after = ("train", "eval evaluates its candidate")
     judged = True
 
@@ -380,6 +380,8 @@ class Eval(StepKind):
                                        f"not {options['specialist']}'s")
         if "limit" in options:
             check_number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
+        if "complete" in options and not isinstance(options["complete"], bool):
+            raise doc.error(f"{at}.complete", "must be true or false")
 
     def traffic(self, context: LoopContext, step) -> list:
         """What the contract's suites drawn from the served traffic read now (none: it has no such suite)."""
@@ -401,7 +403,8 @@ class Eval(StepKind):
         contract = context.recipe.path.parent / step.options["contract"]
         traffic = self.traffic(context, step)
         return content_key("eval", candidate.revision_id, hashlib.sha256(contract.read_bytes()).hexdigest(),
-                           step.options.get("limit"), *([traffic] if traffic else []))
+                           step.options.get("limit"), *([traffic] if traffic else []),
+                           *(["complete"] if step.options.get("complete") else []))
 
     def run(self, context, step):
         from mint.contract.evaluate import evaluate_many
@@ -410,27 +413,38 @@ class Eval(StepKind):
 
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
+        complete = step.options.get("complete", False)
+        # unless the step asks for every suite, the candidate stops being decoded once its verdict is decided (a
+        # gate it must gain on failed), and a failed candidate gets no controls and no backward transfer: the
+        # controls say whether a gain came from the verified experience, the transfer feeds the promotion guard
+        result = evaluate_many(context.ws, [candidate.revision], contract_path, limit=step.options.get("limit"),
+                               stop_when_decided=not complete)[0]
+        report = result.report
         gathered = context.experiences.get(step.specialist)
         twin = gathered.twin if gathered else None
-        controls = []
-        if twin and candidate.plan:   # the placebo twin (and steps control): the same steps without experience
+        controls, measured = [], []
+        if twin and candidate.plan and (complete or report.verdict == "pass"):
             from mint.loop.placebo import train_controls
 
             controls = train_controls(context.ws, specialist=step.specialist, twin=twin, candidate=candidate,
                                       base=context.base)
-        # the generation and its controls decode as one stream, each measured as it would be alone; a control
-        # answers one question (did the verified experience make the gain on the contract's first gated metric?),
-        # so it is decoded on that metric's suite alone
-        contract = load_contract(contract_path)
-        primary = next((g.metric for g in contract.gates if not g.metric.startswith("latency.")), None)
-        measure_on = {c.trained.ref: ((primary.partition(".")[0],),
-                                      f"a {c.arm} control answers whether the verified experience made the "
-                                      f"difference on {primary}") for c in controls} if primary else None
-        result, *measured = evaluate_many(context.ws, [candidate.revision, *(c.trained.ref for c in controls)],
-                                          contract_path, limit=step.options.get("limit"), measure_on=measure_on)
-        report = result.report
-        transfer = backward_transfer(context.ws, contract, candidate.revision, Path(result.report_path),
-                                     base=context.base)
+            # a control answers one question (did the verified experience make the gain on the contract's first
+            # gated metric?), so it is decoded on that metric's suite alone, one stream for both; the champion's
+            # answers there are its report's, not decoded again
+            contract = load_contract(contract_path)
+            primary = next((g.metric for g in contract.gates if not g.metric.startswith("latency.")), None)
+            measure_on = {c.trained.ref: ((primary.partition(".")[0],),
+                                          f"a {c.arm} control answers whether the verified experience made the "
+                                          f"difference on {primary}") for c in controls} if primary else None
+            measured = evaluate_many(context.ws, [c.trained.ref for c in controls], contract_path,
+                                     limit=step.options.get("limit"), measure_on=measure_on)
+        elif twin and candidate.plan:
+            context.emit({"event": "note", "message": f"{candidate.revision} failed its contract, so its placebo "
+                          "twin and steps control were not trained: they tell only whether a gain came from the "
+                          "verified experience (`complete: true` on the eval step trains and measures them anyway)"})
+        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate.revision,
+                                     Path(result.report_path), base=context.base) \
+            if complete or report.verdict == "pass" else []
         output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
                             report.metrics, report.baseline.to_dict(), report.gates, transfer, report.live_suites)
         if controls:
@@ -472,7 +486,7 @@ class Promote(StepKind):
             reject(context.ws, ref, why=hacked)
             return Decision("rejected", ref, "fail", hacked, context.champion_ref(step.specialist))
         if evaluation.verdict != "pass":
-            failing = [g for g in evaluation.gates if not g.passed]
+            failing = [g for g in evaluation.gates if not g.passed and not g.skipped]   # not decoded: not failed
             why = "failed gates: " + "; ".join(f"{g.metric} ({g.rule})" for g in failing) \
                 if failing else "failed its contract"
             reject(context.ws, ref, why=why)

@@ -163,3 +163,76 @@ def test_another_revision_or_base_never_takes_these_answers(ws, contract, revisi
     loaded = load_contract(contract)
     assert decoding_identity(loaded, "fp32", "sha256:a") != decoding_identity(loaded, "fp32", "sha256:b")
     assert decoding_identity(loaded, "fp32", "sha256:a") != decoding_identity(loaded, "bf16", "sha256:a")
+
+
+# a gain asked for on core, no loss on retention: core decides first
+DECIDING = CONTRACT.replace("  - {name: core, data: core.jsonl}\n",
+                            "  - {name: core, data: core.jsonl}\n  - {name: retention, data: core.jsonl}\n").replace(
+    "  - {metric: core.parse_rate, min: 0.0, no_regression: 0.0}\n",
+    "  - {metric: core.parse_rate, improve: IMPROVE}\n  - {metric: retention.parse_rate, no_regression: 0.0}\n")
+
+
+def deciding_contract(tmp_path, improve: str):
+    from tests.contract.conftest import card_contract
+
+    path = card_contract(tmp_path, DECIDING.replace("IMPROVE", improve))
+    rows = [{"messages": [{"role": "user", "content": text}], "reference": {"type": "Card"}}
+            for text in ("Show a card", "A login form", "Make a dashboard of three cards")]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_candidate_that_fails_a_gain_it_must_show_is_decoded_on_nothing_more_and_keeps_its_verdict(
+        ws, tmp_path, revisions, streams):
+    """The tiny base parses nothing, adapted or not: no gain on core, so retention cannot change the verdict."""
+    from mint.contract.evaluate import deciding_suites
+    from mint.contract.schema import load_contract
+
+    contract = deciding_contract(tmp_path, "0.0")
+    assert deciding_suites(load_contract(contract)) == ("core",)
+    stopped = evaluate_many(ws, [revisions[0].ref], contract, stop_when_decided=True)[0]
+    assert streams == [2]                                     # the revision and the base, on core alone
+    report = stopped.report
+    assert report.verdict == "fail" and report.examples == {"core": 3}
+    assert report.extra["measured_on"]["suites"] == ["core"]
+    assert report.extra["measured_on"]["why"].startswith("core.parse_rate failed (improve 0")
+    [retention] = [g for g in report.gates if g.metric == "retention.parse_rate"]
+    assert retention.skipped and not retention.passed and retention.rule.startswith("not decoded: core.parse_rate")
+    assert {json.loads(line)["suite"] for line in open(stopped.predictions_path)} == {"core"}
+    complete = evaluate(ws, revisions[0].ref, contract)       # every suite: the same verdict
+    assert complete.report.verdict == report.verdict and complete.report.examples == {"core": 3, "retention": 3}
+    assert complete.report.generation["core"]["reused"] == 3  # core's answers taken from the stopped report
+    assert not any(g.skipped for g in complete.report.gates)
+
+
+def test_a_candidate_that_holds_on_the_deciding_suites_is_decoded_on_every_suite(ws, tmp_path, revisions, streams,
+                                                                                 monkeypatch):
+    from mint.contract import gates
+
+    monkeypatch.setattr(gates, "significant_gain", lambda *a, **k: True)    # every gain counts as shown
+    contract = deciding_contract(tmp_path, "0.0")
+    result = evaluate_many(ws, [revisions[0].ref], contract, stop_when_decided=True)[0]
+    assert streams == [2, 2]                                  # core first, then retention, both subjects
+    assert result.report.examples == {"core": 3, "retention": 3} and "measured_on" not in result.report.extra
+    assert result.report.verdict == "pass"
+    again = evaluate(ws, revisions[1].ref, contract, reuse=False)
+    assert again.report.verdict == "pass" and streams == [2, 2, 1]   # alone and complete: the base's report reused
+
+
+def test_only_a_gain_asked_on_some_suites_decides_first():
+    from mint.contract.evaluate import deciding_suites
+    from mint.contract.schema import Gate
+
+    class Suite:
+        def __init__(self, name):
+            self.name = name
+
+    class Shape:
+        def __init__(self, suites, gates):
+            self.suites, self.gates = [Suite(n) for n in suites], gates
+
+    improve = Gate(metric="core.request_match", improve=0.0)
+    keep = Gate(metric="retention.parse_rate", no_regression=0.0)
+    assert deciding_suites(Shape(["core", "retention"], [keep, improve])) == ("core",)
+    assert deciding_suites(Shape(["core", "retention"], [keep])) == ()          # no gain asked: nothing decides
+    assert deciding_suites(Shape(["core"], [improve])) == ()                    # nothing left to skip

@@ -124,9 +124,9 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
                         streams.append(len(slots)) or decode(model, tokenizer, conversations, settings, slots, *args,
                                                              **kw))
     result = run_loop(ws, path)
-    # each generation decodes in one stream: generation 1 beside its baseline (the bare base), generation 2 beside
-    # its placebo twin and its steps control (its baseline, generation 1, has a report: nothing decodes twice)
-    assert streams == [2, 3]
+    # generation 1 decodes beside its baseline (the bare base), generation 2 alone (its baseline, generation 1, has a
+    # report: nothing decodes twice), then, as it passed, its placebo twin and steps control in one stream
+    assert streams == [2, 1, 2]
     ran = {(s.iteration, s.label): s.output for s in result.steps if s.status in ("ran", "failed")}
     gathered = ran[(2, "experience genui")]
     assert gathered["accepted"] == 2 and gathered["twin"]["unverified"] == 4        # every sample, the broken too
@@ -211,3 +211,50 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     # what it already knew beside what users ask now: the contract's other suites, each against its baseline
     assert [f.metric for f in last.suites] == ["live.parse_rate", "retention.parse_rate"]
     assert f"retention.parse_rate {last.suites[1].value:.3g} (-)" in table     # ungated here: no paired delta
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_eval_step_asks_for_every_suite(
+        ws, tmp_path, monkeypatch, complete):
+    """The controls tell only whether a gain came from the verified experience: a generation that showed none
+    (here: a gain the tiny base cannot make, on core) is rejected without training or decoding them, and without
+    its retention suite; ``complete: true`` measures everything anyway, to the same verdict."""
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
+                                                     for p in ("Show a signup form.", "Show a weather card for Oslo.")))
+    text = SMOKE_CONTRACT.read_text().replace("contract: genui-smoke", "contract: genui-gain")
+    for key in ("catalog: ", "data: "):
+        text = text.replace(key + "ui4a/", f"{key}{SMOKE_CONTRACT.parent}/ui4a/")
+        text = text.replace(key + "../examples", f"{key}{SMOKE_CONTRACT.parent.parent}/examples")
+        text = text.replace(key + "suites/", f"{key}{SMOKE_CONTRACT.parent}/suites/")
+    gained = text.replace("  - {metric: core.request_match, no_regression: 0.0}",
+                          "  - {metric: core.request_match, improve: 0.0}")
+    assert gained != text
+    (tmp_path / "gain.yaml").write_text(gained)
+    # generation 1 under the smoke contract (promoted), generation 2 under the one that asks for a gain
+    second = f"specialist: genui, contract: {tmp_path / 'gain.yaml'}, from_iteration: 2" + \
+        (", complete: true" if complete else "")
+    (tmp_path / "twin.yaml").write_text(RECIPE.format(
+        logs=LOGS, contract=f"{SMOKE_CONTRACT}, until_iteration: 1}}\n  - eval: {{{second}"))
+    monkeypatch.setattr(experience, "_sample", lambda ws, champion, base, specialist, chosen, **kw:
+                        [[ANSWERS[p.prompt[-1]["content"]], "{broken"] for p in chosen])
+    events = []
+    result = run_loop(ws, tmp_path / "twin.yaml", events=events.append)
+    ran = {(s.iteration, s.label): s.output for s in result.steps if s.status in ("ran", "failed")}
+    evaluation = ran[(2, "eval genui")]
+    assert evaluation["verdict"] == "fail" and ran[(2, "promote genui")]["action"] == "rejected"
+    assert ran[(2, "experience genui")]["accepted"] == 2            # there was experience to learn from
+    report = json.loads(Path(evaluation["report"]).read_text())
+    conn = store.open_store(ws)
+    try:
+        made = store.list_revisions(conn, specialist="genui").total
+    finally:
+        conn.close()
+    notes = [e["message"] for e in events if e.get("event") == "note"]
+    if complete:
+        assert made == 4 and evaluation["twin"]["steps_control"]     # generations 1 and 2, the twin, the control
+        assert "measured_on" not in report and set(report["examples"]) == {"core", "retention", "live"}
+    else:
+        assert made == 2 and "twin" not in evaluation                 # generations 1 and 2, nothing else trained
+        assert report["measured_on"]["suites"] == ["core"] and list(report["examples"]) == ["core"]
+        assert report["measured_on"]["why"].startswith("core.request_match failed (improve 0")
+        assert any("twin and steps control were not trained" in note for note in notes)
