@@ -276,7 +276,9 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
         elif iteration > 1:
             plan = (row.get("experience") or {}).get("plan") or {}
             figures["twin"] = {"verdict": "not measured", "why": "the experience found no new verified answer, so "
-                               "nothing was trained on it" if not plan.get("max_steps") else "no twin in the loop"}
+                               "nothing was trained on it" if not plan.get("max_steps") else
+                               "the generation failed its contract, so its controls were not trained"
+                               if figures["verdict"] != "promoted" else "no twin in the loop"}
         if figures["verdict"] == "promoted":
             for name, gate in gates.items():
                 if name.startswith("retention.") and not name.endswith(".examples"):

@@ -88,6 +88,9 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
                  no_reuse: bool = typer.Option(False, "--no-reuse", help="Decode every answer again, even those a "
                                                "registered report of the revision already holds for the same "
                                                "prompt, decoding settings, precision and base."),
+                 stop_when_decided: bool = typer.Option(
+                     False, "--stop-when-decided", help="Decode the suites a gain is asked on first, and nothing "
+                     "more for a revision that failed a gate there (its verdict is fail whatever the rest shows)."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
     one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
@@ -110,11 +113,12 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
             err.print(f"evaluating {' '.join(refs) or 'base'} under {contract} ...", highlight=False, markup=False)
         if len(refs) > 1:
             results = evaluate_many(workspace, refs, contract, limit=limit, base=base, progress=bars.update,
-                                    reuse=not no_reuse)
+                                    reuse=not no_reuse, stop_when_decided=stop_when_decided)
         else:
             results = [evaluate(workspace, refs[0] if refs else None, contract, out_dir=out_dir, limit=limit,
                                 predictions=predictions, base=base, progress=bars.update,
-                                baseline_predictions=baseline_predictions, reuse=not no_reuse)]
+                                baseline_predictions=baseline_predictions, reuse=not no_reuse,
+                                stop_when_decided=stop_when_decided)]
     shown = [{**r.report.to_dict(), "report_path": r.report_path, "predictions_path": r.predictions_path}
              for r in results]
     if json_out:

@@ -236,3 +236,13 @@ def test_only_a_gain_asked_on_some_suites_decides_first():
     assert deciding_suites(Shape(["core", "retention"], [keep, improve])) == ("core",)
     assert deciding_suites(Shape(["core", "retention"], [keep])) == ()          # no gain asked: nothing decides
     assert deciding_suites(Shape(["core"], [improve])) == ()                    # nothing left to skip
+
+
+def test_mint_eval_stops_when_decided_when_asked(ws, tmp_path, revisions, capsys):
+    contract = deciding_contract(tmp_path, "0.0")
+    assert main(["eval", revisions[0].ref, "--contract", str(contract), "--stop-when-decided", "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["verdict"] == "fail" and shown["measured_on"]["suites"] == ["core"]
+    assert main(["eval", revisions[1].ref, "--contract", str(contract), "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert "measured_on" not in shown and set(shown["examples"]) == {"core", "retention"}
