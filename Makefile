@@ -45,8 +45,8 @@ test: setup
 # cache) in a fresh project: recipes/demo.yaml ingests the example logs, measures the bare base as
 # generation 0, trains GenUI and agent adapters and the router, evaluates and promotes them; then 120
 # user requests are served through `mint serve`, half of them held out by a hash of the request: generation 2
-# learns from the champion's verified answers to the other half, beside a placebo twin and a steps control (the
-# same steps on the logs alone), and is gated on the held-out half. Then the lineage report, and a few turns
+# learns from the champion's verified answers to the other half and is gated on the held-out half (if it passes,
+# beside a placebo twin and a steps control: the same steps on unverified answers, on the logs alone). Then the lineage report, and a few turns
 # answered through the mixture (the GenUI one, a request of the drifted kind, whole and rendered to
 # genui-answer.html). `make demo REQUESTS=my-requests.jsonl` serves your own requests instead (a JSONL of
 # {"messages": [...]} or {"prompt": "..."} lines), checked and routed before anything runs.
