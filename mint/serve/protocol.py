@@ -482,7 +482,9 @@ def error_response(status: int, message: str, param: str | None = None, code=Non
     from fastapi.responses import JSONResponse
 
     kind = kind or ("invalid_request_error" if status < 500 else "server_error")
-    message = message.encode("utf-8", "backslashreplace").decode("utf-8")   # it may quote a lone surrogate
+    # either may quote a lone surrogate (a field named with one), which UTF-8 cannot write
+    message, param = (text.encode("utf-8", "backslashreplace").decode("utf-8") if text is not None else None
+                      for text in (message, param))
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status,
                         headers=headers)
 
@@ -536,8 +538,8 @@ def openai_app(lifespan, access: Access, limits: Limits):
                                "request_timeout", {"Connection": "close"}) from None
         except ClientDisconnect:   # the client left mid-upload: nobody to answer, nothing to log
             raise RequestError(400, "the client disconnected before its body ended") from None
-        try:
-            return json.loads(raw)
+        try:    # JSON between systems is UTF-8 (RFC 8259): bytes that are not (a raw surrogate) are refused here
+            return json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"the body is not JSON: {exc}") from None
         except RecursionError:   # json.loads recurses once per level of nesting

@@ -501,3 +501,20 @@ def test_a_streamed_row_and_a_plain_row_share_one_batch_and_a_leaving_row_does_n
     assert answers[0].completion_tokens == alone.completion_tokens
     assert (answers[1].finish_reason, answers[1].completion_tokens, len(calls)) == ("cancelled", 2, 2)
     assert batcher.cancelled == 1
+
+
+@pytest.mark.parametrize("body", [
+    # the fuzzer's case: a key with a surrogate written as raw bytes, which is not UTF-8 (a 500 before)
+    b'{"mess\xed\xa0\x80ages": [{"role": "user", "co\xed\xa0\x80nten\xed\xa0\x80t": "hi"}], "max_tokens": 4}',
+    # the same surrogate escaped, as JSON allows: a key no field is named
+    b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "mess\\ud800ages": 1}',
+    b'{"messages": [{"role": "user", "co\\ud800ntent": "hi"}], "max_tokens": 4}',
+])
+def test_a_body_that_is_not_utf8_or_names_a_field_with_a_lone_surrogate_is_a_400(server, body):
+    import httpx
+
+    url, _app = server
+    response = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
