@@ -414,7 +414,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       contracts: list[Path] | None = None, control: bool | list = False,
                       repair: bool = False, recipe_dir: Path | None = None,
                       continuation: bool = False, replay: float = 0.0, constrained: bool = False,
-                      precision: str = "fp32", version: str | None = None) -> ExperienceResult:
+                      precision: str = "fp32", version: str | None = None,
+                      sample_rows: int | None = None) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
@@ -426,7 +427,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     (fp32, bf16, or auto: bf16 where the hardware probe finds it faster) is what the samples decode at: they
     are drawn at random and judged by the verifier, never compared with a baseline's, so numerics only change
     which answers are drawn. ``version``: the dataset's version to read (its head when None; a resumed loop
-    gives the one the killed step started from)."""
+    gives the one the killed step started from). ``sample_rows``: how many samples decode side by side (default
+    ``sampling_rows()``)."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import repairer_for
@@ -462,7 +464,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                        field="constrained")
     used_precision, precision_reason = sampling_precision(precision)
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
-                      max_new_tokens=max_new_tokens, seed=seed, shapes=shapes, precision=used_precision)
+                      max_new_tokens=max_new_tokens, seed=seed, shapes=shapes, precision=used_precision,
+                      rows=sample_rows)
     kept, unverified, passes, total, pairs, repaired, outcomes = [], [], [], 0.0, 0, 0, []
     for prompt, outs in zip(chosen, answers):
         verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
@@ -536,7 +539,7 @@ def _harness_name(contracts: list[Path] | None) -> str | None:
 
 
 GATHER_KEYS = ("samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources", "per_prompt", "seed",
-               "control", "repair", "replay", "constrained", "precision")
+               "control", "repair", "replay", "constrained", "precision", "sample_rows")
 SAMPLING_PRECISIONS = ("fp32", "bf16", "auto")
 
 
@@ -643,7 +646,7 @@ def _champion(ws: Workspace, specialist: str, base: str):
 
 def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePrompt], *, samples: int,
             temperature: float, max_new_tokens: int, seed: int, shapes: list[dict | None] | None = None,
-            precision: str = "fp32") -> list[list[str]]:
+            precision: str = "fp32", rows: int | None = None) -> list[list[str]]:
     from mint.base import load_base
     from mint.generation.engine import BASE_SLOT, generate_batches
     from mint.generation.slots import attach_adapters
@@ -658,7 +661,7 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
         if adapter_dir is not None else [BASE_SLOT]
     settings = HarnessSettings(system=None, template="{prompt}", tools=None, max_new_tokens=max_new_tokens,
                                temperature=temperature, top_p=0.95, samples=samples,
-                               batch_size=sampling_rows(), timeout_s=10.0, catalog=None, stop_at_answer_end=True,
+                               batch_size=rows or sampling_rows(), timeout_s=10.0, catalog=None, stop_at_answer_end=True,
                                precision=precision)
     # each answer samples with a seed of its own (its prompt's position and sample number): the same pool from
     # the same champion, so a rerun is the same experience.
@@ -671,10 +674,13 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
 
 
 def sampling_rows() -> int:
-    """How many answers decode side by side: the rows past which the machine's timed probe found a decode
-    step no cheaper per row (mint.hardware.decoding_plan), else SAMPLING_ROWS. Each row samples from its own
-    seeded generator, so the answers do not depend on it; the time does (SmolLM2 on 2 cores: a step costs
-    91 ms at 8 rows, 168 ms at 32, so 32 rows decode a pool about 2.2x faster per token than 8)."""
+    """How many answers decode side by side by default: the rows past which the machine's timed probe found a
+    decode step's matmul no cheaper per row (mint.hardware.decoding_plan), else SAMPLING_ROWS. The time depends
+    on it (SmolLM2 on 2 cores: a step costs 91 ms at 8 rows, 168 ms at 32, so 32 rows decode a pool about 2.2x
+    faster per token than 8; the probe times a matmul alone, so a whole step's fixed cost keeps falling per row
+    past it: the experience step's ``sample_rows``). Each row samples from its own seeded generator, so at fp32
+    the answers do not depend on it; at bf16 a matmul's rounding depends on the batch's shape, so the same rows
+    give the same pool and other rows another (measured: scripts/bench_sample_rows.py)."""
     from mint.hardware import decoding_plan, detect
 
     rows = decoding_plan(detect())["rows"].value

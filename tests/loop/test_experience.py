@@ -305,6 +305,12 @@ def test_the_pool_decodes_as_many_rows_side_by_side_as_the_hardware_plan_says(ws
         experience.gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
                                      samples=2, sources=[{"jsonl": str(rows)}])
         assert len(batch_sizes) == 1 + (measured is None) and batch_sizes[-1] == expected
+    # the step's sample_rows, where it gives them, over the plan's
+    rows = tmp_path / "requests-asked.jsonl"
+    rows.write_text(json.dumps({"prompt": "Show a login form with a submit button (asked)."}) + "\n")
+    experience.gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                                 samples=2, sources=[{"jsonl": str(rows)}], sample_rows=96)
+    assert batch_sizes[-1] == 96
 
 
 def test_the_newest_served_turns_come_first_under_the_prompts_cap(ws, project, tmp_path, monkeypatch):

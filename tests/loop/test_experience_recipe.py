@@ -54,6 +54,7 @@ def test_an_experience_step_with_its_sources_caps_and_plan_loads(tmp_path):
     (("control: true", "control: true, constrained: 1"), ":7: steps[1].experience.constrained", "expected true"),
     (("control: true", "control: true, precision: bf15"), ":7: steps[1].experience.precision",
      "did you mean bf16?"),
+    (("control: true", "control: true, sample_rows: 0"), ":7: steps[1].experience.sample_rows", "at least 1"),
     (("temperature: 0.8", "temperature: 0"), ":7: steps[1].experience.temperature", "greater than 0"),
     (("samples: 4", "samples: 4, min_steps: 9, max_steps: 3"), ":7: steps[1].experience.min_steps",
      "at most max_steps"),
