@@ -4,6 +4,8 @@ alternated in rounds, timed, and compared answer for answer.
 Run:   python scripts/bench_sample_rows.py                       (the demo project's GenUI champion: make demo first)
        python scripts/bench_sample_rows.py --home DIR --specialist genui --rows 32,96 --prompts 24 --samples 4
 
+The defaults are the demo's pool (56 requests x 8 samples): a pool of exactly one wide batch favours it.
+
 The prompts are the first `--prompts` requests of examples/requests/genui.jsonl (or `--requests FILE`), each sampled
 `--samples` times at temperature 0.8, at most 192 new tokens, `--precision` (bf16 by default, as the demo's
 `precision: auto` resolves on a CPU with native bf16), by the champion from its LoRA slot, as the experience step
@@ -31,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=ROOT / ".mint-demo" / ".mint", help="the workspace (MINT_HOME)")
     parser.add_argument("--specialist", default="genui")
     parser.add_argument("--requests", type=Path, default=ROOT / "examples" / "requests" / "genui.jsonl")
-    parser.add_argument("--prompts", type=int, default=24)
-    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=56)
+    parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--rows", default="32,96", help="row counts, comma-separated (the first is the reference)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))

@@ -677,8 +677,8 @@ def sampling_rows() -> int:
     """How many answers decode side by side by default: the rows past which the machine's timed probe found a
     decode step's matmul no cheaper per row (mint.hardware.decoding_plan), else SAMPLING_ROWS. The time depends
     on it (SmolLM2 on 2 cores: a step costs 91 ms at 8 rows, 168 ms at 32, so 32 rows decode a pool about 2.2x
-    faster per token than 8; the probe times a matmul alone, so a whole step's fixed cost keeps falling per row
-    past it: the experience step's ``sample_rows``). Each row samples from its own seeded generator, so at fp32
+    faster per token than 8; the experience step's ``sample_rows`` overrides it: docs/benchmarks.md has 96 rows
+    against 32). Each row samples from its own seeded generator, so at fp32
     the answers do not depend on it; at bf16 a matmul's rounding depends on the batch's shape, so the same rows
     give the same pool and other rows another (measured: scripts/bench_sample_rows.py)."""
     from mint.hardware import decoding_plan, detect
