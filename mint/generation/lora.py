@@ -73,7 +73,7 @@ class SlottedLoRALinear(nn.Module):
         self.ranks = [0] * n_slots     # the real rank in each slot (0: nothing loaded here)
         self.scale_values = [0.0] * n_slots   # the scale each slot was given (a handoff writes only changed ones)
         self._rows: tuple | None = None   # (table version, the batch's stacked adapters: see _gathered)
-        self._views: dict = {}            # (slot, rank) -> views of the buffers (see slot_views)
+        self._views: dict = {}            # (slot, rank[, use]) -> views of the buffers (see slot_views)
 
     def _gathered(self) -> tuple | None:
         """The batch's adapters side by side, worked out once per batch (the rows keep their slots for the whole
@@ -105,9 +105,10 @@ class SlottedLoRALinear(nn.Module):
             rank = self.ranks[table.uniform]
             if rank == 0:
                 return out
-            # the real rank only: the same arithmetic as PEFT's one-adapter forward (added in place: the same sum)
-            a, b = self.lora_a[table.uniform, :rank], self.lora_b[table.uniform, :, :rank]
-            return out.add_((x @ a.T) @ b.T * self.scale[table.uniform])
+            # the real rank only: the same arithmetic as PEFT's one-adapter forward (added in place: the same sum),
+            # on views made once per (slot, rank): slicing and transposing them anew cost more than the matmuls
+            a_t, b_t, scale = self._uniform_views(table.uniform, rank)
+            return out.add_((x @ a_t) @ b_t * scale)
         stacked = self._gathered()
         if stacked is None:
             return out
@@ -119,6 +120,15 @@ class SlottedLoRALinear(nn.Module):
         a_t, b_stacked, mask = stacked
         low = (x @ a_t).mul_(mask)
         return out.view(-1, out.shape[-1]).addmm_(low.view(-1, low.shape[-1]), b_stacked).view(out.shape)
+
+    def _uniform_views(self, slot: int, rank: int) -> tuple:
+        """A and B of ``slot`` at ``rank``, transposed, and its scale: views of the buffers, made once per (slot,
+        rank); ``_apply`` forgets them when the buffers are replaced."""
+        views = self._views.get((slot, rank, "forward"))
+        if views is None:
+            views = self._views[(slot, rank, "forward")] = (self.lora_a[slot, :rank].T, self.lora_b[slot, :, :rank].T,
+                                                            self.scale[slot])
+        return views
 
     def slot_views(self, slot: int, rank: int) -> tuple:
         """Views of ``slot`` for an adapter of ``rank``: (A's first rank rows, B's first rank columns, A's and
