@@ -97,7 +97,9 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
     log = TurnLog(ws, heldout=heldout if heldout is not None else project.traffic_heldout,
                   heldout_at=heldout_at if heldout is not None else project.traffic_at)
     mixture = Mixture.open(ws, project, base=base, log=log)
-    running = start_background(create_app(LocalBackend(mixture, poll_s=3600.0), access=Access((key,))),
+    # every client's request in flight decodes in the one stream (greedy answers are the same at any batch size)
+    running = start_background(create_app(LocalBackend(mixture, poll_s=3600.0, max_batch=clients),
+                                          access=Access((key,))),
                                start_limit_s=START_LIMIT_S)
     try:
         url = f"http://127.0.0.1:{running.port}/v1/chat/completions"
