@@ -231,7 +231,7 @@ def deciding_suites(contract: Contract) -> tuple[str, ...]:
     evaluation that stops once its verdict is decided decodes first. Empty when no gate asks for a gain, or when
     those suites are all of them (nothing would be left to skip)."""
     names = [suite.name for suite in contract.suites]
-    gaining = {gate.metric.partition(".")[0] for gate in contract.gates if gate.improve is not None}
+    gaining = {gate.suite for gate in contract.gates if gate.improve is not None}
     first = tuple(name for name in names if name in gaining)
     return first if len(first) < len(names) else ()
 
@@ -279,7 +279,7 @@ def _decided(contract: Contract, order: list[Subject], candidates: list[Subject]
             continue
         paired = paired_deltas(contract, rows, baseline_rows)
         failed = [gate for gate in (check_gate(contract, g, metrics, baseline_metrics, paired.get(g.metric))
-                                    for g in contract.gates if g.metric.partition(".")[0] in first)
+                                    for g in contract.gates if g.suite in first)
                   if not gate.passed]
         if failed:
             decided[candidate.key] = (names, f"{failed[0].metric} failed ({failed[0].rule}), so the verdict is fail "
@@ -377,7 +377,7 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
         gates = apply_gates(contract, metrics, baseline.metrics if baseline.label != NO_BASELINE else None,
                             {s.name: len(r) for s, r in suites}, paired, no_latency)
         if measured_on:     # a gate on a suite not decoded is not checked, and never passes
-            gates = [not_decoded(gate, measured_on) if gate.metric.partition(".")[0] not in measured_on[0]
+            gates = [not_decoded(gate, measured_on) if gate.suite not in measured_on[0]
                      and not gate.metric.startswith("latency.") else gate for gate in gates]
     label = subject.label
     predictions_text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

@@ -15,6 +15,7 @@ from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
 from mint.generation.precision import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
+from mint.registry.report import metric_suite
 from mint.text import closest
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, is_file, load_yaml
 
@@ -88,7 +89,7 @@ class Gate:
 
     @property
     def suite(self) -> str:
-        return self.metric.partition(".")[0]
+        return metric_suite(self.metric)
 
 
 @dataclass(frozen=True)

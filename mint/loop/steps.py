@@ -413,6 +413,7 @@ class Eval(StepKind):
 
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
+        contract = load_contract(contract_path)
         complete = step.options.get("complete", False)
         # unless the step asks for every suite, the candidate stops being decoded once its verdict is decided (a
         # gate it must gain on failed), and a failed candidate gets no controls and no backward transfer: the
@@ -431,18 +432,17 @@ class Eval(StepKind):
             # a control answers one question (did the verified experience make the gain on the contract's first
             # gated metric?), so it is decoded on that metric's suite alone, one stream for both; the champion's
             # answers there are its report's, not decoded again
-            contract = load_contract(contract_path)
-            primary = next((g.metric for g in contract.gates if not g.metric.startswith("latency.")), None)
-            measure_on = {c.trained.ref: ((primary.partition(".")[0],),
+            primary = next((g for g in contract.gates if not g.metric.startswith("latency.")), None)
+            measure_on = {c.trained.ref: ((primary.suite,),
                                           f"a {c.arm} control answers whether the verified experience made the "
-                                          f"difference on {primary}") for c in controls} if primary else None
+                                          f"difference on {primary.metric}") for c in controls} if primary else None
             measured = evaluate_many(context.ws, [c.trained.ref for c in controls], contract_path,
                                      limit=step.options.get("limit"), measure_on=measure_on)
         elif twin and candidate.plan:
             context.emit({"event": "note", "message": f"{candidate.revision} failed its contract, so its placebo "
                           "twin and steps control were not trained: they tell only whether a gain came from the "
                           "verified experience (`complete: true` on the eval step trains and measures them anyway)"})
-        transfer = backward_transfer(context.ws, load_contract(contract_path), candidate.revision,
+        transfer = backward_transfer(context.ws, contract, candidate.revision,
                                      Path(result.report_path), base=context.base) \
             if complete or report.verdict == "pass" else []
         output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,

@@ -62,6 +62,11 @@ class ReportBaseline:
         return out
 
 
+def metric_suite(metric: str) -> str:
+    """The suite a metric is measured on: what precedes its first dot (``core.parse_rate``: ``core``)."""
+    return metric.partition(".")[0]
+
+
 # a gate's keys, in the order `mint eval` writes them; `skipped` only when true
 _GATE_ORDER = ("metric", "value", "baseline", "rule", "passed", "delta", "skipped")
 
@@ -82,6 +87,10 @@ class GateResult:
     extra: dict = field(default_factory=dict)
     # the keys a gate read from a file had, in their order, so it is written back in the shape it came in
     keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def suite(self) -> str:
+        return metric_suite(self.metric)
 
     @property
     def interval(self) -> list[float] | None:
