@@ -2,7 +2,7 @@
 
 A config file has up to four blocks::
 
-    lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear, from_layer: router}
+    lora: {r: 16, alpha: 32, dropout: 0.0, target_modules: all-linear, from_layer: router}
     trl: {learning_rate: 2.0e-4, max_steps: 40, per_device_train_batch_size: 4}
     rewards: [mypkg.rewards:exact_match]      # grpo: extra reward functions, module:function
     examples: {reasoning: true}               # how episodes become rows (see EXAMPLE_KEYS)
@@ -40,7 +40,9 @@ LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "from_layer")
 # router probe's layer (mint.base.probe_layers): the layers the probe reads stay the base's, so the
 # mixture routes a turn inside its own prefill instead of a pass of its own (mint.mol.mixture).
 ROUTER_LAYER = "router"
-DEFAULT_LORA = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear", "from_layer": ROUTER_LAYER}
+# dropout 0, PEFT's own default: on a CPU the dropout masks of every adapted layer's input cost 14% of an SFT step
+# (SmolLM2, GenUI logs, batch 4: 2.2 s against 1.9, the loss after 16 steps the same to three places)
+DEFAULT_LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear", "from_layer": ROUTER_LAYER}
 # mint manages these: where checkpoints go, what is logged where
 MANAGED = ("output_dir", "logging_dir", "report_to")
 
