@@ -80,7 +80,7 @@ def test_the_twin_is_drawn_as_its_own_marker(ws, candidate, report_for):
     import dataclasses
 
     from mint.report_html import progress_figure
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
     from tests.test_reports import two_generations_and_a_twin
 
     two_generations_and_a_twin(ws, candidate, report_for)
@@ -116,7 +116,7 @@ def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tm
 
 def test_the_retention_suite_shows_beside_the_core_with_its_interval_and_its_own_line(ws, candidate, report_for):
     from mint.report_html import progress_figure, progress_table
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
 
     v1 = candidate()
     v2 = candidate(parent=v1.id)

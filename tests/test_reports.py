@@ -131,7 +131,7 @@ def two_generations_and_a_twin(ws, candidate, report_for):
 
 
 def test_each_generation_shows_its_metric_experience_twin_and_verdict(ws, candidate, report_for):
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
 
     two_generations_and_a_twin(ws, candidate, report_for)
     base, first, second = generation_progress(ws)["coding"]          # the twin is no generation of its own
@@ -152,7 +152,7 @@ def test_each_generation_shows_its_metric_experience_twin_and_verdict(ws, candid
 
 def test_each_generation_shows_what_its_experience_found_learnable_per_family(ws, candidate, report_for, capsys):
     from mint.loop.results import FamilyStats
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
 
     two_generations_and_a_twin(ws, candidate, report_for)
     _base, first, second = generation_progress(ws)["coding"]
@@ -172,7 +172,7 @@ def test_each_generation_shows_what_its_experience_found_learnable_per_family(ws
 
 
 def test_each_generation_shows_its_retention_suite_beside_what_users_ask_now(ws, candidate, report_for):
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
 
     v1 = candidate()
     v2 = candidate(parent=v1.id)
@@ -194,7 +194,7 @@ def test_report_json_carries_the_generations(ws, candidate, report_for, capsys):
 
 
 def test_generations_without_a_loop_come_from_the_registry_alone(ws, candidate, report_for):
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
 
     v1 = candidate()
     gated_report(ws, report_for, v1, 0.30, 0.10, False)
@@ -254,7 +254,8 @@ def test_show_says_its_baseline_as_eval_does_and_latency_in_plain_milliseconds(w
 def test_a_force_promoted_failing_revision_is_marked_forced(ws, candidate, report_for, tmp_path, capsys):
     from mint.registry.promotion import promote
     from mint.report_html import render_html
-    from mint.reports import generation_progress, lineage_report
+    from mint.loop.progress import generation_progress
+    from mint.reports import lineage_report
 
     revision = candidate()
     _register(ws, _report(report_for(revision), revision, {"core.pass_at_1": 0.1}, False))
@@ -276,7 +277,8 @@ def test_a_promoted_generation_shows_the_report_it_was_promoted_with(ws, candida
     """A champion measured again as its successor's baseline, under a contract that followed drifted traffic, scores
     0 there and fails; it was still promoted on a passing report, and that is the generation it shows."""
     from mint.registry.promotion import promote
-    from mint.reports import generation_progress, lineage_report
+    from mint.loop.progress import generation_progress
+    from mint.reports import lineage_report
 
     v1 = candidate()
     promoted_with = gated_report(ws, report_for, v1, 0.30, 0.10, True)

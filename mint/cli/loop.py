@@ -189,7 +189,7 @@ def _ci(delta, interval) -> str:
 
 
 def _render_progress(result) -> None:
-    """Per specialist, every generation from the bare base on (mint.reports.generation_progress): its held-out
+    """Per specialist, every generation from the bare base on (mint.loop.progress.generation_progress): its held-out
     metric against its baseline, the experience pool and what was accepted from which source, the placebo twin
     and the gain over it, the gain over the steps control when one ran, and the verdict."""
     from mint.loop.placebo import EXPERIENCE_EFFECT

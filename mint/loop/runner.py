@@ -72,7 +72,7 @@ class LoopResult:
     # `mint monitor`'s alerts on the workspace's served logs (routing share shift, max share): a warning to
     # read with the verdicts, never a failure of the loop
     alerts: list[str] = field(default_factory=list)
-    # per specialist, every generation with its experience, twin and verdict (mint.reports.generation_progress),
+    # per specialist, every generation with its experience, twin and verdict (mint.loop.progress.generation_progress),
     # read back from what the registry and the loop's state keep
     progress: dict[str, list] = field(default_factory=dict)
     # specialists whose generation waited for traffic: {iteration, specialist, message, traffic}
@@ -241,7 +241,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         state.last_run.update(finished=True, end=context.state_key(), finished_at=_now())
         state.runs.append(dict(state.last_run))
         state.save()
-        from mint.reports import generation_progress
+        from mint.loop.progress import generation_progress
 
         return LoopResult(recipe.name, "ran", total - first + 1, exit_code, outcomes, generations,
                           state_file=str(state.path), alerts=routing_alerts(ws, project),

@@ -139,6 +139,11 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def number_or_none(value) -> float | None:
+    """``value`` as a float where it is a number (not a bool), else None: a figure read from a report."""
+    return float(value) if _is_number(value) else None
+
+
 # the keys of a report, in the order `mint eval` writes them; `extra` keeps any other key (the router's
 # confusion matrix, for one) in the order it came
 _ORDER = ("format_version", "revision", "revision_id", "base", "base_fingerprint", "contract", "baseline",
@@ -187,6 +192,19 @@ class Report:
     def owner(self) -> str:
         """What the registry files the report under: the revision id, or the base's fingerprint."""
         return self.revision_id or base_report_owner(self.base_fingerprint or "unknown")
+
+    @property
+    def primary_metric(self) -> str | None:
+        """The contract's first gated metric that is not latency: what "better" means for the specialist (with
+        no such gate, the first metric that is not latency)."""
+        for gate in self.gates:
+            if not gate.metric.startswith("latency.") and gate.metric in self.metrics:
+                return gate.metric
+        metrics = [m for m in self.metrics if not m.startswith("latency.")]
+        return metrics[0] if metrics else None
+
+    def gates_by_metric(self) -> dict[str, GateResult]:
+        return {g.metric: g for g in self.gates}
 
     def to_dict(self) -> dict:
         out: dict = {}

@@ -184,7 +184,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     assert ("genui (iteration 2) experience: within reach: Card (1 of 1 request(s) passed sometimes), Form (1 of 1 "
             "request(s) passed sometimes)") in shown
     # what the loop recorded of each generation, read back as `mint report` reads it, is the summary's table
-    from mint.reports import generation_progress
+    from mint.loop.progress import generation_progress
 
     progress = generation_progress(ws)["genui"]
     assert result.progress["genui"] == progress and [g.generation for g in progress][-2:] == [1, 2]
