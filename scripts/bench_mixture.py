@@ -259,7 +259,7 @@ def bench_router_share(base: str, adapters: dict, tmp: Path, new_tokens: int, re
     own pass    the same adapters on every layer: the probe runs its own pass of the prompt up to its layer
     The probe is random here (reading the prompt, as trained probes do): its accuracy does not change its cost."""
     from mint.mol.mixture import Mixture, Turn
-    from mint.mol.router import PROMPT, Probe, Router
+    from mint.routing.router import PROMPT, Probe, Router
     from mint.base import probe_layers
     from mint.project import DEFAULT_PROJECT, Project
     from mint.workspace import workspace

@@ -6,15 +6,15 @@ Run: python scripts/bench_router.py            (SmolLM2-135M, layers 4..20 every
 
 Trains a probe per layer (or group of layers, `10,15`: their pooled states side by side) on what
 `mint train --specialist router` learns from (the labelled episodes of examples/logs, less possible keyword
-guesses, plus HumanEval's plain-word task descriptions and mint's plain turns, mint/mol/plain_turns/) and
+guesses, plus HumanEval's plain-word task descriptions and mint's plain turns, mint/routing/plain_turns/) and
 judges it on:
   heldout     examples/heldout through contracts/router.yaml (the true specialist is the file's)
   validation  a seeded fifth of the logs' training turns, held back from a second probe fitted on the rest
   crossfit    each plain set (set1, set2, set3) routed by a probe that learnt from the others only
-  everyday3   tests/mol/data/everyday_turns_3.jsonl: plain turns never trained on, written before plain set 2
+  everyday3   tests/routing/data/everyday_turns_3.jsonl: plain turns never trained on, written before plain set 2
               became training data and kept from repeating the plain sets (plain set 3 added, after it
               routed 0.925, the kind of turn it missed most: coding concepts, "what are promises")
-  everyday4   tests/mol/data/everyday_turns_4.jsonl: 120 more, written before plain set 3 and never tuned on
+  everyday4   tests/routing/data/everyday_turns_4.jsonl: 120 more, written before plain set 3 and never tuned on
               (0.950 before set 3); measure both last
 The features pool the last user message inside its templated prompt, as `mint train --specialist router`
 trains them (`--reads turn`: that message alone, as probes saved before did).
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-EVERYDAY = {f"everyday{n}": REPO / "tests" / "mol" / "data" / f"everyday_turns_{n}.jsonl" for n in (3, 4)}
+EVERYDAY = {f"everyday{n}": REPO / "tests" / "routing" / "data" / f"everyday_turns_{n}.jsonl" for n in (3, 4)}
 SETS = ("heldout", "validation", "crossfit", *EVERYDAY)
 
 
@@ -78,7 +78,7 @@ def main() -> int:
     from mint.base import load_base
     from mint.data.ingest import ingest
     from mint.contract.schema import load_contract
-    from mint.mol.router import (PLAIN_TURNS, PROMPT, Router, Rules, fit_probe, one_turn, probe_features,
+    from mint.routing.router import (PLAIN_TURNS, PROMPT, Router, Rules, fit_probe, one_turn, probe_features,
                                  prompt_features_by_layer, score_routes, starter_router, turn_features_by_layer)
     from mint.errors import BadInput
     from mint.train.router import _augment, heldout_turns, router_training_set

@@ -321,7 +321,7 @@ GENERATION_3_MORE = 48
 
 def routed_elsewhere(rows: list[str]) -> list[str]:
     """The requests mint.yaml's rules do not send to GenUI outright (the mixture routes the demo's traffic by them)."""
-    from mint.mol.router import Rules
+    from mint.routing.router import Rules
     from mint.project import DEFAULT_PROJECT
 
     rules = Rules(DEFAULT_PROJECT)

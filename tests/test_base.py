@@ -67,7 +67,7 @@ def test_local_directory_base(tmp_path):
 
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_a_base_loaded_with_its_first_layers_only_reads_the_same_features_with_fewer_weights(tmp_path, on_disk):
-    from mint.mol.router import probe_features
+    from mint.routing.router import probe_features
 
     name, keep = base.TINY, 1
     if on_disk:        # six layers, so that a third of the kept ones is not a third of the base's

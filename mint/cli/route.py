@@ -19,7 +19,7 @@ def route_command(text: str = typer.Argument(..., help="One user turn."),
 
     Example: mint route "book me a table for two at 8pm" --json
     """
-    from mint.mol.router import route_text
+    from mint.routing.router import route_text
     from mint.project import load_project
 
     quiet_transformers()

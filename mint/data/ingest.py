@@ -30,7 +30,7 @@ from mint.data import datasets
 from mint.data.formats import FORMATS, RecordError, normalize
 from mint.data.formats.fields import normalize_feedback, upstream_id
 from mint.data.formats.llamafactory import remap
-from mint.data.labels import Labeler
+from mint.routing.labels import Labeler
 from mint.data.readers import DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, parse_line, read_line_batches
 from mint.data.schema import Episode, Feedback, Message
 from mint.data.scrub import scrub_episode, scrub_text
@@ -500,7 +500,7 @@ class _ChampionRouter:
 
     @classmethod
     def find(cls, ws: Workspace, project: Project) -> "_ChampionRouter | None":
-        from mint.mol.router import champion_router
+        from mint.routing.router import champion_router
         from mint.registry import store
 
         if not store.exists(ws):
@@ -544,7 +544,7 @@ class _ChampionRouter:
 
     def _features(self, conversations, layer, reads):
         from mint.base import load_base
-        from mint.mol.router import probe_features
+        from mint.routing.router import probe_features
 
         if self._loaded is None:
             self._loaded = load_base(self.base)

@@ -45,8 +45,8 @@ from mint.generation.constrain import constraint_for, json_structure
 from mint.generation import lookup as drafts
 from mint.generation.precision import PARITY_PROMPTS, precision_copy, resolve_precision
 from mint.generation.stops import answer_complete, closing_tokens, eos_ids
+from mint.generation.settings import HarnessSettings
 from mint.generation.text import IncrementalText, TextListener, final_text
-from mint.harness.base import HarnessSettings
 from mint.render import Renderer
 
 BASE_SLOT = 0

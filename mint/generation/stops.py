@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mint.harness.base import HarnessSettings
-from mint.harness.genui import json_bracket_end
+from mint.generation.settings import HarnessSettings
+from mint.jsontext import json_bracket_end
 
 # the kinds of answer end each harness's scorer reads (see answer_complete); others stop at EOS only
 ANSWER_ENDS = {"genui": ("json", "fence"), "agent": ("json", "fence", "tool_call"), "coding": ("fence",)}

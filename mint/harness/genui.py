@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mint.errors import BadInput
+from mint.jsontext import json_bracket_end, outside_strings
 from mint.text import closest
 from mint.harness.base import (MAX_NESTING, Harness, HarnessSettings, RecordProblem, as_record, joined_reasons,
                                too_deep)
@@ -138,43 +139,6 @@ def find_tree(output: Any) -> TreeParse:
     return TreeParse(None, "no JSON object in the answer")
 
 
-def _outside_strings(text: str, start: int = 0):
-    """(index, char) of every character of ``text`` from ``start`` that is not inside a JSON string (a
-    string's quotes included, so a caller sees where each string starts and ends)."""
-    in_string, escaped = False, False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-                yield index, char
-        else:
-            if char == '"':
-                in_string = True
-            yield index, char
-
-
-def json_bracket_end(text: str, start: int = 0) -> int | None:
-    """Index just past the bracket that closes the ``{`` or ``[`` at ``text[start]``, or None when it never
-    closes (a cut-off answer). Only brackets of that kind count, and none inside JSON strings. The one JSON
-    bracket scanner: finding a tree here, and deciding in ``mint.generation.stops`` that an answer is complete."""
-    opener = text[start]
-    closer = "}" if opener == "{" else "]"
-    depth = 0
-    for index, char in _outside_strings(text, start):
-        if char == opener:
-            depth += 1
-        elif char == closer:
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None
-
-
 _CLOSER = {"{": "}", "[": "]"}
 
 
@@ -189,7 +153,7 @@ def _closed(text: str) -> str | None:
     # the open brackets as links (opener, the links below): a snapshot of them is one reference, so keeping the
     # last complete point at every comma stays linear in the answer's length
     pieces, stack, copied, last_complete = [], None, start, None
-    for index, char in _outside_strings(text, start):
+    for index, char in outside_strings(text, start):
         if char in _CLOSER:
             stack = (char, stack)
         elif char == "," and stack is not None:

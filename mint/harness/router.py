@@ -68,7 +68,7 @@ class RouterHarness(Harness):
         """Where the router sends each record's turn: the probe saved in ``adapter_dir`` (a router revision),
         or, for the bare base (generation 0), what routes a project without a router champion: the rules, the
         keywords, then the starter probe."""
-        from mint.mol.router import Probe, Router, probe_features, starter_router
+        from mint.routing.router import Probe, Router, probe_features, starter_router
         from mint.project import load_project
 
         project = load_project()

@@ -261,7 +261,7 @@ def check_traffic(context: "_Context") -> None:
         raise BadInput(conflict, file=file, line=line, field=where)
     if context.requests is None:
         return
-    from mint.mol.router import route_conversations
+    from mint.routing.router import route_conversations
     from mint.serve.replay import read_requests
 
     if not any(step.kind == "serve" for step in context.recipe.steps):

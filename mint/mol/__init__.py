@@ -1,2 +1,2 @@
-"""The mixture: the runtime (each specialist's champion in a LoRA slot of the engine's base), the router, chat, the
-turn log, the monitor and the vLLM export."""
+"""The mixture: the runtime (each specialist's champion in a LoRA slot of the engine's base, routed by mint.routing),
+chat, the turn log, the monitor and the vLLM export."""

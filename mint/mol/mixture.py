@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 from mint.data.schema import Episode, Message, ServedRoute
 from mint.data.scrub import scrub_episode, scrub_text, scrub_value
 from mint.errors import BadInput
-from mint.mol.router import PROMPT, Probe, Route, Router, probe_features, starter_router
+from mint.routing.router import PROMPT, Probe, Route, Router, probe_features, starter_router
 from mint.generation.engine import CANCELLED
 from mint.generation.text import TextListener
 from mint.mol.runtime import Ask, Handoff, MixtureRuntime, PrefillRoute, RowsFailed

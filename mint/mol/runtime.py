@@ -339,7 +339,7 @@ class MixtureRuntime:
         routed = set(route.rows) if route else set()
         spans: list = [None] * len(conversations)
         if route:     # the same ids, and where each last user message lies in them (for the probe)
-            from mint.mol.router import prompt_tokens
+            from mint.routing.router import prompt_tokens
 
             encoded = [prompt_tokens(self.tokenizer, conversation) for conversation in conversations]
             prompts, spans = [ids for ids, _span in encoded], [span for _ids, span in encoded]
@@ -391,7 +391,7 @@ class MixtureRuntime:
                     if ask.routed and route is None:
                         raise BadInput("a routed row joins only a stream that routes in its prefill")
                     if ask.routed:
-                        from mint.mol.router import prompt_tokens
+                        from mint.routing.router import prompt_tokens
 
                         prompt, span = prompt_tokens(self.tokenizer, ask.conversation)
                     else:
@@ -445,7 +445,7 @@ class MixtureRuntime:
         import torch
 
         from mint.generation.engine import PrefillRouter
-        from mint.mol.router import pool_span
+        from mint.routing.router import pool_span
 
         if route.layers[-1] > self.shared_layers():
             raise Refused(f"an adapter changes decoder layer {self.shared_layers()}, below the router's layer "

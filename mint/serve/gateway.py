@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from mint.errors import BadInput, MintError
 from mint.generation.constrain import JSON_OBJECT, JSON_SCHEMA
 from mint.mol.mixture import Answer, Turn, TurnBook, prompt_of
-from mint.mol.router import Route, Router, probe_features, starter_router
+from mint.routing.router import Route, Router, probe_features, starter_router
 from mint.mol.runtime import Handoff
 from mint.project import Project
 from mint.serve.backend import Backend, ChampionPoller
@@ -194,7 +194,7 @@ class Gateway(TurnBook):
     @classmethod
     def open(cls, ws: Workspace, project: Project, upstream: Upstream, *, base: str | None = None,
              **options) -> "Gateway":
-        from mint.mol.router import champion_router
+        from mint.routing.router import champion_router
 
         router, _probe_base = champion_router(ws, project)
         layers = router.probe.layer if router.probe is not None else 0     # the deepest layer it reads
@@ -293,7 +293,7 @@ class Gateway(TurnBook):
         switch routing to it, unload the one it replaced; pick up a new router champion. The first error of
         the upstream is ``upstream_error`` (and stops this sync); one champion's is its specialist's."""
         from mint.mol.export import adapter_name
-        from mint.mol.router import Probe
+        from mint.routing.router import Probe
         from mint.registry import store
         from mint.registry.artifacts import load_revision
 

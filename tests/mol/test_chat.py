@@ -131,7 +131,7 @@ def test_a_promoted_router_is_picked_up_by_sync(ws, mixture, tmp_path):
     from mint.contract.identity import contract_identity
     from mint.train.router import train_router
     from mint.registry.promotion import promote
-    from tests.mol.test_router import TINY_SETS, _contract, _dataset
+    from tests.routing.test_router import TINY_SETS, _contract, _dataset
 
     assert mixture.revisions()["router"] == "starter"      # no champion yet: the probe fitted on plain turns
     contract = _contract(tmp_path, _dataset(ws, tmp_path))

@@ -376,7 +376,7 @@ def _probe_mixture(ws, loras, *, reads, seed=3):
 
     from mint.base import load_base
     from mint.mol.mixture import Mixture
-    from mint.mol.router import Probe, Router, probe_features
+    from mint.routing.router import Probe, Router, probe_features
     from mint.mol.runtime import MixtureRuntime
     from mint.project import DEFAULT_PROJECT, Project
 
@@ -410,7 +410,7 @@ def test_a_probe_routed_answer_equals_the_chosen_specialist_answering_alone(ws, 
 
     from mint.base import load_base
     from mint.mol.mixture import Turn
-    from mint.mol.router import PROMPT, prompt_features
+    from mint.routing.router import PROMPT, prompt_features
     from mint.mol.runtime import Decoding
 
     mixture = _probe_mixture(ws, tiny_loras, reads=PROMPT)
@@ -447,7 +447,7 @@ def test_routing_inside_the_prefill_equals_routing_in_a_pass_of_its_own(ws, uppe
     same specialist with the same probabilities as a pass of its own gives, and each answer is token for token
     the chosen specialist's answering alone; no pass of the probe's own runs."""
     from mint.mol.mixture import Turn
-    from mint.mol.router import PROMPT
+    from mint.routing.router import PROMPT
     from mint.mol.runtime import Decoding
 
     mixture = _probe_mixture(ws, upper_loras, reads=PROMPT)
@@ -475,7 +475,7 @@ def test_routing_inside_the_prefill_equals_routing_in_a_pass_of_its_own(ws, uppe
 
 def test_an_adapter_that_changes_a_layer_the_probe_reads_turns_routing_back_to_its_own_pass(ws, upper_loras,
                                                                                            tiny_loras):
-    from mint.mol.router import PROMPT, TURN
+    from mint.routing.router import PROMPT, TURN
     from mint.mol.runtime import Decoding, PrefillRoute
 
     mixture = _probe_mixture(ws, upper_loras, reads=PROMPT)

@@ -6,7 +6,7 @@ from mint.data.datasets import iter_episodes
 from mint.data.ingest import ingest
 from mint.data.schema import Episode
 from mint.mol.mixture import Answer, Turn, TurnBook
-from mint.mol.router import Route
+from mint.routing.router import Route
 from mint.mol.turnlog import logs_dir, read_turns
 from mint.project import DEFAULT_PROJECT
 

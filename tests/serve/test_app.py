@@ -245,7 +245,7 @@ WEATHER = [{"type": "function", "function": {
 def _answers_with(text: str):
     """A stand-in for Mixture.answer_each that answers every turn with ``text``, through its listener as well."""
     from mint.mol.mixture import Answer
-    from mint.mol.router import Route
+    from mint.routing.router import Route
 
     def answer(turns, *, keep_for_feedback=True, listeners=None, owners=None, **_joining):
         answers = []

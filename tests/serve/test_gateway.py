@@ -550,7 +550,7 @@ def register_one_layer_probe(ws, tmp_path, seed: int = 0):
     feature_layers is that layer's number alone."""
     import torch
 
-    from mint.mol.router import Probe
+    from mint.routing.router import Probe
     from mint.registry.artifacts import register
 
     names, width = TINY_PROJECT.names, 64            # the tiny base's hidden size

@@ -384,7 +384,7 @@ def test_with_a_trained_router_champion_the_gateway_routes_on_its_probe_and_forw
     gateway runs: turns are routed on it and answered by the chosen specialist's adapter on vLLM."""
     import torch
 
-    from mint.mol.router import Probe
+    from mint.routing.router import Probe
     from mint.registry.artifacts import register
     from mint.registry.promotion import promote
 

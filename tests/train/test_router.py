@@ -10,11 +10,11 @@ import pytest
 from mint.contract.identity import contract_identity
 from mint.errors import BadInput
 from tests.conftest import chat_row, run_mint, write_jsonl
-from tests.mol.test_router import TINY_SETS, _contract, _dataset
+from tests.routing.test_router import TINY_SETS, _contract, _dataset
 
 
 def test_labels_that_may_be_keyword_guesses_are_found():
-    from mint.data.labels import Labeler
+    from mint.routing.labels import Labeler
     from mint.train.router import may_be_a_keyword_guess
     from mint.project import DEFAULT_PROJECT
 
@@ -61,7 +61,7 @@ def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_proble
 
 
 def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_out_heldout_turns(ws, tmp_path):
-    from mint.mol.router import plain_turns
+    from mint.routing.router import plain_turns
     from mint.train.router import PLAIN_TURN_WEIGHT, router_training_set
     from mint.project import DEFAULT_PROJECT, Project, Specialist
 

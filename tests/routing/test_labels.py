@@ -6,7 +6,7 @@ import pytest
 
 from mint.data import datasets
 from mint.data.ingest import ingest
-from mint.data.labels import Labeler
+from mint.routing.labels import Labeler
 from mint.project import DEFAULT_PROJECT, load_project
 from tests.conftest import chat_row, write_jsonl
 
@@ -84,7 +84,7 @@ def router_champion(ws, tmp_path):
     from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote
     from mint.train.router import train_router
-    from tests.mol.test_router import TINY_SETS, _contract, _dataset
+    from tests.routing.test_router import TINY_SETS, _contract, _dataset
 
     contract = _contract(tmp_path, _dataset(ws, tmp_path))
     train_router(ws, data="d", base="tiny-random", sets=[*TINY_SETS, f"contract={contract}"], project=DEFAULT_PROJECT)
@@ -93,7 +93,7 @@ def router_champion(ws, tmp_path):
 
 
 def test_the_router_champion_places_what_no_rule_labels(ws, project, tmp_path, router_champion):
-    from mint.mol.router import route_text
+    from mint.routing.router import route_text
 
     texts = ["Who was the 37th president?", "feelings and a friend", "a widget x1", "Tell me something"]
     path = write_jsonl(tmp_path / "b.jsonl", [chat_row(text) for text in texts] +

@@ -29,7 +29,7 @@ def write_project(directory: Path, extra: str = "", genui_patterns: tuple[str, .
 
 
 def test_tools_and_patterns_are_certain_rules(tmp_path):
-    from mint.mol.router import Rules
+    from mint.routing.router import Rules
     from mint.project import load_project
 
     project = load_project(write_project(tmp_path).parent / "mint.yaml")
@@ -42,7 +42,7 @@ def test_tools_and_patterns_are_certain_rules(tmp_path):
 
 
 def test_patterns_in_mint_yaml_route_outright(tmp_path):
-    from mint.mol.router import Rules
+    from mint.routing.router import Rules
     from mint.project import load_project
 
     path = write_project(tmp_path, genui_patterns=())
@@ -53,7 +53,7 @@ def test_patterns_in_mint_yaml_route_outright(tmp_path):
 
 
 def test_a_turn_matching_two_specialists_patterns_is_left_to_the_probe():
-    from mint.mol.router import Rules
+    from mint.routing.router import Rules
     from mint.project import DEFAULT_PROJECT
 
     rules = Rules(DEFAULT_PROJECT)
@@ -62,7 +62,7 @@ def test_a_turn_matching_two_specialists_patterns_is_left_to_the_probe():
 
 
 REPO = Path(__file__).resolve().parents[2]
-PLAIN_SET_1 = REPO / "mint" / "mol" / "plain_turns" / "set1.jsonl"      # the default patterns were tuned on it
+PLAIN_SET_1 = REPO / "mint" / "routing" / "plain_turns" / "set1.jsonl"      # the default patterns were tuned on it
 # never trained on; set 4 was written before plain set 3, and neither set was tuned on after
 EVERYDAY_FILES = tuple(Path(__file__).parent / "data" / f"everyday_turns_{n}.jsonl" for n in (3, 4))
 
@@ -74,7 +74,7 @@ def read_everyday(path: Path = PLAIN_SET_1) -> list[tuple[str, str]]:
 
 
 def test_default_patterns_are_never_wrong_on_the_heldout_turns_and_route_most_everyday_turns():
-    from mint.mol.router import Rules
+    from mint.routing.router import Rules
     from mint.contract.schema import load_contract
     from mint.project import DEFAULT_PROJECT
     from mint.train.router import heldout_turns
@@ -93,7 +93,7 @@ def test_default_patterns_are_never_wrong_on_the_heldout_turns_and_route_most_ev
 def test_an_unsure_probe_leaves_the_turn_to_the_keywords():
     import torch
 
-    from mint.mol.router import Probe, Router
+    from mint.routing.router import Probe, Router
     from mint.project import DEFAULT_PROJECT
 
     names = DEFAULT_PROJECT.names
@@ -117,7 +117,7 @@ def _fixed_probe(bias: list[float], hidden: int = 8):
     """A probe whose probabilities are softmax(bias) whatever the turn."""
     import torch
 
-    from mint.mol.router import Probe
+    from mint.routing.router import Probe
     from mint.project import DEFAULT_PROJECT
 
     names = DEFAULT_PROJECT.names
@@ -127,7 +127,7 @@ def _fixed_probe(bias: list[float], hidden: int = 8):
 def _route_one(probe, text: str, tools: bool = False):
     import torch
 
-    from mint.mol.router import Router
+    from mint.routing.router import Router
     from mint.project import DEFAULT_PROJECT
 
     return Router(DEFAULT_PROJECT, probe, "router:v1").route([[{"role": "user", "content": text}]], [tools],
@@ -147,7 +147,7 @@ def test_the_tool_specialist_needs_a_word_of_acting_when_the_turn_carries_no_too
 def test_turns_that_carried_tools_are_a_class_of_their_own_left_out_for_a_turn_without_tools(tmp_path):
     import torch
 
-    from mint.mol.router import Probe, Router, fit_probe
+    from mint.routing.router import Probe, Router, fit_probe
     from mint.project import DEFAULT_PROJECT
 
     # chat, agent asked in plain words, agent with tools (worded like a science question), coding, genui
@@ -203,7 +203,7 @@ def test_a_probe_over_several_layers_saves_loads_and_reads_them_side_by_side(tmp
     import torch
 
     from mint.base import TINY, load_base
-    from mint.mol.router import Probe, fit_probe, turn_features
+    from mint.routing.router import Probe, fit_probe, turn_features
     from mint.project import DEFAULT_PROJECT
 
     loaded = load_base(TINY)
@@ -225,7 +225,7 @@ def test_a_probe_over_several_layers_saves_loads_and_reads_them_side_by_side(tmp
 def test_example_weights_say_how_much_an_example_counts_within_its_class():
     import torch
 
-    from mint.mol.router import fit_probe
+    from mint.routing.router import fit_probe
 
     names = ("chat", "coding")
     features = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
@@ -238,7 +238,7 @@ def test_example_weights_say_how_much_an_example_counts_within_its_class():
 def test_no_everyday_turn_is_a_training_turn():
     """The everyday sets measure turns never trained on: a plain turn repeating one (any case or spacing)
     would make the SmolLM2 everyday figures a training score."""
-    from mint.mol.router import plain_turns
+    from mint.routing.router import plain_turns
     from mint.project import DEFAULT_PROJECT
 
     def key(text):
@@ -347,7 +347,7 @@ def test_features_of_several_layers_from_one_pass_equal_those_of_each_layer():
     import torch
 
     from mint.base import TINY, load_base
-    from mint.mol.router import turn_features, turn_features_by_layer
+    from mint.routing.router import turn_features, turn_features_by_layer
 
     loaded = load_base(TINY)
     texts = ["hi there", "please write a long python function that parses dates " * 3, "ok"]
@@ -361,7 +361,7 @@ def test_turn_features_do_not_depend_on_the_batch_they_are_computed_in():
     import torch
 
     from mint.base import TINY, load_base
-    from mint.mol.router import turn_features
+    from mint.routing.router import turn_features
 
     loaded = load_base(TINY)
     short, long = "hi there", "please write a long python function that parses dates in many formats " * 3
@@ -374,7 +374,7 @@ def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_si
     import torch
 
     from mint.base import TINY, load_base
-    from mint.mol.router import turn_features
+    from mint.routing.router import turn_features
 
     loaded = load_base(TINY)
     long = "please write a long python function that parses dates in many formats " * 3
@@ -401,7 +401,7 @@ def test_turn_features_come_back_in_the_order_of_the_texts_and_batch_turns_of_si
 ])
 def test_prompt_tokens_are_the_runtimes_and_find_the_last_user_message(conversation, expected):
     from mint.base import TINY, load_base
-    from mint.mol.router import prompt_tokens
+    from mint.routing.router import prompt_tokens
     from mint.mol.runtime import MixtureRuntime
 
     loaded = load_base(TINY)
@@ -415,7 +415,7 @@ def test_prompt_tokens_are_the_runtimes_and_find_the_last_user_message(conversat
 
 def test_an_empty_last_message_is_read_at_the_prompts_last_token():
     from mint.base import TINY, load_base
-    from mint.mol.router import prompt_tokens
+    from mint.routing.router import prompt_tokens
 
     loaded = load_base(TINY)
     ids, span = prompt_tokens(loaded.tokenizer, [{"role": "user", "content": ""}])
@@ -426,7 +426,7 @@ def test_prompt_features_pool_the_last_message_and_do_not_depend_on_their_batch(
     import torch
 
     from mint.base import TINY, load_base
-    from mint.mol.router import prompt_features
+    from mint.routing.router import prompt_features
 
     loaded = load_base(TINY)
     short = [{"role": "user", "content": "hi there"}]
@@ -444,7 +444,7 @@ def test_a_prompt_past_the_bases_context_is_refused_before_any_pass():
     """Half a megabyte of text was routed for minutes (attention over 262,000 tokens) before the generation
     refused it."""
     from mint.base import TINY, load_base
-    from mint.mol.router import prompt_features
+    from mint.routing.router import prompt_features
 
     loaded = load_base(TINY)
     passes = []
@@ -463,7 +463,7 @@ def test_a_probe_says_what_it_reads_and_older_probes_read_the_turn_alone(tmp_pat
 
     import torch
 
-    from mint.mol.router import PROMPT, TURN, Probe
+    from mint.routing.router import PROMPT, TURN, Probe
 
     probe = Probe(("chat", "coding"), 1, torch.zeros(2, 4), torch.zeros(2), torch.zeros(4), torch.ones(4),
                   reads=PROMPT)
@@ -510,7 +510,7 @@ def test_router_on_smollm2_meets_its_contract(smollm2_router):
 
 def route_everyday(ws, path: Path):
     """The promoted router's score on a set of plain-language turns (none carries tools)."""
-    from mint.mol.router import champion_router
+    from mint.routing.router import champion_router
     from mint.project import DEFAULT_PROJECT
 
     router, _base = champion_router(ws, DEFAULT_PROJECT)
@@ -520,7 +520,7 @@ def route_everyday(ws, path: Path):
 
 def score_everyday(router, path: Path):
     from mint.base import SMOLLM2, load_base
-    from mint.mol.router import probe_features, score_routes
+    from mint.routing.router import probe_features, score_routes
     from mint.project import DEFAULT_PROJECT
 
     loaded = load_base(SMOLLM2)
@@ -537,7 +537,7 @@ def test_the_starter_probe_on_smollm2_routes_most_unseen_everyday_turns(everyday
     """No router champion: keywords, then the probe fitted on mint's plain turns alone. Measured 0.908 of
     everyday set 3 and 0.917 of set 4 (keywords alone 0.558 and 0.717)."""
     from mint.base import SMOLLM2, load_base
-    from mint.mol.router import Router, probe_features, starter_router
+    from mint.routing.router import Router, probe_features, starter_router
     from mint.project import DEFAULT_PROJECT
 
     loaded = load_base(SMOLLM2)
@@ -565,7 +565,7 @@ def test_prompt_features_pass_no_token_after_the_message_and_equal_the_whole_pro
     import torch
 
     from mint.base import TINY, load_base
-    from mint.mol.router import prompt_features, prompt_tokens
+    from mint.routing.router import prompt_features, prompt_tokens
 
     loaded = load_base(TINY)
     conversations = [[{"role": "user", "content": "hi there"}],

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from mint.data.labels import Labeler
+from mint.routing.labels import Labeler
 from mint.errors import BadInput
 from mint.project import Project
 from mint.text import check_unicode
@@ -594,7 +594,7 @@ def starter_probe(model, project: Project, features_fn) -> Probe | None:
     layers, reads)`` is ``probe_features`` on ``model`` with no adapter active. About 2 s on SmolLM2, once per model and process.
 
     Without it a new project routes by keywords, and turns in everyday words ("how do i undo my last commit")
-    name none: on the unseen everyday sets (tests/mol/data/everyday_turns_{3,4}.jsonl, SmolLM2) the rules
+    name none: on the unseen everyday sets (tests/routing/data/everyday_turns_{3,4}.jsonl, SmolLM2) the rules
     route 0.558 and 0.717, the rules with the starter probe after the keywords 0.908 and 0.917 (held-out: 0.994
     and 0.970)."""
     from mint.base import probe_layers
