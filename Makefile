@@ -48,6 +48,7 @@ $(DEV_STAMP): $(STAMP)
 	touch $(DEV_STAMP)
 
 test: setup
+	$(PY) -m ruff check mint tests scripts examples
 	$(PY) -m pytest -q --durations=15
 
 # The main job: the self-improvement loop on the embedded base (SmolLM2-135M, converted once to the

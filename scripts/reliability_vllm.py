@@ -136,8 +136,6 @@ def main() -> None:
     if args.quick:
         args.requests, args.clients = 100, 4
 
-    import httpx
-
     from mint.mol.export import export_vllm, find_vllm
     from mint.mol.turnlog import read_turns
     from mint.project import load_project

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 # the held-out split (mint.data.split): the slice that contract suites evaluate on and training never sees
-from mint.data.split import HELDOUT_FRACTION, HELDOUT_KEY, heldout_key, heldout_position, heldout_rule, is_heldout
+from mint.data.split import (  # noqa: F401 - the split's names, read from here by its callers
+    HELDOUT_FRACTION, HELDOUT_KEY, heldout_key, heldout_position, heldout_rule, is_heldout)
 from mint.errors import BadInput, Refused
 from mint.jsonl import read_jsonl
 from mint.text import closest

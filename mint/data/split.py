@@ -100,7 +100,7 @@ def traffic_share(ws: Workspace) -> TrafficShare:
     except FileNotFoundError:
         return TrafficShare(HELDOUT_FRACTION, None, str(path))
     except (ValueError, KeyError, TypeError, BadInput):
-        raise BadInput(f"is not the split mint writes ({{\"heldout\": SHARE, \"since\": TIME}}): it fixes which "
+        raise BadInput("is not the split mint writes ({\"heldout\": SHARE, \"since\": TIME}): it fixes which "
                        "served requests are held out, so mint will not guess; restore it", file=str(path)) from None
 
 

@@ -298,7 +298,7 @@ def connect_postgres(url: str, *, field: str = "MINT_REGISTRY_URL", reuse: bool 
     for a connection that holds session state (a session advisory lock) and must end with ``close()``."""
     check_url(url, field=field)
     try:
-        import psycopg
+        import psycopg  # noqa: F401 - whether it is installed, said before anything is tried
     except ImportError:
         raise BadInput("a PostgreSQL registry needs psycopg: pip install 'mint[postgres]'", field=field) from None
     if reuse and (idle := _IDLE.take(url)) is not None:

@@ -20,7 +20,7 @@ from mint.contract.paired import (
     significant_regression,
     within_margin,
 )
-from mint.contract.schema import Gate, load_contract
+from mint.contract.schema import load_contract
 from tests.contract.test_schema import GOOD
 
 

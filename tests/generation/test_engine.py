@@ -349,7 +349,8 @@ def test_a_finished_row_leaves_the_batch_and_a_waiting_prompt_takes_its_slot(tok
                       answer_end=("json",))
     assert [o[0] for o in result.outputs] == [TREE, "a b", "c d e f"]
     produced = [len(tokenizer.encode(t, add_special_tokens=False)) for t in (TREE, "a b", "c d e f")]
-    produced[1] += 1; produced[2] += 1                              # and their EOS; the tree ends at its brace
+    produced[1] += 1                                                # and their EOS; the tree ends at its brace
+    produced[2] += 1
     # each row costs one prefill row and one step row per later token, nothing after it finished
     assert sum(rows for rows, prefill in rows_per_call if not prefill) == sum(n - 1 for n in produced)
     prefills = [i for i, (_, prefill) in enumerate(rows_per_call) if prefill]

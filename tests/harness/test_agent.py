@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mint.harness.agent import AgentHarness, calls_match, check_calls, parse_tool_calls
+from mint.harness.agent import AgentHarness, calls_match, parse_tool_calls
 from mint.harness.base import HarnessSettings
 
 HELDOUT = [json.loads(l) for l in open(Path(__file__).parents[2] / "examples/heldout/agent.jsonl")]

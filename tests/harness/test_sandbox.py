@@ -5,7 +5,6 @@ forbidden thing succeeded), so a pass is an escape or a faked verdict. Every pro
 isolation paths: bubblewrap (when the machine has it; CI installs it) and the rlimits + audit fallback.
 """
 import os
-import stat
 import textwrap
 import uuid
 

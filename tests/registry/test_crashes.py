@@ -1,8 +1,5 @@
 """Concurrency and crash safety, with real processes."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 

@@ -1,7 +1,6 @@
 """Reliability suite 2, fast form: two `mint loop` and six promote / reject / rollback processes released
 together on one workspace. The long form is scripts/reliability_concurrency.py."""
 import random
-from pathlib import Path
 from tests.reliability.scripts import load_script
 
 

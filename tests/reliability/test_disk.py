@@ -1,8 +1,6 @@
 """Reliability suite 7, fast form: `mint ingest` on a full tmpfs and on a read-only workspace
 fails with one `error:` line, exit 1 or 2, and changes nothing. The long form, over train, eval and
 promote too, is `python scripts/reliability_disk.py` (`--quick` for a small one)."""
-import sys
-from pathlib import Path
 
 import pytest
 from tests.reliability.scripts import load_script

@@ -2,8 +2,6 @@
 points, then check what is listed and that a rerun gives the clean result. The long form, over train,
 eval, promote and the loop too, is `python scripts/reliability_kill.py` (`--quick` for a small one)."""
 import json
-import sys
-from pathlib import Path
 
 from mint.registry import store
 from mint.registry.maintenance import verify

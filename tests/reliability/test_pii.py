@@ -1,7 +1,6 @@
 """Reliability suite 5, fast form: the scrubber's recall and precision on the labelled PII set written for it
 (dev: tuned on; held-out: measured only). The long form, with per-type tables, is scripts/reliability_pii.py."""
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
