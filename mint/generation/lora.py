@@ -73,7 +73,8 @@ class SlottedLoRALinear(nn.Module):
         self.ranks = [0] * n_slots     # the real rank in each slot (0: nothing loaded here)
         self.scale_values = [0.0] * n_slots   # the scale each slot was given (a handoff writes only changed ones)
         self._rows: tuple | None = None   # (table version, the batch's stacked adapters: see _gathered)
-        self._views: dict = {}            # (slot, rank[, use]) -> views of the buffers (see slot_views)
+        self._views: dict = {}            # (slot, rank) -> views of the buffers (see slot_views)
+        self._forward_views: dict = {}    # (slot, rank) -> A and B transposed and the scale (_uniform_views)
 
     def _gathered(self) -> tuple | None:
         """The batch's adapters side by side, worked out once per batch (the rows keep their slots for the whole
@@ -124,10 +125,10 @@ class SlottedLoRALinear(nn.Module):
     def _uniform_views(self, slot: int, rank: int) -> tuple:
         """A and B of ``slot`` at ``rank``, transposed, and its scale: views of the buffers, made once per (slot,
         rank); ``_apply`` forgets them when the buffers are replaced."""
-        views = self._views.get((slot, rank, "forward"))
+        views = self._forward_views.get((slot, rank))
         if views is None:
-            views = self._views[(slot, rank, "forward")] = (self.lora_a[slot, :rank].T, self.lora_b[slot, :, :rank].T,
-                                                            self.scale[slot])
+            views = self._forward_views[(slot, rank)] = (self.lora_a[slot, :rank].T, self.lora_b[slot, :, :rank].T,
+                                                         self.scale[slot])
         return views
 
     def slot_views(self, slot: int, rank: int) -> tuple:
@@ -144,6 +145,7 @@ class SlottedLoRALinear(nn.Module):
         # .to(), .float(), .bfloat16() ... replace the buffers: views and gathered rows of the old ones are stale
         result = super()._apply(fn, *args, **kwargs)
         self._views.clear()
+        self._forward_views.clear()
         self._rows = None
         self.table.buffers += 1
         return result
