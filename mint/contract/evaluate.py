@@ -698,7 +698,7 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
     from mint.base import load_base
     from mint.generation.engine import generate_each, prompt_ids
     from mint.generation.slots import attach_adapters
-    from mint.generation.stops import answer_ends
+    from mint.harness import answer_ends
     from mint.hardware import apply_decoding_threads
 
     reuse = reuse or {}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from mint.contract.schema import Contract, Suite, read_suite, suite_cap
 from mint.errors import BadInput
+from mint.harness import LoggedAnswer, specialist
 from mint.harness.base import RecordProblem
 from mint.workspace import Workspace
 
@@ -46,39 +47,19 @@ def _answer(episode: dict) -> tuple[list[dict], dict | None] | None:
 
 
 def episode_record(harness_name: str, episode: dict) -> dict | None:
-    """The suite record an episode makes for ``harness_name``, or None when it cannot make one."""
+    """The suite record an episode makes for ``harness_name`` (its specialist's ``suite_record``), or None when
+    it cannot make one."""
+    spec = specialist(harness_name)
     split = _answer(episode)
-    if split is None:
+    if spec is None or spec.suite_record is None or split is None:
         return None
     prompt, answer = split
     feedback = episode.get("feedback") or {}
-    correction = feedback.get("correction")
-    endorsed = answer is not None and (feedback.get("rating") or 0) >= 0
     record = {"id": episode["id"], "messages": [{"role": m["role"], "content": m.get("content") or ""}
                                                 for m in prompt if m.get("role") in ("system", "user")]}
-    if harness_name == "chat":
-        reference = correction or ((answer.get("content") or "") if endorsed else "")
-        if reference.strip():
-            record["reference"] = reference
-    elif harness_name == "genui":
-        text = correction or ((answer.get("content") or "") if endorsed else "")
-        try:
-            tree = json.loads(text) if text.strip() else None
-        except ValueError:
-            tree = None
-        if isinstance(tree, dict):
-            record["reference"] = tree
-    elif harness_name == "agent":
-        calls = (answer or {}).get("tool_calls") if endorsed and not correction else None
-        if not calls:
-            return None     # an agent record is scored against the calls it should make
-        record["tools"] = episode.get("tools") or []
-        record["ground_truth"] = [{c["function"]["name"]: {k: [v] for k, v in
-                                                          (c["function"].get("arguments") or {}).items()}}
-                                  for c in calls]
-    else:
-        return None
-    return record
+    logged = LoggedAnswer(answer, feedback.get("correction"), answer is not None and (feedback.get("rating") or 0) >= 0,
+                          episode.get("tools") or [])
+    return spec.suite_record(record, logged)
 
 
 def read_live_suite(ws: Workspace, contract: Contract, suite: Suite, limit: int | None = None

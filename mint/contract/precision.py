@@ -88,7 +88,7 @@ def _read(path: Path) -> dict | None:
 def _measure(found, bare_base, conversations, contract) -> tuple[str, str, dict]:
     from mint import hardware as machine_probe
     from mint.generation.engine import compare_precisions
-    from mint.generation.stops import answer_ends
+    from mint.harness import answer_ends
 
     plan = machine_probe.decoding_plan(found)
     figures = {"probe": {"decoding": (found.probe or {}).get("decoding"), "bf16": plan["bf16"].reason}}

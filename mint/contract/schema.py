@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
-from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
+from mint.harness import HarnessSettings, harness_for, specialists
 from mint.generation.precision import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.registry.refs import check_name
@@ -42,7 +42,6 @@ _SUITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 LIVE_PREFIX = "dataset:"
 _LIVE_REF = re.compile(r"^dataset:([A-Za-z0-9][A-Za-z0-9._-]{0,99})@([A-Za-z0-9._-]{1,64})\Z")
 # a live suite's records are made from logged episodes; HumanEval-style tests cannot be
-LIVE_HARNESSES = ("chat", "agent", "genui")
 # a traffic suite: the held-out requests of what `mint serve` logged (mint.data.split), in a window: served since
 # the champion was promoted, or all of it
 TRAFFIC_PREFIX = "traffic:"
@@ -147,9 +146,10 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
 
     harness = check_keys(doc, data.get("harness") or {}, "harness", HARNESS_KEYS)
     harness_name = harness.get("name", specialist)
-    if harness_name not in HARNESS_NAMES:
+    known = specialists()
+    if harness_name not in known:
         raise doc.error("harness.name" if "name" in harness else "specialist",
-                        f"no harness named {harness_name!r} (harnesses: {', '.join(HARNESS_NAMES)})")
+                        f"no harness named {harness_name!r} (harnesses: {', '.join(known)})")
     decoding = check_keys(doc, harness.get("decoding") or {}, "harness.decoding", DECODING_KEYS)
     template = harness.get("template", "{prompt}")
     if not isinstance(template, str) or "{prompt}" not in template:
@@ -216,7 +216,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
                                                  f"{', '.join(TRAFFIC_WINDOWS)}, got {data_text!r}"
                                 + closest(traffic, TRAFFIC_WINDOWS))
             if not scorer.request_metrics:
-                able = [n for n in HARNESS_NAMES if harness_for(n, settings).request_metrics]
+                able = [n for n in known if harness_for(n, settings).request_metrics]
                 raise doc.error(f"{where}.data", f"the {harness_name} harness cannot score a request without a "
                                                  f"reference answer, and served traffic has none (traffic suites: "
                                                  f"{', '.join(able)}); use a suite file")
@@ -225,9 +225,10 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             if match is None:
                 raise doc.error(f"{where}.data", f"expected {LIVE_PREFIX}NAME@VERSION (a version hash prefix, vN "
                                                  f"or latest), got {data_text!r}")
-            if harness_name not in LIVE_HARNESSES:
+            if known[harness_name].suite_record is None:
+                live = [n for n, spec in known.items() if spec.suite_record is not None]
                 raise doc.error(f"{where}.data", f"the {harness_name} harness cannot score logged episodes "
-                                                 f"(live suites: {', '.join(LIVE_HARNESSES)}); use a suite file")
+                                                 f"(live suites: {', '.join(live)}); use a suite file")
             dataset, dataset_version = match.groups()
         else:
             data_path = (path.parent / data_text).resolve()

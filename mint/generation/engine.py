@@ -446,7 +446,7 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
     ``subsets[k]``, where given, are the only conversations slot ``slots[k]`` answers (its Generation lists them
     in that order; a conversation keeps its seed). ``prompts``: the conversations' token ids, where the caller
     has rendered them already. ``shapes[c]``, where given, is a JSON schema every answer to conversation ``c``
-    is decoded inside (``mint.generation.constrain``; None: unconstrained). ``answer_end`` (``mint.generation.stops.answer_ends``) stops each row at the end
+    is decoded inside (``mint.generation.constrain``; None: unconstrained). ``answer_end`` (``mint.harness.answer_ends``) stops each row at the end
     of its answer; ``progress(n)`` is told how many more conversations are done, ``on_done(k, c)`` that slot
     ``slots[k]`` has answered conversation ``c``."""
     precision, reason = resolve_precision(settings.precision, str(model.device))

@@ -3,18 +3,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mint.generation.settings import HarnessSettings
 from mint.jsontext import json_bracket_end
 
-# the kinds of answer end each harness's scorer reads (see answer_complete); others stop at EOS only
-ANSWER_ENDS = {"genui": ("json", "fence"), "agent": ("json", "fence", "tool_call"), "coding": ("fence",)}
+# a specialist says which kinds of answer end its scorer reads (mint.harness.Specialist.answer_ends)
 _CLOSERS = ("}", "]", "`", ">")
-
-
-def answer_ends(harness_name: str, settings: HarnessSettings) -> tuple[str, ...]:
-    """The answer ends to stop at: only where the contract asks (``decoding.stop_at_answer_end``), since
-    cutting what follows a complete answer can change its score (trailing text fails a strict parse)."""
-    return ANSWER_ENDS.get(harness_name, ()) if settings.stop_at_answer_end else ()
 
 
 def answer_complete(text: str, kinds: tuple[str, ...]) -> bool:

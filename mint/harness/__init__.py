@@ -1,42 +1,60 @@
-"""Specialist harnesses: each turns a suite record into a prompt and scores the model's output.
+"""The specialists mint knows, and their harnesses.
 
-``HARNESSES`` maps a harness name (normally the specialist's) to its class.
+``SPECIALISTS`` lists them, one module each: the module's ``SPECIALIST`` (mint.harness.specialist.Specialist)
+says how the specialist's answers are scored, verified, repaired and rewarded, where an answer ends and what
+suite record a logged episode makes. A new specialist is one module (or folder) and one line here; its
+routing (keywords and rules) goes in the project's mint.yaml. docs/specialists.md has a worked example.
 """
 from __future__ import annotations
 
+import importlib
+
 from mint.harness.base import Harness, HarnessSettings
+from mint.harness.specialist import LoggedAnswer, Specialist
+
+SPECIALISTS = [
+    "mint.harness.chat",
+    "mint.harness.agent",
+    "mint.harness.coding",
+    "mint.harness.genui",
+    "mint.harness.router",
+]
+
+
+def specialists() -> dict[str, Specialist]:
+    """Every registered specialist by name, in the order ``SPECIALISTS`` lists them (read on each call, so a
+    line added at run time counts; a module is imported once)."""
+    found: dict[str, Specialist] = {}
+    for module in SPECIALISTS:
+        spec = getattr(importlib.import_module(module), "SPECIALIST", None)
+        if not isinstance(spec, Specialist):
+            raise TypeError(f"{module} defines no SPECIALIST (a mint.harness.specialist.Specialist)")
+        if spec.name in found:
+            raise TypeError(f"{module}: a specialist named {spec.name!r} is already registered")
+        found[spec.name] = spec
+    return found
+
+
+def specialist(name: str) -> Specialist | None:
+    """The registered specialist called ``name``; None when there is none."""
+    return specialists().get(name)
+
+
+def specialist_names() -> tuple[str, ...]:
+    return tuple(specialists())
 
 
 def harness_for(name: str, settings: HarnessSettings) -> Harness:
-    from mint.harness.agent import AgentHarness
-    from mint.harness.chat import ChatHarness
-    from mint.harness.coding import CodingHarness
-    from mint.harness.genui import GenuiHarness
-    from mint.harness.router import RouterHarness
-
-    classes = {"coding": CodingHarness, "agent": AgentHarness, "genui": GenuiHarness, "chat": ChatHarness,
-               "router": RouterHarness}
-    return classes[name](settings)
+    """The harness of the specialist called ``name`` with a contract's settings (KeyError: none is registered)."""
+    return specialists()[name].make_harness(settings)
 
 
-def verifier_for(name: str):
-    """The harness's ``verify(request, answer) -> (passed, detail)``: an answer judged without a reference,
-    by the same metric its contract gates (each module's docstring says what it checks and cannot); None for a
-    harness that judges no answers (the router's)."""
-    from mint.harness import agent, chat, coding, genui
-
-    return {"coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify}.get(name)
+def answer_ends(name: str, settings: HarnessSettings) -> tuple[str, ...]:
+    """Where a decode for the specialist ``name`` under a contract's ``settings`` stops besides EOS
+    (``Specialist.answer_end``); none for a name no specialist has."""
+    spec = specialist(name)
+    return spec.answer_end(settings) if spec is not None else ()
 
 
-def repairer_for(name: str):
-    """The harness's ``repair(answer) -> str | None``: a failing answer put into form without adding to what
-    it says (GenUI: a tree's closing brackets, a cut-off or repeating answer), which the verifier then judges
-    as any other; None for a harness whose answers have no such repair."""
-    from mint.harness import genui
-
-    return {"genui": genui.repair}.get(name)
-
-
-HARNESS_NAMES = ("coding", "agent", "genui", "chat", "router")
-
-__all__ = ["HARNESS_NAMES", "Harness", "HarnessSettings", "harness_for", "repairer_for", "verifier_for"]
+__all__ = ["answer_ends", "SPECIALISTS", "Harness", "HarnessSettings", "LoggedAnswer", "Specialist", "harness_for", "specialist",
+           "specialist_names", "specialists"]

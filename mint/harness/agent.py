@@ -18,6 +18,7 @@ from typing import Any
 
 from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record, joined_reasons, too_deep
 from mint.harness.bfcl_checker import multiple_function_checker, parallel_function_checker_no_order
+from mint.harness.specialist import LoggedAnswer, Specialist, completion_text
 from mint.render import system_with_tools, tool_descriptions
 
 Call = tuple[str, dict]
@@ -350,3 +351,36 @@ def verify(request: dict | str, answer: str) -> tuple[bool, str]:
         if problem:
             return False, problem
     return True, "offered functions, valid arguments, values the request names"
+
+
+def reward(prompts, completions, reference=None, **_) -> list[float]:
+    """GRPO's default agent reward: 1 for the logged (or corrected) tool calls, name for name and argument for
+    argument; 0.2 for calls that at least parse; 0 otherwise."""
+    rewards = []
+    for i, completion in enumerate(completions):
+        calls = parse_tool_calls(completion_text(completion))
+        expected = parse_tool_calls(reference[i]) if reference and reference[i] else None
+        if calls is None:
+            rewards.append(0.0)
+        elif expected and calls_match(calls, [{name: {k: [v] for k, v in args.items()}} for name, args in expected]):
+            rewards.append(1.0)
+        else:
+            rewards.append(0.2)
+    return rewards
+
+
+def suite_record(record: dict, logged: LoggedAnswer) -> dict | None:
+    """A live record scored against the calls the episode made (endorsed, not corrected), with its tools; None
+    for an episode without such calls."""
+    calls = (logged.message or {}).get("tool_calls") if logged.endorsed and not logged.correction else None
+    if not calls:
+        return None
+    record["tools"] = logged.tools
+    record["ground_truth"] = [{c["function"]["name"]: {k: [v] for k, v in
+                                                      (c["function"].get("arguments") or {}).items()}}
+                              for c in calls]
+    return record
+
+
+SPECIALIST = Specialist("agent", AgentHarness, verify=verify, reward=reward, answer_ends=("json", "fence", "tool_call"),
+                        suite_record=suite_record)

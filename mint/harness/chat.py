@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mint.harness.base import Harness, RecordProblem, as_record, joined_reasons
+from mint.harness.specialist import LoggedAnswer, Specialist, completion_text
 
 _TOKEN = re.compile(r"\w+")
 _REFUSAL = re.compile(r"\b(?:i\s*(?:'m| am)\s*(?:sorry|unable|not able)|i\s*can(?:'t|not)\s+(?:help|assist|do|provide)|"
@@ -162,3 +163,19 @@ def verify(request: dict | str, answer: str) -> tuple[bool, str]:
         return False, "the request carries no checks to verify against"
     unmet = unmet_checks(text, checks)
     return not unmet, "; ".join(unmet) or "follows every check the request carries"
+
+
+def reward(prompts, completions, reference=None, **_) -> list[float]:
+    """GRPO's default chat reward: token F1 against the logged answer; an empty answer earns nothing."""
+    return [token_f1(completion_text(c), reference[i]) if reference and reference[i] and completion_text(c).strip()
+            else 0.0 for i, c in enumerate(completions)]
+
+
+def suite_record(record: dict, logged: LoggedAnswer) -> dict:
+    """A live record: the request, with the endorsed (or corrected) answer as its reference when there is one."""
+    if logged.text.strip():
+        record["reference"] = logged.text
+    return record
+
+
+SPECIALIST = Specialist("chat", ChatHarness, verify=verify, reward=reward, suite_record=suite_record)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record
 from mint.harness.sandbox import Limits, run_tests
+from mint.harness.specialist import Specialist, completion_text, last_user_text
 
 _BLOCK = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.S)
 _IMPORT = re.compile(r"^(?:from\s+\S+\s+import\s+.+|import\s+.+)$", re.M)
@@ -176,3 +177,15 @@ def verify(request: dict | str, answer: str, timeout_s: float = 10.0) -> tuple[b
     if not result.passed:
         return False, f"{result.status}: {result.detail}" if result.detail else result.status
     return True, "passes the tests the request carries"
+
+
+def reward(prompts, completions, **_) -> list[float]:
+    """GRPO's default coding reward: 1 when the answer passes the examples the prompt gives for its function
+    (``>>> f(x)`` doctests and HumanEval-style ``f(x) == y`` lines), judged through the sandbox by ``verify``;
+    0 otherwise. An answer with nothing to check it against earns 0: rewarding code for merely parsing is a
+    reward hack."""
+    return [1.0 if verify(last_user_text(prompt), completion_text(completion), timeout_s=5)[0] else 0.0
+            for prompt, completion in zip(prompts, completions)]
+
+
+SPECIALIST = Specialist("coding", CodingHarness, verify=verify, reward=reward, answer_ends=("fence",))

@@ -18,6 +18,7 @@ from mint.jsontext import json_bracket_end, outside_strings
 from mint.text import closest
 from mint.harness.base import (MAX_NESTING, Harness, HarnessSettings, RecordProblem, as_record, joined_reasons,
                                too_deep)
+from mint.harness.specialist import LoggedAnswer, Specialist, completion_text, last_user_text
 
 DEFAULT_CATALOG = Path(__file__).with_name("ui4a") / "catalog.v1.json"
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.S)
@@ -1024,3 +1025,36 @@ def render_file(path: Path, out: Path) -> dict:
         raise BadInput(f"cannot write: {exc.strerror or exc}", file=str(out)) from None
     return {"out": str(out), "valid": not problems, "problems": problems,
             "components": len(_nodes(parsed.tree))}
+
+
+def reward(prompts, completions, **_) -> list[float]:
+    """GRPO's default GenUI reward: 1 for the tree the request asks for (``verify``: valid under the UI4A
+    catalog, with the components and labels the request names), 0.6 for a valid tree that is not it (one fixed
+    tree for every request earns no more), 0.3 for JSON that parses but does not validate."""
+    _schema, validator, _required = load_catalog()
+    rewards = []
+    for prompt, completion in zip(prompts, completions):
+        text = completion_text(completion)
+        tree = find_tree(text).tree
+        if tree is None:
+            rewards.append(0.0)
+        elif not validator.is_valid(tree):
+            rewards.append(0.3)
+        else:
+            rewards.append(1.0 if verify(last_user_text(prompt), text)[0] else 0.6)
+    return rewards
+
+
+def suite_record(record: dict, logged: LoggedAnswer) -> dict:
+    """A live record: the request, with the endorsed (or corrected) tree as its reference when it is one."""
+    try:
+        tree = json.loads(logged.text) if logged.text.strip() else None
+    except ValueError:
+        tree = None
+    if isinstance(tree, dict):
+        record["reference"] = tree
+    return record
+
+
+SPECIALIST = Specialist("genui", GenuiHarness, verify=verify, repair=repair, reward=reward,
+                        answer_ends=("json", "fence"), suite_record=suite_record)

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 
 from mint.harness.base import Harness, RecordProblem
+from mint.harness.specialist import Specialist
+from mint.project import ROUTER_KIND
 
 RECALL = "recall."
 _RECALL_METRIC = re.compile(r"^recall\.[a-z][a-z0-9_-]{0,63}\Z")
@@ -83,3 +85,6 @@ class RouterHarness(Harness):
             router = starter_router(project, Router(project), loaded.model, features)
         routes = router.route(turns, [self.carries_tools(r) for r in records], features)
         return [route.specialist for route in routes]
+
+
+SPECIALIST = Specialist("router", RouterHarness, kind=ROUTER_KIND)

@@ -156,10 +156,10 @@ def request_family(harness, specialist: str, prompt: ExperiencePrompt) -> str:
 def _family_reader(harness: str | None, specialist: str):
     """The harness whose ``family`` names the families of the step's requests; None for a specialist without a
     harness of its own."""
-    from mint.harness import HARNESS_NAMES, HarnessSettings, harness_for
+    from mint.harness import HarnessSettings, specialist as registered
 
-    name = harness or specialist
-    return harness_for(name, HarnessSettings()) if name in HARNESS_NAMES else None
+    own = registered(harness or specialist)
+    return own.make_harness(HarnessSettings()) if own is not None else None
 
 
 # --- the sources ------------------------------------------------------------------------------------
@@ -318,13 +318,13 @@ def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], a
 def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str], threshold: float,
                    harness: str | None = None) -> list[tuple[bool, dict]]:
     """(passed, detail) for each answer to ``prompt``: the one place experience asks whether an answer is right.
-    Where the contract's harness has a reference-free verifier (``mint.harness.verifier_for``: the metric its
+    Where the contract's harness has a reference-free verifier (``mint.harness.Specialist.verify``: the metric its
     contract gates, which a constant, empty or echoed answer fails), that decides; otherwise the specialist's
     reward, the scorer GRPO uses, at least ``threshold``."""
-    from mint.harness import HARNESS_NAMES, verifier_for
+    from mint.harness import specialist as registered
 
-    name = harness or specialist
-    verify = verifier_for(name) if name in HARNESS_NAMES else None
+    own = registered(harness or specialist)
+    verify = own.verify if own is not None else None
     if verify is not None:
         record = {"messages": prompt.prompt, **({"tools": prompt.tools} if prompt.tools else {})}
         out = []
@@ -347,7 +347,7 @@ def verify_answers(specialist: str, prompt: ExperiencePrompt, answers: list[str]
 
 
 def sample_repairs(answers: list[str], verdicts: list[bool], repair) -> list[str | None]:
-    """Each answer's repair (``repair`` from mint.harness.repairer_for): None for an answer that passed or that
+    """Each answer's repair (the specialist's ``repair``, mint.harness.Specialist): None for an answer that passed or that
     has none."""
     return [None if ok else repair(text) for text, ok in zip(answers, verdicts)]
 
@@ -431,7 +431,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     ``sampling_rows()``)."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
-    from mint.harness import repairer_for
+    from mint.harness import specialist as registered
 
     if not temperature > 0:
         raise BadInput("experience samples several different answers: temperature must be above 0",
@@ -446,7 +446,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         if why:
             skipped[_source_label(source)] = why
     harness = _harness_name(contracts)
-    repair_answer = repairer_for(harness or specialist) if repair else None
+    own = registered(harness or specialist)
+    repair_answer = own.repair if repair and own is not None else None
     family_reader = _family_reader(harness, specialist)
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts, held=heldout_rule(ws))
@@ -650,7 +651,7 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
     from mint.base import load_base
     from mint.generation.engine import BASE_SLOT, generate_batches
     from mint.generation.slots import attach_adapters
-    from mint.generation.stops import answer_ends
+    from mint.harness import answer_ends
     from mint.harness.base import HarnessSettings
 
     revision, adapter_dir = champion if champion else (None, None)

@@ -102,7 +102,7 @@ REWARD_PROMPT = [{"role": "user", "content": 'Write it:\n```python\ndef square(x
 
 
 def test_the_coding_reward_runs_the_prompts_examples_through_the_judge():
-    from mint.train.rewards import coding_reward
+    from mint.harness.coding import reward as coding_reward
 
     honest = "```python\ndef square(x):\n    return x * x\n```"
     wrong = "```python\ndef square(x):\n    return x + x + 3\n```"
@@ -115,7 +115,7 @@ def test_the_coding_reward_runs_the_prompts_examples_through_the_judge():
 
 
 def test_the_coding_reward_reads_humaneval_style_examples_and_pays_nothing_for_unverifiable_code():
-    from mint.train.rewards import coding_reward
+    from mint.harness.coding import reward as coding_reward
 
     stated = [{"role": "user", "content": 'Complete:\n```python\ndef add(a, b):\n    """Add.\n    add(2, 3) == 5\n'
                                           '    add(-1, 1) == 0\n    """\n```'}]

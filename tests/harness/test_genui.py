@@ -119,7 +119,7 @@ def test_a_wrong_leaf_under_many_nested_cards_is_found_without_exponential_valid
 
 
 def test_the_genui_reward_pays_in_full_only_for_the_tree_the_request_asks_for():
-    from mint.train.rewards import genui_reward
+    from mint.harness.genui import reward as genui_reward
 
     prompt = [{"role": "user", "content": "Show my grocery list as a list."}]
     asked = json.dumps({"type": "List", "props": {"title": "Grocery list", "items": ["milk", "eggs"]}})

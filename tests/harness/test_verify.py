@@ -151,8 +151,8 @@ def test_chat_without_checks_is_not_verified():
         False, "the request carries no checks to verify against")
 
 
-def test_each_harness_names_its_verifier():
-    from mint.harness import HARNESS_NAMES, verifier_for
+def test_each_specialist_names_its_verifier():
+    from mint.harness import specialists
 
-    assert {name: verifier_for(name) for name in HARNESS_NAMES} == {
+    assert {name: spec.verify for name, spec in specialists().items()} == {
         "coding": coding.verify, "agent": agent.verify, "genui": genui.verify, "chat": chat.verify, "router": None}
