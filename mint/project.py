@@ -31,7 +31,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
 
 
 @dataclass(frozen=True)
-class Specialist:
+class SpecialistEntry:
+    """A specialist as mint.yaml declares it: its name, what it is for and how turns reach it (keywords, tool
+    use, rules). How its answers are scored, verified and rewarded is its registered mint.harness.Specialist."""
     name: str
     description: str
     keywords: tuple[str, ...]
@@ -43,7 +45,7 @@ class Specialist:
 @dataclass(frozen=True)
 class Project:
     base: str
-    specialists: tuple[Specialist, ...]
+    specialists: tuple[SpecialistEntry, ...]
     path: Path | None = None
     monitor: tuple[tuple[str, float], ...] = MONITOR_DEFAULTS   # `mint monitor` thresholds
     router: str = DEFAULT_ROUTER     # the specialist of kind `router`: it picks among ``specialists``
@@ -83,11 +85,11 @@ class Project:
 
 
 DEFAULT_SPECIALISTS = (
-    Specialist("chat", "open conversation, advice, explanations", (
+    SpecialistEntry("chat", "open conversation, advice, explanations", (
         "hello", "hi", "thanks", "thank you", "how are you", "opinion", "advice", "recommend",
         "story", "poem", "joke", "explain", "meaning of", "tell me about", "what do you think",
     )),
-    Specialist("agent", "tool use: the model calls functions to act for the user", (
+    SpecialistEntry("agent", "tool use: the model calls functions to act for the user", (
         "book", "schedule", "calendar", "meeting", "reminder", "order", "refund", "weather",
         "forecast", "flight", "hotel", "send an email", "look up", "search for", "convert",
         "exchange rate", "stock price", "call the", "use the tool",
@@ -103,7 +105,7 @@ DEFAULT_SPECIALISTS = (
         r"\b(turn (on|off) the|play (some|me)|track my|look (it |this |that )?up|find me an?|get me an?)\b",
         r"\bflights? (from|to)\b|\b(cheapest|next|my) flight\b|\b(hotels?|taxi|uber|train to|directions to)\b",
     )),
-    Specialist("coding", "writing, fixing and explaining code", (
+    SpecialistEntry("coding", "writing, fixing and explaining code", (
         "python", "javascript", "typescript", "rust", "java", "sql", "regex", "function",
         "code", "bug", "debug", "compile", "exception", "traceback", "stack trace", "def",
         "class", "algorithm", "unit test", "implement", "refactor", "script", "return",
@@ -116,7 +118,7 @@ DEFAULT_SPECIALISTS = (
         r"\b(code|coding|script|program|function|method|variable|array|loop|recursion|compiler?|debug|bug|"
         r"unit tests?|my tests|query|dictionar(y|ies)|list comprehension|string|integer)s?\b",
     )),
-    Specialist("genui", "answers as a UI4A JSON component tree that a client renders", (
+    SpecialistEntry("genui", "answers as a UI4A JSON component tree that a client renders", (
         "ui", "form", "button", "card", "component", "layout", "dashboard", "widget",
         "screen", "page", "table view", "text field", "dropdown", "select", "chart",
         "render", "mockup", "interface",
@@ -231,7 +233,7 @@ def load_project(path: Path | None = None) -> Project:
         keywords = spec.get("keywords", [])
         if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
             raise doc.error(f"{where}.keywords", "expected a list of non-empty strings")
-        specialists.append(Specialist(name, description, tuple(k.strip().lower() for k in keywords), tool_use,
+        specialists.append(SpecialistEntry(name, description, tuple(k.strip().lower() for k in keywords), tool_use,
                                       tuple(patterns)))
     if not specialists:
         raise doc.error("specialists", "expected at least one specialist of kind generator")

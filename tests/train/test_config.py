@@ -124,12 +124,12 @@ def test_a_bad_invocation_imports_no_heavy_package(one_dataset):
 
 def test_a_specialist_the_dataset_is_labelled_with_is_known_without_mint_yaml(ws, tmp_path):
     from mint.data.ingest import ingest
-    from mint.project import Project, Specialist
+    from mint.project import Project, SpecialistEntry
     from mint.train.run import TrainRequest, check_request
     from tests.conftest import chat_row, write_jsonl
 
     # ingested under a project file kept elsewhere (ingest --config); training runs where there is none
-    legal = Project(base="tiny-random", specialists=(Specialist("legal", "contracts", ("clause",)),))
+    legal = Project(base="tiny-random", specialists=(SpecialistEntry("legal", "contracts", ("clause",)),))
     rows = [{**chat_row(f"contract clause {i}", "ok"), "specialist": "legal"} for i in range(2)]
     ingest(ws, [write_jsonl(tmp_path / "logs.jsonl", rows)], dataset="legal", project=legal)
     plan = check_request(ws, TrainRequest(specialist="legal", data="legal", method="sft", base="tiny-random"))

@@ -63,7 +63,7 @@ def test_public_coding_requests_are_plain_words_and_leave_out_the_heldout_proble
 def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_out_heldout_turns(ws, tmp_path):
     from mint.routing.router import plain_turns
     from mint.train.router import PLAIN_TURN_WEIGHT, router_training_set
-    from mint.project import DEFAULT_PROJECT, Project, Specialist
+    from mint.project import DEFAULT_PROJECT, Project, SpecialistEntry
 
     everything = plain_turns(DEFAULT_PROJECT.names, [])
     assert {specialist for specialist, _ in everything} == set(DEFAULT_PROJECT.names)
@@ -81,8 +81,8 @@ def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_o
     assert plain.weights[-1] == PLAIN_TURN_WEIGHT and not any(plain.tools[-len(everything):])
     off = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=())
     assert off.augmented_plain == 0 and len(off.texts) == len(plain.texts) - len(everything)
-    custom = Project("tiny-random", (Specialist("poetry", "poems", ("poem",)), Specialist("chat", "talk", ("hi",)),
-                                     Specialist("coding", "code", ("python",))))
+    custom = Project("tiny-random", (SpecialistEntry("poetry", "poems", ("poem",)), SpecialistEntry("chat", "talk", ("hi",)),
+                                     SpecialistEntry("coding", "code", ("python",))))
     assert router_training_set(ws, "d", custom, None).augmented_plain == \
         sum(s in ("chat", "coding") for s, _ in everything)
 
