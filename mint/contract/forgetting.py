@@ -127,7 +127,7 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
                 "suite": entry["suite"], "sha256": entry["sha256"], "metric": f"{entry['suite']}.{metric}",
                 "introduced_by": entry["introduced_by"], "reused": entry["sha256"] in own,
                 "then": sum(b for _, b in pairs) / len(pairs), "now": sum(a for a, _ in pairs) / len(pairs),
-                "delta": delta.__dict__.copy(), "tolerance": tolerance,
+                "delta": delta.to_dict(), "tolerance": tolerance,
                 "regressed": regressed(contract, delta, tolerance, lower_is_better=lower)})
     return results
 

@@ -99,8 +99,7 @@ def check_gate(contract: Contract, gate: Gate, metrics: dict, baseline: dict | N
             rules.append(_interval(paired))
     if value is None:
         rules.append("not measured")
-    return GateResult(gate.metric, value, reference, "; ".join(rules), bool(passed),
-                      paired.__dict__.copy() if paired is not None else None)
+    return GateResult(gate.metric, value, reference, "; ".join(rules), bool(passed), paired)
 
 
 def apply_gates(contract: Contract, metrics: dict, baseline: dict | None, examples: dict[str, int],

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+
+from mint.registry.report import PairedDelta   # the report's type: the registry stores it
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -21,20 +22,6 @@ BOOTSTRAP_SEED = 20261130
 # float sums of per-example scores are off by ~1e-16; 3/20 must still count as >= 4/20 - 0.05
 EPSILON = 1e-9
 _ALPHA = 1 - CONFIDENCE
-
-
-@dataclass(frozen=True)
-class PairedDelta:
-    """mean(candidate - baseline) over ``n`` paired examples, with its 95% interval [low, high]."""
-
-    n: int
-    delta: float
-    low: float
-    high: float
-    method: str                 # "mcnemar-exact" or "paired-bootstrap"
-    wins: int | None = None     # pass/fail only: examples the candidate passes and the baseline fails
-    losses: int | None = None   # ... and the reverse
-    p_value: float | None = None  # pass/fail only: exact two-sided McNemar p-value for "no difference"
 
 
 def _log_pmf_table(m: int) -> list[float]:

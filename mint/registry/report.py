@@ -67,6 +67,55 @@ def metric_suite(metric: str) -> str:
     return metric.partition(".")[0]
 
 
+_DELTA_ORDER = ("n", "delta", "low", "high", "method", "wins", "losses", "p_value")
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """mean(candidate - baseline) over ``n`` paired examples, with its 95% interval [low, high]
+    (mint.contract.paired computes it; a gate records it)."""
+
+    n: int
+    delta: float
+    low: float
+    high: float
+    method: str                 # "mcnemar-exact" or "paired-bootstrap"
+    wins: int | None = None     # pass/fail only: examples the candidate passes and the baseline fails
+    losses: int | None = None   # ... and the reverse
+    p_value: float | None = None  # pass/fail only: exact two-sided McNemar p-value for "no difference"
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    # the keys a delta read from a file had, in their order, so it is written back in the shape it came in
+    keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        keys = self.keys if self.keys is not None else _DELTA_ORDER
+        return {**{k: getattr(self, k) for k in keys}, **self.extra}
+
+    @classmethod
+    def from_dict(cls, data, *, file: str, field_name: str) -> PairedDelta:
+        """A gate's delta as a report holds it; a malformed one is a BadInput naming its field."""
+        if not isinstance(data, dict):
+            raise BadInput("expected a paired delta object", file=file, field=field_name)
+
+        def number(key: str, *, integer: bool = False, optional: bool = False):
+            value = data.get(key)
+            if value is None and optional:
+                return None
+            if not _is_number(value) or integer and not isinstance(value, int):
+                raise BadInput(f"expected {'an integer' if integer else 'a number'}" + (" or null" if optional else ""),
+                               file=file, field=f"{field_name}.{key}")
+            return value
+
+        method = data.get("method")
+        if not isinstance(method, str):
+            raise BadInput("expected a string", file=file, field=f"{field_name}.method")
+        return cls(n=number("n", integer=True), delta=number("delta"), low=number("low"), high=number("high"),
+                   method=method, wins=number("wins", integer=True, optional=True),
+                   losses=number("losses", integer=True, optional=True), p_value=number("p_value", optional=True),
+                   extra={k: v for k, v in data.items() if k not in _DELTA_ORDER},
+                   keys=tuple(k for k in data if k in _DELTA_ORDER))
+
+
 # a gate's keys, in the order `mint eval` writes them; `skipped` only when true
 _GATE_ORDER = ("metric", "value", "baseline", "rule", "passed", "delta", "skipped")
 
@@ -74,15 +123,15 @@ _GATE_ORDER = ("metric", "value", "baseline", "rule", "passed", "delta", "skippe
 @dataclass(frozen=True)
 class GateResult:
     """One gate's verdict in a report: the candidate's value, the baseline's, the rule as checked and whether it
-    held. ``delta`` is the paired candidate-minus-baseline delta as the contract package computed it (n, delta,
-    low, high, method, ...), or None where the gate compared with no baseline."""
+    held. ``delta`` is the paired candidate-minus-baseline delta as the contract package computed it, or None
+    where the gate compared with no baseline."""
 
     metric: str
     value: float | None
     baseline: float | None
     rule: str
     passed: bool
-    delta: dict | None = None
+    delta: PairedDelta | None = None
     skipped: bool = False       # not checked, and why is its rule (latency where no example carried any)
     extra: dict = field(default_factory=dict)
     # the keys a gate read from a file had, in their order, so it is written back in the shape it came in
@@ -95,19 +144,20 @@ class GateResult:
     @property
     def interval(self) -> list[float] | None:
         """The paired delta's 95% interval [low, high] (as JSON writes it), where the gate recorded one."""
-        low, high = (self.delta or {}).get("low"), (self.delta or {}).get("high")
-        return [low, high] if _is_number(low) and _is_number(high) else None
+        return [self.delta.low, self.delta.high] if self.delta is not None else None
 
     @property
     def paired_delta(self) -> float | None:
         """The paired delta (candidate - baseline) the gate recorded, if any."""
-        value = (self.delta or {}).get("delta")
-        return value if _is_number(value) else None
+        return self.delta.delta if self.delta is not None else None
 
     def to_dict(self) -> dict:
         keys = self.keys if self.keys is not None else \
             [k for k in _GATE_ORDER if k != "skipped" or self.skipped]
-        return {**{k: getattr(self, k) for k in keys}, **self.extra}
+        out = {k: getattr(self, k) for k in keys}
+        if isinstance(out.get("delta"), PairedDelta):
+            out["delta"] = out["delta"].to_dict()
+        return {**out, **self.extra}
 
     @classmethod
     def from_dict(cls, data, *, file: str, field_name: str) -> GateResult:
@@ -129,7 +179,8 @@ class GateResult:
                    baseline=typed("baseline", (int, float), "a number"),
                    rule=typed("rule", (str,), "a string") or "",
                    passed=typed("passed", (bool,), "true or false", optional=False),
-                   delta=typed("delta", (dict,), "an object"),
+                   delta=None if data.get("delta") is None else
+                   PairedDelta.from_dict(data["delta"], file=file, field_name=f"{field_name}.delta"),
                    skipped=bool(typed("skipped", (bool,), "true or false")),
                    extra={k: v for k, v in data.items() if k not in _GATE_ORDER},
                    keys=tuple(k for k in data if k in _GATE_ORDER))

@@ -82,7 +82,7 @@ def test_improve_needs_a_significant_gain_and_no_regression_a_significant_loss(t
     assert check_gate(contract, no_regression, metrics, {}, mcnemar(0, 5, 12)).passed     # noise, not proof
     failed = check_gate(contract, no_regression, metrics, {}, mcnemar(0, 6, 12))
     assert not failed.passed and "significant regression" in failed.rule
-    assert failed.delta["method"] == "mcnemar-exact" and failed.delta["high"] < 0
+    assert failed.delta.method == "mcnemar-exact" and failed.delta.high < 0
     assert not check_gate(contract, improve, metrics, {}, None).passed                      # nothing to pair
 
 

@@ -148,7 +148,7 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     """The figures of generations the tiny base never reaches: promoted, with a twin and earlier retention suites."""
     from types import SimpleNamespace
 
-    from mint.contract.paired import compare
+    from mint.contract.paired import PairedDelta, compare
     from mint.loop import placebo
     from mint.registry import queries
 
@@ -156,7 +156,7 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     scores = {"r1": [1, 0, 0, 0], "r2": [1, 1, 1, 0], "r3": [1, 1, 1, 1]}    # core.request_match per example
 
     def gate(metric, delta, low, high):
-        return GateResult(metric, None, None, "", True, {"delta": delta, "low": low, "high": high})
+        return GateResult(metric, None, None, "", True, PairedDelta(4, delta, low, high, "paired-bootstrap"))
 
     def report(revision_id):
         return SimpleNamespace(metrics={"core.request_match": sum(scores[revision_id]) / 4},

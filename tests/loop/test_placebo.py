@@ -10,7 +10,7 @@ from mint.loop.placebo import (EXPERIENCE_EFFECT, NO_EXPERIENCE_EFFECT, compare_
 from mint.loop.results import EvalOutput
 from mint.loop.runner import run_loop
 from mint.registry import store
-from mint.registry.report import GateResult
+from mint.registry.report import GateResult, PairedDelta
 from mint.train.config import SettingsOverride
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def _evaluated(report: str) -> EvalOutput:
     """The eval step's result for ``report``: its gate paired the candidate with its baseline, +0.5 [0.1, 0.8]."""
     return EvalOutput("genui:v2", "r2", report, "pass", {"core.parse_rate": 1.0}, {},
                       (GateResult("core.parse_rate", 1.0, 0.5, "no_regression 0", True,
-                                  {"delta": 0.5, "low": 0.1, "high": 0.8}),))
+                                  PairedDelta(4, 0.5, 0.1, 0.8, "paired-bootstrap")),))
 
 
 def _evaluation(folder: Path, scores: list[float]) -> str:

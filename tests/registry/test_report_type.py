@@ -35,6 +35,23 @@ def test_to_json_and_from_json_round_trip_byte_for_byte(tmp_path):
     assert json.loads(text) == {"format_version": FORMAT_VERSION, **MAIN_REPORT}
 
 
+DELTA = {"n": 12, "delta": 0.25, "low": 0.0, "high": 0.5, "method": "mcnemar-exact", "wins": 3, "losses": 0,
+         "p_value": 0.25}
+
+
+def test_a_gates_delta_is_typed_and_written_back_in_the_shape_it_came_in(tmp_path):
+    # an older writer's key order and a key this version does not know
+    delta = {"method": "paired-bootstrap", "n": 5, "delta": -0.1, "low": -0.3, "high": 0.1, "resamples": 2000}
+    gate = {"metric": "core.pass_at_1", "value": 0.3, "rule": "no_regression 0", "passed": True, "delta": delta}
+    text = json.dumps({**MAIN_REPORT, "gates": [gate]}, indent=2)
+    report = Report.from_json(text, file=tmp_path / "r.json")
+    paired = report.gates[0].delta
+    assert (paired.n, paired.delta, paired.method, paired.wins) == (5, -0.1, "paired-bootstrap", None)
+    assert report.gates[0].interval == [-0.3, 0.1] and report.gates[0].paired_delta == -0.1
+    assert json.loads(report.to_json())["gates"][0]["delta"] == delta
+    assert list(json.loads(report.to_json())["gates"][0]["delta"]) == list(delta)
+
+
 def test_a_report_written_by_main_loads_as_version_1_and_keeps_every_key(tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps({**MAIN_REPORT, "confusion": {"coding": {"coding": 3}}}, indent=2))
@@ -108,6 +125,10 @@ def test_report_show_reads_the_typed_gates(ws, capsys):
     ({"metric": "core.pass_at_1", "passed": "yes"}, "gates[1].passed"),
     ({"metric": "core.pass_at_1", "passed": True, "value": "high"}, "gates[1].value"),
     ({"metric": "core.pass_at_1", "passed": True, "delta": [0.1]}, "gates[1].delta"),
+    ({"metric": "core.pass_at_1", "passed": True, "delta": {**DELTA, "low": "wide"}}, "gates[1].delta.low"),
+    ({"metric": "core.pass_at_1", "passed": True, "delta": {**DELTA, "n": 2.5}}, "gates[1].delta.n"),
+    ({"metric": "core.pass_at_1", "passed": True, "delta": {k: v for k, v in DELTA.items() if k != "method"}},
+     "gates[1].delta.method"),
 ])
 def test_a_malformed_gate_is_bad_input_naming_it(tmp_path, gate, field):
     path = tmp_path / "bad.json"
