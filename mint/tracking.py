@@ -169,26 +169,22 @@ def log_report(ws: Workspace, tracking: Tracking, report, report_path: Path) -> 
     if not tracking.mlflow:
         return None
     tracker, experiment = client(ws, tracking)
-    data = report.to_dict()
-    contract, baseline = data.get("contract") or {}, data.get("baseline") or {}
-    tags = {"mint.kind": "eval", "mint.revision": data.get("revision"), "mint.revision_id": data.get("revision_id"),
-            "mint.contract": contract.get("name"), "mint.contract_version": contract.get("version"),
-            "mint.contract_sha256": contract.get("sha256"), "mint.verdict": data.get("verdict"),
-            "mint.baseline": baseline.get("revision_id") or baseline.get("label"), "mint.report_id": report.id,
-            "mint.source": data.get("source")}
-    run = tracker.create_run(experiment, run_name=f"eval {report.label} {contract.get('name')} "
-                                                  f"v{contract.get('version')}",
+    contract, baseline = report.contract, report.baseline
+    tags = {"mint.kind": "eval", "mint.revision": report.revision, "mint.revision_id": report.revision_id,
+            "mint.contract": contract.name, "mint.contract_version": contract.version,
+            "mint.contract_sha256": contract.sha256, "mint.verdict": report.verdict,
+            "mint.baseline": baseline.revision_id or baseline.label, "mint.report_id": report.id,
+            "mint.source": report.source}
+    run = tracker.create_run(experiment, run_name=f"eval {report.label} {contract.name} v{contract.version}",
                              tags={k: str(v) for k, v in tags.items() if v is not None})
     run_id = run.info.run_id
-    metrics = {name: float(value) for name, value in (data.get("metrics") or {}).items() if _number(value)}
-    for gate in data.get("gates") or []:
-        name = gate.get("metric")
-        if not name:
-            continue
-        metrics[f"gate.{name}.passed"] = 1.0 if gate.get("passed") else 0.0
+    metrics = {name: float(value) for name, value in report.metrics.items() if _number(value)}
+    for gate in report.gates:
+        name = gate.metric
+        metrics[f"gate.{name}.passed"] = 1.0 if gate.passed else 0.0
         tracker.set_tag(run_id, _metric_name(f"gate.{name}"), json.dumps(
-            {k: gate.get(k) for k in ("value", "baseline", "rule", "passed")}, default=str))
-    metrics["verdict.pass"] = 1.0 if data.get("verdict") == "pass" else 0.0
+            {"value": gate.value, "baseline": gate.baseline, "rule": gate.rule, "passed": gate.passed}, default=str))
+    metrics["verdict.pass"] = 1.0 if report.verdict == "pass" else 0.0
     _log_metrics(tracker, run_id, metrics)
     tracker.log_artifact(run_id, str(report_path))
     tracker.set_terminated(run_id)

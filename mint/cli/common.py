@@ -16,7 +16,7 @@ from rich.table import Table
 
 from mint import __version__
 from mint.errors import BadInput
-from mint.registry.report import GateResult
+from mint.registry.report import GateResult, Report
 
 app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", no_args_is_help=True,
                   add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -150,16 +150,38 @@ def gate_outcome(gate: GateResult) -> str:
     return "[green]pass[/]" if gate.passed else "[red]FAIL[/]"
 
 
-def baseline_description(report: dict) -> str:
+def baseline_description(report: Report) -> str:
     """What a report was measured against, as `mint eval` and `mint report show` both say it."""
-    baseline = report.get("baseline") or {}
-    measured = baseline.get("label") or ("base" if baseline.get("revision_id") is None else baseline["revision_id"])
-    if baseline.get("report") is None and report.get("source") == "predictions":
+    baseline = report.baseline
+    measured = baseline.label or ("base" if baseline.revision_id is None else baseline.revision_id)
+    if baseline.report is None and report.source == "predictions":
         return measured + (" (no baseline: gates that compare with one fail; see --baseline-predictions)"
                            if measured == "none" else " (scored from the file)")
-    if baseline.get("revision_id") is None:
+    if baseline.revision_id is None:
         return f"{measured} (generation 0: the bare base under this contract)"
     return measured
+
+
+def report_table(report: Report) -> Table:
+    """A report's metrics, each with its baseline and every gate on it (a metric may have a threshold and a
+    comparison), then the gates on metrics it did not measure: what `mint eval` and `mint report show` print."""
+    table = Table(title=escape(f"{report.label} under {report.contract.name} v{report.contract.version}"))
+    for column in ("metric", "value", "baseline", "rule", "result"):
+        table.add_column(column, overflow="fold")
+    gated: dict[str, list[GateResult]] = {}
+    for gate in report.gates:
+        gated.setdefault(gate.metric, []).append(gate)
+    for metric, value in sorted(report.metrics.items(), key=lambda item: str(item[0])):
+        for gate in gated.pop(metric, None) or [None]:
+            baseline = gate.baseline if gate is not None and gate.baseline is not None \
+                else report.baseline.metrics.get(metric)
+            table.add_row(escape(str(metric)), number(value), number(baseline), escape(gate.rule) if gate else "",
+                          gate_outcome(gate) if gate else "")
+    for metric, gates in gated.items():
+        for gate in gates:
+            table.add_row(escape(metric), number(gate.value), number(gate.baseline), escape(gate.rule),
+                          gate_outcome(gate))
+    return table
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

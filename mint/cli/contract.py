@@ -6,7 +6,6 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from mint.cli.common import (
     JSON_OPT,
@@ -14,11 +13,10 @@ from mint.cli.common import (
     app,
     baseline_description,
     err,
-    gate_outcome,
-    number,
     out,
     print_json,
     quiet_transformers,
+    report_table,
     sub_app,
     ws,
 )
@@ -131,32 +129,14 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
 
 
 def _render_report(result) -> None:
-    report = result.report.to_dict()
-    c = report["contract"]
-    table = Table(title=f"{report['revision']} under {c['name']} v{c['version']}")
-    for column in ("metric", "value", "baseline", "rule", "result"):
-        table.add_column(column)
-    gated: dict[str, list] = {}   # a metric may have several gates (a threshold and a comparison)
-    for g in result.report.gates:
-        gated.setdefault(g.metric, []).append(g)
-    baseline = report["baseline"]["metrics"]
-    for metric, value in sorted(report["metrics"].items()):
-        gates = gated.pop(metric, None) or [None]
-        for gate in gates:
-            table.add_row(metric, f"{value:.4g}", _fmt(baseline.get(metric)),
-                          escape(gate.rule) if gate else "",
-                          gate_outcome(gate) if gate else "")
-    for metric, gates in gated.items():
-        for gate in gates:
-            table.add_row(metric, _fmt(gate.value), _fmt(gate.baseline), escape(gate.rule),
-                          gate_outcome(gate))
-    out.print(table)
+    report = result.report
+    out.print(report_table(report))
     out.print(f"baseline: {escape(baseline_description(report))}"
               "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
-    if report.get("precision"):
-        out.print(f"precision: {report['precision']['used']}, candidate and baseline alike "
-                  f"({escape(report['precision']['reason'])})")
-    for name, drawn in (report.get("live_suites") or {}).items():
+    if report.precision:
+        out.print(f"precision: {report.precision['used']}, candidate and baseline alike "
+                  f"({escape(report.precision['reason'])})")
+    for name, drawn in (report.live_suites if isinstance(report.live_suites, dict) else {}).items():
         if isinstance(drawn, dict) and drawn.get("traffic"):
             since = f" since {drawn['since']}" if drawn.get("since") else ""
             out.print(f"suite {escape(name)}: {drawn['count']} held-out request(s) of the served traffic "
@@ -168,6 +148,3 @@ def _render_report(result) -> None:
     out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
     if result.baseline_evaluated:
         out.print("(the baseline had no report on these examples under this contract and was evaluated first)")
-
-
-_fmt = number

@@ -77,25 +77,14 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
 
     Example: mint report show genui:v1
     """
-    from mint.cli.common import baseline_description, gate_outcome
+    from mint.cli.common import baseline_description, report_table
     from mint.reports import load_report
 
     report = load_report(ws(), ref)
     if json_out:
         return print_json({**report.to_dict(), "path": report.path})
-    base_metrics = report.baseline.metrics
-    gates = {g.metric: g for g in report.gates}
-    table = Table(title=escape(f"{report.label} under {report.contract.name} v{report.contract.version}"))
-    for column in ("metric", "value", "baseline", "rule", "result"):
-        table.add_column(column, overflow="fold")
-    for metric in sorted(set(report.metrics) | set(gates), key=str):
-        gate = gates.get(metric)
-        value = report.metrics.get(metric, gate.value if gate else None)
-        table.add_row(escape(str(metric)), _num(value), _num(gate.baseline if gate and gate.baseline is not None
-                                                            else base_metrics.get(metric)),
-                      escape(gate.rule if gate else ""), gate_outcome(gate) if gate else "")
-    out.print(table)
-    out.print(f"verdict: {escape(report.verdict)}  baseline: {escape(baseline_description(report.to_dict()))}  "
+    out.print(report_table(report))
+    out.print(f"verdict: {escape(report.verdict)}  baseline: {escape(baseline_description(report))}  "
               f"source: {escape(report.source)}")
     out.print(f"report: {escape(str(report.path))}")
 

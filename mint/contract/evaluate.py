@@ -601,7 +601,7 @@ def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPre
 
 def _at(precision: DecodingPrecision):
     """Whether a registered report was generated at ``precision`` (a baseline at another one is not reused)."""
-    return lambda report: report_precision(report.to_dict()) == precision.used
+    return lambda report: report_precision(report) == precision.used
 
 
 def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str, precision: str) -> Path:

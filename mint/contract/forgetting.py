@@ -31,17 +31,17 @@ RETENTION_PREFIX = "retention"
 _TOLERANCE = re.compile(r"no_regression ([0-9.eE+-]+)")
 
 
-def _suites_of(report: dict) -> list[dict]:
+def _suites_of(report: Report) -> list[dict]:
     """The suites a report measured (name, source, sha256, metrics); reports made before reports listed their
     suites get them from their contract file while it still hashes as it did."""
-    if isinstance(report.get("suites"), list):
-        return [s for s in report["suites"] if isinstance(s, dict)]
-    path = (report.get("contract") or {}).get("path")
+    if isinstance(report.suites, list):
+        return [s for s in report.suites if isinstance(s, dict)]
+    path = report.contract.path
     try:
         contract = load_contract(Path(path), check_data=False) if path else None
     except BadInput:
         return []
-    if contract is None or contract.sha256 != report["contract"].get("sha256"):
+    if contract is None or contract.sha256 != report.contract.sha256:
         return []
     return [{"name": s.name, "source": s.source, "metrics": list(s.metrics),
              "sha256": None if s.live else hashlib.sha256(s.data.read_bytes()).hexdigest()} for s in contract.suites]
@@ -74,8 +74,7 @@ def earlier_retention_suites(ws: Workspace, specialist: str, exclude_revision: s
     with, oldest first, each with the generation that introduced it, that report and its tolerances."""
     found: dict[str, dict] = {}
     for promoted in queries.promoted_reports(ws, specialist, exclude_revision=exclude_revision):
-        data = promoted.report.to_dict()
-        for suite in _suites_of(data):
+        for suite in _suites_of(promoted.report):
             digest = suite.get("sha256")
             if not str(suite.get("name", "")).startswith(RETENTION_PREFIX) or not digest or digest in found:
                 continue
@@ -91,7 +90,7 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
     ``contract`` is ``report_path``) against the generation that introduced the suite."""
     from mint.registry.artifacts import load_revision
 
-    report = read_report(Path(report_path)).to_dict()
+    report = read_report(Path(report_path))
     revision, adapter_dir = load_revision(ws, revision_ref)
     own = {s.get("sha256"): s["name"] for s in _suites_of(report) if s.get("sha256")}
     to_generate, measured = [], {}

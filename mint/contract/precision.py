@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from mint.registry.report import Report
 from mint.workspace import Workspace, atomic_write_json, file_lock
 
 AUTO_SPEEDUP = 1.1            # bf16 must decode this much faster than fp32 to be worth a numerics change
@@ -108,13 +109,13 @@ def _measure(found, bare_base, conversations, contract) -> tuple[str, str, dict]
     return "bf16", said, figures
 
 
-def report_precision(report: dict) -> str | None:
+def report_precision(report: Report) -> str | None:
     """The precision a report's outputs were generated at: its ``precision`` record, or for a report made
     before contracts fixed it, the one precision all its suites were generated at (None if they differ)."""
-    recorded = report.get("precision")
+    recorded = report.precision
     if isinstance(recorded, dict) and isinstance(recorded.get("used"), str):
         return recorded["used"]
-    generation = report.get("generation")
+    generation = report.generation
     if isinstance(generation, dict):
         used = {g.get("precision") for g in generation.values() if isinstance(g, dict)}
         if len(used) == 1:

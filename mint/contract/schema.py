@@ -395,7 +395,7 @@ class ContractCheck:
     harness: str
     sha256: str
     suites: list[SuiteCheck]
-    gates: list[dict]
+    gates: list[Gate]
     min_examples: int
     isolation: dict | None = None   # how untrusted programs run (the coding harness only)
     ok: bool = True
@@ -407,7 +407,6 @@ class ContractCheck:
 
 def check_contract(path: Path) -> ContractCheck:
     """Validate ``path`` and say, per suite, the smallest difference its size can resolve."""
-    from dataclasses import asdict
 
     from mint.contract.paired import minimum_detectable_effect
     from mint.contract.planner import plan_gate, planned_size
@@ -439,6 +438,6 @@ def check_contract(path: Path) -> ContractCheck:
 
         isolation = describe_isolation()
     return ContractCheck(contract.name, contract.version, contract.specialist, contract.harness_name,
-                         contract.sha256, suites, [asdict(g) for g in contract.gates], contract.min_examples,
+                         contract.sha256, suites, list(contract.gates), contract.min_examples,
                          isolation, gate_rules=contract.gate_rules, confidence=contract.confidence, plans=plans,
                          warnings=warnings)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from mint.registry.report import GateResult
+from mint.registry.report import GateResult, ReportBaseline
 from mint.train.config import SettingsOverride
 
 
@@ -193,7 +193,7 @@ class EvalOutput:
     report: str                         # the report's path
     verdict: str
     metrics: dict
-    baseline: dict                      # the report's baseline as written (mint.registry.report.ReportBaseline)
+    baseline: ReportBaseline            # what the report's gates compared with
     gates: tuple[GateResult, ...]
     backward_transfer: list = field(default_factory=list)
     live_suites: list | dict | None = None
@@ -201,7 +201,7 @@ class EvalOutput:
 
     def to_dict(self) -> dict:
         out = {"revision": self.revision, "revision_id": self.revision_id, "report": self.report,
-               "verdict": self.verdict, "metrics": self.metrics, "baseline": self.baseline,
+               "verdict": self.verdict, "metrics": self.metrics, "baseline": self.baseline.to_dict(),
                "gates": [gate.to_dict() for gate in self.gates], "backward_transfer": self.backward_transfer}
         if self.live_suites:
             out["live_suites"] = self.live_suites
@@ -212,8 +212,10 @@ class EvalOutput:
     @classmethod
     def from_dict(cls, data: dict) -> EvalOutput:
         where = f"the loop's eval of {data.get('revision')}"
+        baseline = data.get("baseline") or {}
         return cls(data["revision"], data["revision_id"], data["report"], data["verdict"], data.get("metrics") or {},
-                   data.get("baseline") or {},
+                   ReportBaseline(baseline.get("revision_id"), baseline.get("metrics") or {}, baseline.get("label"),
+                                  baseline.get("report")),
                    tuple(GateResult.from_dict(g, file=where, field_name=f"gates[{i}]")
                          for i, g in enumerate(data.get("gates") or [])),
                    data.get("backward_transfer") or [], data.get("live_suites"), data.get("twin"))
@@ -232,7 +234,7 @@ class EvalOutput:
         gate = self.gate(metric)
         if gate is not None and gate.baseline is not None:
             return gate.baseline
-        return (self.baseline.get("metrics") or {}).get(metric)
+        return self.baseline.metrics.get(metric)
 
 
 @dataclass(frozen=True)

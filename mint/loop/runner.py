@@ -415,7 +415,7 @@ class _Context(LoopContext):
             gathered = self.experiences.get(specialist)
             rows.append(GenerationRow(iteration, specialist, evaluation.revision, evaluation.verdict,
                                       (decision.champion if decision else None) or self.champion_ref(specialist),
-                                      evaluation.baseline.get("revision_id") or "base", metrics,
+                                      evaluation.baseline.revision_id or "base", metrics,
                                       decision.reason if decision else None,
                                       experience_summary(gathered) if gathered else None, evaluation.twin))
         return rows

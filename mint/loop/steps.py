@@ -446,7 +446,7 @@ class Eval(StepKind):
                                      Path(result.report_path), base=context.base) \
             if complete or report.verdict == "pass" else []
         output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
-                            report.metrics, report.baseline.to_dict(), report.gates, transfer, report.live_suites)
+                            report.metrics, report.baseline, report.gates, transfer, report.live_suites)
         if controls:
             from mint.loop.placebo import judge_controls
 
@@ -510,7 +510,7 @@ class Promote(StepKind):
         run_dir = context.ws.runs / candidate.run if candidate and candidate.run else None
         predictions = Path(evaluation.report).parent / "predictions.jsonl"
         baseline_predictions = None
-        baseline_id = evaluation.baseline.get("revision_id")
+        baseline_id = evaluation.baseline.revision_id
         if baseline_id and store.exists(context.ws):
             conn = store.open_store(context.ws)
             try:

@@ -293,15 +293,15 @@ def check_settings(method: str, config: Path | None, sets: list[str],
         for block in ("lora", "trl", "examples"):
             if not isinstance(file_blocks.get(block) or {}, dict):
                 raise doc.error(block, "expected a mapping of KEY: VALUE")
-    overrides = (override or SettingsOverride()).over(SettingsOverride.from_sets(sets)).to_dict()
+    overrides = (override or SettingsOverride()).over(SettingsOverride.from_sets(sets))
 
     def where_of(block):
         return lambda key, message: _unknown(doc, file_blocks, block, key, message)
 
-    lora = _check_lora({**DEFAULT_LORA, **(file_blocks.get("lora") or {}), **overrides.get("lora", {})},
+    lora = _check_lora({**DEFAULT_LORA, **(file_blocks.get("lora") or {}), **overrides.lora},
                        where_of("lora"))
     fields = trl_fields()[method]
-    asked = {**(file_blocks.get("trl") or {}), **overrides.get("trl", {})}
+    asked = {**(file_blocks.get("trl") or {}), **overrides.trl}
     trl_values = {}
     for key, value in asked.items():
         key = str(key)
@@ -321,9 +321,9 @@ def check_settings(method: str, config: Path | None, sets: list[str],
     if not isinstance(rewards, list) or not all(isinstance(r, str) and ":" in r for r in rewards):
         raise (doc.error("rewards", "expected a list of module:function") if doc else
                BadInput("expected a list of module:function", field="rewards"))
-    lora_asked = tuple(sorted({*map(str, file_blocks.get("lora") or {}), *overrides.get("lora", {})}))
+    lora_asked = tuple(sorted({*map(str, file_blocks.get("lora") or {}), *overrides.lora}))
     examples = dict(DEFAULT_EXAMPLES)
-    for key, value in {**(file_blocks.get("examples") or {}), **overrides.get("examples", {})}.items():
+    for key, value in {**(file_blocks.get("examples") or {}), **overrides.examples}.items():
         key = str(key)
         if key not in EXAMPLE_KEYS:
             raise where_of("examples")(key, f"unknown key{closest(key, EXAMPLE_KEYS, listing='expected one of')}")

@@ -10,7 +10,7 @@ from mint.loop.placebo import (EXPERIENCE_EFFECT, NO_EXPERIENCE_EFFECT, compare_
 from mint.loop.results import EvalOutput
 from mint.loop.runner import run_loop
 from mint.registry import store
-from mint.registry.report import GateResult, PairedDelta
+from mint.registry.report import GateResult, PairedDelta, ReportBaseline
 from mint.train.config import SettingsOverride
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def test_the_plan_replaces_the_recipes_steps_rate_and_batch_and_keeps_the_rest()
 
 def _evaluated(report: str) -> EvalOutput:
     """The eval step's result for ``report``: its gate paired the candidate with its baseline, +0.5 [0.1, 0.8]."""
-    return EvalOutput("genui:v2", "r2", report, "pass", {"core.parse_rate": 1.0}, {},
+    return EvalOutput("genui:v2", "r2", report, "pass", {"core.parse_rate": 1.0}, ReportBaseline("r1", {}),
                       (GateResult("core.parse_rate", 1.0, 0.5, "no_regression 0", True,
                                   PairedDelta(4, 0.5, 0.1, 0.8, "paired-bootstrap")),))
 
