@@ -9,6 +9,8 @@ import base64
 import html
 import io
 
+from mint.text import figure
+
 GREEN, RED, GREY = "#2e7d32", "#c62828", "#9e9e9e"
 
 
@@ -133,9 +135,7 @@ def routing_figure(routing: dict) -> str | None:
 
 
 def _fmt(value) -> str:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return "–"
-    return f"{round(value, 6) + 0.0:.3g}"      # 0.2 - 0.3 + 0.1 is 2.8e-17: print 0
+    return "–" if isinstance(value, bool) or not isinstance(value, (int, float)) else figure(value, 3)
 
 
 def _table(entry: dict) -> str:

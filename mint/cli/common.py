@@ -16,6 +16,7 @@ from rich.table import Table
 
 from mint import __version__
 from mint.errors import BadInput
+from mint.text import figure
 from mint.registry.report import GateResult, Report
 
 app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", no_args_is_help=True,
@@ -117,14 +118,8 @@ def print_json(value: Any) -> None:
 
 
 def number(value) -> str:
-    """A metric as people read it: ``0.8958``, ``38,460`` (never ``3.846e+04``), ``-`` for none."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
+    """A metric as people read it (mint.text.figure), ``-`` for none."""
+    return figure(value)
 
 
 def families_table(title: str, families) -> Table:

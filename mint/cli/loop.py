@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mint.cli.common import JSON_OPT, app, err, families_table, out, print_json, quiet_transformers, sub_app, ws
+from mint.text import figure
 
 recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, train, eval, promote and route.\n\n"
                                "Example:\n\n\b\n  mint recipe check recipes/demo.yaml")
@@ -119,7 +120,7 @@ def _render_step_times(result) -> None:
 
 
 def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3g}"
+    return figure(value, 3)
 
 
 def _render_generations(result) -> None:

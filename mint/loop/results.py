@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from mint.registry.report import GateResult, ReportBaseline
+from mint.registry.report import GateResult, ReportBaseline, primary_metric
 from mint.train.config import SettingsOverride
 
 
@@ -222,9 +222,7 @@ class EvalOutput:
 
     @property
     def primary_metric(self) -> str | None:
-        """The first gated quality metric (latency gates say nothing about what was learned)."""
-        return next((g.metric for g in self.gates if not g.metric.startswith("latency.")
-                     and g.metric in self.metrics), None)
+        return primary_metric(self.gates, self.metrics)
 
     def gate(self, metric: str) -> GateResult | None:
         return next((g for g in self.gates if g.metric == metric), None)

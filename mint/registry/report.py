@@ -186,6 +186,16 @@ class GateResult:
                    keys=tuple(k for k in data if k in _GATE_ORDER))
 
 
+def primary_metric(gates, metrics: dict) -> str | None:
+    """What "better" means for the specialist, the one rule every view reads: the contract's first gated metric
+    that was measured and is not latency (latency says nothing about what was learned); with no such gate, the
+    first measured metric that is not latency."""
+    for gate in gates:
+        if not gate.metric.startswith("latency.") and gate.metric in metrics:
+            return gate.metric
+    return next((m for m in metrics if not m.startswith("latency.")), None)
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -246,13 +256,7 @@ class Report:
 
     @property
     def primary_metric(self) -> str | None:
-        """The contract's first gated metric that is not latency: what "better" means for the specialist (with
-        no such gate, the first metric that is not latency)."""
-        for gate in self.gates:
-            if not gate.metric.startswith("latency.") and gate.metric in self.metrics:
-                return gate.metric
-        metrics = [m for m in self.metrics if not m.startswith("latency.")]
-        return metrics[0] if metrics else None
+        return primary_metric(self.gates, self.metrics)
 
     def gates_by_metric(self) -> dict[str, GateResult]:
         return {g.metric: g for g in self.gates}
