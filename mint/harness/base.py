@@ -1,6 +1,7 @@
 """What every harness shares: the settings a contract gives it, the prompt, the scoring protocol."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,14 @@ def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` passed (Chen et al. 2021):
+    1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def as_record(request: Any) -> dict:

@@ -8,7 +8,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record
+from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record, pass_at_k
 from mint.harness.sandbox import Limits, run_tests
 from mint.harness.specialist import Specialist, completion_text, last_user_text
 
@@ -55,13 +55,6 @@ def prompt_context(prompt: str, code: str, entry: str) -> str:
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         kept.append("\n".join(lines[first - 1:node.end_lineno]))
     return "\n".join(kept)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimator of Chen et al. (2021): 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 @dataclass

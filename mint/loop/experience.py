@@ -39,6 +39,7 @@ from pathlib import Path
 
 from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
+from mint.harness.base import pass_at_k
 from mint.loop.results import ControlData, ExperienceResult, FamilyStats
 from mint.render import conversation
 from mint.workspace import Workspace, atomic_write_text
@@ -83,13 +84,6 @@ def canonical_answer(text: str) -> str:
         return json.dumps(json.loads(stripped), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (ValueError, RecursionError):
         return " ".join(stripped.split())
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` passed (Chen et al. 2021)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def pool_statistics(passes: list[tuple[int, int]], k: int) -> dict:

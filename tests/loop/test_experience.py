@@ -219,7 +219,8 @@ def test_only_distinct_passing_answers_are_kept_up_to_the_cap_per_prompt():
 
 
 def test_pass_at_k_is_the_unbiased_estimate_and_counts_prompts_strictly_between():
-    from mint.loop.experience import pass_at_k, pool_statistics
+    from mint.harness.base import pass_at_k
+    from mint.loop.experience import pool_statistics
 
     assert pass_at_k(5, 2, 2) == pytest.approx(0.7)       # 1 - C(3,2)/C(5,2)
     assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 3, 2) == 1.0
