@@ -6,7 +6,7 @@ Run:   python scripts/experience_answers.py loop RECIPE [--resume] ...   (any mi
 The tiny random base writes no valid GenUI tree, so its own pool would verify nothing, the next generation would
 have no plan and its controls (the placebo twin and the steps control) would never train. Here each prompt's
 samples are one valid tree for the request (``ANSWERS``) and broken text, so the step verifies one answer a prompt,
-ingests the verified, twin and steps-control datasets, and the eval step trains both controls: every write the
+ingests the verified, twin and steps-control datasets, and the controls step trains both controls: every write the
 step makes is reached. Everything else is mint as it runs.
 
 With ``MINT_FILL_DISK_AT_SAMPLING=FILE``, the pool's sampling ends by filling the filesystem that holds FILE (writing

@@ -233,9 +233,9 @@ class Suite:
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
         first = subprocess.run(self.argv("experience")[:-1], capture_output=True, text=True, cwd=self.work,
-                               env={**self.env, "MINT_FAULT": "loop.1.4"}, timeout=RUN_LIMIT_S)
+                               env={**self.env, "MINT_FAULT": "loop.1.5"}, timeout=RUN_LIMIT_S)
         if first.returncode != -9:
-            raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.4: {first.stderr[-2000:]}")
+            raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.5: {first.stderr[-2000:]}")
         target = self.work / "template-experience"
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(self.home, target, symlinks=True)

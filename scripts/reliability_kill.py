@@ -13,7 +13,7 @@ delay spread over the measured duration, or at one of the named MINT_FAULT point
 each point once. `experience` is a loop's second iteration, resumed (`mint loop --resume`) after a loop that
 stopped once its first iteration was done: it gathers experience (its pool answered from a fixed table by
 scripts/experience_answers.py, since the tiny base writes no valid tree; the verified, twin and steps-control
-datasets ingested), trains the next generation, and its eval step trains the placebo twin and the steps control;
+datasets ingested), trains the next generation, evaluates it, and its controls step trains the placebo twin and the steps control;
 its named points are counted (`ingest.version_published@3`: the third dataset version the process publishes, the
 twin's). After the kill it checks that
 
@@ -81,7 +81,7 @@ FAULT_POINTS = {
     "promote": ["promote.read", "promote.checked", "promote.before_commit", "promote.committed"],
     "loop": ["register.published", "loop.1.1", "eval.report_published", "loop.1.2", "promote.before_commit",
              "loop.1.0", "ingest.version_published", "loop.1.3"],
-    # iteration 2 (steps: ingest 0 skipped, experience 1, train 2, eval 3, promote 4). Its datasets in order: the
+    # iteration 2 (steps: ingest 0 skipped, experience 1, train 2, eval 3, controls 4, promote 5). Its datasets in order: the
     # experience in the logs' dataset, the verified answers', the twin's, the steps control's; its revisions: the
     # generation, the twin, the steps control; its reports: the same three
     "experience": ["ingest.version_published@1", "ingest.head_written@2", "ingest.version_published@3",
@@ -115,9 +115,10 @@ steps:
   - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2,
                  control: [placebo, steps], sources: [{{jsonl: requests.jsonl}}], batch_size: 2, min_steps: 1,
                  max_steps: 1}}
-  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
-              lora.r: 2}}}}
+  - train: {{specialist: genui, method: sft, plan: experience, set: {{max_steps: 1, per_device_train_batch_size: 2,
+              max_length: 96, lora.r: 2}}}}
   - eval: {{specialist: genui, contract: {contract}}}
+  - controls: {{specialist: genui}}
   - promote: {{specialist: genui}}
 """
 EXPERIENCE_ANSWERS = ROOT / "scripts" / "experience_answers.py"
@@ -334,9 +335,9 @@ class Suite:
             self.templates.pop("experience", None)
             self.restore("experience")
             first = self.run([sys.executable, str(EXPERIENCE_ANSWERS), "loop", str(self.experience_recipe)],
-                             {"MINT_FAULT": "loop.1.4"})
+                             {"MINT_FAULT": "loop.1.5"})
             if first.returncode != -signal.SIGKILL:
-                raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.4 (exit "
+                raise SystemExit(f"the experience loop's first iteration did not stop at loop.1.5 (exit "
                                  f"{first.returncode}): {first.stderr[-2000:]}")
             self.save_template("experience")
             self.cleans["experience"] = self.clean_run("experience")

@@ -62,12 +62,15 @@ def training_plan(*, new_examples: int, logged_examples: int, init: str = PLAN_D
             **({"data": data} if data and init == "champion" else {})}
 
 
+# what an experience plan sets of a continuation's training (a train step with `plan: experience` sets none of them)
+PLANNED_SETTINGS = ("max_steps", "learning_rate", "per_device_train_batch_size")
+
+
 def planned_settings(plan: dict, settings: SettingsOverride) -> SettingsOverride:
-    """``settings`` with the plan's steps, learning rate and batch size in place of the recipe's."""
+    """``settings`` with the plan's steps, learning rate and batch size."""
     from mint.train.config import SettingsOverride
 
-    planned = ("max_steps", "learning_rate", "per_device_train_batch_size")
-    return SettingsOverride(trl={key: plan[key] for key in planned}).over(settings)
+    return SettingsOverride(trl={key: plan[key] for key in PLANNED_SETTINGS}).over(settings)
 
 
 def _scores_by_example(predictions: Path, metric: str) -> dict[tuple, float]:

@@ -154,10 +154,30 @@ def _check_order(doc: YamlDoc, steps: list[Step]) -> None:
     done = set()
     for step in steps:
         needed = STEPS[step.kind].after
+        at = f"steps[{step.index}].{step.kind}"
         if needed is not None and (needed[0], step.specialist) not in done:
-            raise doc.error(f"steps[{step.index}].{step.kind}",
-                            f"no earlier {needed[0]} step for {step.specialist}: {needed[1]}")
+            raise doc.error(at, f"no earlier {needed[0]} step for {step.specialist}: {needed[1]}")
+        if step.kind == "train" and "plan" in step.options and ("experience", step.specialist) not in done:
+            raise doc.error(f"{at}.plan", f"no earlier experience step for {step.specialist}: its plan is what "
+                                          "this step trains by")
+        if step.kind == "controls" and ("experience control", step.specialist) not in done:
+            raise doc.error(at, f"no earlier experience step with `control:` for {step.specialist}: the controls "
+                                "are the twin and steps control it makes")
+        if step.kind == "controls" and ("train plan", step.specialist) not in done:
+            raise doc.error(at, f"no earlier train step with `plan: experience` for {step.specialist}: the controls "
+                                "are trained as its candidate was")
         done.add((step.kind, step.specialist))
+        if step.kind == "experience" and step.options.get("control"):
+            done.add(("experience control", step.specialist))
+        if step.kind == "train" and step.options.get("plan"):
+            done.add(("train plan", step.specialist))
+    for step in steps:     # an experience step's controls are trained and measured by a controls step
+        if step.kind == "experience" and step.options.get("control") and not any(
+                later.kind == "controls" and later.specialist == step.specialist and later.index > step.index
+                for later in steps):
+            raise doc.error(f"steps[{step.index}].experience.control",
+                            f"a controls step trains and measures them: add `- controls: {{specialist: "
+                            f"{step.specialist}}}` after {step.specialist}'s eval step")
 
 
 def check_recipe(path: Path) -> dict:

@@ -296,9 +296,13 @@ class Experience(StepKind):
 
 
 class Train(StepKind):
+    """A candidate trained from the recipe's dataset with the step's settings; with ``plan: experience``, in an
+    iteration whose experience step verified something new, as that step planned it instead (its start, its
+    verified answers, its steps, learning rate and batch size over the step's own): the recipe shows which."""
+
     name = "train"
     result = TrainOutput
-    options = ("specialist", "method", "from", "set", "data")
+    options = ("specialist", "method", "from", "set", "data", "plan")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
         method = options.get("method")
@@ -319,13 +323,21 @@ class Train(StepKind):
         origin = options.get("from", "champion")
         if origin not in ("champion", "scratch"):
             raise doc.error(f"{at}.from", "expected champion (continue from it, the default) or scratch")
+        if "plan" in options and options["plan"] != "experience":
+            raise doc.error(f"{at}.plan", "expected experience (train as this iteration's experience step plans: "
+                                          "its start, data, steps, learning rate and batch size)")
 
     def parent(self, context: LoopContext, step) -> str | None:
         return context.champions().get(step.specialist) if step.options.get("from", "champion") == "champion" \
             else None
 
+    def plan(self, context: LoopContext, step) -> dict | None:
+        """The experience step's plan, where the step trains by it (``plan: experience``) and it found something
+        new to learn; None: the recipe's settings."""
+        return context.experience_plan(step.specialist) if step.options.get("plan") == "experience" else None
+
     def key(self, context, step):
-        plan = context.experience_plan(step.specialist)
+        plan = self.plan(context, step)
         return content_key("train", step.specialist, step.options, context.dataset_version(),
                            self.parent(context, step), context.base, *([plan] if plan else []))
 
@@ -335,7 +347,7 @@ class Train(StepKind):
 
         o = step.options
         parent = self.parent(context, step)
-        plan = context.experience_plan(step.specialist)   # verified experience decides the start, steps and rate
+        plan = self.plan(context, step)
         if plan and plan["init"] == "base":
             parent = None
         settings = SettingsOverride.from_keys(o.get("set") or {})
@@ -416,43 +428,75 @@ class Eval(StepKind):
         contract = load_contract(contract_path)
         complete = step.options.get("complete", False)
         # unless the step asks for every suite, the candidate stops being decoded once its verdict is decided (a
-        # gate it must gain on failed), and a failed candidate gets no controls and no backward transfer: the
-        # controls say whether a gain came from the verified experience, the transfer feeds the promotion guard
+        # gate it must gain on failed), and a failed candidate gets no backward transfer (it feeds the promotion
+        # guard)
         result = evaluate_many(context.ws, [candidate.revision], contract_path, limit=step.options.get("limit"),
                                stop_when_decided=not complete)[0]
         report = result.report
-        gathered = context.experiences.get(step.specialist)
-        twin = gathered.twin if gathered else None
-        controls, measured = [], []
-        if twin and candidate.plan and (complete or report.verdict == "pass"):
-            from mint.loop.placebo import train_controls
-
-            controls = train_controls(context.ws, specialist=step.specialist, twin=twin, candidate=candidate,
-                                      base=context.base)
-            # a control answers one question (did the verified experience make the gain on the contract's first
-            # gated metric?), so it is decoded on that metric's suite alone, one stream for both; the champion's
-            # answers there are its report's, not decoded again
-            primary = next((g for g in contract.gates if not g.metric.startswith("latency.")), None)
-            measure_on = {c.trained.ref: ((primary.suite,),
-                                          f"a {c.arm} control answers whether the verified experience made the "
-                                          f"difference on {primary.metric}") for c in controls} if primary else None
-            measured = evaluate_many(context.ws, [c.trained.ref for c in controls], contract_path,
-                                     limit=step.options.get("limit"), measure_on=measure_on)
-        elif twin and candidate.plan:
-            context.emit({"event": "note", "message": f"{candidate.revision} failed its contract, so its placebo "
-                          "twin and steps control were not trained: they tell only whether a gain came from the "
-                          "verified experience (`complete: true` on the eval step trains and measures them anyway)"})
         transfer = backward_transfer(context.ws, contract, candidate.revision,
                                      Path(result.report_path), base=context.base) \
             if complete or report.verdict == "pass" else []
-        output = EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
-                            report.metrics, report.baseline, report.gates, transfer, report.live_suites)
-        if controls:
-            from mint.loop.placebo import judge_controls
+        return EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
+                          report.metrics, report.baseline, report.gates, transfer, report.live_suites)
 
-            output = dataclasses.replace(output, twin=judge_controls(context.ws, controls,
-                                                                     [m.report_path for m in measured], output))
-        return output
+    def absorb(self, context, step, output):
+        context.evaluations[step.specialist] = output
+
+
+class Controls(StepKind):
+    """Whether the verified experience made the candidate's gain: the experience step's placebo twin (the same
+    answers, unverified) and steps control (the same steps on the logs alone), trained as the candidate was and
+    measured under its contract on the suite of its first gated metric, one stream for both (the champion's answers
+    there are its report's, not decoded again). The evaluation then carries their comparison (mint.loop.placebo);
+    the controls are never promoted. A candidate that failed its contract gets none unless ``complete: true``."""
+
+    name = "controls"
+    result = EvalOutput
+    options = ("specialist", "limit", "complete")
+    after = ("eval", "controls compare with the candidate's evaluation")
+
+    def check(self, doc, recipe_path, options, at, check_contracts):
+        if "limit" in options:
+            check_number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
+        if "complete" in options and not isinstance(options["complete"], bool):
+            raise doc.error(f"{at}.complete", "must be true or false")
+
+    def key(self, context, step):
+        evaluation = context.evaluations.get(step.specialist)
+        candidate = context.candidates.get(step.specialist)
+        gathered = context.experiences.get(step.specialist)
+        if evaluation is None or candidate is None or not candidate.plan or gathered is None or gathered.twin is None:
+            return None     # nothing this iteration learned from experience: nothing to control
+        return content_key("controls", evaluation.revision_id, evaluation.report, gathered.twin.to_dict(),
+                           step.options)
+
+    def run(self, context, step):
+        from mint.contract.evaluate import evaluate_many
+        from mint.contract.schema import load_contract
+        from mint.loop.placebo import judge_controls, train_controls
+        from mint.registry.report import read_report
+
+        evaluation = context.evaluations[step.specialist]
+        if evaluation.verdict != "pass" and not step.options.get("complete"):
+            context.emit({"event": "note", "message": f"{evaluation.revision} failed its contract, so its placebo "
+                          "twin and steps control were not trained: they tell only whether a gain came from the "
+                          "verified experience (`complete: true` on the controls step trains and measures them "
+                          "anyway)"})
+            return evaluation
+        candidate = context.candidates[step.specialist]
+        contract_path = Path(read_report(Path(evaluation.report)).contract.path)
+        contract = load_contract(contract_path)
+        controls = train_controls(context.ws, specialist=step.specialist,
+                                  twin=context.experiences[step.specialist].twin, candidate=candidate,
+                                  base=context.base)
+        primary = next((g for g in contract.gates if not g.metric.startswith("latency.")), None)
+        measure_on = {c.trained.ref: ((primary.suite,),
+                                      f"a {c.arm} control answers whether the verified experience made the "
+                                      f"difference on {primary.metric}") for c in controls} if primary else None
+        measured = evaluate_many(context.ws, [c.trained.ref for c in controls], contract_path,
+                                 limit=step.options.get("limit"), measure_on=measure_on)
+        return dataclasses.replace(evaluation, twin=judge_controls(context.ws, controls,
+                                                                   [m.report_path for m in measured], evaluation))
 
     def absorb(self, context, step, output):
         context.evaluations[step.specialist] = output
@@ -500,7 +544,7 @@ class Promote(StepKind):
     def guard(self, context: LoopContext, specialist: str, evaluation: EvalOutput) -> str | None:
         """The reward-hacking guard on the candidate's training run and its answers against the baseline's."""
         from mint.loop.guards import reward_hacking
-        from mint.registry import store
+        from mint.registry.queries import newest_predictions
 
         metric = evaluation.primary_metric
         if metric is None:
@@ -509,19 +553,8 @@ class Promote(StepKind):
         candidate = context.candidates.get(specialist)
         run_dir = context.ws.runs / candidate.run if candidate and candidate.run else None
         predictions = Path(evaluation.report).parent / "predictions.jsonl"
-        baseline_predictions = None
         baseline_id = evaluation.baseline.revision_id
-        if baseline_id and store.exists(context.ws):
-            conn = store.open_store(context.ws)
-            try:
-                rows = store.reports_for(conn, baseline_id)
-            finally:
-                conn.close()
-            for row in reversed(rows):
-                candidate_file = Path(row["path"]).parent / "predictions.jsonl"
-                if candidate_file.is_file():
-                    baseline_predictions = candidate_file
-                    break
+        baseline_predictions = newest_predictions(context.ws, baseline_id) if baseline_id else None
         return reward_hacking(metric=metric, value=evaluation.metrics.get(metric), baseline=baseline_value,
                               run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
 
@@ -627,4 +660,4 @@ class Serve(StepKind):
 
 
 STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Serve(), Experience(), Train(), Eval(),
-                                                           Promote(), Route())}
+                                                           Controls(), Promote(), Route())}

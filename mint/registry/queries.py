@@ -177,6 +177,18 @@ def newest_report(ws: Workspace, revision_id: str) -> Report | None:
     return None
 
 
+def newest_predictions(ws: Workspace, revision_id: str, name: str = "predictions.jsonl") -> Path | None:
+    """The answers file (``name``) beside the newest registered report of a revision that still has one."""
+    if not store.exists(ws):
+        return None
+    conn = store.open_store(ws, create=False)
+    try:
+        rows = store.reports_for(conn, revision_id)
+    finally:
+        conn.close()
+    return next((path for row in reversed(rows) if (path := Path(row["path"]).parent / name).is_file()), None)
+
+
 def generated_reports(ws: Workspace, owner: str) -> list[Report]:
     """Every intact report mint generated for ``owner`` (a revision id or a base's owner), newest first, under any
     contract: what an evaluation may take decoded answers from instead of decoding them again."""

@@ -31,8 +31,8 @@ steps:
   - serve: {{requests: requests.jsonl, max_tokens: 8, clients: 2, from_iteration: 2}}
   - experience: {{specialist: genui, sources: [served], samples: 2, prompts: 8, max_new_tokens: 8,
                  from_iteration: 2, batch_size: 2, min_steps: 1, max_steps: 1}}
-  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
-              lora.r: 2}}}}
+  - train: {{specialist: genui, method: sft, plan: experience,
+              set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96, lora.r: 2}}}}
   - eval: {{specialist: genui, contract: contract.yaml}}
   - promote: {{specialist: genui}}
 """

@@ -18,8 +18,9 @@ steps:
   - ingest: {sources: [LOGS]}
   - experience: {specialist: genui, from_iteration: 2, sources: [served, unaccepted, {jsonl: requests.jsonl}],
                  samples: 4, per_prompt: 2, prompts: 8, temperature: 0.8, init: champion, control: true}
-  - train: {specialist: genui, method: sft, set: {max_steps: 1}}
+  - train: {specialist: genui, method: sft, plan: experience, set: {max_steps: 1}}
   - eval: {specialist: genui, contract: CONTRACT}
+  - controls: {specialist: genui, from_iteration: 2}
   - promote: {specialist: genui}
 """
 
@@ -34,6 +35,14 @@ def write(tmp_path, text: str) -> Path:
 def test_an_experience_step_with_its_sources_caps_and_plan_loads(tmp_path):
     step = load_recipe(write(tmp_path, GOOD)).steps[1]
     assert step.options["sources"][2] == {"jsonl": "requests.jsonl"} and step.options["control"] is True
+
+
+def test_a_train_plan_needs_an_experience_step_before_it(tmp_path):
+    moved = GOOD.replace("  - train: {specialist: genui, method: sft, plan: experience, set: {max_steps: 1}}\n", "")
+    path = write(tmp_path, moved.replace("  - ingest: {sources: [LOGS]}", "  - ingest: {sources: [LOGS]}\n"
+                                         "  - train: {specialist: genui, method: sft, plan: experience}"))
+    with pytest.raises(BadInput, match=r"steps\[1\]\.train\.plan: no earlier experience step for genui"):
+        load_recipe(path, specialists=("chat", "agent", "coding", "genui"))
 
 
 @pytest.mark.parametrize("edit, where, says", [
@@ -60,6 +69,15 @@ def test_an_experience_step_with_its_sources_caps_and_plan_loads(tmp_path):
      "at most max_steps"),
     (("samples: 4", "samples: 4, learning_rate: -1"), ":7: steps[1].experience.learning_rate", "greater than 0"),
     (("per_prompt: 2", "per_promt: 2"), ":7: steps[1].experience.per_promt", "did you mean per_prompt?"),
+    # what the loop does is what the recipe shows: a plan and controls are steps' own keys, each where it belongs
+    (("plan: experience", "plan: always"), ":8: steps[2].train.plan", "expected experience"),
+    (("  - controls: {specialist: genui, from_iteration: 2}\n", ""), ":7: steps[1].experience.control",
+     "add `- controls: {specialist: genui}`"),
+    (("init: champion, control: true", "init: champion"), ":10: steps[4].controls",
+     "no earlier experience step with `control:`"),
+    (("plan: experience, ", ""), ":10: steps[4].controls", "no earlier train step with `plan: experience`"),
+    (("  - controls: {specialist: genui, from_iteration: 2}", "  - controls: {specialist: genui, limit: 0}"),
+     ":10: steps[4].controls.limit", "at least 1"),
 ])
 def test_experience_mistakes_name_the_line_and_field(tmp_path, edit, where, says):
     path = write(tmp_path, GOOD.replace(*edit))

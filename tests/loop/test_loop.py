@@ -29,8 +29,8 @@ steps:
   - ingest: {{sources: [{logs}]}}
   - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2,
                  sources: [served, {{jsonl: requests.jsonl}}]}}
-  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
-              lora.r: 2}}}}
+  - train: {{specialist: genui, method: sft, plan: experience,
+              set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96, lora.r: 2}}}}
   - eval: {{specialist: genui, contract: {contract}}}
   - promote: {{specialist: genui, fatal: {fatal}}}
 """

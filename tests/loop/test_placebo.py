@@ -102,9 +102,10 @@ steps:
   - experience: {{specialist: genui, samples: 2, prompts: 2, max_new_tokens: 8, from_iteration: 2,
                  control: [placebo, steps],
                  sources: [{{jsonl: requests.jsonl}}], batch_size: 2, min_steps: 1, max_steps: 1}}
-  - train: {{specialist: genui, method: sft, set: {{max_steps: 1, per_device_train_batch_size: 2, max_length: 96,
-              lora.r: 2}}}}
+  - train: {{specialist: genui, method: sft, plan: experience, set: {{max_steps: 1, per_device_train_batch_size: 2,
+              max_length: 96, lora.r: 2}}}}
   - eval: {{specialist: genui, contract: {contract}}}
+  - controls: {{specialist: genui{controls}}}
   - promote: {{specialist: genui}}
 """
 
@@ -113,7 +114,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
                                                      for p in ("Show a signup form.", "Show a weather card for Oslo.")))
     path = tmp_path / "twin.yaml"
-    path.write_text(RECIPE.format(logs=LOGS, contract=SMOKE_CONTRACT))
+    path.write_text(RECIPE.format(logs=LOGS, contract=SMOKE_CONTRACT, controls=""))
     # the tiny random base never writes a valid tree: answer one valid and one broken sample per prompt
     monkeypatch.setattr(experience, "_sample", lambda ws, champion, base, specialist, chosen, **kw:
                         [[ANSWERS[p.prompt[-1]["content"]], "{broken"] for p in chosen])
@@ -136,7 +137,8 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     # a continuation learns from the verified answers alone (a dataset of their own), not mixed into the logs
     assert trained["plan"]["data"] == f"smoke-verified-genui@{gathered['verified']['version']}"
     assert gathered["verified"]["episodes"] == gathered["accepted"] == trained["examples"]
-    twin = ran[(2, "eval genui")]["twin"]
+    assert "twin" not in ran[(2, "eval genui")]     # the eval step measures the candidate; the controls step the rest
+    twin = ran[(2, "controls genui")]["twin"]
     assert twin["steps"] == trained["steps"] and twin["verdict"] == NO_EXPERIENCE_EFFECT   # 4 examples show nothing
     assert len(twin["vs_twin"]["interval"]) == 2 and "vs_previous" in twin
     conn = store.open_store(ws)
@@ -214,7 +216,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
 
 
 @pytest.mark.parametrize("complete", [False, True])
-def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_eval_step_asks_for_every_suite(
+def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_steps_ask_for_everything(
         ws, tmp_path, monkeypatch, complete):
     """The controls tell only whether a gain came from the verified experience: a generation that showed none
     (here: a gain the tiny base cannot make, on core) is rejected without training or decoding them, and without
@@ -234,7 +236,8 @@ def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_eval_s
     second = f"specialist: genui, contract: {tmp_path / 'gain.yaml'}, from_iteration: 2" + \
         (", complete: true" if complete else "")
     (tmp_path / "twin.yaml").write_text(RECIPE.format(
-        logs=LOGS, contract=f"{SMOKE_CONTRACT}, until_iteration: 1}}\n  - eval: {{{second}"))
+        logs=LOGS, contract=f"{SMOKE_CONTRACT}, until_iteration: 1}}\n  - eval: {{{second}",
+        controls=", complete: true" if complete else ""))
     monkeypatch.setattr(experience, "_sample", lambda ws, champion, base, specialist, chosen, **kw:
                         [[ANSWERS[p.prompt[-1]["content"]], "{broken"] for p in chosen])
     events = []
@@ -250,11 +253,12 @@ def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_eval_s
     finally:
         conn.close()
     notes = [e["message"] for e in events if e.get("event") == "note"]
+    controlled = ran[(2, "controls genui")]
     if complete:
-        assert made == 4 and evaluation["twin"]["steps_control"]     # generations 1 and 2, the twin, the control
+        assert made == 4 and controlled["twin"]["steps_control"]     # generations 1 and 2, the twin, the control
         assert "measured_on" not in report and set(report["examples"]) == {"core", "retention", "live"}
     else:
-        assert made == 2 and "twin" not in evaluation                 # generations 1 and 2, nothing else trained
+        assert made == 2 and "twin" not in controlled                 # generations 1 and 2, nothing else trained
         assert report["measured_on"]["suites"] == ["core"] and list(report["examples"]) == ["core"]
         assert report["measured_on"]["why"].startswith("core.request_match failed (improve 0")
         assert any("twin and steps control were not trained" in note for note in notes)
