@@ -14,30 +14,32 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
-import sqlite3
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator
 
 from mint.data import datasets
+from mint.data.episode_index import append_quarantine, apply_feedback, earlier_episode, open_index, remember_conversation
 from mint.data.formats import FORMATS, RecordError, normalize
 from mint.data.formats.fields import normalize_feedback, upstream_id
 from mint.data.formats.llamafactory import remap
-from mint.routing.labels import Labeler
+from mint.data.outcomes import (OUTCOME_TYPES, FeedbackEvent, IngestSettings, Outcome, Quarantined, Unplaced, kept,
+                                quarantine_line)
+from mint.data.placing import ChampionRouter
 from mint.data.readers import DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, parse_line, read_line_batches
-from mint.data.schema import Episode, Feedback, Message
+from mint.data.schema import Feedback
 from mint.data.scrub import scrub_episode, scrub_text
 from mint.data.sources import discover, read_source
 from mint.errors import BadInput
 from mint.faults import checkpoint
 from mint.project import Project
+from mint.routing.labels import Labeler
 from mint.text import LONE_SURROGATE, closest, lone_surrogate_at
 from mint.workspace import Workspace, atomic_write_text, file_lock, publish_dir, remove_stale_temps, staging_dir
 
@@ -145,8 +147,8 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
     if unmatched_formats:
         raise BadInput("--format names a file that is not among the paths given",
                        file=str(sorted(unmatched_formats)[0]))
-    router = _ChampionRouter.find(ws, project) if specialist is None else None
-    settings = _Settings(fmt, Labeler(project), scrub, specialist, fallback=project.fallback,
+    router = ChampionRouter.find(ws, project) if specialist is None else None
+    settings = IngestSettings(fmt, Labeler(project), scrub, specialist, fallback=project.fallback,
                          route=router is not None)
     directory = ws.datasets / dataset
     directory.mkdir(parents=True, exist_ok=True)
@@ -155,7 +157,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         remove_stale_temps(directory)
         parent = datasets.read_head(directory)
         parent_manifest = datasets.read_manifest(directory, parent) if parent else None
-        index = _open_index(directory, parent)
+        index = open_index(directory, parent)
         stats: list[SourceStats] = []
         by_specialist: Counter = Counter()
         labeled_by: Counter = Counter()
@@ -185,7 +187,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 source_stats.scrubbed += sum(outcome.scrubbed.values())
                             if isinstance(outcome, FeedbackEvent):   # a rating for an episode logged earlier
                                 out.flush()
-                                outcome = _apply_feedback(index, directory, tmp, outcome, settings)
+                                outcome = apply_feedback(index, directory, tmp, outcome, settings)
                             if isinstance(outcome, Quarantined):
                                 source_stats.quarantined += 1
                                 reasons[datasets.reason_kind(outcome.reason)] += 1
@@ -197,7 +199,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                              (outcome.key,)).rowcount == 0:
                                 source_stats.duplicate += 1
                                 continue
-                            earlier = _earlier_episode(index, keys) if keys else None
+                            earlier = earlier_episode(index, keys) if keys else None
                             if earlier is not None:
                                 earlier_id, earlier_specialist, same_messages = earlier
                                 if same_messages and not keys.has_feedback:
@@ -207,7 +209,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 replaced[earlier_specialist] += 1
                                 source_stats.updated += 1
                             if keys:
-                                _remember_conversation(index, keys, outcome.key, outcome.specialist, None, out.tell())
+                                remember_conversation(index, keys, outcome.key, outcome.specialist, None, out.tell())
                             source_stats.kept += 1
                             source_stats.pairs += outcome.pair
                             added += 1
@@ -240,7 +242,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
         try:
             with quarantine:
                 quarantine.seek(0)
-                quarantined_new = _append_quarantine(directory, index, quarantine, head)
+                quarantined_new = append_quarantine(directory, index, quarantine, head)
         finally:
             index.close()
 
@@ -264,18 +266,7 @@ class _NothingNew(Exception):
     """Every record was a duplicate or bad: no version is made."""
 
 
-@dataclass(frozen=True)
-class _Settings:
-    fmt: str
-    labeler: Labeler
-    scrub: bool
-    specialist: str | None = None    # --specialist: every record of the sources is this specialist's
-    layout: dict | None = None       # the source's LLaMA-Factory columns and tags
-    fallback: str | None = None      # the specialist of episodes no rule labels, when no router places them
-    route: bool = False              # a router champion places the episodes no rule labels (in this process)
-
-
-def _source_settings(settings: _Settings, source: Source, file_formats: dict[Path, str]) -> _Settings:
+def _source_settings(settings: IngestSettings, source: Source, file_formats: dict[Path, str]) -> IngestSettings:
     """The settings for one source: its own --format, or the layout its dataset_info.json entry gives."""
     own = file_formats.get(source.path.resolve())
     if own is not None:
@@ -285,54 +276,11 @@ def _source_settings(settings: _Settings, source: Source, file_formats: dict[Pat
     return settings
 
 
-# --- what one record became ------------------------------------------------------------------------------
-# ``scrubbed``: what scrubbing found in the record (None: nothing). Outcomes are NamedTuples so that they cross
-# from worker processes as plain tuples (``_process_batch``): a dataclass pickles at several times the cost.
-
-class Kept(NamedTuple):
-    """An episode, serialized: its line (UTF-8 JSON), the first 128 bits of its id, its specialist and the
-    rule that labelled it, the keys that link it to other records of its conversation, and whether it
-    carries a chosen/rejected preference."""
-    line: bytes
-    key: bytes
-    specialist: str
-    how: str               # record | served_by | tools | keywords | routed | fallback | --specialist | feedback
-    keys: "ConversationKeys | None"
-    pair: bool
-    scrubbed: Counter | None
-
-
-class Quarantined(NamedTuple):
-    """A record that is not an episode: why, and its quarantine entry (UTF-8 JSON)."""
-    reason: str
-    entry: bytes
-    scrubbed: Counter | None
-
-
-class FeedbackEvent(NamedTuple):
-    """A rating or correction for an episode logged earlier, named by its upstream id (its record as read is
-    kept for the quarantine, should no episode have that id)."""
-    upstream_id: str
-    feedback: Feedback
-    source: str
-    raw: str
-    scrubbed: Counter | None
-
-
-class Unplaced(NamedTuple):
-    """An episode that no rule labels, for the router champion to place (in the main process)."""
-    episode: Episode
-    scrubbed: Counter | None
-
-
-Outcome = Kept | Quarantined | FeedbackEvent | Unplaced
-_OUTCOME_TYPES = (Kept, Quarantined, FeedbackEvent, Unplaced)
-
 PARALLEL_MIN_BYTES = 4 << 20     # smaller files are done before worker processes would have started
 _BATCH_LINES = 2000
 
 
-def _process(record: RawRecord, settings: _Settings) -> Outcome:
+def _process(record: RawRecord, settings: IngestSettings) -> Outcome:
     found: Counter = Counter()
     if record.error:
         return _quarantined(record, record.error, settings, found)
@@ -354,7 +302,7 @@ _CONVERSATION_FIELDS = frozenset(("messages", "conversations", "request", "promp
                                   "rejected", "chosen_messages", "rejected_messages"))
 
 
-def _feedback_event(record: RawRecord, data, settings: _Settings, found: Counter) -> FeedbackEvent | None:
+def _feedback_event(record: RawRecord, data, settings: IngestSettings, found: Counter) -> FeedbackEvent | None:
     if not isinstance(data, dict) or not _CONVERSATION_FIELDS.isdisjoint(data):
         return None
     upstream = upstream_id(data)
@@ -369,7 +317,7 @@ def _feedback_event(record: RawRecord, data, settings: _Settings, found: Counter
     return FeedbackEvent(upstream, feedback, record.source, raw, found or None)
 
 
-def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> Outcome:
+def _episode_outcome(record: RawRecord, settings: IngestSettings, found: Counter) -> Outcome:
     data = record.data
     if settings.layout is not None:
         data = remap(data, settings.layout)
@@ -403,43 +351,21 @@ def _episode_outcome(record: RawRecord, settings: _Settings, found: Counter) -> 
     return kept(episode.placed(specialist, record.source, how), how, found or None)
 
 
-def kept(episode: Episode, how: str, found: Counter | None) -> Kept:
-    """The outcome of an episode with its specialist and source: serialized once for its id, its line and its
-    conversation keys. Encoding is where a lone surrogate fails (UnicodeEncodeError)."""
-    serialized = episode.serialize()
-    return Kept(serialized.line.encode("utf-8"), bytes.fromhex(serialized.id[:32]), episode.specialist, how,
-                conversation_keys(episode, serialized.message_jsons), episode.preference is not None, found)
-
-
 def _surrogate_reason(data) -> str:
     return f"{lone_surrogate_at(data) or 'record'}: {LONE_SURROGATE}"
 
 
-def _quarantined(record: RawRecord, reason: str, settings: _Settings, found: Counter) -> Quarantined:
+def _quarantined(record: RawRecord, reason: str, settings: IngestSettings, found: Counter) -> Quarantined:
     content = record.raw
     if content is None and record.data is not None:
         try:
             content = json.dumps(record.data, ensure_ascii=False, sort_keys=True, default=str)
         except (RecursionError, ValueError):
             content = None
-    return Quarantined(reason, _quarantine_line(record.source, reason, content, settings, found), found or None)
+    return Quarantined(reason, quarantine_line(record.source, reason, content, settings, found), found or None)
 
 
-def _quarantine_line(source: str, reason: str, content: str | None, settings: _Settings, found: Counter) -> bytes:
-    # the quarantine is keyed by what was read, not where: a rotated file's new bad lines are new
-    digest = hashlib.sha256(f"{reason}\0{content if content is not None else source}".encode(
-        "utf-8", "surrogatepass")).hexdigest()[:32]
-    raw = content[:RAW_KEEP_CHARS] if content else content
-    if raw and settings.scrub:
-        raw = scrub_text(raw, found)
-    entry = {"key": digest, "source": source, "reason": reason, "raw": raw}
-    try:
-        return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
-    except UnicodeEncodeError:   # a lone surrogate: escaped, the entry is still valid JSON
-        return (json.dumps(entry) + "\n").encode("ascii")
-
-
-def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progress,
+def _outcomes(source: Source, label: str, settings: IngestSettings, cap: int, progress,
               workers: int | None) -> Iterator[Outcome]:
     """The outcome of every record of ``source``, in file order."""
     if workers is None:
@@ -461,10 +387,10 @@ def _outcomes(source: Source, label: str, settings: _Settings, cap: int, progres
             yield from _typed(pending.popleft().get())
 
 
-_worker_settings: _Settings | None = None
+_worker_settings: IngestSettings | None = None
 
 
-def _init_worker(settings: _Settings) -> None:
+def _init_worker(settings: IngestSettings) -> None:
     global _worker_settings
     _worker_settings = settings
 
@@ -476,247 +402,13 @@ def _process_batch(label: str, batch: list) -> list[tuple[int, tuple]]:
         record = parse_line(label, item)
         if record is not None:
             outcome = _process(record, _worker_settings)
-            out.append((_OUTCOME_TYPES.index(type(outcome)), tuple(outcome)))
+            out.append((OUTCOME_TYPES.index(type(outcome)), tuple(outcome)))
     return out
 
 
 def _typed(batch: list[tuple[int, tuple]]) -> Iterator[Outcome]:
     for kind, fields in batch:
-        yield _OUTCOME_TYPES[kind]._make(fields)
-
-
-# --- the router champion places what no rule labels --------------------------------------------------------
-
-class _ChampionRouter:
-    """The router champion, asked about the episodes no rule labels (their conversation up to the last user
-    turn, as the mixture asks it about a turn), in batches and in file order; the base it reads is loaded
-    on the first batch."""
-
-    BATCH = 64
-
-    def __init__(self, router, base: str, revision: str) -> None:
-        self.router, self.base, self.revision = router, base, revision
-        self._loaded = None
-
-    @classmethod
-    def find(cls, ws: Workspace, project: Project) -> "_ChampionRouter | None":
-        from mint.routing.router import champion_router
-        from mint.registry import store
-
-        if not store.exists(ws):
-            return None
-        router, base = champion_router(ws, project)
-        if router.probe is None:
-            return None
-        return cls(router, base or project.base, router.revision)
-
-    def place(self, outcomes: Iterator[Outcome]) -> Iterator[Outcome]:
-        """``outcomes`` in their order, each Unplaced one placed (a Kept labelled ``routed``)."""
-        held: list[Outcome] = []
-        waiting = 0
-        for outcome in outcomes:
-            if not held and not isinstance(outcome, Unplaced):
-                yield outcome
-                continue
-            held.append(outcome)
-            waiting += isinstance(outcome, Unplaced)
-            if waiting >= self.BATCH:
-                yield from self._placed(held)
-                held, waiting = [], 0
-        yield from self._placed(held)
-
-    def _placed(self, held: list[Outcome]) -> list[Outcome]:
-        unplaced = [o for o in held if isinstance(o, Unplaced)]
-        if not unplaced:
-            return held
-        conversations = [_asked(o.episode.messages) for o in unplaced]
-        routes = self.router.route(conversations, [False] * len(conversations), self._features)
-        placed = iter(routes)
-        out: list[Outcome] = []
-        for outcome in held:
-            if isinstance(outcome, Unplaced):
-                episode = outcome.episode
-                out.append(kept(episode.placed(next(placed).specialist, episode.source, "routed"), "routed",
-                                outcome.scrubbed))
-            else:
-                out.append(outcome)
-        return out
-
-    def _features(self, conversations, layer, reads):
-        from mint.base import load_base
-        from mint.routing.router import probe_features
-
-        if self._loaded is None:
-            self._loaded = load_base(self.base)
-        return probe_features(self._loaded.model, self._loaded.tokenizer, conversations, layer, reads)
-
-
-def _asked(messages: tuple[Message, ...]) -> list[dict]:
-    """The conversation up to its last user turn, as plain role/content turns."""
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=len(messages) - 1)
-    return [{"role": m.role, "content": m.content} for m in messages[:last_user + 1]
-            if m.role in ("system", "user", "assistant")]
-
-
-# --- one conversation logged more than once -------------------------------------------------------
-
-@dataclass(frozen=True)
-class ConversationKeys:
-    """What links records of one conversation: the upstream id (which feedback events name), and the
-    session (else the upstream id) with the messages and with each shorter prefix of them (a conversation
-    re-logged after every turn). Only content merges two conversation records: a shared id with other
-    messages is two conversations (datasets reuse ``id`` values such as ``identity_0``)."""
-
-    upstream: bytes | None
-    full: bytes | None
-    prefixes: tuple[bytes, ...]
-    has_feedback: bool
-
-
-def conversation_keys(episode: Episode, message_jsons: tuple[str, ...] | None = None) -> ConversationKeys | None:
-    """The episode's keys; ``message_jsons`` are its messages' JSON as ``serialize`` wrote them, when at hand.
-
-    A key is the hash of the session (else the upstream id) and the messages' JSON, so the prefix keys of
-    a longer log equal the full key of each shorter one.
-    """
-    upstream = _key("upstream", episode.upstream_id) if episode.upstream_id else None
-    full, prefixes = None, []
-    if episode.session:
-        head = b"session\0" + episode.session.encode("utf-8") + b"\0"
-    elif episode.upstream_id:
-        head = b"upstream\0" + episode.upstream_id.encode("utf-8") + b"\0"
-    else:
-        head = None
-    if head is not None:
-        messages = episode.messages
-        jsons = message_jsons if message_jsons is not None else tuple(m.json() for m in messages)
-        # a conversation is re-logged after an answer: prefixes that end with one are its earlier logs
-        ends = {i for i in range(len(messages) - 1)
-                if messages[i].role == "assistant" and messages[i + 1].role != "assistant"}
-        if ends:
-            running = hashlib.sha256(head + b"[")
-            for i in range(max(ends) + 1):
-                running.update((b"," if i else b"") + jsons[i].encode("utf-8"))
-                if i in ends:
-                    prefix = running.copy()
-                    prefix.update(b"]")
-                    prefixes.append(prefix.digest()[:16])
-        full = hashlib.sha256(head + ("[" + ",".join(jsons) + "]").encode("utf-8")).digest()[:16]
-    if upstream is None and full is None:
-        return None
-    return ConversationKeys(upstream, full, tuple(prefixes), episode.feedback.given)
-
-
-def _key(kind: str, value: str) -> bytes:
-    return hashlib.sha256(f"{kind}\0{value}".encode("utf-8")).digest()[:16]
-
-
-def _earlier_episode(index: sqlite3.Connection, keys: ConversationKeys) -> tuple[bytes, str, bool] | None:
-    """(id, specialist, same messages?) of the episode this record is a later copy of, if any: the same
-    messages under the same session (or upstream id), else the longest earlier prefix of them. The
-    upstream id alone never merges: it is what feedback events look up."""
-    wanted = [k for k in (keys.full, *keys.prefixes) if k is not None]
-    if not wanted:
-        return None
-    rows = dict((key, (episode, specialist)) for key, episode, specialist in index.execute(
-        f"SELECT key, id, specialist FROM conversation WHERE key IN ({','.join('?' * len(wanted))})", wanted))
-    if not rows:
-        return None
-    for key, same in ((keys.full, True), *((k, False) for k in reversed(keys.prefixes))):
-        if key in rows:
-            return *rows[key], same
-    return None
-
-
-def _remember_conversation(index: sqlite3.Connection, keys: ConversationKeys, episode: bytes,
-                           specialist: str, version: str | None, offset: int) -> None:
-    """Map the conversation's keys to its episode and where its line is (version None: this ingest's)."""
-    for key in (keys.upstream, keys.full):
-        if key is not None:
-            index.execute("INSERT OR REPLACE INTO conversation(key, id, specialist, version, offset) "
-                          "VALUES (?, ?, ?, ?, ?)", (key, episode, specialist, version, offset))
-
-
-def _apply_feedback(index: sqlite3.Connection, directory: Path, staging: Path, event: FeedbackEvent,
-                    settings: _Settings) -> Kept | Quarantined:
-    """The earlier episode with the event's feedback merged in, or the event quarantined when no episode of
-    this dataset has its upstream id."""
-    row = index.execute("SELECT specialist, version, offset FROM conversation WHERE key = ?",
-                        (_key("upstream", event.upstream_id),)).fetchone()
-    if row is None:
-        reason = (f"feedback for {event.upstream_id!r}: no earlier episode in this dataset has that id "
-                  "(ingest the conversation first)")
-        return Quarantined(reason, _quarantine_line(event.source, reason, event.raw, settings, Counter()), None)
-    specialist, version, offset = row
-    path = (directory / version if version else staging) / datasets.EPISODES_FILE
-    with open(path, "rb") as f:
-        f.seek(offset)
-        episode = Episode.from_dict(json.loads(f.readline()))
-    given = event.feedback
-    feedback = Feedback(given.rating if given.rating is not None else episode.feedback.rating,
-                        given.correction if given.correction is not None else episode.feedback.correction)
-    return kept(dataclasses.replace(episode, feedback=feedback), "feedback", None)
-
-
-_INDEX_SCHEMA = "4"   # 4: conversation keys (with where each episode is) and quarantine keys
-
-
-def _open_index(directory: Path, head: str | None) -> sqlite3.Connection:
-    index = sqlite3.connect(directory / "index.sqlite", isolation_level="DEFERRED")
-    index.execute("PRAGMA synchronous=NORMAL")
-    index.execute("PRAGMA journal_mode=WAL")
-    index.execute("PRAGMA cache_size=-32000")   # 32 MB: random 128-bit keys touch pages all over the tree
-    index.execute("CREATE TABLE IF NOT EXISTS seen (id BLOB PRIMARY KEY) WITHOUT ROWID")
-    has_meta = index.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
-    schema = index.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() if has_meta else None
-    if schema is None or schema[0] != _INDEX_SCHEMA:
-        index.execute("DROP TABLE IF EXISTS conversation")   # its columns changed; rebuilt below
-    index.execute("CREATE TABLE IF NOT EXISTS conversation (key BLOB PRIMARY KEY, id BLOB, specialist TEXT, "
-                  "version TEXT, offset INTEGER) WITHOUT ROWID")
-    index.execute("CREATE TABLE IF NOT EXISTS quarantined (key BLOB PRIMARY KEY) WITHOUT ROWID")
-    index.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-    index.commit()
-    meta = dict(index.execute("SELECT key, value FROM meta").fetchall())
-    if meta.get("head") != head or meta.get("schema") != _INDEX_SCHEMA:
-        # HEAD moved without the index (a kill between the two), or an older index: rebuild from the files
-        index.execute("DELETE FROM seen")
-        index.execute("DELETE FROM conversation")
-        index.execute("DELETE FROM quarantined")
-        for version in datasets.chain(directory, head):
-            with open(directory / version / datasets.EPISODES_FILE, "rb") as f:
-                while line := f.readline():
-                    stored = json.loads(line)
-                    key = bytes.fromhex(stored["id"][:32])
-                    index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)", (key,))
-                    keys = conversation_keys(Episode.from_dict(stored))
-                    if keys:
-                        _remember_conversation(index, keys, key, stored["specialist"], version, f.tell() - len(line))
-        for entry_key in datasets.quarantine_keys(directory):
-            index.execute("INSERT OR IGNORE INTO quarantined(key) VALUES (?)", (entry_key,))
-        index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('head', ?)", (head,))
-        index.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema', ?)", (_INDEX_SCHEMA,))
-        index.commit()
-    return index
-
-
-def _append_quarantine(directory: Path, index: sqlite3.Connection, scratch, version: str | None) -> int:
-    """Append the entries not quarantined before (by content key), each naming the version this ingest
-    left; returns how many. Append-only: earlier entries are never read into memory or rewritten."""
-    new = 0
-    with datasets.quarantine_appender(directory) as append:
-        for line in scratch:
-            entry = json.loads(line)
-            key = bytes.fromhex(entry["key"])
-            if index.execute("INSERT OR IGNORE INTO quarantined(key) VALUES (?)", (key,)).rowcount == 0:
-                continue
-            entry["version"] = version
-            try:
-                append((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
-            except UnicodeEncodeError:
-                append((json.dumps(entry) + "\n").encode("ascii"))
-            new += 1
-    index.commit()   # after the entries are on disk: a kill in between repeats entries, never loses them
-    return new
+        yield OUTCOME_TYPES[kind]._make(fields)
 
 
 def _manifest(dataset: str, version: str, parent: str | None, parent_manifest: dict | None, fmt: str,

@@ -51,11 +51,11 @@ def test_a_refused_write_deep_in_a_library_is_one_error_line_with_exit_1(tmp_pat
     logs = tmp_path / "logs.jsonl"
     logs.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}\n')
     monkeypatch.setenv("MINT_HOME", str(tmp_path / "ws"))
-    monkeypatch.setattr(ingest_module, "_open_index", full_disk)
+    monkeypatch.setattr(ingest_module, "open_index", full_disk)
     assert main(["ingest", str(logs)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("error:") == 1 and "database or disk is full" in err
-    monkeypatch.setattr(ingest_module, "_open_index",
+    monkeypatch.setattr(ingest_module, "open_index",
                         lambda *a: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system", "/ws")))
     assert main(["ingest", str(logs)]) == 1
     assert "/ws: Read-only file system" in capsys.readouterr().err
