@@ -171,11 +171,12 @@ def _render_generations(result) -> None:
                           + (f" — {escape(row.twin['why'])}" if row.twin.get("why") else ""))
 
 
-def _render_families(what: str, recorded: list[dict]) -> None:
-    """What the experience found learnable per family of requests, and where it is within reach."""
+def _render_families(what: str, recorded: list) -> None:
+    """What the experience found learnable per family of requests (as this run found them, or as a recorded run's
+    state holds them), and where it is within reach."""
     from mint.loop.results import WITHIN_REACH, FamilyStats
 
-    families = [FamilyStats.from_dict(f) for f in recorded]
+    families = [f if isinstance(f, FamilyStats) else FamilyStats.from_dict(f) for f in recorded]
     if not families:
         return
     out.print(families_table(f"{what}: what was learnable per family", families))

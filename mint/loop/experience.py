@@ -598,7 +598,7 @@ def experience_summary(result: ExperienceResult) -> dict:
             "repaired": result.repaired, "dpo_pairs": result.dpo_pairs,
             "kept_per_source": {name: c.get("kept", 0) for name, c in result.sources.items()},
             "accepted_per_source": {name: c.get("accepted", 0) for name, c in result.sources.items()},
-            "plan": result.plan, "families": [f.to_dict() for f in result.families]}
+            "plan": result.plan, "families": list(result.families)}   # typed: the state records them as JSON
 
 
 def _logged_examples(episodes: list[dict]) -> int:

@@ -476,7 +476,7 @@ def test_an_experience_with_families_records_them_and_its_summary_carries_them()
                                      "raw_pass_at_k": 0.0, "repaired_pass_at_1": 0.125, "repaired_pass_at_k": 0.5,
                                      "always": 0, "sometimes": 2, "never": 1, "signal": 0.4375, "accepted": 3}]
     assert ExperienceResult.from_dict(json.loads(json.dumps(recorded))) == gathered
-    assert experience_summary(gathered)["families"] == recorded["families"]
+    assert experience_summary(gathered)["families"] == [card]        # typed until the loop's state writes it
 
 
 def test_constrained_samples_decode_inside_the_catalog_and_the_unconstrained_do_not(ws, project, tmp_path):

@@ -180,7 +180,7 @@ def test_control_trains_a_placebo_twin_on_unverified_answers_and_never_promotes_
     assert f"vs its steps control {control['revision']} (the same steps on the logs alone)" in shown
     assert "pass@1 0.5, pass@2 1" in shown
     # what was learnable per family of requests (GenUI: the root component each names), and where it is in reach
-    assert [(f["family"], f["requests"], f["raw_pass_at_1"], f["sometimes"], f["signal"], f["accepted"])
+    assert [(f.family, f.requests, f.raw_pass_at_1, f.sometimes, f.signal, f.accepted)
             for f in row.experience["families"]] == [("Card", 1, 0.5, 1, 0.25, 1), ("Form", 1, 0.5, 1, 0.25, 1)]
     assert "genui (iteration 2) experience: what was learnable per family" in shown
     assert ("genui (iteration 2) experience: within reach: Card (1 of 1 request(s) passed sometimes), Form (1 of 1 "
