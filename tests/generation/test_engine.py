@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from mint.base import TINY, build_tiny_random, load_base, load_tokenizer
+from mint.harness import answer_ends
 from mint.harness.base import HarnessSettings
 from mint.generation import cache as kv
 from mint.generation import engine as gen
 from mint.generation import lookup as drafts
 from mint.generation import precision as precisions
-from mint.generation import stops
 from mint.generation.engine import generate
 from mint.generation.stops import answer_complete
 
@@ -103,7 +103,7 @@ def test_generation_stops_at_the_end_of_a_json_tree_and_rows_end_independently(t
 def test_generation_stops_after_a_closed_code_block(tokenizer):
     model = Scripted(tokenizer, {"code": CODE + "\nThis function returns one, as asked, and more."}).inner
     result = generate(model, tokenizer, [chat("code")], HarnessSettings(max_new_tokens=48, batch_size=1),
-                      answer_end=stops.answer_ends("coding", HarnessSettings(stop_at_answer_end=True)))
+                      answer_end=answer_ends("coding", HarnessSettings(stop_at_answer_end=True)))
     assert result.outputs == [[CODE]]
 
 
@@ -258,10 +258,10 @@ def test_answers_end_early_only_where_the_contract_asks(tmp_path):
     (tmp_path / "core.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}],
                                                      "reference": {"type": "Card"}}) + "\n")
     (tmp_path / "c.yaml").write_text(GOOD)
-    assert stops.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ()
+    assert answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ()
     (tmp_path / "c.yaml").write_text(GOOD.replace("batch_size: 2}", "batch_size: 2, stop_at_answer_end: true}"))
-    assert stops.answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ("json", "fence")
-    assert stops.answer_ends("chat", load_contract(tmp_path / "c.yaml").settings) == ()
+    assert answer_ends("genui", load_contract(tmp_path / "c.yaml").settings) == ("json", "fence")
+    assert answer_ends("chat", load_contract(tmp_path / "c.yaml").settings) == ()
 
 
 def test_an_unknown_precision_names_its_field(tmp_path):
