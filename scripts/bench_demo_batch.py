@@ -36,7 +36,7 @@ def main() -> None:
     from mint.base import load_base
     from mint.contract.schema import load_contract, read_suite
     from mint.generation.engine import generate
-    from mint.generation.stops import answer_ends
+    from mint.harness import answer_ends
 
     contract = load_contract(ROOT / "contracts/agent.yaml")
     records = read_suite(contract, contract.suites[0], args.examples)

@@ -395,7 +395,7 @@ def counting_forwards(model):
 
 
 def answer_ends(contract, settings) -> tuple[str, ...]:
-    from mint.generation.stops import answer_ends as ends
+    from mint.harness import answer_ends as ends
 
     return ends(contract.harness_name, settings)
 
