@@ -80,7 +80,7 @@ def apply_budget(folder: Path, args) -> list[str]:
         if args.steps is not None and kind == "experience":
             options["max_steps"] = args.steps
             options["min_steps"] = min(options.get("min_steps", 1), args.steps)
-        if args.limit is not None and kind == "eval":
+        if args.limit is not None and kind in ("eval", "controls"):
             options["limit"] = args.limit
         if args.prompts is not None and kind == "experience":
             options["prompts"] = args.prompts
