@@ -160,18 +160,23 @@ def find_report(ws: Workspace, owner: str, contract: ContractIdentity, examples_
         conn.close()
 
 
-def newest_report(ws: Workspace, revision_id: str) -> Report | None:
-    """The newest registered report of a revision whose file still reads as a report, whatever its verdict."""
+def _report_paths(ws: Workspace, revision_id: str) -> list[Path]:
+    """Where each registered report of a revision was written, newest first."""
     if not store.exists(ws):
-        return None
+        return []
     conn = store.open_store(ws, create=False)
     try:
         rows = store.reports_for(conn, revision_id)
     finally:
         conn.close()
-    for row in reversed(rows):          # newest first; skip reports whose file is gone or unreadable
+    return [Path(row["path"]) for row in reversed(rows)]
+
+
+def newest_report(ws: Workspace, revision_id: str) -> Report | None:
+    """The newest registered report of a revision whose file still reads as a report, whatever its verdict."""
+    for path in _report_paths(ws, revision_id):     # skip reports whose file is gone or unreadable
         try:
-            return read_report(Path(row["path"]))
+            return read_report(path)
         except BadInput:
             continue
     return None
@@ -179,14 +184,7 @@ def newest_report(ws: Workspace, revision_id: str) -> Report | None:
 
 def newest_predictions(ws: Workspace, revision_id: str, name: str = "predictions.jsonl") -> Path | None:
     """The answers file (``name``) beside the newest registered report of a revision that still has one."""
-    if not store.exists(ws):
-        return None
-    conn = store.open_store(ws, create=False)
-    try:
-        rows = store.reports_for(conn, revision_id)
-    finally:
-        conn.close()
-    return next((path for row in reversed(rows) if (path := Path(row["path"]).parent / name).is_file()), None)
+    return next((path for report in _report_paths(ws, revision_id) if (path := report.parent / name).is_file()), None)
 
 
 def generated_reports(ws: Workspace, owner: str) -> list[Report]:
