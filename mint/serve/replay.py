@@ -84,7 +84,7 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
     for, should the log's share be another."""
     from mint.mol.mixture import Mixture
     from mint.mol.turnlog import TurnLog
-    from mint.serve.admission import Access
+    from mint.serve.admission import Access, Limits
     from mint.serve.app import create_app
     from mint.serve.local import LocalBackend
     from mint.serve.server import start_background
@@ -98,8 +98,12 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
                   heldout_at=heldout_at if heldout is not None else project.traffic_at)
     mixture = Mixture.open(ws, project, base=base, log=log)
     # every client's request in flight decodes in the one stream (greedy answers are the same at any batch size)
+    # the replay is one caller with one key sending ``clients`` turns at once: the server's per-key and queue
+    # limits (32 and 128 by default, against one caller flooding it) are raised to that, not past it
+    defaults = Limits()
+    limits = Limits(max_queue=max(defaults.max_queue, clients), max_per_key=max(defaults.max_per_key, clients))
     running = start_background(create_app(LocalBackend(mixture, poll_s=3600.0, max_batch=clients),
-                                          access=Access((key,))),
+                                          access=Access((key,)), limits=limits),
                                start_limit_s=START_LIMIT_S)
     try:
         url = f"http://127.0.0.1:{running.port}/v1/chat/completions"

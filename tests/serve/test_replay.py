@@ -34,6 +34,18 @@ def test_each_request_is_answered_over_http_and_logged_as_a_served_turn(ws, crow
     assert genui and all(t["served_by"] == "genui:v1" for t in genui)     # the champion answered its turns
 
 
+def test_more_clients_than_the_servers_per_key_default_are_all_served(ws, tmp_path):
+    """The replay is one caller sending ``clients`` turns at once: none is refused for its key's share."""
+    from mint.serve.admission import Limits
+    from mint.serve.replay import serve_requests
+
+    clients = Limits().max_per_key + 8
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"prompt": f"Say hello number {i}."}) + "\n" for i in range(clients)))
+    result = serve_requests(ws, TINY_PROJECT, requests, base="tiny-random", clients=clients, max_tokens=4)
+    assert (result.served, result.failed) == (clients, 0), result.failures
+
+
 def test_a_bad_request_line_names_its_file_line_and_field_before_anything_loads(ws, tmp_path):
     from mint.serve.replay import serve_requests
 
