@@ -133,7 +133,7 @@ def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_
         assert {"value", "experience", "twin", "retention", "backward_transfer"} <= set(generation)
     assert all(g["experience"]["pool"]["k"] == 8 and g["twin"]["verdict"] for g in genui["generations"][1:])
     # each generation is gated on what users ask at its time: the contract follows the traffic
-    assert [g["contract"] for g in genui["generations"]] == ["genui v12", "genui v17", "genui v18"]
+    assert [g["contract"] for g in genui["generations"]] == ["genui-logs v1", "genui v17", "genui v18"]
     steps = result["wall_s"]["steps"]
     assert {(s["iteration"], s["step"]) for s in steps} >= {(3, "serve"), (3, "experience genui"), (2, "eval genui")}
     assert result["wall_s"]["total"] > 0
