@@ -1,7 +1,7 @@
 """Contract evaluation speed: mint's engine against HF generate and vLLM's CPU build on the same prompts, in one run
 (modes alternated), with each mode's parity and the CPU flags.
 
-Run: make bench   (or: python scripts/bench_eval.py [--base smollm2-135m] [--examples 32] [--repeats 2])
+Run: make bench   (or: python scripts/bench_eval.py [--base smollm2-135m] [--examples 96] [--repeats 2])
 Quiet run (the goals below, vLLM included): make vllm && python scripts/bench_eval.py --repeats 2
 Smoke run: python scripts/bench_eval.py --quick   (tiny-random, 6 prompts, random adapters, no vLLM)
 Batch sizes: python scripts/bench_eval.py --modes "engine b8,engine b16,engine b24,engine b32"
@@ -14,6 +14,7 @@ under its harness and decoding settings (max_new_tokens, batch_size, stop_at_ans
 mode says otherwise; prompt lookup is off in every mode but those named `lookup` (at 8), whatever the contract sets,
 so a mode's name says what it runs. Modes (each on the same prompts, in one process, alternated A B C ... A B C):
   hf generate         HF generate on length-sorted batches of 16, fp32, every row to max_new_tokens (the reference)
+  hf generate b96     the same in batches of 96 (the GenUI contracts' batch)
   hf + answer end     the same with the contract's answer-end stops (finished rows ride until their batch ends)
   hf + static KV      the same with HF's static KV cache
   engine              mint's engine (mint.generation) as `mint eval` runs it: one stream at the contract's batch,
@@ -79,6 +80,7 @@ NO_END = (("stop_at_answer_end", False),)
 HF = (("batch_size", HF_BATCH),)
 MODES = {
     "hf generate": Mode("hf", HF, answer_end=False),
+    "hf generate b96": Mode("hf", (("batch_size", 96),), answer_end=False),
     "hf + answer end": Mode("hf", HF),
     "hf + static KV": Mode("hf", HF, kv_cache="static", answer_end=False),
     "engine": Mode(),
@@ -104,6 +106,7 @@ DEFAULT_MODES = ("hf generate", "engine", "engine to eos", "engine lookup", "ada
                  "adapter merged", "3 in one stream", "3 one by one", "vllm", "vllm adapter")
 # each mode's reference for its parity (the same outputs expected: identical, or cut at the answer's end)
 REFERENCE = {"engine": "hf generate", "engine to eos": "hf generate", "hf + answer end": "hf generate",
+             "hf generate b96": "hf generate",
              "hf + static KV": "hf generate", "adapter merged": "adapter", "adapter bf16": "adapter",
              "adapter lookup": "adapter", "adapter to eos": "adapter", "3 in one stream": "3 one by one",
              "vllm": "engine to eos", "vllm adapter": "adapter to eos",
@@ -127,7 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="smollm2-135m")
     parser.add_argument("--contract", default=str(ROOT / "contracts/genui.yaml"))
-    parser.add_argument("--examples", type=int, default=32)
+    parser.add_argument("--examples", type=int, default=None,
+                        help="prompts (default: the contract's batch, one full batch as its evaluation decodes)")
     parser.add_argument("--batch", type=int, default=None, help="the engine's batch (default: the contract's)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the contract's")
     parser.add_argument("--one-by-one-sample", type=int, default=4,
@@ -177,6 +181,7 @@ def run_modes(args, chosen: list[str], adapters: list[str]) -> None:
     contract = load_contract(Path(args.contract))
     # a suite drawn from the served traffic exists only in a workspace: the contract's file suites stand for it
     records = [r for suite in contract.suites if not suite.live for r in read_suite(contract, suite, None)]
+    args.examples = args.examples or contract.settings.batch_size
     records = (records * (args.examples // len(records) + 1))[:args.examples]
     harness = contract.harness()
     conversations = [harness.messages(r) for r in records]
@@ -312,6 +317,10 @@ def report(results, cpu_seconds, chosen, settings, hardware, model, conversation
         if have(name, "hf generate"):
             ratio(f"tokens/s, {name} / hf generate", median_tps[name] / median_tps["hf generate"],
                   TOKENS_GOAL if name in ("engine", "engine to eos", "engine lookup") else None)
+    for name in ("engine", "engine to eos"):
+        if have(name, "hf generate b96"):
+            ratio(f"tokens/s, {name} / hf generate b96 (HF at batch 96)",
+                  median_tps[name] / median_tps["hf generate b96"])
     if have("engine", "hf generate"):
         ratio("wall time, hf generate / engine (same prompts; the engine stops at answer ends)",
               median_s["hf generate"] / median_s["engine"])
@@ -365,8 +374,11 @@ def report(results, cpu_seconds, chosen, settings, hardware, model, conversation
         theirs = first[reference] if not MODES[name].sample else \
             [first[reference][conversations.index(c)] for c in sample]
         cut = MODES[name].answer_end and not MODES[reference].answer_end
-        same = [(b.startswith(a) if cut else a == b) for a, b in zip(outputs, theirs)]
-        how = "are its, cut at the answer's end or identical" if cut else "identical to"
+        cut_theirs = MODES[reference].answer_end and not MODES[name].answer_end   # ours run on past the end
+        same = [(b.startswith(a) if cut else a.startswith(b) if cut_theirs else a == b)
+                for a, b in zip(outputs, theirs)]
+        how = "are its, cut at the answer's end or identical" if cut else \
+            "begin with (or are)" if cut_theirs else "identical to"
         print(f"parity, outputs of {name}: {sum(same)}/{len(outputs)} {how} {reference}'s")
         for index, ok in enumerate(same):
             if not ok and not cut and MODES[name].runner == "vllm":
