@@ -8,7 +8,8 @@ with room to grow: ``mint.generation.cache``):
 
 - rows join and leave: a row leaves the batch as soon as it has finished (EOS, its answer's end, its token
   limit, its listener gone) and waiting requests (longest prompt first) are prefilled together into the freed
-  places, so no row pays for the longest one in its batch;
+  places, so no row pays for the longest one in its batch; a group of very different prompt lengths is prefilled
+  in runs of similar length (``prefill_buckets``), so no prompt is padded to a far longer one's;
 - requests join a running stream: ``joining(room)``, where given, is asked between steps, while the stream has
   room, for at most ``room`` more requests, which wait and are prefilled like the first ones (continuous
   batching across callers, as vLLM does: a server's new turn need not wait for the stream to end); and
@@ -129,6 +130,23 @@ class _Row:
         return self.request.temperature > 0 or self.request.constraint is not None
 
 
+PREFILL_PADDING = 4 / 3     # a prefill pads no prompt past this many times its own length
+
+
+def prefill_buckets(group: list[_Row]) -> list[list[_Row]]:
+    """``group``, longest prompt first, cut into runs whose shortest prompt is at least 1 / PREFILL_PADDING of
+    their longest: each run is prefilled alone, so a short prompt is not padded to a long one's length (one
+    prefill of the agent contract's 72 prompts, 140 to 375 tokens, padded 13,582 tokens to 23,250)."""
+    ordered = sorted(group, key=lambda row: -len(row.request.prompt))
+    buckets: list[list[_Row]] = []
+    for row in ordered:
+        if buckets and len(row.request.prompt) * PREFILL_PADDING >= len(buckets[-1][0].request.prompt):
+            buckets[-1].append(row)
+        else:
+            buckets.append([row])
+    return buckets
+
+
 class Engine:
     """Decodes requests on ``model`` (a causal LM, with LoRA slots or without) one batch at a time (``lock``)."""
 
@@ -203,12 +221,13 @@ class Engine:
                 if waiting and len(running) < batch_size:
                     group = [self._row(i, requests[i], runner, device)
                              for i in (waiting.popleft() for _ in range(min(batch_size - len(running), len(waiting))))]
-                    logits, group_cache, group_mask = self._prefill(runner, table, group, router)
-                    cache, mask = kv.join(cache, mask, group_cache, group_mask)
-                    running += group
-                    self._set_rows(table, running)
-                    done = [False] * (len(running) - len(group)) + [
-                        self._finished(row, token) for row, token in zip(group, self._choose(logits, group))]
+                    done = [False] * len(running)
+                    for bucket in prefill_buckets(group):
+                        logits, bucket_cache, bucket_mask = self._prefill(runner, table, bucket, router)
+                        cache, mask = kv.join(cache, mask, bucket_cache, bucket_mask)
+                        running += bucket
+                        done += [self._finished(row, token) for row, token in zip(bucket, self._choose(logits, bucket))]
+                    self._set_rows(table, running)      # once the group is in, not after each run
                 else:
                     done, mask = self._step(runner, running, cache, mask, batch_size, device)
                 if any(done):

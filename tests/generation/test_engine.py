@@ -463,6 +463,27 @@ def test_slots_decoded_in_one_stream_answer_as_each_slot_alone(tmp_path, tempera
     assert len({json.dumps(g.outputs) for g in alone}) == 3                  # each slot answers differently
 
 
+def test_prompts_of_very_different_lengths_are_prefilled_apart_and_answer_as_alone():
+    """One admitted group is prefilled in runs of similar length: no prefill pads a prompt past
+    PREFILL_PADDING times its length, and every answer is still the one it gets decoded alone."""
+    loaded = load_base(TINY)
+    prompts = gen.prompt_ids(loaded.tokenizer, VARIED)
+    padded = []
+    forward = loaded.model.forward
+
+    def recording(input_ids=None, attention_mask=None, **kwargs):
+        if kwargs.get("cache") is None:            # a prefill: its width against each row's own length
+            padded.extend(input_ids.shape[1] / int(n) for n in attention_mask.sum(1))
+        return forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    loaded.model.forward = recording
+    assert max(map(len, prompts)) > gen.PREFILL_PADDING * min(map(len, prompts))   # guards the test: they differ
+    run = gen.Engine(loaded.model, loaded.tokenizer).decode([gen.Request(p, 6) for p in prompts])
+    assert len(padded) == len(prompts) and max(padded) <= gen.PREFILL_PADDING
+    alone = [gen.Engine(loaded.model, loaded.tokenizer).decode([gen.Request(p, 6)]).results[0] for p in prompts]
+    assert [d.tokens for d in run.results] == [d.tokens for d in alone]
+
+
 def test_a_lookup_draft_is_what_followed_the_last_earlier_occurrence_of_the_longest_recent_ngram():
     lookup = drafts.Lookup([5, 1, 2, 3, 4, 1, 2])
     assert lookup.draft(3) == [3, 4, 1]              # (1, 2) was followed by 3; (4, 1, 2) never occurred before
@@ -483,11 +504,13 @@ def sharpened_tiny():
 
 
 def counting_forwards(model):
+    """The width of each decode step (a forward given the cache; prefills are not counted)."""
     widths = []
     forward = model.forward
 
     def counting(input_ids=None, **kwargs):
-        widths.append(input_ids.shape[1])
+        if kwargs.get("cache") is not None:
+            widths.append(input_ids.shape[1])
         return forward(input_ids=input_ids, **kwargs)
 
     model.forward = counting
@@ -516,7 +539,7 @@ def test_prompt_lookup_gives_hf_generates_greedy_outputs_in_fewer_steps(monkeypa
                        HarnessSettings(max_new_tokens=24, batch_size=4, prompt_lookup=6))
     assert [o[0] for o in plain.outputs] == [o[0] for o in drafted.outputs] == expected
     assert drafted.new_tokens == plain.new_tokens and drafted.row_tokens == plain.row_tokens
-    assert len(widths) < plain_steps and max(widths[1:]) > 1
+    assert len(widths) < plain_steps and max(widths) > 1
     assert any(refused)
 
 
@@ -529,13 +552,14 @@ def test_drafts_fill_only_the_rows_finished_sequences_left(monkeypatch):
     forward = loaded.model.forward
 
     def recording(input_ids=None, **kwargs):
-        shapes.append(tuple(input_ids.shape))
+        if kwargs.get("cache") is not None:       # decode steps only
+            shapes.append(tuple(input_ids.shape))
         return forward(input_ids=input_ids, **kwargs)
 
     loaded.model.forward = recording
     settings = HarnessSettings(max_new_tokens=20, batch_size=4, prompt_lookup=8)
     generate(loaded.model, loaded.tokenizer, prompts, settings)
-    steps = [(rows, width) for rows, width in shapes[1:]]
+    steps = shapes
     assert all(rows * width <= 4 for rows, width in steps if width > 1)
     assert all(width == 1 for rows, width in steps if rows == 4)
 
@@ -545,7 +569,7 @@ def test_sampled_rows_draft_nothing():
     widths = counting_forwards(loaded.model)
     settings = HarnessSettings(max_new_tokens=8, batch_size=4, temperature=0.8, top_p=0.9, prompt_lookup=8)
     result = generate(loaded.model, loaded.tokenizer, VARIED[:2], settings)
-    assert set(widths[1:]) == {1}
+    assert set(widths) == {1}
     assert [o[0] for o in result.outputs] == [hf_generate_alone(loaded, c, 8, 0.8, seed=i) for i, c in
                                               enumerate(VARIED[:2])]
 
