@@ -153,6 +153,10 @@ def _render_generations(result) -> None:
                       f"{pool.get('prompts_between', 0)} strictly between 0 and 1; "
                       f"{row.experience.get('accepted')} answer(s) accepted"
                       + (f" ({row.experience['repaired']} of them repaired)" if row.experience.get("repaired") else ""))
+            for r in row.experience.get("rounds") or []:
+                out.print(f"  round {r.get('round')}, sampled by {escape(str(r.get('sampled_by')))}: "
+                          f"{r.get('prompts')} prompt(s), pass@1 {_fmt((r.get('pool') or {}).get('pass@1'))}, "
+                          f"{r.get('accepted')} accepted ({r.get('repaired', 0)} repaired)")
             _render_families(f"{row.specialist} (iteration {row.iteration}) experience",
                              row.experience.get("families") or [])
         if row.twin:

@@ -409,7 +409,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       repair: bool = False, recipe_dir: Path | None = None,
                       continuation: bool = False, replay: float = 0.0, constrained: bool = False,
                       precision: str = "fp32", version: str | None = None,
-                      sample_rows: int | None = None) -> ExperienceResult:
+                      sample_rows: int | None = None, sampler: str | None = None) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
@@ -422,7 +422,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     are drawn at random and judged by the verifier, never compared with a baseline's, so numerics only change
     which answers are drawn. ``version``: the dataset's version to read (its head when None; a resumed loop
     gives the one the killed step started from). ``sample_rows``: how many samples decode side by side (default
-    ``sampling_rows()``)."""
+    ``sampling_rows()``). ``sampler``: the revision whose answers are sampled (a later round's model,
+    ``experience_step``); the champion when None."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import specialist as registered
@@ -430,7 +431,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     if not temperature > 0:
         raise BadInput("experience samples several different answers: temperature must be above 0",
                        field="temperature")
-    champion, served_by = _champion(ws, specialist, base)   # a changed champion is refused before anything else
+    champion, served_by = _sampler(ws, specialist, base, sampler)   # changed files are refused before anything else
     episodes = list(iter_episodes(ws, dataset, version, specialist, split="train"))
     answered = {prompt_key(e["messages"]) for e in episodes if has_accepted_answer(e)}
     candidates, skipped = [], {}
@@ -565,19 +566,83 @@ def _answer_shapes(contracts: list[Path] | None, chosen: list[ExperiencePrompt])
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
                     contracts: list[Path], recipe_dir: Path, version: str | None = None) -> ExperienceResult:
     """What the loop's experience step records: the gathered experience and the plan the next generation
-    trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``."""
-    from mint.loop.placebo import PLAN_DEFAULTS, training_plan
+    trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``.
 
-    plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k != "specialist"}
-    result = gather_experience(ws, dataset=dataset, specialist=specialist, base=base, project=project,
-                               contracts=contracts, recipe_dir=recipe_dir, version=version,
-                               continuation=plan_options.get("init", PLAN_DEFAULTS["init"]) == "champion",
-                               **{k: v for k, v in options.items() if k in GATHER_KEYS})
+    With ``rounds`` above 1, ReST-EM's iterations inside one generation: after each round a model is trained as
+    the plan says (from where the generation starts, on everything verified so far) and the next round samples
+    from it, on the requests no round has answered yet; each round's verified answers join the same verified
+    (and twin) datasets, and the plan is made over all of them. A model that learned from the first round's
+    answers solves requests the champion never did, so a second round finds what the first could not
+    (docs/benchmarks.md, "Learning from the served traffic")."""
+    from mint.loop.placebo import PLAN_DEFAULTS
+
+    plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k not in ("specialist", "rounds")}
+    gather_options = {k: v for k, v in options.items() if k in GATHER_KEYS}
+    continuation = plan_options.get("init", PLAN_DEFAULTS["init"]) == "champion"
+
+    def gather(at_version: str | None, sampler: str | None) -> ExperienceResult:
+        return gather_experience(ws, dataset=dataset, specialist=specialist, base=base, project=project,
+                                 contracts=contracts, recipe_dir=recipe_dir, version=at_version,
+                                 continuation=continuation, sampler=sampler, **gather_options)
+
+    result = _with_plan(gather(version, None), plan_options)
+    rounds = [_round_summary(1, result)]
+    for number in range(2, int(options.get("rounds", 1)) + 1):
+        if not result.plan or not result.plan["max_steps"]:
+            break           # nothing verified: no model to sample the next round from
+        sampler = _round_model(ws, specialist=specialist, base=base, dataset=dataset, plan=result.plan)
+        later = gather(result.version or version, sampler)
+        rounds.append(_round_summary(number, later))
+        result = _with_plan(_merged(result, later), plan_options)
+    return dataclasses.replace(result, rounds=tuple(rounds)) if len(rounds) > 1 else result
+
+
+def _with_plan(result: ExperienceResult, plan_options: dict) -> ExperienceResult:
+    from mint.loop.placebo import training_plan
+
     verified = result.verified
     return dataclasses.replace(result, plan=training_plan(
         new_examples=result.new_examples, logged_examples=result.logged_examples,
         data=f"{verified.dataset}@{verified.version}" if verified else None,
         replayed=verified.episodes - result.new_examples if verified else 0, **plan_options))
+
+
+def _round_model(ws: Workspace, *, specialist: str, base: str, dataset: str, plan: dict) -> str:
+    """The model the next round samples from: SFT as ``plan`` says (from the champion on the verified answers,
+    or from the base on the dataset), registered as a candidate like any trained adapter."""
+    from mint.loop.placebo import planned_settings
+    from mint.registry import queries
+    from mint.train.config import SettingsOverride
+    from mint.train.run import train
+
+    parent = queries.champion(ws, specialist) if plan["init"] == "champion" else None
+    trained = train(ws, specialist=specialist, data=plan.get("data") or dataset, method="sft", from_ref=parent,
+                    base=None if parent else base, override=planned_settings(plan, SettingsOverride()))
+    return trained.ref
+
+
+def _round_summary(number: int, result: ExperienceResult) -> dict:
+    return {"round": number, "sampled_by": result.served_by, "prompts": result.prompts, "answers": result.answers,
+            "passed": result.passed, "accepted": result.accepted, "repaired": result.repaired, "pool": result.pool}
+
+
+def _merged(first: ExperienceResult, later: ExperienceResult) -> ExperienceResult:
+    """Two rounds as one experience: the counts summed; the pool, the families and who answered are the first
+    round's (the champion's: what was learnable from it); the datasets are the later round's versions, which
+    hold both rounds' answers (each round ingests into the same datasets)."""
+    sources = {name: dict(counts) for name, counts in first.sources.items()}
+    for name, counts in later.sources.items():
+        sources.setdefault(name, {**counts, "accepted": 0})
+        sources[name]["accepted"] = sources[name].get("accepted", 0) + counts.get("accepted", 0)
+    return dataclasses.replace(
+        first, sources=sources, answers=first.answers + later.answers, passed=first.passed + later.passed,
+        accepted=first.accepted + later.accepted, dpo_pairs=first.dpo_pairs + later.dpo_pairs,
+        repaired=first.repaired + later.repaired, new_examples=first.new_examples + later.new_examples,
+        episodes_added=first.episodes_added + later.episodes_added,
+        file=later.file or first.file, version=later.version or first.version,
+        verified=later.verified or first.verified,
+        twin=dataclasses.replace(later.twin, unverified=(first.twin.unverified or 0) + (later.twin.unverified or 0))
+        if first.twin and later.twin else later.twin or first.twin)
 
 
 def experience_inputs(ws: Workspace, options: dict, recipe_dir: Path) -> list:
@@ -598,7 +663,8 @@ def experience_summary(result: ExperienceResult) -> dict:
             "repaired": result.repaired, "dpo_pairs": result.dpo_pairs,
             "kept_per_source": {name: c.get("kept", 0) for name, c in result.sources.items()},
             "accepted_per_source": {name: c.get("accepted", 0) for name, c in result.sources.items()},
-            "plan": result.plan, "families": list(result.families)}   # typed: the state records them as JSON
+            "plan": result.plan, "families": list(result.families),   # typed: the state records them as JSON
+            **({"rounds": list(result.rounds)} if result.rounds else {})}
 
 
 def _logged_examples(episodes: list[dict]) -> int:
@@ -626,13 +692,13 @@ def _read_source(ws, source, specialist, episodes, recipe_dir: Path, limit: int,
                    "{generator: NAME, count: N}", field="sources")
 
 
-def _champion(ws: Workspace, specialist: str, base: str):
-    """(the champion's revision and adapter folder, or None; who answers), every file's hash checked before
-    its weights are loaded, as promote and serve do."""
+def _sampler(ws: Workspace, specialist: str, base: str, ref: str | None = None):
+    """(the revision and adapter folder that answers: ``ref``, else the champion, or None; who answers), every
+    file's hash checked before its weights are loaded, as promote and serve do."""
     from mint.registry import queries
     from mint.registry.artifacts import load_revision
 
-    target = queries.champion(ws, specialist)
+    target = ref or queries.champion(ws, specialist)
     if target:
         revision, adapter_dir = load_revision(ws, target)
         return (revision, adapter_dir), revision.ref
@@ -732,7 +798,8 @@ def _verified_dataset(ws: Workspace, dataset: str, specialist: str, kept: list[d
     passing = [e for e in kept if e["feedback"]["rating"] == 1]
     ingested = ingest(ws, [_write(ws, dataset, f"{specialist}-verified", passing + replayed)], dataset=name,
                       project=project)
-    return ControlData(name, ingested.version, len(passing) + len(replayed))
+    # the version's every episode: a later round's (or generation's) answers join the earlier ones there
+    return ControlData(name, ingested.version, ingested.total_episodes)
 
 
 def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dict], unverified: list[dict],
@@ -753,4 +820,4 @@ def _twin_dataset(ws: Workspace, dataset: str, specialist: str, logged: list[dic
         steps_name = steps_dataset_name(dataset, specialist)
         steps = ingest(ws, [_write(ws, dataset, f"{specialist}-steps", logs)], dataset=steps_name, project=project)
         control = ControlData(steps_name, steps.version, len(logs))
-    return ControlData(name, ingested.version, len(twin), len(unverified), control)
+    return ControlData(name, ingested.version, ingested.total_episodes, len(unverified), control)

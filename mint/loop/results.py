@@ -127,9 +127,12 @@ class ExperienceResult:
     constrained: bool = False       # samples decoded inside the harness's answer shape
     precision: str = "fp32"         # what the samples decoded at
     precision_reason: str = ""
+    rounds: tuple[dict, ...] = ()   # with more than one round: each round's model, prompts, pool and accepted
 
     def to_dict(self) -> dict:
         out = {key: getattr(self, key) for key in _RECORDED}
+        if self.rounds:
+            out["rounds"] = [dict(r) for r in self.rounds]
         if self.repair_skipped is not None:
             out["repair_skipped"] = self.repair_skipped
         if self.verified is not None:
@@ -150,7 +153,8 @@ class ExperienceResult:
                    twin=ControlData.from_dict(twin) if isinstance(twin, dict) else None,
                    verified=ControlData.from_dict(verified) if isinstance(verified, dict) else None,
                    families=tuple(FamilyStats.from_dict(f) for f in data.get("families") or ()
-                                  if isinstance(f, dict) and "family" in f))
+                                  if isinstance(f, dict) and "family" in f),
+                   rounds=tuple(r for r in data.get("rounds") or () if isinstance(r, dict)))
 
 
 @dataclass(frozen=True)

@@ -196,10 +196,12 @@ class Experience(StepKind):
     result = ExperienceResult
     options = ("specialist", "samples", "prompts", "temperature", "max_new_tokens", "threshold", "sources",
                "per_prompt", "seed", "init", "control", "repair", "epochs", "batch_size", "min_steps", "max_steps",
-               "learning_rate", "continuation_learning_rate", "replay", "constrained", "precision", "sample_rows")
+               "learning_rate", "continuation_learning_rate", "replay", "constrained", "precision", "sample_rows",
+               "rounds")
 
     def check(self, doc, recipe_path, options, at, check_contracts):
-        for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1), ("sample_rows", 1)):
+        for key, minimum in (("samples", 1), ("prompts", 1), ("max_new_tokens", 1), ("sample_rows", 1),
+                             ("rounds", 1)):
             if key in options:
                 check_number(doc, options[key], f"{at}.{key}", minimum=minimum, integer=True)
         if "temperature" in options:

@@ -414,6 +414,60 @@ def test_a_continuation_replays_logged_answers_beside_its_verified_ones_and_its_
     assert all(m in twin for m in replayed) and len(twin) == 2 + len(replayed)
 
 
+def test_a_second_round_samples_from_a_model_trained_on_the_first_and_the_plan_learns_from_both(
+        ws, project, tmp_path, monkeypatch, candidate):
+    """ReST-EM's rounds inside a generation: round 2 is sampled by a model trained on round 1's verified answers,
+    only on the requests round 1 left unanswered, and the generation's plan covers both rounds' answers."""
+    from mint.data.datasets import iter_episodes, resolve_version
+    from mint.loop.experience import experience_step
+    from mint.registry.promotion import promote
+
+    champion = candidate("genui")
+    promote(ws, champion.ref, force=True, why="generation 1")
+    logged = [_genui(f"Show a list of prices number {i}.", PRICES, rating=1) for i in range(4)]
+    _ingest(ws, project, tmp_path, logged + [_genui("Show a login form.", "{}", rating=-1),
+                                             _genui("Show a chart.", "{}", rating=-1)])
+    rounds, seen = iter([[LOGIN_FORM, TREE], [CHART, TREE]]), []
+    calls = []                  # each call's prompts: the first round's model passes the form, the second's the chart
+
+    def answers(text):
+        if not calls or text in calls[-1]:
+            calls.append(set())
+            answers.current = next(rounds)
+        calls[-1].add(text)
+        return answers.current
+
+    _answer_with(monkeypatch, answers, seen)
+    options = {"samples": 2, "sources": ["unaccepted"], "replay": 1, "control": ["placebo", "steps"],
+               "min_steps": 1, "max_steps": 2, "rounds": 2}
+    before = resolve_version(ws, "d")[1]["version"]          # as the loop gives it: the version the step began at
+    result = experience_step(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                             options=options, contracts=[], recipe_dir=tmp_path, version=before)
+    first, second = result.rounds
+    assert (first["round"], first["sampled_by"], first["accepted"]) == (1, champion.ref, 1)
+    assert second["round"] == 2 and second["sampled_by"] not in (champion.ref, None) and second["accepted"] == 1
+    assert calls == [{"Show a login form.", "Show a chart."}, {"Show a chart."}]   # the answered form is not redrawn
+    verified = list(iter_episodes(ws, result.verified.dataset, result.verified.version))
+    answered = {e["messages"][0]["content"]: (e["messages"][-1]["content"], e["served_by"]) for e in verified
+                if e["feedback"]["rating"] == 1 and "prices" not in e["messages"][0]["content"]}
+    assert answered == {"Show a login form.": (LOGIN_FORM, champion.ref), "Show a chart.": (CHART, second["sampled_by"])}
+    assert result.accepted == result.new_examples == 2 and result.verified.episodes == len(verified)
+    assert result.plan["data"] == f"{result.verified.dataset}@{result.verified.version}"
+    assert result.plan["examples"] == len(verified) and result.twin.unverified == 4 + 2   # every sample of both rounds
+    from mint.registry import queries
+    assert queries.champion(ws, "genui") == champion.id              # the round's model is a candidate, no more
+
+
+def test_one_round_is_the_experience_as_before(ws, project, tmp_path, monkeypatch, candidate):
+    from mint.loop.experience import experience_step
+
+    _ingest(ws, project, tmp_path, [_genui("Show a login form.", "{}", rating=-1)])
+    _answer_with(monkeypatch, [LOGIN_FORM, TREE])
+    result = experience_step(ws, dataset="d", specialist="genui", base="tiny-random", project=project,
+                             options={"samples": 2, "sources": ["unaccepted"]}, contracts=[], recipe_dir=tmp_path)
+    assert result.rounds == () and result.accepted == 1 and result.plan["new_examples"] == 1
+
+
 # --- what was learnable, per family of requests -------------------------------------------------------------
 
 def test_family_statistics_weigh_each_request_by_the_variance_of_its_outcome_after_repair():

@@ -64,6 +64,8 @@ def test_a_train_plan_needs_an_experience_step_before_it(tmp_path):
     (("control: true", "control: true, precision: bf15"), ":7: steps[1].experience.precision",
      "did you mean bf16?"),
     (("control: true", "control: true, sample_rows: 0"), ":7: steps[1].experience.sample_rows", "at least 1"),
+    (("control: true", "control: true, rounds: 0"), ":7: steps[1].experience.rounds", "at least 1"),
+    (("control: true", "control: true, rounds: 1.5"), ":7: steps[1].experience.rounds", "integer"),
     (("temperature: 0.8", "temperature: 0"), ":7: steps[1].experience.temperature", "greater than 0"),
     (("samples: 4", "samples: 4, min_steps: 9, max_steps: 3"), ":7: steps[1].experience.min_steps",
      "at most max_steps"),
