@@ -178,10 +178,17 @@ def _control_ids(twin: dict | None) -> list[str]:
     return [i for i in (twin.get("revision_id"), control.get("revision_id")) if i]
 
 
+def _round_samplers(experience: dict | None) -> list[str]:
+    """The models a generation's later experience rounds sampled from (trained on the earlier rounds' answers)."""
+    rounds = experience.get("rounds") if isinstance(experience, dict) else None
+    return [r["sampled_by"] for r in (rounds or [])[1:] if isinstance(r, dict) and isinstance(r.get("sampled_by"), str)]
+
+
 def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> dict[str, list[GenerationView]]:
     """Per specialist, generation 0 (the bare base) then every candidate oldest first, from the registered
     reports and what the loop recorded of each generation (its experience, placebo twin and steps control). The
-    controls are shown beside the generation they control for, not as generations of their own."""
+    controls are shown beside the generation they control for, and a later experience round's sampler in its
+    round, not as generations of their own."""
     from mint.loop.history import generation_records
     from mint.registry import queries, store
 
@@ -192,10 +199,12 @@ def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> 
     by_id = {r.id: r for r in registry.revisions}
     made = {(r["specialist"], r.get("candidate")): r for r in records}   # the newest record of each candidate
     twins = {i for r in records for i in _control_ids(r.get("twin"))}
+    samplers = {(r["specialist"], ref) for r in records for ref in _round_samplers(r.get("experience"))}
     forced = forced_promotions(registry)
     progress: dict[str, list[GenerationView]] = {}
     for revision in registry.revisions:
-        if revision.id in twins or (specialists is not None and revision.specialist not in specialists):
+        if revision.id in twins or (revision.specialist, revision.ref) in samplers or \
+                (specialists is not None and revision.specialist not in specialists):
             continue
         rows = progress.setdefault(revision.specialist, [])
         report = deciding_report(revision, registry)

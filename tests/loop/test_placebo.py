@@ -262,3 +262,32 @@ def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_steps_
         assert report["measured_on"]["suites"] == ["core"] and list(report["examples"]) == ["core"]
         assert report["measured_on"]["why"].startswith("core.request_match failed (improve 0")
         assert any("twin and steps control were not trained" in note for note in notes)
+
+
+def test_a_second_rounds_sampler_is_shown_with_its_round_and_is_no_generation(ws, tmp_path, monkeypatch):
+    """With ``rounds: 2`` the model trained on round 1's answers samples round 2; the generation learns from both
+    rounds, and the sampler is a candidate of the registry, not a generation of the progress table."""
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
+                                                     for p in ("Show a signup form.", "Show a weather card for Oslo.")))
+    path = tmp_path / "rounds.yaml"
+    path.write_text(RECIPE.format(logs=LOGS, contract=SMOKE_CONTRACT, controls="").replace(
+        "min_steps: 1, max_steps: 1}", "min_steps: 1, max_steps: 1, rounds: 2}"))
+    samplers = []
+
+    def sample(ws, champion, base, specialist, chosen, **kw):     # round 1 builds the form, round 2 the card
+        samplers.append(champion[0].ref)
+        wanted = "Show a signup form." if len(samplers) == 1 else "Show a weather card for Oslo."
+        return [[ANSWERS[p.prompt[-1]["content"]] if p.prompt[-1]["content"] == wanted else TREE, "{broken"]
+                for p in chosen]
+
+    monkeypatch.setattr(experience, "_sample", sample)
+    result = run_loop(ws, path)
+    gathered = result.generations[-1].experience
+    first, second = gathered["rounds"]
+    assert (first["accepted"], second["accepted"], gathered["accepted"]) == (1, 1, 2)
+    assert samplers == [first["sampled_by"], second["sampled_by"]] and second["prompts"] == 1
+    from mint.loop.progress import generation_progress
+
+    shown = [g.revision for g in generation_progress(ws)["genui"] if g.generation]
+    assert second["sampled_by"] not in shown and len(shown) == 2           # generations 1 and 2, nothing else
+    assert shown[-1] == result.generations[-1].candidate
