@@ -14,7 +14,9 @@ suite), paired with the champion on the same requests (its answers decoded once,
 Printed per variant: the pool (pass@1, pass@k, accepted answers, seconds sampling), the candidate's core and
 retention metrics with each delta's 95% interval against the champion, every significant loss, the verdict, and
 the seconds each part took; `--json FILE` writes the same. Variants (each names what it changes):
-  today            the recipe's experience step as it is
+  today            the recipe's experience step as it is (two rounds, 3 passes at 1e-4, at most 72 steps)
+  one-round        one round of sampling (the champion's alone), the same plan
+  one-round-12     one round, at most 12 steps (the demo before it learned from two rounds)
   constrained      samples decoded inside the catalog's trees (the contract harness's answer shape)
   samples16        16 samples a request instead of the recipe's
   lr3e-4           the continuation at 3e-4
@@ -42,6 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 VARIANTS = {
     "today": {},
+    "one-round": {"rounds": 1},
+    "one-round-12": {"rounds": 1, "max_steps": 12},
     "constrained": {"constrained": True},
     "samples16": {"samples": 16},
     "lr3e-4": {"continuation_learning_rate": 3.0e-4},
@@ -69,7 +73,7 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pool
     import dataclasses
 
     from mint.contract.evaluate import evaluate
-    from mint.loop.experience import GATHER_KEYS, experience_step
+    from mint.loop.experience import GATHER_KEYS, experience_step, split_options
     from mint.loop.placebo import planned_settings, training_plan
     from mint.project import load_project
     from mint.train.config import SettingsOverride
@@ -82,7 +86,8 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pool
     experience = {k: v for k, v in recipe_step(project, "experience").items()
                   if k not in ("specialist", "from_iteration", "until_iteration", "control")}
     experience.update(changes)
-    pool_key = json.dumps({k: v for k, v in experience.items() if k in GATHER_KEYS}, sort_keys=True, default=str)
+    pool_key = json.dumps({k: v for k, v in experience.items() if k in GATHER_KEYS or k == "rounds"}, sort_keys=True,
+                          default=str)
     shared = pools.get(pool_key)
     shutil.copytree(shared[0] if shared else project, folder, symlinks=True)
     cwd = os.getcwd()
@@ -96,7 +101,7 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pool
         began = time.perf_counter()
         if shared:
             gathered = shared[1]
-            plan_options = {k: v for k, v in experience.items() if k not in GATHER_KEYS}
+            plan_options = split_options(experience)[1]
             verified = gathered.verified
             gathered = dataclasses.replace(gathered, plan=training_plan(
                 new_examples=gathered.new_examples, logged_examples=gathered.logged_examples,

@@ -576,8 +576,7 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
     (docs/benchmarks.md, "Learning from the served traffic")."""
     from mint.loop.placebo import PLAN_DEFAULTS
 
-    plan_options = {k: v for k, v in options.items() if k not in GATHER_KEYS and k not in ("specialist", "rounds")}
-    gather_options = {k: v for k, v in options.items() if k in GATHER_KEYS}
+    gather_options, plan_options = split_options(options)
     continuation = plan_options.get("init", PLAN_DEFAULTS["init"]) == "champion"
 
     def gather(at_version: str | None, sampler: str | None) -> ExperienceResult:
@@ -595,6 +594,13 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
         rounds.append(_round_summary(number, later))
         result = _with_plan(_merged(result, later), plan_options)
     return dataclasses.replace(result, rounds=tuple(rounds)) if len(rounds) > 1 else result
+
+
+def split_options(options: dict) -> tuple[dict, dict]:
+    """An experience step's options as (what gathering reads, what the plan reads); ``specialist`` and ``rounds``
+    (how many times to gather) are neither."""
+    gather = {k: v for k, v in options.items() if k in GATHER_KEYS}
+    return gather, {k: v for k, v in options.items() if k not in GATHER_KEYS and k not in ("specialist", "rounds")}
 
 
 def _with_plan(result: ExperienceResult, plan_options: dict) -> ExperienceResult:
