@@ -614,16 +614,16 @@ def _with_plan(result: ExperienceResult, plan_options: dict) -> ExperienceResult
 
 
 def _round_model(ws: Workspace, *, specialist: str, base: str, dataset: str, plan: dict) -> str:
-    """The model the next round samples from: SFT as ``plan`` says (from the champion on the verified answers,
-    or from the base on the dataset), registered as a candidate like any trained adapter."""
-    from mint.loop.placebo import planned_settings
+    """The model the next round samples from: trained as ``plan`` says (as the generation will be: from the
+    champion on the verified answers, or from the base on the dataset), registered as a candidate like any
+    trained adapter."""
+    from mint.loop.placebo import train_planned
     from mint.registry import queries
     from mint.train.config import SettingsOverride
-    from mint.train.run import train
 
     parent = queries.champion(ws, specialist) if plan["init"] == "champion" else None
-    trained = train(ws, specialist=specialist, data=plan.get("data") or dataset, method="sft", from_ref=parent,
-                    base=None if parent else base, override=planned_settings(plan, SettingsOverride()))
+    trained, _settings = train_planned(ws, specialist=specialist, method="sft", plan=plan, parent=parent,
+                                       dataset=dataset, base=base, settings=SettingsOverride())
     return trained.ref
 
 

@@ -116,6 +116,25 @@ def paired_on_examples(report: str | Path, other_report: str | Path, metric: str
             "significant_gain": bool(common) and significant_gain(paired, 0.0, lower_is_better=False)}
 
 
+def train_planned(ws: Workspace, *, specialist: str, method: str, plan: dict | None, parent: str | None,
+                  dataset: str, base: str, settings: SettingsOverride):
+    """A training as an experience ``plan`` says (``None``: as ``settings`` say): from ``parent`` (the champion;
+    ``None``, where the plan starts from the base: from ``base``), on the plan's data (a continuation's verified
+    answers alone) or else ``dataset``, with the plan's steps, rate and batch. A continuation keeps its parent's
+    LoRA shape, so ``lora.*`` settings shape a new adapter only. Returns the TrainResult and the settings it
+    trained with."""
+    from mint.train.run import train
+
+    if parent:
+        settings = settings.without("lora")
+    if plan:
+        settings = planned_settings(plan, settings)
+    data = (plan.get("data") if plan else None) or dataset
+    result = train(ws, specialist=specialist, data=data, method=method, from_ref=parent,
+                   base=None if parent else base, override=settings)
+    return result, settings
+
+
 @dataclass(frozen=True)
 class Control:
     """A control trained beside a generation: ``arm`` placebo (the twin, on unverified answers) or steps (the same

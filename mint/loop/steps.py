@@ -344,24 +344,15 @@ class Train(StepKind):
                            self.parent(context, step), context.base, *([plan] if plan else []))
 
     def run(self, context, step):
+        from mint.loop.placebo import train_planned
         from mint.train.config import SettingsOverride
-        from mint.train.run import train
 
         o = step.options
-        parent = self.parent(context, step)
         plan = self.plan(context, step)
-        if plan and plan["init"] == "base":
-            parent = None
-        settings = SettingsOverride.from_keys(o.get("set") or {})
-        if parent:      # continuing from a champion keeps its adapter's LoRA shape: lora.* apply to a new one only
-            settings = settings.without("lora")
-        if plan:
-            from mint.loop.placebo import planned_settings
-
-            settings = planned_settings(plan, settings)
-        data = plan.get("data") if plan else None       # a continuation's: the verified answers alone
-        result = train(context.ws, specialist=step.specialist, data=data or context.recipe.dataset, method=o["method"],
-                       from_ref=parent, base=None if parent else context.base, override=settings)
+        parent = None if plan and plan["init"] == "base" else self.parent(context, step)
+        result, settings = train_planned(context.ws, specialist=step.specialist, method=o["method"], plan=plan,
+                                         parent=parent, dataset=context.recipe.dataset, base=context.base,
+                                         settings=SettingsOverride.from_keys(o.get("set") or {}))
         return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
                            result.metrics.get("train_loss"), o["method"], settings, plan)
 
