@@ -114,6 +114,7 @@ def heldout_sizes(folder: Path) -> dict[str, dict]:
     for step in recipe.steps:
         if step.kind != "eval":
             continue
+        floors = (sizes.get(step.specialist) or {}).get("floors", {})   # each of its contracts' floor, by name
         contract_path = (recipe.path.parent / step.options["contract"]).resolve()
         contract = load_contract(contract_path)
         core = next((s for s in contract.suites if s.name == "core"), None)
@@ -136,9 +137,10 @@ def heldout_sizes(folder: Path) -> dict[str, dict]:
             count = len(read_suite(contract, core, step.options.get("limit")))
             size = {"contract": str(contract_path), "examples": count, "floor": floor,
                     "why": f"{core.source}, suite limit {core.limit}, recipe limit {step.options.get('limit')}"}
+        floors[f"{contract.name} v{contract.version}"] = size["floor"]
         earlier = sizes.get(step.specialist)
         if earlier is None or size["examples"] - size["floor"] < earlier["examples"] - earlier["floor"]:
-            sizes[step.specialist] = size       # the evaluation nearest its floor
+            sizes[step.specialist] = {**size, "floors": floors}     # the evaluation nearest its floor
     return sizes
 
 
@@ -243,7 +245,7 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
         if not evaluation:
             continue
         evaluation = EvalOutput.from_dict(evaluation)
-        report = queries.newest_report(ws, evaluation.revision_id)
+        report = own_report(ws, evaluation)
         metric = evaluation.primary_metric
         if report is None or metric is None:
             figures["reason"] = "no registered report" if report is None else "its contract gates no quality metric"
@@ -293,6 +295,18 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
     return out
 
 
+def own_report(ws, evaluation):
+    """The report a generation's own evaluation registered. Not its revision's newest: the next generation measures
+    it again as its baseline, under that generation's contract, and that report holds no verdict of its own."""
+    from mint.registry import queries
+    from mint.registry.report import read_report
+
+    try:
+        return read_report(Path(evaluation.report))
+    except BadInput:        # its file is gone: the newest that still reads
+        return queries.newest_report(ws, evaluation.revision_id)
+
+
 def step_times(loop: dict, timings: dict) -> dict:
     steps = [{"iteration": s["iteration"], "step": s["label"], "status": s["status"], "seconds": s["seconds"]}
              for s in loop["steps"] if s["status"] != "waiting"]
@@ -313,16 +327,18 @@ def goals(specialists: dict, sizes: dict, wall: dict) -> list[dict]:
     def goal(text: str, figure: str, met: bool) -> None:
         rows.append({"goal": text, "figure": figure, "status": "PASS" if met else "MISS"})
 
-    # the core examples each evaluation's registered report counts (before the loop ran: the suite's size)
+    # the core examples each evaluation's registered report counts (before the loop ran: the suite's size), each
+    # against its own contract's floor; per specialist, the evaluation nearest its floor
     measured = {}
     for specialist, size in sizes.items():
-        counted = [g["examples"].get("core") for g in (specialists.get(specialist) or {}).get("generations", [])
+        floors, floor = size.get("floors") or {}, size.get("floor", MIN_HELDOUT)
+        counted = [(g["examples"]["core"], floors.get(g.get("contract"), floor))
+                   for g in (specialists.get(specialist) or {}).get("generations", [])
                    if isinstance(g.get("examples"), dict) and _number(g["examples"].get("core"))]
-        measured[specialist] = min(counted) if counted else size["examples"]
+        measured[specialist] = min(counted, key=lambda c: c[0] - c[1]) if counted else (size["examples"], floor)
     goal(f"every evaluation on at least {MIN_HELDOUT} held-out examples (a suite drawn from the traffic: the power "
-         "planner's size for its gates)",
-         ", ".join(f"{s} {n} (floor {sizes[s].get('floor', MIN_HELDOUT)})" for s, n in measured.items()),
-         all(n >= sizes[s].get("floor", MIN_HELDOUT) for s, n in measured.items()))
+         "planner's size for its gates)", ", ".join(f"{s} {n} (floor {f})" for s, (n, f) in measured.items()),
+         all(n >= f for n, f in measured.values()))
 
     ordered = []
     for specialist, entry in specialists.items():

@@ -1,4 +1,4 @@
-"""scripts/bench_selfimprove.py: three generations of the loop measured against issue #23's goals."""
+"""scripts/bench_selfimprove.py: three generations of the loop, each figure against its goal."""
 from __future__ import annotations
 
 import importlib.util
@@ -114,6 +114,22 @@ def test_backward_transfer_below_minus_two_points_misses_its_goal():
     assert goal(bench.goals(figures([0.05, 0.3], 0.0, -0.03), sizes, wall), "backward transfer") == "MISS"
 
 
+@pytest.mark.parametrize("drawn, met", [(47, "PASS"), (46, "MISS")])
+def test_each_evaluation_is_held_to_its_own_contracts_floor(drawn, met):
+    """Generation 1's suite is a file (floor 48), generation 2's is drawn from the traffic, where the power
+    planner's size (47 here) is the floor: 47 there is enough, 47 on the file would not be."""
+    bench = load_bench()
+    rest = {"vs_previous_generation": None, "twin": None, "retention": [], "backward_transfer": []}
+    generations = [{"generation": 1, "contract": "genui-logs v1", "examples": {"core": 48}, **rest},
+                   {"generation": 2, "contract": "genui v17", "examples": {"core": drawn}, **rest}]
+    sizes = {"genui": {"examples": 48, "floor": 48, "floors": {"genui-logs v1": 48, "genui v17": 47}}}
+    rows = bench.goals({"genui": {"generations": generations}}, sizes, {"total": 600})
+    assert goal(rows, "held-out examples") == met
+    generations[0]["examples"]["core"] = 47
+    assert goal(bench.goals({"genui": {"generations": generations}}, sizes, {"total": 600}),
+                "held-out examples") == "MISS"
+
+
 @pytest.mark.slow
 def test_a_smoke_run_on_the_tiny_base_reports_every_figure_against_its_goal(tmp_path):
     out = tmp_path / "bench.json"
@@ -215,3 +231,38 @@ def test_a_promoted_generation_reports_its_twin_retention_and_backward_transfer(
     first, second = bench.generation_figures(None, loop)["genui"]["generations"]
     assert (first["contract"], second["contract"]) == ("genui v9", "genui v10")
     assert second["vs_previous_generation"] == {"delta": 0.25, "interval": [0.1, 0.5], "against": "r1 under genui v10"}
+
+
+def test_a_generation_measured_again_as_the_next_ones_baseline_keeps_its_own_evaluations_figures(monkeypatch,
+                                                                                                 tmp_path):
+    """Generation 2 is measured again under generation 3's contract as its baseline: that newer report (no gates,
+    another suite) is its revision's newest, but its figures are those of the evaluation that promoted it."""
+    from types import SimpleNamespace
+
+    from mint.contract.paired import PairedDelta
+    from mint.registry import queries, report as report_module
+
+    bench = load_bench()
+    own = SimpleNamespace(metrics={"core.request_match": 0.55}, examples={"core": 47}, path="own",
+                          gates=[GateResult("core.request_match", None, None, "", True,
+                                            PairedDelta(47, 0.34, 0.17, 0.38, "paired-bootstrap"))],
+                          contract=SimpleNamespace(name="genui", version=17))
+    as_baseline = SimpleNamespace(metrics={"core.request_match": 0.33}, examples={"core": 48}, path="later", gates=[],
+                                  contract=SimpleNamespace(name="genui", version=18))
+    own_file = tmp_path / "own" / "report.json"
+    monkeypatch.setattr(report_module, "read_report", lambda path: own if Path(path) == own_file else
+                        (_ for _ in ()).throw(bench.BadInput("no such report", file=str(path))))
+    monkeypatch.setattr(queries, "newest_report", lambda ws, revision_id: as_baseline)
+    evaluation = {"revision": "genui:v3", "revision_id": "r3", "report": str(own_file), "verdict": "pass",
+                  "metrics": {"core.request_match": 0.55}, "gates": [{"metric": "core.request_match", "passed": True}],
+                  "backward_transfer": []}
+    loop = {"generations": [{"iteration": 1, "specialist": "genui", "candidate": "genui:v3", "baseline": "genui:v1",
+                             "experience": None, "twin": None}],
+            "steps": [{"iteration": 1, "label": "eval genui", "status": "ran", "output": evaluation}]}
+    (figures,) = bench.generation_figures(None, loop)["genui"]["generations"]
+    assert (figures["value"], figures["contract"]) == (0.55, "genui v17")
+    assert figures["vs_baseline"] == {"delta": 0.34, "interval": [0.17, 0.38]}
+    # its report gone: the newest that still reads
+    (figures,) = bench.generation_figures(None, {**loop, "steps": [{**loop["steps"][0], "output": {
+        **evaluation, "report": str(tmp_path / "gone" / "report.json")}}]})["genui"]["generations"]
+    assert (figures["value"], figures["contract"]) == (0.33, "genui v18")
