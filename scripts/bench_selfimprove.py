@@ -228,7 +228,6 @@ def generation_figures(ws, loop: dict) -> dict[str, dict]:
     and the retention figures of a promoted generation."""
     from mint.loop.placebo import paired_on_examples
     from mint.loop.results import EvalOutput
-    from mint.registry import queries
 
     out: dict[str, dict] = {}
     for row in loop["generations"]:
