@@ -70,14 +70,12 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pool
     """One variant in a copy of ``project``. Variants whose sampling options agree share one pool: the
     first samples it and leaves a copy of its project as it stood after sampling (``pools``, keyed by those
     options); a later one starts from that copy and only plans, trains and evaluates."""
-    import dataclasses
 
     from mint.contract.evaluate import evaluate
-    from mint.loop.experience import GATHER_KEYS, experience_step, split_options
-    from mint.loop.placebo import planned_settings, training_plan
+    from mint.loop.experience import GATHER_KEYS, experience_step, split_options, with_plan
+    from mint.loop.placebo import train_planned
     from mint.project import load_project
     from mint.train.config import SettingsOverride
-    from mint.train.run import train
     from mint.workspace import Workspace
 
     folder = (keep / name) if keep else Path(tempfile.mkdtemp(prefix=f"mint-exp-{name}-"))
@@ -100,13 +98,7 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pool
         timings = {}
         began = time.perf_counter()
         if shared:
-            gathered = shared[1]
-            plan_options = split_options(experience)[1]
-            verified = gathered.verified
-            gathered = dataclasses.replace(gathered, plan=training_plan(
-                new_examples=gathered.new_examples, logged_examples=gathered.logged_examples,
-                data=f"{verified.dataset}@{verified.version}" if verified else None,
-                replayed=verified.episodes - gathered.new_examples if verified else 0, **plan_options))
+            gathered = with_plan(shared[1], split_options(experience)[1])
         else:
             gathered = experience_step(ws, dataset="demo", specialist="genui", base="smollm2-135m",
                                        project=project_config, options=experience, contracts=contracts,
@@ -123,8 +115,9 @@ def run_variant(project: Path, name: str, changes: dict, keep: Path | None, pool
             return {"variant": name, "changes": changes, "pool": pool, "timings": timings,
                     "verdict": "nothing accepted"}
         began = time.perf_counter()
-        result = train(ws, specialist="genui", data=gathered.plan["data"], method="sft", from_ref="genui:champion",
-                       override=planned_settings(gathered.plan, SettingsOverride.from_keys(train_set).without("lora")))
+        result, _settings = train_planned(ws, specialist="genui", method="sft", plan=gathered.plan,
+                                          parent="genui:champion", dataset="demo", base="smollm2-135m",
+                                          settings=SettingsOverride.from_keys(train_set))
         timings["train"] = round(time.perf_counter() - began, 1)
         candidate = result.ref
         began = time.perf_counter()

@@ -584,7 +584,7 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
                                  contracts=contracts, recipe_dir=recipe_dir, version=at_version,
                                  continuation=continuation, sampler=sampler, **gather_options)
 
-    result = _with_plan(gather(version, None), plan_options)
+    result = with_plan(gather(version, None), plan_options)
     rounds = [_round_summary(1, result)]
     for number in range(2, int(options.get("rounds", 1)) + 1):
         if not result.plan or not result.plan["max_steps"]:
@@ -592,7 +592,7 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
         sampler = _round_model(ws, specialist=specialist, base=base, dataset=dataset, plan=result.plan)
         later = gather(result.version or version, sampler)
         rounds.append(_round_summary(number, later))
-        result = _with_plan(_merged(result, later), plan_options)
+        result = with_plan(_merged(result, later), plan_options)
     return dataclasses.replace(result, rounds=tuple(rounds)) if len(rounds) > 1 else result
 
 
@@ -603,7 +603,8 @@ def split_options(options: dict) -> tuple[dict, dict]:
     return gather, {k: v for k, v in options.items() if k not in GATHER_KEYS and k not in ("specialist", "rounds")}
 
 
-def _with_plan(result: ExperienceResult, plan_options: dict) -> ExperienceResult:
+def with_plan(result: ExperienceResult, plan_options: dict) -> ExperienceResult:
+    """``result`` with the plan the next generation trains by, made over everything it verified."""
     from mint.loop.placebo import training_plan
 
     verified = result.verified
