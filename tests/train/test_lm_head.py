@@ -1,4 +1,5 @@
-"""SFT's LM head on the trained positions only: the same loss and gradients as TRL's head, a fraction of the rows."""
+"""SFT's LM head on the trained positions only: the same loss and gradients as TRL's head, a fraction of the rows;
+on a CPU computed whole-vocabulary, as TRL's kernel computes it in tiles."""
 import json
 import os
 
@@ -58,10 +59,8 @@ def test_the_trained_positions_head_gives_trl_heads_loss_gradients_and_metrics()
 
 
 def test_the_trained_positions_head_projects_only_the_positions_with_a_label(monkeypatch):
-    import trl.kernels
-
     rows = []
-    real = trl.kernels.ChunkedLogProbFunction
+    real = lm_head.TrainedPositionsHead
 
     class Counting(real):
         @classmethod
@@ -69,12 +68,65 @@ def test_the_trained_positions_head_projects_only_the_positions_with_a_label(mon
             rows.append(hidden.shape[0])
             return real.apply(hidden, *args)
 
-    monkeypatch.setattr(trl.kernels, "ChunkedLogProbFunction", Counting)
+    monkeypatch.setattr(lm_head, "TrainedPositionsHead", Counting)
     model = _tiny_lora()
     assert score_trained_positions(model.get_base_model())
     labels = _batch()["labels"]
     _loss_and_grads(model)
     assert rows == [int((labels[:, 1:] != -100).sum())] and rows[0] < labels[:, 1:].numel()
+
+
+def _heads_outputs(head, hidden, weight, targets, *, autocast, entropy_grad):
+    """log_probs, entropy, is_top1 and the hidden states' gradient under a loss that uses the entropy or not."""
+    hidden = hidden.clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        log_probs, entropy, is_top1 = head(hidden, weight, targets)
+    loss = -log_probs.sum() / len(targets) + (0.1 * entropy.sum() if entropy_grad else 0)
+    loss.backward()
+    return log_probs.detach(), entropy.detach(), is_top1, hidden.grad
+
+
+def _trl_head(hidden, weight, targets):
+    from trl.kernels import ChunkedLogProbFunction
+
+    log_probs, entropy, _sq, _mean, is_top1 = ChunkedLogProbFunction.apply(
+        hidden, weight, None, targets, 1.0, 96, None, 1.0, lm_head.SFT_OUTPUTS)   # 96: three vocabulary tiles
+    return log_probs, entropy, is_top1
+
+
+def _our_head(hidden, weight, targets):
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+    return lm_head.TrainedPositionsHead.apply(hidden, *lm_head.WeightCast()(weight, dtype), targets)
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("entropy_grad", [False, True], ids=["loss", "loss+entropy"])
+def test_the_cpu_head_computes_trls_kernel_in_tiles_of_positions(monkeypatch, autocast, entropy_grad):
+    monkeypatch.setattr(lm_head, "TILE_POSITIONS", 7)     # 40 positions: six tiles, the last one short
+    torch.manual_seed(0)
+    weight = torch.randn(257, 32) * 0.5
+    weight[100] = weight[40]        # two vocabulary rows alike: a target after its twin is never the first maximum
+    hidden = torch.randn(40, 32)
+    targets = torch.randint(0, 257, (40,))
+    targets[:5] = 100
+    hidden[:5] = weight[40] * 4     # positions whose two equal maxima are 40 and 100
+    theirs = _heads_outputs(_trl_head, hidden, weight, targets, autocast=autocast, entropy_grad=entropy_grad)
+    ours = _heads_outputs(_our_head, hidden, weight, targets, autocast=autocast, entropy_grad=entropy_grad)
+    assert not theirs[2][:5].any() and torch.equal(ours[2], theirs[2])
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-5)
+    # the same arithmetic in another order: an element of the gradient's bf16 tile may round to the next value
+    torch.testing.assert_close(ours[3], theirs[3], rtol=1e-4, atol=1e-5 if autocast and entropy_grad else 1e-6)
+
+
+def test_a_head_that_trains_keeps_trls_kernel(monkeypatch):
+    model = _tiny_lora()
+    base = model.get_base_model()
+    base.get_output_embeddings().weight.requires_grad_(True)
+    assert score_trained_positions(base)
+    monkeypatch.setattr(lm_head.TrainedPositionsHead, "apply", None)     # would fail if called
+    out, _loss, _grads = _loss_and_grads(model)
+    assert base.get_output_embeddings().weight.grad is not None and out.log_probs.abs().sum() > 0
 
 
 def test_a_head_with_a_logit_scale_keeps_trls_head():
@@ -90,10 +142,11 @@ def test_trl_scores_every_position_except_where_its_triton_kernels_run(device, e
     assert scores_every_position(torch.device(device)) is every
 
 
-def test_sft_on_a_cpu_records_the_trained_positions_head(ws, dataset):  # noqa: F811
+def test_sft_on_a_cpu_records_the_trained_positions_head_and_its_attention(ws, dataset):  # noqa: F811
     from mint.train.run import train
 
     result = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random",
                    sets=FAST + ["max_length=128"])
     backend = json.load(open(os.path.join(result.run_dir, "run.json")))["effective"]["backend"]
     assert backend["lm_head"].startswith("trained positions only")
+    assert backend["attention"]["value"] == "eager" and "128 tokens" in backend["attention"]["reason"]
