@@ -365,6 +365,24 @@ def training_plan(method: str, hardware: Hardware) -> TrainingPlan:
     return TrainingPlan(hardware, choices)
 
 
+# rows this long or shorter attend faster in plain matrix products ("eager") than in torch's fused CPU kernel, whose
+# backward is slow on short rows (SmolLM2, batch 4, bf16 autocast, 2 cores: 1.27 s a step against 1.38 at 185
+# tokens, even at 256, slower from 384 on: scripts/bench_train.py (d)); eager's [heads, rows, rows] scores stay small
+EAGER_ATTENTION_MAX_TOKENS = 256
+
+
+def training_attention(device: str, method: str, max_length: int | None) -> Choice:
+    """The attention kernel an SFT run on ``device`` trains with, given its rows' ``max_length`` (mint sets it to
+    the longest example's tokens)."""
+    if device != "cpu" or method != "sft":
+        return Choice("sdpa", "the model's default (torch's scaled_dot_product_attention)")
+    if max_length is None or max_length > EAGER_ATTENTION_MAX_TOKENS:
+        return Choice("sdpa", f"rows up to {max_length or 'any number of'} tokens: torch's fused kernel (plain "
+                              f"products are faster on a CPU up to {EAGER_ATTENTION_MAX_TOKENS})")
+    return Choice("eager", f"rows up to {max_length} tokens: plain products, faster than torch's fused CPU kernel "
+                           f"up to {EAGER_ATTENTION_MAX_TOKENS}")
+
+
 def reconcile(settings: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     """A user's fp16 (or bf16) replaces mint's other half-precision choice instead of clashing with it."""
     for ours, theirs in (("bf16", "fp16"), ("fp16", "bf16")):

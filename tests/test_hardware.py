@@ -185,6 +185,15 @@ def test_small_memory_turns_gradient_checkpointing_on():
     assert hardware.training_plan("sft", large).settings()["gradient_checkpointing"] is False
 
 
+@pytest.mark.parametrize("device, method, max_length, expected", [
+    ("cpu", "sft", 185, "eager"), ("cpu", "sft", hardware.EAGER_ATTENTION_MAX_TOKENS, "eager"),
+    ("cpu", "sft", hardware.EAGER_ATTENTION_MAX_TOKENS + 1, "sdpa"), ("cpu", "sft", None, "sdpa"),
+    ("cuda", "sft", 185, "sdpa"), ("cpu", "dpo", 185, "sdpa"), ("cpu", "grpo", 185, "sdpa")])
+def test_short_sft_rows_on_a_cpu_train_with_plain_attention_products(device, method, max_length, expected):
+    choice = hardware.training_attention(device, method, max_length)
+    assert choice.value == expected and choice.reason
+
+
 @pytest.fixture
 def amx_machine(monkeypatch):
     import torch

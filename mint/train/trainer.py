@@ -24,6 +24,7 @@ from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
 from mint.base import load_base
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
+from mint.hardware import training_attention
 from mint.jsonl import read_jsonl
 from mint.train.config import TrainSettings, trl_config_class
 from mint.tracking import REPORT_TO_ENV
@@ -47,14 +48,18 @@ def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume
                       f"{loaded.fingerprint[:19]}...); start a new run")
     phase(progress, "building the trainer")
     trainer = build_trainer(run_dir, run, loaded.model, loaded.tokenizer, rows, progress)
-    _record_backend(run_dir, run, trainer, loaded.fingerprint)
+    _record_backend(run_dir, run, trainer, loaded.fingerprint, attention_choice(run, loaded.model))
     output = execute(trainer, last)
     return save_result(run_dir, trainer, output, loaded.fingerprint, last)
 
 
 def load_run_base(run_dir: Path, run: dict):
-    """The base with the run's chat template, and the --from parent's adapter on it (trainable)."""
+    """The base with the run's chat template and the attention kernel its rows train fastest with
+    (``attention_choice``), and the --from parent's adapter on it (trainable)."""
     loaded = load_base(run["base"])
+    attention = attention_choice(run, loaded.model).value
+    if attention != loaded.model.config._attn_implementation:
+        loaded.model.set_attn_implementation(attention)
     if (run_dir / TEMPLATE_FILE).is_file():
         loaded.tokenizer.chat_template = (run_dir / TEMPLATE_FILE).read_text(encoding="utf-8")
     if run["method"] == "grpo":
@@ -73,6 +78,11 @@ def load_run_base(run_dir: Path, run: dict):
         loaded.model = PeftModel.from_pretrained(loaded.model, str(revision_dir(ws, parent)), is_trainable=True)
     loaded.model.train()
     return loaded
+
+
+def attention_choice(run: dict, model):
+    """The attention kernel the run trains ``model`` with, and why (mint.hardware.training_attention)."""
+    return training_attention(model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
 
 
 def training_arguments(method: str, trl_values: dict, output_dir: Path, *, env: str | None = None):
@@ -184,7 +194,7 @@ def _add_tool_response_parser(tokenizer) -> None:
         tokenizer.chat_template = ours
 
 
-def _record_backend(run_dir: Path, run: dict, trainer, fingerprint: str) -> None:
+def _record_backend(run_dir: Path, run: dict, trainer, fingerprint: str, attention=None) -> None:
     """run.json's ``effective`` gains what only the running process knows: device, precision, processes."""
     if not trainer.is_world_process_zero():
         return
@@ -196,6 +206,7 @@ def _record_backend(run_dir: Path, run: dict, trainer, fingerprint: str) -> None
         "gradient_checkpointing": bool(args.gradient_checkpointing),
         "assistant_only_loss": bool(getattr(args, "assistant_only_loss", False)),
         **({"lm_head": trainer.mint_lm_head} if hasattr(trainer, "mint_lm_head") else {}),
+        **({"attention": {"value": attention.value, "reason": attention.reason}} if attention else {}),
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__})
     atomic_write_json(run_dir / RUN_FILE, {**run, "effective": effective})
 

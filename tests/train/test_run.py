@@ -271,3 +271,9 @@ def test_a_max_length_the_user_sets_is_kept(ws, uneven_dataset):
     run, trainer = _prepared_trainer(ws, FAST[:-1] + ["max_length=300"])
     assert run["settings"]["trl"]["max_length"] == 300 and "max_length" not in run["effective"]
     assert max(len(row["input_ids"]) for row in trainer.train_dataset) == 300
+
+
+@pytest.mark.parametrize("max_length, attention", [(64, "eager"), (300, "sdpa")])
+def test_an_sft_run_trains_with_the_attention_its_rows_length_calls_for(ws, uneven_dataset, max_length, attention):
+    _run, trainer = _prepared_trainer(ws, FAST[:-1] + [f"max_length={max_length}"])
+    assert trainer.model.get_base_model().config._attn_implementation == attention
