@@ -12,9 +12,12 @@ Smoke run: python scripts/bench_train.py --quick   (tiny-random, 2 steps, one ru
     compared too (bf16 must learn like fp32).
 (c) the LM head: seconds per training step of SFTTrainer with TRL's fused head, which on a CPU projects every
     position through the vocabulary, against the same trainer with mint's head on the trained positions only
-    (mint.train.lm_head), at the demo's GenUI settings (batch 4, lr 1e-3); both are the plain script, the second
-    with mint's head put on after the trainer is built. The loss curves must be the same (same kernel, same rows).
-    Goal: >= 1.25x.
+    (mint.train.lm_head), through TRL's kernel and through mint's CPU kernel (the whole vocabulary at once), at the
+    demo's GenUI settings (batch 4, lr 1e-3); all are the plain script, the others with mint's head put on after the
+    trainer is built. The loss curves must be the same (the same arithmetic on the same rows). Goal: >= 1.25x.
+(d) attention on short rows: seconds per step with torch's fused attention (sdpa) against plain products (eager),
+    mint's head on both, the same settings as (c) (mint.hardware.training_attention chooses eager for SFT rows up
+    to EAGER_ATTENTION_MAX_TOKENS on a CPU).
 Every side runs as a fresh process; sides alternate (A B A B ...) after one warm-up run of each, and
 min and median are printed. The tokenizer, model and examples are read from files both sides share.
 Each run's figure is printed (stderr) as it finishes, so a long benchmark shows where it is.
@@ -46,16 +49,19 @@ from trl import SFTConfig, SFTTrainer
 spec, out = json.load(open(sys.argv[1])), sys.argv[2]
 tokenizer = AutoTokenizer.from_pretrained(spec["base_dir"])
 tokenizer.chat_template = spec["chat_template"]
-model = AutoModelForCausalLM.from_pretrained(spec["base_dir"], dtype="float32")
+model = AutoModelForCausalLM.from_pretrained(spec["base_dir"], dtype="float32",
+                                             attn_implementation=spec.get("attention", "sdpa"))
 rows = [json.loads(line) for line in open(spec["examples"])]
 lora = spec["lora"]
 args = SFTConfig(output_dir=out, **spec["trl"])
 trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                      peft_config=LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                                             target_modules=lora["target_modules"], task_type="CAUSAL_LM"))
-if spec.get("trained_positions_head"):   # side (c) only: mint's head on the trained positions
-    from mint.train.lm_head import score_trained_positions
-    assert score_trained_positions(trainer.model.get_base_model())
+if spec.get("trained_positions_head"):   # sides (c) and (d): mint's head on the trained positions
+    from mint.train import lm_head
+    if spec.get("trl_kernel"):           # through TRL's kernel rather than mint's CPU kernel
+        lm_head.own_head_fits = lambda *args: False
+    assert lm_head.score_trained_positions(trainer.model.get_base_model())
 from transformers import TrainerCallback
 step_seconds = []
 class Steps(TrainerCallback):
@@ -143,7 +149,7 @@ def main() -> None:
     parser.add_argument("--slow-steps", type=int, default=2,
                         help="steps for TRL's defaults where bf16 would be emulated (run once)")
     parser.add_argument("--head-steps", type=int, default=12, help="steps of each side of (c)")
-    parser.add_argument("--parts", default="a,b,c", help="which comparisons to run (a, b, c; comma-separated)")
+    parser.add_argument("--parts", default="a,b,c,d", help="which comparisons to run (a-d; comma-separated)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 2 steps, 1 run per side")
     args = parser.parse_args()
     if args.quick:
@@ -203,7 +209,7 @@ def main() -> None:
         emulated = hardware.device == "cpu" and not hardware.bf16 and not args.quick
         slow = ("TRL defaults",) if emulated else ()
         trl_defaults_run = {**trl_defaults, "max_steps": min(args.slow_steps, args.steps)} if emulated else trl_defaults
-        walls = speeds = heads = None
+        walls = speeds = heads = attentions = None
         if "a" in parts:
             print("(a) mint train vs the plain TRL script", file=sys.stderr, flush=True)
             walls = alternate({"mint train": mint_train, "plain TRL": plain(spec_file("same", mint_trl))},
@@ -216,23 +222,30 @@ def main() -> None:
                                 "tuned fp32": plain(spec_file("tuned", tuned))}, args.repeats,
                                warmup=not args.quick, once=slow,
                                shown=lambda r: f"{r['tokens'] / r['train_seconds']:.1f} tok/s ({r['wall_s']:.0f} s)")
+        demo = {**mint_trl, "max_steps": args.head_steps, "learning_rate": 1e-3}
+
+        def head_side(name: str, ours: bool, **extra):
+            path = spec_file(name, demo)
+            path.write_text(json.dumps({**json.loads(path.read_text()), "trained_positions_head": ours, **extra}))
+
+            def side():   # mint's head needs mint importable; TRL's side runs without it
+                seconds, out = run([python, "-c", PLAIN, str(path), str(tmp / f"out-{next(counter)}")],
+                                   env if ours else plain_env, tmp_name)
+                return {**json.loads(out.strip().splitlines()[-1]), "wall_s": seconds}
+            return side
+
+        per_step = lambda r: f"{r['step_seconds']:.2f} s/step"   # noqa: E731
         if "c" in parts:
             print("(c) seconds per step by LM head", file=sys.stderr, flush=True)
-            demo = {**mint_trl, "max_steps": args.head_steps, "learning_rate": 1e-3}
-
-            def head_side(name: str, ours: bool):
-                path = spec_file(name, demo)
-                path.write_text(json.dumps({**json.loads(path.read_text()), "trained_positions_head": ours}))
-
-                def side():   # mint's head needs mint importable; TRL's side runs without it
-                    seconds, out = run([python, "-c", PLAIN, str(path), str(tmp / f"out-{next(counter)}")],
-                                       env if ours else plain_env, tmp_name)
-                    return {**json.loads(out.strip().splitlines()[-1]), "wall_s": seconds}
-                return side
-
             heads = alternate({"TRL's head": head_side("trl-head", False),
+                               "TRL's kernel": head_side("trl-kernel", True, trl_kernel=True),
                                "trained positions": head_side("mint-head", True)}, args.repeats,
-                              warmup=not args.quick, shown=lambda r: f"{r['step_seconds']:.2f} s/step")
+                              warmup=not args.quick, shown=per_step)
+        if "d" in parts:
+            print("(d) seconds per step by attention kernel", file=sys.stderr, flush=True)
+            attentions = alternate({"sdpa": head_side("sdpa", True, attention="sdpa"),
+                                    "eager": head_side("eager", True, attention="eager")}, args.repeats,
+                                   warmup=not args.quick, shown=per_step)
 
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, "
           f"flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} ({hardware.bf16_reason})")
@@ -250,6 +263,8 @@ def main() -> None:
         report_speeds(speeds)
     if heads:
         report_heads(heads, args.head_steps)
+    if attentions:
+        report_attention(attentions, args.head_steps)
 
 
 def report_walls(walls: dict) -> None:
@@ -293,9 +308,26 @@ def report_heads(heads: dict, steps: int) -> None:
         print(f"  {name:<18} {spread(values)}")
     ratio = statistics.median(per_step["TRL's head"]) / statistics.median(per_step["trained positions"])
     print(f"  TRL's head / trained positions: {ratio:.2f}x (goal >= {HEAD_GOAL}): {verdict(ratio >= HEAD_GOAL)}")
-    theirs, ours = heads["TRL's head"][0]["losses"], heads["trained positions"][0]["losses"]
+    kernel = statistics.median(per_step["TRL's kernel"]) / statistics.median(per_step["trained positions"])
+    print(f"  TRL's kernel on the trained positions / mint's CPU kernel: {kernel:.2f}x")
+    ours = heads["trained positions"][0]["losses"]
+    for name in ("TRL's head", "TRL's kernel"):
+        theirs = heads[name][0]["losses"]
+        gap = max((abs(a - b) for a, b in zip(theirs, ours)), default=float("nan"))
+        print(f"  loss curves against {name}, {len(ours)} steps: max per-step gap {gap:.2g} "
+              f"(final {ours[-1]:.4f} vs {theirs[-1]:.4f})")
+
+
+def report_attention(attentions: dict, steps: int) -> None:
+    print(f"\n(d) seconds per training step (steps 2-{steps}) by attention kernel, mint's head, the settings of (c)")
+    per_step = {name: [r["step_seconds"] for r in results] for name, results in attentions.items()}
+    for name, values in per_step.items():
+        print(f"  {name:<18} {spread(values)}")
+    ratio = statistics.median(per_step["sdpa"]) / statistics.median(per_step["eager"])
+    ours, theirs = attentions["eager"][0]["losses"], attentions["sdpa"][0]["losses"]
     gap = max((abs(a - b) for a, b in zip(theirs, ours)), default=float("nan"))
-    print(f"  loss curves, {len(ours)} steps: max per-step gap {gap:.2g} (final {ours[-1]:.4f} vs {theirs[-1]:.4f})")
+    print(f"  sdpa / eager: {ratio:.2f}x; loss curves, {len(ours)} steps: max per-step gap {gap:.2g} "
+          f"(final {ours[-1]:.4f} vs {theirs[-1]:.4f})")
 
 
 if __name__ == "__main__":
