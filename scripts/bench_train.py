@@ -301,34 +301,36 @@ def report_speeds(speeds: dict) -> None:
               f"(final {mint_losses[-1]:.4f} vs {fp32_losses[-1]:.4f})")
 
 
-def report_heads(heads: dict, steps: int) -> None:
-    print(f"\n(c) seconds per training step (steps 2-{steps}), the demo's GenUI settings (batch 4, lr 1e-3)")
-    per_step = {name: [r["step_seconds"] for r in results] for name, results in heads.items()}
+def step_table(title: str, sides: dict) -> dict[str, list[float]]:
+    """Print each side's seconds per step; return them."""
+    print(title)
+    per_step = {name: [r["step_seconds"] for r in results] for name, results in sides.items()}
     for name, values in per_step.items():
         print(f"  {name:<18} {spread(values)}")
+    return per_step
+
+
+def loss_gap(ours: list[float], theirs: list[float]) -> str:
+    gap = max((abs(a - b) for a, b in zip(theirs, ours)), default=float("nan"))
+    return f"loss curves, {len(ours)} steps: max per-step gap {gap:.2g} (final {ours[-1]:.4f} vs {theirs[-1]:.4f})"
+
+
+def report_heads(heads: dict, steps: int) -> None:
+    per_step = step_table(f"\n(c) seconds per training step (steps 2-{steps}), the demo's GenUI settings (batch 4, "
+                          f"lr 1e-3)", heads)
     ratio = statistics.median(per_step["TRL's head"]) / statistics.median(per_step["trained positions"])
     print(f"  TRL's head / trained positions: {ratio:.2f}x (goal >= {HEAD_GOAL}): {verdict(ratio >= HEAD_GOAL)}")
     kernel = statistics.median(per_step["TRL's kernel"]) / statistics.median(per_step["trained positions"])
     print(f"  TRL's kernel on the trained positions / mint's CPU kernel: {kernel:.2f}x")
-    ours = heads["trained positions"][0]["losses"]
     for name in ("TRL's head", "TRL's kernel"):
-        theirs = heads[name][0]["losses"]
-        gap = max((abs(a - b) for a, b in zip(theirs, ours)), default=float("nan"))
-        print(f"  loss curves against {name}, {len(ours)} steps: max per-step gap {gap:.2g} "
-              f"(final {ours[-1]:.4f} vs {theirs[-1]:.4f})")
+        print(f"  against {name}: {loss_gap(heads['trained positions'][0]['losses'], heads[name][0]['losses'])}")
 
 
 def report_attention(attentions: dict, steps: int) -> None:
-    print(f"\n(d) seconds per training step (steps 2-{steps}) by attention kernel, mint's head, the settings of (c)")
-    per_step = {name: [r["step_seconds"] for r in results] for name, results in attentions.items()}
-    for name, values in per_step.items():
-        print(f"  {name:<18} {spread(values)}")
+    per_step = step_table(f"\n(d) seconds per training step (steps 2-{steps}) by attention kernel, mint's head, the "
+                          f"settings of (c)", attentions)
     ratio = statistics.median(per_step["sdpa"]) / statistics.median(per_step["eager"])
-    ours, theirs = attentions["eager"][0]["losses"], attentions["sdpa"][0]["losses"]
-    gap = max((abs(a - b) for a, b in zip(theirs, ours)), default=float("nan"))
-    print(f"  sdpa / eager: {ratio:.2f}x; loss curves, {len(ours)} steps: max per-step gap {gap:.2g} "
-          f"(final {ours[-1]:.4f} vs {theirs[-1]:.4f})")
-
+    print(f"  sdpa / eager: {ratio:.2f}x; {loss_gap(attentions['eager'][0]['losses'], attentions['sdpa'][0]['losses'])}")
 
 if __name__ == "__main__":
     main()
