@@ -373,12 +373,12 @@ EAGER_ATTENTION_MAX_TOKENS = 256
 
 def training_attention(device: str, method: str, max_length: int | None) -> Choice:
     """The attention kernel an SFT run on ``device`` trains with, given its rows' ``max_length`` (mint sets it to
-    the longest example's tokens)."""
+    the longest example's tokens): ``eager``, or None for the model's own (torch's fused kernel where it has one)."""
     if device != "cpu" or method != "sft":
-        return Choice("sdpa", "the model's default (torch's scaled_dot_product_attention)")
+        return Choice(None, "the model's own")
     if max_length is None or max_length > EAGER_ATTENTION_MAX_TOKENS:
-        return Choice("sdpa", f"rows up to {max_length or 'any number of'} tokens: torch's fused kernel (plain "
-                              f"products are faster on a CPU up to {EAGER_ATTENTION_MAX_TOKENS})")
+        return Choice(None, f"rows up to {max_length or 'any number of'} tokens: the model's own (plain products "
+                            f"are faster on a CPU up to {EAGER_ATTENTION_MAX_TOKENS})")
     return Choice("eager", f"rows up to {max_length} tokens: plain products, faster than torch's fused CPU kernel "
                            f"up to {EAGER_ATTENTION_MAX_TOKENS}")
 

@@ -11,7 +11,7 @@ that projection through 49,152 vocabulary rows was most of a training step (docs
 leaves the others zero, as TRL leaves them. On a CPU it scores them with ``TrainedPositionsHead``: TRL's arithmetic
 (a product at the autocast precision, log-sum-exp, entropy and top-1 in fp32, the gradient's product accumulated in
 fp32), the whole vocabulary at once instead of TRL's tiles with a dozen tensor passes each: the head's forward and
-backward 2-3x faster (scripts/bench_train_step.py). Elsewhere, or where the head itself trains, TRL's own kernel
+backward about twice as fast (scripts/bench_train.py, (c)). Elsewhere, or where the head itself trains, TRL's own kernel
 (``trl.kernels.ChunkedLogProbFunction``, the one its head calls) gets the trained positions.
 """
 from __future__ import annotations
@@ -183,6 +183,8 @@ class TrainedPositionsHead(torch.autograd.Function):
                     # d log p_target / dz_j = 1[j = target] - p_j
                     g.scatter_add_(-1, targets[start:end, None], grad_log_probs[start:end, None])
                 if weight.dtype != torch.float32:
-                    g = g.to(weight.dtype).float()      # rounded here: oneDNN leaves small products in fp32
+                    # TRL's tile is rounded to the compute precision; oneDNN would round only the products
+                    # large enough for its bf16 path
+                    g = g.to(weight.dtype).float()
                 grad[start:end] = torch.mm(g, full)
         return grad.to(hidden.dtype), None, None, None

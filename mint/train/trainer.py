@@ -8,6 +8,7 @@ import math
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -55,11 +56,11 @@ def run_training(run_dir: Path, *, progress: TrainProgress | None = None, resume
 
 def load_run_base(run_dir: Path, run: dict):
     """The base with the run's chat template and the attention kernel its rows train fastest with
-    (``attention_choice``), and the --from parent's adapter on it (trainable)."""
+    (mint.hardware.training_attention), and the --from parent's adapter on it (trainable)."""
     loaded = load_base(run["base"])
-    attention = attention_choice(run, loaded.model).value
-    if attention != loaded.model.config._attn_implementation:
-        loaded.model.set_attn_implementation(attention)
+    attention = training_attention(loaded.model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
+    if attention.value is not None and attention.value != loaded.model.config._attn_implementation:
+        loaded.model.set_attn_implementation(attention.value)
     if (run_dir / TEMPLATE_FILE).is_file():
         loaded.tokenizer.chat_template = (run_dir / TEMPLATE_FILE).read_text(encoding="utf-8")
     if run["method"] == "grpo":
@@ -81,8 +82,9 @@ def load_run_base(run_dir: Path, run: dict):
 
 
 def attention_choice(run: dict, model):
-    """The attention kernel the run trains ``model`` with, and why (mint.hardware.training_attention)."""
-    return training_attention(model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
+    """The attention kernel the run trains ``model`` with (as ``load_run_base`` set it), and why."""
+    choice = training_attention(model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
+    return replace(choice, value=model.config._attn_implementation)
 
 
 def training_arguments(method: str, trl_values: dict, output_dir: Path, *, env: str | None = None):
