@@ -58,7 +58,7 @@ def load_run_base(run_dir: Path, run: dict):
     """The base with the run's chat template and the attention kernel its rows train fastest with
     (mint.hardware.training_attention), and the --from parent's adapter on it (trainable)."""
     loaded = load_base(run["base"])
-    attention = training_attention(loaded.model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
+    attention = _wanted_attention(run, loaded.model)
     if attention.value is not None and attention.value != loaded.model.config._attn_implementation:
         loaded.model.set_attn_implementation(attention.value)
     if (run_dir / TEMPLATE_FILE).is_file():
@@ -81,10 +81,13 @@ def load_run_base(run_dir: Path, run: dict):
     return loaded
 
 
+def _wanted_attention(run: dict, model):
+    return training_attention(model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
+
+
 def attention_choice(run: dict, model):
     """The attention kernel the run trains ``model`` with (as ``load_run_base`` set it), and why."""
-    choice = training_attention(model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
-    return replace(choice, value=model.config._attn_implementation)
+    return replace(_wanted_attention(run, model), value=model.config._attn_implementation)
 
 
 def training_arguments(method: str, trl_values: dict, output_dir: Path, *, env: str | None = None):
