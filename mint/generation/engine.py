@@ -20,7 +20,8 @@ with room to grow: ``mint.generation.cache``):
 - a request may carry a constraint (``mint.generation.constrain``: a JSON schema, a tool call): the tokens that
   would leave its shape are masked out of its logits before it picks, and it ends once the shape is complete;
 - a sampled row draws from a generator of its own seed with HF generate's processors (temperature, the base's
-  top_k, top_p), so its output depends on its seed alone, never on the rows beside it; greedy rows are HF
+  top_k, top_p), so its output depends on its seed alone, never on the rows beside it (on a CPU the draw and
+  top-p are ``mint.generation.sampling``'s: torch's and HF's results without their cost); greedy rows are HF
   generate's token for token, and may draft tokens from their own text (``lookup``, prompt lookup decoding)
   into the places finished rows left: rows x (1 + draft) stays within the batch;
 - a listener hears its row's text as it is decoded (whole characters: ``mint.generation.text``) and stops the
@@ -44,6 +45,7 @@ from typing import Callable, Sequence
 from mint.generation import cache as kv
 from mint.generation.constrain import constraint_for, json_structure
 from mint.generation import lookup as drafts
+from mint.generation import sampling
 from mint.generation.precision import PARITY_PROMPTS, precision_copy, resolve_precision
 from mint.generation.stops import answer_complete, closing_tokens, eos_ids
 from mint.generation.settings import HarnessSettings
@@ -128,6 +130,16 @@ class _Row:
         """Whether its token is drawn by ``_choose`` rather than taken from the step's argmax: sampled or
         constrained."""
         return self.request.temperature > 0 or self.request.constraint is not None
+
+
+def _row_wise(processors, scores):
+    """HF's row-wise processors on ``scores`` in their order, top-p by ``mint.generation.sampling`` where its
+    replica was found exact (the same scores, without sorting the vocabulary)."""
+    fast = scores.device.type == "cpu" and sampling.replica_exact()
+    for processor in processors:
+        scores = sampling.top_p_filtered(processor, scores) \
+            if fast and type(processor).__name__ == "TopPLogitsWarper" else processor(None, scores)
+    return scores
 
 
 PREFILL_PADDING = 4 / 3     # a prefill pads no prompt past this many times its own length
@@ -247,8 +259,11 @@ class Engine:
 
         generator = processors = None
         if request.temperature > 0:   # one seed per output: it does not depend on the rows beside it
-            generator = torch.Generator(device=device)
-            generator.manual_seed(request.seed)
+            if torch.device(device).type == "cpu" and sampling.replica_exact():
+                generator = sampling.SeededDraws(request.seed)     # torch's draws, without their cost
+            else:
+                generator = torch.Generator(device=device)
+                generator.manual_seed(request.seed)
             processors = self._sampling(runner, request)
         listener = request.listener
         text = IncrementalText(self.tokenizer) if listener and getattr(listener, "wants_text", True) else None
@@ -356,13 +371,15 @@ class Engine:
         for members in groups.values():
             processors, row_wise = rows[members[0]].processors
             if row_wise:   # these processors read no history: one call for the rows gives each row's own
-                probs = torch.softmax(processors(None, logits[members]), dim=-1)
+                probs = torch.softmax(_row_wise(processors, logits[members]), dim=-1)
             else:
                 probs = torch.cat([torch.softmax(processors(
                     torch.tensor([rows[k].request.prompt + rows[k].tokens], device=logits.device), logits[k][None]),
                     dim=-1) for k in members])
             for k, p in zip(members, probs):
-                picks[k] = int(torch.multinomial(p[None], 1, generator=rows[k].generator))
+                generator = rows[k].generator
+                picks[k] = generator.draw(p) if isinstance(generator, sampling.SeededDraws) \
+                    else int(torch.multinomial(p[None], 1, generator=generator))
         return picks
 
     def _sampling(self, runner, request: Request):

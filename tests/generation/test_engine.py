@@ -12,6 +12,7 @@ from mint.generation import cache as kv
 from mint.generation import engine as gen
 from mint.generation import lookup as drafts
 from mint.generation import precision as precisions
+from mint.generation import sampling
 from mint.generation.engine import generate
 from mint.generation.stops import answer_complete
 
@@ -325,6 +326,18 @@ def test_each_sampled_output_is_hf_generates_with_its_own_seed():
     expected = [[hf_generate_alone(loaded, c, 8, 0.8, seed=i * 2 + s) for s in range(2)]
                 for i, c in enumerate(VARIED[:3])]
     assert result.outputs == expected and result.outputs[0][0] != result.outputs[0][1]
+
+
+def test_sampled_outputs_are_the_same_with_torchs_own_draws(monkeypatch):
+    """Where the fast draw's check fails (another torch), rows draw with torch's generators: the same outputs."""
+    loaded = load_base(TINY)
+    settings = HarnessSettings(max_new_tokens=8, batch_size=3, temperature=0.8, top_p=0.9, samples=2)
+    fast = generate(loaded.model, loaded.tokenizer, VARIED[:3], settings).outputs
+    monkeypatch.setattr(sampling, "replica_exact", lambda: False)
+    drawn_by_torch = []
+    multinomial = torch.multinomial
+    monkeypatch.setattr(torch, "multinomial", lambda *a, **k: drawn_by_torch.append(1) or multinomial(*a, **k))
+    assert generate(loaded.model, loaded.tokenizer, VARIED[:3], settings).outputs == fast and drawn_by_torch
 
 
 def test_the_stream_gives_hf_generates_greedy_outputs_on_smollm2():
