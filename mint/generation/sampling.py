@@ -11,9 +11,10 @@ experience sampling, 96 rows: 36% of the time in picking tokens, the model's for
   so ``SeededDraws`` makes the same words with numpy's MT19937 (the same generator, seeded the same way) and
   transforms only the kept tokens' words: the same token, the generator in the same state after it.
 - HF's ``TopPLogitsWarper`` sorts the whole vocabulary each step, though after top-k only ``top_k`` tokens are
-  left: ```top_p_filtered`` takes those alone and lays them out as HF's sorted vector has them, on a shorter vector
-  aligned as the whole one (the same softmax and cumulative sum bit for bit). Where tied scores straddle the cut, which of
-  them HF keeps depends on its sort's order among equals, so that row is filtered by HF's own warper.
+  left: ``top_p_filtered`` takes those alone and lays them out as HF's sorted vector has them, on a shorter
+  vector aligned as the whole one (the same softmax and cumulative sum bit for bit). Where tied scores straddle
+  the cut, which of them HF keeps depends on its sort's order among equals, so that row is filtered by HF's own
+  warper.
 
 Both are checked against torch before they are used (``replica_exact``: a few draws of several seeds compared
 with torch's own); where they differ (another torch, another libm), every draw is torch's.
