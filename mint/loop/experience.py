@@ -454,6 +454,9 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                              skipped_sources=skipped, repair_skipped=repair_skipped)
     if not chosen:
         return drawn
+    # sampled in the order of their text: a sample's seed follows its request's place, and the served log's order
+    # is the order a server answered its clients in, so a rerun on the same requests draws the same pool
+    chosen = sorted(chosen, key=lambda prompt: prompt.key)
     shapes = _answer_shapes(contracts, chosen) if constrained else None
     if constrained and not any(shapes):
         raise BadInput(f"the {harness or specialist} harness gives its answers no one shape to decode inside",

@@ -331,6 +331,37 @@ def test_the_newest_served_turns_come_first_under_the_prompts_cap(ws, project, t
     assert seen == ["Show a signup form with a submit button."]   # what users ask now, not the older turn
 
 
+def test_the_same_served_requests_are_sampled_alike_whatever_order_they_were_logged_in(project, tmp_path,
+                                                                                      monkeypatch):
+    """A sample's seed follows its request's place among those sampled; a server logs its turns in the order it
+    answered its clients, which differs from run to run: the requests are sampled in an order of their own."""
+    from mint.loop.experience import gather_experience
+    from mint.mol.turnlog import TurnLog
+    from mint.workspace import workspace
+
+    requests = ["Show a login form with a submit button.", "Show a signup form with a submit button.",
+                "Show a stat card for revenue with a details button."]
+    orders = []
+    for run, logged in enumerate((requests, requests[::-1])):
+        home = tmp_path / f"run{run}"
+        monkeypatch.setenv("MINT_HOME", str(home / ".mint"))
+        monkeypatch.chdir(tmp_path)
+        ws = workspace(home / ".mint")
+        _ingest(ws, project, tmp_path, [_genui("Show a greeting card.", TREE)], dataset="d")
+        for n, request in enumerate(logged):
+            TurnLog(ws).append({"id": f"t{n}", "ts": f"2026-12-01T00:0{n}:00Z", "specialist": "genui",
+                                "session": None, "messages": [{"role": "user", "content": request},
+                                                              {"role": "assistant", "content": "{"}],
+                                "feedback": {"rating": None, "correction": None}, "served_by": "genui:v1",
+                                "route": {}, "latency_ms": 5.0})
+        seen = []
+        _answer_with(monkeypatch, [TREE], seen)
+        gather_experience(ws, dataset="d", specialist="genui", base="tiny-random", project=project, samples=1,
+                          sources=["served"])
+        orders.append(seen)
+    assert orders[0] == orders[1] and sorted(orders[0]) == sorted(requests)
+
+
 def test_a_repaired_answer_is_accepted_only_when_the_verifier_passes_it_and_pairs_with_its_broken_answer(
         ws, project, tmp_path, monkeypatch):
     from mint.data.datasets import iter_episodes
