@@ -135,7 +135,7 @@ class _Row:
 def _row_wise(processors, scores):
     """HF's row-wise processors on ``scores`` in their order, top-p by ``mint.generation.sampling`` where its
     replica was found exact (the same scores, without sorting the vocabulary)."""
-    fast = scores.device.type == "cpu" and sampling.replica_exact()
+    fast = sampling.replicates_on(scores.device)
     for processor in processors:
         scores = sampling.top_p_filtered(processor, scores) \
             if fast and type(processor).__name__ == "TopPLogitsWarper" else processor(None, scores)
@@ -259,7 +259,7 @@ class Engine:
 
         generator = processors = None
         if request.temperature > 0:   # one seed per output: it does not depend on the rows beside it
-            if torch.device(device).type == "cpu" and sampling.replica_exact():
+            if sampling.replicates_on(device):
                 generator = sampling.SeededDraws(request.seed)     # torch's draws, without their cost
             else:
                 generator = torch.Generator(device=device)

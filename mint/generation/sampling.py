@@ -54,19 +54,25 @@ class SeededDraws:
         kept = np.flatnonzero(values > 0)
         if not np.all(low) and np.any(((high[low == 0] << 32) & _MASK53) == 0):
             return _argmax_all(values, high, low)      # some u_i is 0: an inf or nan ratio decides, as in torch
-        units = (((high[kept] << 32) | low[kept]) & _MASK53).astype(np.float64) * _TWO_POW_MINUS_53
-        waits = np.array([-1.0 * math.log1p(-u) for u in units.tolist()], dtype=np.float32)
+        waits = _exponential(high[kept], low[kept]).astype(np.float32)
         return int(kept[int(np.argmax(values[kept] / waits))])
 
 
 def _argmax_all(values, high, low) -> int:
     """The draw over every token (a ratio over q = 0 is inf or nan, and torch's argmax takes the first nan)."""
-    import numpy as np
     import torch
 
-    units = (((high << 32) | low) & _MASK53).astype(np.float64) * _TWO_POW_MINUS_53
-    waits = torch.tensor([-1.0 * math.log1p(-u) for u in units.tolist()], dtype=torch.float64).float()
+    waits = torch.from_numpy(_exponential(high, low)).float()
     return int(torch.argmax(torch.from_numpy(values) / waits))
+
+
+def _exponential(high, low):
+    """torch's Exp(1) samples from word pairs: ``-log1p(-u)`` in double, ``u`` the pair's low 53 bits over 2^53
+    (glibc's ``log1p``, one at a time: numpy's vectorised one can differ in the last bit)."""
+    import numpy as np
+
+    units = (((high << 32) | low) & _MASK53).astype(np.float64) * _TWO_POW_MINUS_53
+    return np.array([-1.0 * math.log1p(-u) for u in units.tolist()], dtype=np.float64)
 
 
 def top_p_filtered(warper, scores):
@@ -106,6 +112,13 @@ def aligned_width(vocabulary: int, kept: int) -> int:
     """The shortest row of at least ``kept`` elements whose last ``kept`` sit where the last ``kept`` of a
     ``vocabulary``-long row do, modulo ``ALIGN``."""
     return vocabulary - ALIGN * ((vocabulary - kept) // ALIGN)
+
+
+def replicates_on(device) -> bool:
+    """Whether the engine draws and filters with this module on ``device``: a CPU where ``replica_exact``."""
+    import torch
+
+    return torch.device(device).type == "cpu" and replica_exact()
 
 
 @functools.lru_cache(maxsize=1)
