@@ -183,9 +183,35 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
 
         from mint.train.rewards import reward_functions
         trainer = GRPOTrainer(reward_funcs=reward_functions(run["specialist"], settings.rewards), **common)
+    trainer.mint_frozen_weights = frozen_weights_at_compute_precision(trainer) if method == "sft" else None
     for noisy in (PrinterCallback, ProgressCallback):   # mint reports progress itself; stdout stays clean
         trainer.remove_callback(noisy)
     return trainer
+
+
+def frozen_weights_at_compute_precision(trainer) -> str | None:
+    """On a CPU under bf16 autocast, the decoder layers' frozen linear weights stored in bf16, once; what it did,
+    or None. Autocast casts a weight that needs no gradient again at every forward (its cache keeps trainable ones
+    only): about 107M values a step for SmolLM2. Every product rounds the same values to bf16 either way, so a run
+    trains the same, loss for loss; only SFT, whose every forward runs under autocast (its head is
+    mint.train.lm_head's, which casts its own weight once)."""
+    from torch import nn
+
+    from mint.base import decoder_layers
+
+    args = trainer.args
+    if not args.bf16 or args.device.type != "cpu":
+        return None
+    model = trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model
+    cast = 0
+    for layer in decoder_layers(model):
+        for module in layer.modules():
+            if type(module) is nn.Linear and not module.weight.requires_grad and module.weight.dtype == torch.float32:
+                module.weight.data = module.weight.data.to(torch.bfloat16)
+                if module.bias is not None and not module.bias.requires_grad:
+                    module.bias.data = module.bias.data.to(torch.bfloat16)
+                cast += 1
+    return f"bf16, cast once ({cast} linear layers' frozen weights)" if cast else None
 
 
 def _add_tool_response_parser(tokenizer) -> None:
@@ -211,6 +237,7 @@ def _record_backend(run_dir: Path, run: dict, trainer, fingerprint: str, attenti
         "gradient_checkpointing": bool(args.gradient_checkpointing),
         "assistant_only_loss": bool(getattr(args, "assistant_only_loss", False)),
         **({"lm_head": trainer.mint_lm_head} if hasattr(trainer, "mint_lm_head") else {}),
+        **({"frozen_weights": trainer.mint_frozen_weights} if getattr(trainer, "mint_frozen_weights", None) else {}),
         **({"attention": {"value": attention.value, "reason": attention.reason}} if attention else {}),
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__})
     atomic_write_json(run_dir / RUN_FILE, {**run, "effective": effective})

@@ -277,3 +277,33 @@ def test_a_max_length_the_user_sets_is_kept(ws, uneven_dataset):
 def test_an_sft_run_trains_with_the_attention_its_rows_length_calls_for(ws, uneven_dataset, max_length, attention):
     _run, trainer = _prepared_trainer(ws, FAST[:-1] + [f"max_length={max_length}"])
     assert trainer.model.get_base_model().config._attn_implementation == attention
+
+
+def test_bf16_sft_stores_the_frozen_weights_in_bf16_and_trains_the_same_adapter(ws, dataset, monkeypatch):
+    import torch
+
+    from mint.train import trainer as trainer_module
+
+    sets = FAST + ["bf16=true", "max_steps=3", "learning_rate=0.01"]
+    cast = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=sets)
+    backend = json.load(open(os.path.join(cast.run_dir, RUN_FILE)))["effective"]["backend"]
+    assert backend["precision"] == "bf16" and backend["frozen_weights"].startswith("bf16, cast once")
+    monkeypatch.setattr(trainer_module, "frozen_weights_at_compute_precision", lambda trainer: None)
+    kept = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=sets)
+    assert "frozen_weights" not in json.load(open(os.path.join(kept.run_dir, RUN_FILE)))["effective"]["backend"]
+    # autocast rounds the fp32 weights to the same bf16 values at every forward: the same run, bit for bit
+    first, second = lora_tensors(os.path.join(cast.run_dir, "adapter")), lora_tensors(
+        os.path.join(kept.run_dir, "adapter"))
+    assert first.keys() == second.keys() and first
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    losses = [[json.loads(line).get("loss") for line in open(os.path.join(run, "metrics.jsonl"))]
+              for run in (cast.run_dir, kept.run_dir)]
+    assert losses[0] == losses[1] and any(loss is not None for loss in losses[0])
+
+
+def test_an_fp32_run_keeps_its_frozen_weights_as_they_are(ws, uneven_dataset):
+    import torch
+
+    _run, trainer = _prepared_trainer(ws, FAST + ["bf16=false"])
+    assert trainer.mint_frozen_weights is None
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
