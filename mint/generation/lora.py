@@ -37,15 +37,32 @@ class SlotTable:
     used: tuple[int, ...] = (BASE_SLOT,)
     version: int = 0          # bumped by every set_rows: modules re-gather their rows' weights once per batch
     buffers: int = 0          # bumped when a module's buffers are replaced (.to(), .float()): load plans go stale
+    weights: int = 0          # bumped when a slot's weights change (load_slots): stacked adapters go stale
+    slots: tuple[int, ...] = (BASE_SLOT,)
+    _masks: dict = field(default_factory=dict, repr=False)
 
     def set_rows(self, slots: list[int]) -> None:
         distinct = tuple(sorted(set(slots)))
         self.used = distinct
         self.version += 1
+        self.slots = tuple(slots)
+        self._masks.clear()
         if len(distinct) == 1:
             self.uniform, self.rows = distinct[0], None
         else:
             self.uniform, self.rows = None, torch.tensor(slots, dtype=torch.long)
+
+    def row_mask(self, used: tuple[int, ...], rank: int, dtype, device):
+        """[batch, 1, S*r]: each row's mask over the columns of ``used`` slots' adapters stacked at ``rank`` (1 on
+        its own slot's, none for a row whose slot is not in ``used``); made once per batch for every module."""
+        key = (used, rank, dtype, device)
+        mask = self._masks.get(key)
+        if mask is None:
+            place = {slot: k for k, slot in enumerate(used)}
+            owner = torch.tensor([place.get(slot, -1) for slot in self.slots], dtype=torch.long, device=device)
+            columns = torch.arange(len(used), device=device).repeat_interleave(rank)    # [S*r]: its slot
+            mask = self._masks[key] = (owner[:, None] == columns[None, :]).to(dtype)[:, None, :]
+        return mask
 
 
 @dataclass
@@ -73,29 +90,31 @@ class SlottedLoRALinear(nn.Module):
         self.ranks = [0] * n_slots     # the real rank in each slot (0: nothing loaded here)
         self.scale_values = [0.0] * n_slots   # the scale each slot was given (a handoff writes only changed ones)
         self._rows: tuple | None = None   # (table version, the batch's stacked adapters: see _gathered)
+        self._stacked: tuple | None = None   # ((table weights, slots, rank), A and scaled B stacked: see _gathered)
         self._views: dict = {}            # (slot, rank) -> views of the buffers (see slot_views)
         self._forward_views: dict = {}    # (slot, rank) -> A and B transposed and the scale (_uniform_views)
 
     def _gathered(self) -> tuple | None:
-        """The batch's adapters side by side, worked out once per batch (the rows keep their slots for the whole
-        generate): A of every slot in use with a rank, stacked ([in, S*r]), their scaled B stacked ([S*r, out]),
-        and each row's mask over those S*r columns (1 on its own slot's). None: no row's slot has a rank."""
+        """The batch's adapters side by side: A of every slot in use with a rank, stacked ([in, S*r]), their scaled
+        B stacked ([S*r, out]), and each row's mask over those S*r columns (1 on its own slot's). The stacks are
+        made again only when the slots in use or their weights change, the mask once per batch for every module
+        (``SlotTable.row_mask``): rows join and leave a stream every few steps, and re-stacking every module's
+        adapters each time cost more than the steps between. None: no row's slot has a rank."""
         table = self.table
         if self._rows is None or self._rows[0] != table.version:
-            used = [s for s in table.used if self.ranks[s] > 0]
+            used = tuple(s for s in table.used if self.ranks[s] > 0)
             stacked = None
             if used:
                 rank = max(self.ranks[s] for s in used)
-                index = torch.tensor(used, dtype=torch.long, device=self.lora_a.device)
-                a = self.lora_a[:, :rank].index_select(0, index)                           # [S, r, in]
-                b = self.lora_b[:, :, :rank].index_select(0, index) * self.scale.index_select(0, index).view(-1, 1, 1)
-                columns = torch.arange(len(used), device=index.device).repeat_interleave(rank)   # [S*r]: its slot
-                place = torch.full((self.scale.shape[0],), -1, dtype=torch.long, device=index.device)
-                place[index] = torch.arange(len(used), device=index.device)                # slot -> k, or -1
-                owner = place[table.rows.to(index.device)]                                 # each row's k
-                mask = (owner[:, None] == columns[None, :]).to(a.dtype)                    # [batch, S*r]
-                stacked = (a.reshape(-1, a.shape[-1]).T.contiguous(),
-                           b.transpose(1, 2).reshape(-1, b.shape[1]).contiguous(), mask[:, None, :])
+                key = (table.weights, used, rank)
+                if self._stacked is None or self._stacked[0] != key:
+                    index = torch.tensor(used, dtype=torch.long, device=self.lora_a.device)
+                    a = self.lora_a[:, :rank].index_select(0, index)                       # [S, r, in]
+                    b = self.lora_b[:, :, :rank].index_select(0, index) * self.scale.index_select(0, index).view(-1, 1, 1)
+                    self._stacked = (key, (a.reshape(-1, a.shape[-1]).T.contiguous(),
+                                           b.transpose(1, 2).reshape(-1, b.shape[1]).contiguous()))
+                a_t, b_stacked = self._stacked[1]
+                stacked = (a_t, b_stacked, table.row_mask(used, rank, a_t.dtype, a_t.device))
             self._rows = (table.version, stacked)
         return self._rows[1]
 
@@ -146,12 +165,12 @@ class SlottedLoRALinear(nn.Module):
         result = super()._apply(fn, *args, **kwargs)
         self._views.clear()
         self._forward_views.clear()
-        self._rows = None
+        self._rows = self._stacked = None
         self.table.buffers += 1
         return result
 
     def clear_slot(self, slot: int) -> None:
-        self._rows = None
+        self._rows = self._stacked = None
         with torch.no_grad():
             self.lora_a[slot].zero_()
             self.lora_b[slot].zero_()
@@ -219,6 +238,7 @@ def load_slots(plan: LoadPlan, sources: list, scales: list[float]) -> None:
         module.scale_values[slot] = scale
     for table in plan.tables:
         table.version += 1      # every module's rows gathered for a batch (see _gathered) are stale now
+        table.weights += 1      # and so are their stacked adapters
 
 
 def install_slots(model, n_slots: int, max_rank: int, table: SlotTable) -> dict:

@@ -79,6 +79,29 @@ def test_a_smaller_adapter_swapped_in_leaves_nothing_of_the_larger_one_in_a_mixe
     assert [g.token_ids for g in swapped] == [g.token_ids for g in expected]
 
 
+def test_an_adapter_swapped_in_after_a_mixed_batch_answers_with_its_own_weights(tiny_runtime, tiny_loras, tmp_path):
+    """A mixed batch stacks its slots' adapters once and keeps them while the slots in use stay the same: a handoff
+    of another adapter of the same layout must replace them."""
+    from mint.base import load_base
+    from mint.mol.runtime import Decoding, MixtureRuntime
+    from tests.conftest import make_lora
+
+    other = make_lora(tmp_path / "coding-b", TINY, seed=6, r=4, alpha=16,
+                      targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    rows = ["coding", "genui"] * 2 + ["coding"]
+    tiny_runtime.load_adapter("genui", tiny_loras["genui"])
+    tiny_runtime.load_adapter("coding", tiny_loras["coding"])
+    before = tiny_runtime.generate(CONVERSATIONS, rows, Decoding(max_new_tokens=MAX_NEW))
+    tiny_runtime.load_adapter("coding", other)
+    after = tiny_runtime.generate(CONVERSATIONS, rows, Decoding(max_new_tokens=MAX_NEW))
+    fresh = MixtureRuntime(load_base(TINY), ["chat", "agent", "coding", "genui"], max_rank=16)
+    fresh.load_adapter("genui", tiny_loras["genui"])
+    fresh.load_adapter("coding", other)
+    expected = fresh.generate(CONVERSATIONS, rows, Decoding(max_new_tokens=MAX_NEW))
+    assert [g.token_ids for g in after] == [g.token_ids for g in expected]
+    assert [g.token_ids for g in before] != [g.token_ids for g in after]   # guards the test: the swap changes answers
+
+
 def test_a_cleared_slot_given_the_same_adapter_again_equals_a_fresh_load(tiny_runtime, tiny_loras):
     """A handoff writes only the scales that changed; clearing a slot zeroes them, so they are written again."""
     from mint.base import load_base
