@@ -1,8 +1,8 @@
 """LoRA slots applied per row: every linear layer of the base carries one preallocated (A, B) pair per slot.
 
 A forward pass reads which slot each batch row uses (``SlotTable.rows``) and adds that row's
-``B @ A @ x * scale``: one plain matmul pair when the whole batch shares a slot, else one gathered
-batched matmul pair per module. Slot 0 is all zeros (the bare base), so a row without a specialist costs
+``B @ A @ x * scale``: one plain matmul pair when the whole batch shares a slot, else one matmul pair through
+the batch's adapters stacked side by side, each row masked to its own. Slot 0 is all zeros (the bare base), so a row without a specialist costs
 nothing special. Slots are allocated at the maximum rank once; loading an adapter copies its weights in
 place (zero-padded to the slot's rank), so a new champion never reallocates or reloads the base.
 """
@@ -32,25 +32,21 @@ _PEFT_KEY = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<part>[AB])
 class SlotTable:
     """Which slot each row of the current batch reads (a LongTensor of shape [batch]); shared by all modules."""
 
-    rows: object = None
+    rows: tuple[int, ...] = (BASE_SLOT,)   # each row's slot
     uniform: int | None = BASE_SLOT   # the slot every row uses, or None for a mixed batch
     used: tuple[int, ...] = (BASE_SLOT,)
     version: int = 0          # bumped by every set_rows: modules re-gather their rows' weights once per batch
     buffers: int = 0          # bumped when a module's buffers are replaced (.to(), .float()): load plans go stale
     weights: int = 0          # bumped when a slot's weights change (load_slots): stacked adapters go stale
-    slots: tuple[int, ...] = (BASE_SLOT,)
     _masks: dict = field(default_factory=dict, repr=False)
 
     def set_rows(self, slots: list[int]) -> None:
         distinct = tuple(sorted(set(slots)))
         self.used = distinct
         self.version += 1
-        self.slots = tuple(slots)
+        self.rows = tuple(slots)
+        self.uniform = distinct[0] if len(distinct) == 1 else None
         self._masks.clear()
-        if len(distinct) == 1:
-            self.uniform, self.rows = distinct[0], None
-        else:
-            self.uniform, self.rows = None, torch.tensor(slots, dtype=torch.long)
 
     def row_mask(self, used: tuple[int, ...], rank: int, dtype, device):
         """[batch, 1, S*r]: each row's mask over the columns of ``used`` slots' adapters stacked at ``rank`` (1 on
@@ -59,7 +55,7 @@ class SlotTable:
         mask = self._masks.get(key)
         if mask is None:
             place = {slot: k for k, slot in enumerate(used)}
-            owner = torch.tensor([place.get(slot, -1) for slot in self.slots], dtype=torch.long, device=device)
+            owner = torch.tensor([place.get(slot, -1) for slot in self.rows], dtype=torch.long, device=device)
             columns = torch.arange(len(used), device=device).repeat_interleave(rank)    # [S*r]: its slot
             mask = self._masks[key] = (owner[:, None] == columns[None, :]).to(dtype)[:, None, :]
         return mask
