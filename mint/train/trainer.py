@@ -190,11 +190,15 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
 
 
 def frozen_weights_at_compute_precision(trainer) -> str | None:
-    """On a CPU under bf16 autocast, the decoder layers' frozen linear weights stored in bf16, once; what it did,
-    or None. Autocast casts a weight that needs no gradient again at every forward (its cache keeps trainable ones
-    only): about 107M values a step for SmolLM2. Every product rounds the same values to bf16 either way, so a run
-    trains the same, loss for loss; only SFT, whose every forward runs under autocast (its head is
-    mint.train.lm_head's, which casts its own weight once)."""
+    """On a CPU under bf16 autocast, the decoder layers' frozen linear weights stored in bf16, once, and PEFT's
+    LoRA layers left to take their bf16 inputs as they come; what it did, or None. Autocast casts a weight that
+    needs no gradient again at every forward (its cache keeps trainable ones only): about 107M values a step for
+    SmolLM2. And PEFT casts a LoRA's input to its A's dtype (fp32) before autocast casts it back to bf16: for the
+    layers whose input is bf16 (attention's output, the MLP's product) two copies each way, on the same values.
+    Every product rounds the same values to bf16 either way, and a bf16 gradient comes back through the two casts
+    unchanged, so a run trains the same, loss for loss; only SFT, whose every forward runs under autocast (its head
+    is mint.train.lm_head's, which casts its own weight once)."""
+    from peft.tuners.lora import LoraLayer
     from torch import nn
 
     from mint.base import decoder_layers
@@ -206,12 +210,14 @@ def frozen_weights_at_compute_precision(trainer) -> str | None:
     cast = 0
     for layer in decoder_layers(model):
         for module in layer.modules():
+            if isinstance(module, LoraLayer):
+                module.cast_input_dtype_enabled = False
             if type(module) is nn.Linear and not module.weight.requires_grad and module.weight.dtype == torch.float32:
                 module.weight.data = module.weight.data.to(torch.bfloat16)
                 if module.bias is not None and not module.bias.requires_grad:
                     module.bias.data = module.bias.data.to(torch.bfloat16)
                 cast += 1
-    return f"bf16, cast once ({cast} linear layers' frozen weights)" if cast else None
+    return f"bf16, cast once ({cast} linear layers' frozen weights; LoRA inputs uncast)" if cast else None
 
 
 def _add_tool_response_parser(tokenizer) -> None:
