@@ -734,8 +734,9 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
                                temperature=temperature, top_p=0.95, samples=samples,
                                batch_size=rows or sampling_rows(), timeout_s=10.0, catalog=None, stop_at_answer_end=True,
                                precision=precision)
-    # each answer samples with a seed of its own (its prompt's position and sample number): the same pool from
-    # the same champion, so a rerun is the same experience.
+    # each answer samples with a seed of its own (its prompt's position and sample number): the same requests in
+    # the same order (gather_experience sorts them) from the same champion at the same rows (at bf16 the rounding
+    # follows the batch's shape) give the same pool, so a rerun is the same experience.
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
     answers, _latency = generate_batches(loaded.model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen],
