@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,8 @@ def typed_value(kinds: list[str], value: Any, where: str) -> Any:
     """``value`` as the field wants it, or BadInput saying what was expected."""
     if "any" in kinds:
         return value
+    if isinstance(value, float) and math.isnan(value) or isinstance(value, str) and value.strip().lower() == "nan":
+        raise BadInput(f"expected a number, got {value!r} (not a number)", field=where)
     if value is None:
         if "null" in kinds:
             return None
@@ -358,6 +361,10 @@ def resolve_settings(user: UserSettings) -> TrainSettings:
     hardware.apply_threads(threads)
     trl_values = hardware.reconcile({**hardware_defaults(user.method), **plan.settings(), **user.trl}, user.trl)
     record = {**plan.record(user.trl), "torch_threads": dataclasses.asdict(threads)}
+    for key, entry in record["choices"].items():
+        # a choice another of the user's settings turned (their fp16 turns bf16 off, their max_length padding-free)
+        if key not in user.trl and key in trl_values and trl_values[key] != entry["value"]:
+            entry["turned_by_user_settings"] = trl_values[key]
     return TrainSettings(user.method, dict(user.lora), trl_values, user.rewards, record, dict(user.examples))
 
 

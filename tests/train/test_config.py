@@ -72,6 +72,12 @@ def test_any_set_value_is_typed_or_refused_as_bad_input(key, value):
         assert typed_value(kinds, checked, name) == checked   # what was kept already has a type the field takes
 
 
+@pytest.mark.parametrize("value", ["NaN", "nan", float("nan")])
+def test_a_learning_rate_that_is_not_a_number_is_refused(value):
+    with pytest.raises(BadInput, match="trl.learning_rate: expected a number"):
+        typed_value(["float"], value, "trl.learning_rate")
+
+
 def test_typed_value_refuses_a_list_for_a_number():
     with pytest.raises(BadInput, match="expected an integer"):
         typed_value(["int"], [1], "trl.max_steps")
