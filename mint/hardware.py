@@ -349,15 +349,22 @@ def training_plan(method: str, hardware: Hardware) -> TrainingPlan:
         if hardware.flash_attention:
             choices["padding_free"] = Choice(True, "flash attention is installed: no pad tokens at all")
             choices["packing"] = Choice(True, "padding-free needs packing (best-fit decreasing) to enforce max_length")
+        elif hardware.device == "cpu":
+            choices["padding_free"] = Choice(True, "a batch's rows joined without pad tokens, each attending to "
+                                                   "itself alone (mint.train.padding_free): the projections run on "
+                                                   "the rows' own tokens")
+            choices["packing"] = Choice(False, "padding-free rows are never cut; packing would join examples "
+                                               "across batches and change which train together")
         else:
             choices["packing"] = Choice(False, "without flash attention, packing was measured no faster on CPU and "
                                                "padding-free needs its variable-length kernels")
+        if not hardware.flash_attention:
             # TRL supports length-grouped batches (train_sampling_strategy="group_by_length"), but its sampler
             # puts the longest batch first and reorders every epoch's examples, which bends the loss curve
             # the demo and tests compare; it stays an opt-in (--set train_sampling_strategy=group_by_length)
             choices["train_sampling_strategy"] = Choice(
-                "random", "shuffled batches padded to their longest row; length grouping changes the example "
-                          "order (longest first) and is opt-in")
+                "random", "shuffled batches; length grouping changes the example order (longest first) and is "
+                          "opt-in")
     workers = 0 if hardware.device == "cpu" else min(4, max(0, hardware.cores // 4))
     choices["dataloader_num_workers"] = Choice(
         workers, "collating text is cheap; on a CPU a worker process would take cores from the matmuls"
@@ -369,13 +376,19 @@ def training_plan(method: str, hardware: Hardware) -> TrainingPlan:
 # backward is slow on short rows (SmolLM2, batch 4, bf16 autocast, 2 cores: 1.27 s a step against 1.38 at 185
 # tokens, even at 256, slower from 384 on: scripts/bench_train.py (d)); eager's [heads, rows, rows] scores stay small
 EAGER_ATTENTION_MAX_TOKENS = 256
+# the attention implementation (mint.train.padding_free) that keeps a padding-free batch's joined rows apart on a CPU
+ROW_ATTENTION = "mint_rows"
 
 
-def training_attention(device: str, method: str, max_length: int | None) -> Choice:
+def training_attention(device: str, method: str, max_length: int | None, padding_free: bool = False) -> Choice:
     """The attention kernel an SFT run on ``device`` trains with, given its rows' ``max_length`` (mint sets it to
-    the longest example's tokens): ``eager``, or None for the model's own (torch's fused kernel where it has one)."""
+    the longest example's tokens) and whether its batches are padding-free: ``ROW_ATTENTION``, ``eager``, or None for
+    the model's own (torch's fused kernel where it has one)."""
     if device != "cpu" or method != "sft":
         return Choice(None, "the model's own")
+    if padding_free:
+        return Choice(ROW_ATTENTION, f"padding-free rows, each attending to itself alone: plain products for a row "
+                                     f"up to {EAGER_ATTENTION_MAX_TOKENS} tokens, torch's fused kernel above")
     if max_length is None or max_length > EAGER_ATTENTION_MAX_TOKENS:
         return Choice(None, f"rows up to {max_length or 'any number of'} tokens: the model's own (plain products "
                             f"are faster on a CPU up to {EAGER_ATTENTION_MAX_TOKENS})")
@@ -384,10 +397,15 @@ def training_attention(device: str, method: str, max_length: int | None) -> Choi
 
 
 def reconcile(settings: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
-    """A user's fp16 (or bf16) replaces mint's other half-precision choice instead of clashing with it."""
+    """A user's fp16 (or bf16) replaces mint's other half-precision choice instead of clashing with it; a user's
+    ``max_length`` without packing turns mint's padding-free batches off (TRL cuts rows to it only when it pads
+    them)."""
     for ours, theirs in (("bf16", "fp16"), ("fp16", "bf16")):
         if user.get(theirs) is True and ours not in user:
             settings = {**settings, ours: False}
+    if (settings.get("padding_free") and "padding_free" not in user and user.get("max_length") is not None
+            and not settings.get("packing")):
+        settings = {**settings, "padding_free": False}
     return settings
 
 

@@ -18,6 +18,10 @@ Smoke run: python scripts/bench_train.py --quick   (tiny-random, 2 steps, one ru
 (d) attention on short rows: seconds per step with torch's fused attention (sdpa) against plain products (eager),
     mint's head on both, the same settings as (c) (mint.hardware.training_attention chooses eager for SFT rows up
     to EAGER_ATTENTION_MAX_TOKENS on a CPU).
+(e) padding-free batches: seconds per step of `mint train` (CLI, mint's defaults, the demo's GenUI settings: batch
+    4, lr 1e-3, no max_length) with a batch's rows joined without padding, each attending to itself alone
+    (mint.train.padding_free), against the same run with padded batches (--set padding_free=false). The examples
+    and batches are the same, so the loss curves must agree to rounding. Goal: >= 1.1x.
 Every side runs as a fresh process; sides alternate (A B A B ...) after one warm-up run of each, and
 min and median are printed. The tokenizer, model and examples are read from files both sides share.
 Each run's figure is printed (stderr) as it finishes, so a long benchmark shows where it is.
@@ -37,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WALL_GOAL, SPEED_GOAL, HEAD_GOAL = 1.05, 1.4, 1.25
+WALL_GOAL, SPEED_GOAL, HEAD_GOAL, ROWS_GOAL = 1.05, 1.4, 1.25, 1.1
 
 # The reference: plain TRL + PEFT, no mint import. argv: spec.json (base dir, examples, settings), out dir.
 PLAIN = r"""
@@ -149,7 +153,7 @@ def main() -> None:
     parser.add_argument("--slow-steps", type=int, default=2,
                         help="steps for TRL's defaults where bf16 would be emulated (run once)")
     parser.add_argument("--head-steps", type=int, default=12, help="steps of each side of (c)")
-    parser.add_argument("--parts", default="a,b,c,d", help="which comparisons to run (a-d; comma-separated)")
+    parser.add_argument("--parts", default="a,b,c,d,e", help="which comparisons to run (a-e; comma-separated)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny-random, 2 steps, 1 run per side")
     args = parser.parse_args()
     if args.quick:
@@ -247,6 +251,14 @@ def main() -> None:
                                     "eager": head_side("eager", True, attention="eager")}, args.repeats,
                                    warmup=not args.quick, shown=per_step)
 
+        rows = None
+        if "e" in parts:
+            print("(e) seconds per step, padded against padding-free batches (mint train)", file=sys.stderr, flush=True)
+            rows = alternate({"padded": mint_steps(mint, base_arg, args.head_steps, env, tmp_name,
+                                                   "padding_free=false"),
+                              "padding-free": mint_steps(mint, base_arg, args.head_steps, env, tmp_name)},
+                             args.repeats, warmup=not args.quick, shown=per_step)
+
     print(f"hardware: {hardware.device} {hardware.device_name}, {hardware.cores} cores, "
           f"flags {', '.join(hardware.cpu_flags) or '-'}; bf16: {hardware.bf16} ({hardware.bf16_reason})")
     print("mint's choices: " + "; ".join(f"{k}={v['value']}" for k, v in resolved["hardware"]["choices"].items()))
@@ -265,6 +277,37 @@ def main() -> None:
         report_heads(heads, args.head_steps)
     if attentions:
         report_attention(attentions, args.head_steps)
+    if rows:
+        report_rows(rows, args.head_steps)
+
+
+def mint_steps(mint: list[str], base: str, steps: int, env: dict, cwd: str, *sets: str):
+    """A side that runs `mint train` at the demo's GenUI settings (and ``sets``) and reads its seconds per step
+    (steps 2 on: the first sets kernels up) and losses from the run's metrics.jsonl."""
+    task = [f"max_steps={steps}", "per_device_train_batch_size=4", "save_steps=1000", "learning_rate=1e-3", *sets]
+    command = [*mint, "train", "--specialist", "genui", "--data", "ui", "--method", "sft", "--base", base, "--json",
+               *[x for s in task for x in ("--set", s)]]
+
+    def side():
+        seconds, out = run(command, env, cwd)
+        run_dir = Path(json.loads(out)["run_dir"])
+        records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+        logged = [r for r in records if "loss" in r]
+        times = [r["time"] for r in logged]
+        steps_timed = [b - a for a, b in zip(times, times[1:])] or [seconds]
+        effective = json.loads((run_dir / "run.json").read_text())["effective"]["backend"]
+        return {"wall_s": seconds, "step_seconds": statistics.median(steps_timed),
+                "losses": [r["loss"] for r in logged], "padding_free": effective.get("padding_free")}
+    return side
+
+
+def report_rows(rows: dict, steps: int) -> None:
+    per_step = step_table(f"\n(e) seconds per training step (median of steps 2-{steps}), mint train, the demo's GenUI "
+                          f"settings (batch 4, lr 1e-3)", rows)
+    assert rows["padding-free"][0]["padding_free"] and not rows["padded"][0]["padding_free"], "a side ran the other way"
+    ratio = statistics.median(per_step["padded"]) / statistics.median(per_step["padding-free"])
+    print(f"  padded / padding-free: {ratio:.2f}x (goal >= {ROWS_GOAL}): {verdict(ratio >= ROWS_GOAL)}; "
+          f"{loss_gap(rows['padding-free'][0]['losses'], rows['padded'][0]['losses'])}")
 
 
 def report_walls(walls: dict) -> None:

@@ -109,7 +109,10 @@ def _render_settings(plan: dict) -> None:
             why.add_column(column)
         for key, choice in choices.items():
             if isinstance(choice, dict):
-                why.add_row(key, shown(choice.get("value")), escape(str(choice.get("reason", ""))))
+                value = shown(choice.get("value"))
+                if "turned_by_user_settings" in choice:   # another of the user's settings turned it
+                    value += f" (your settings: {shown(choice['turned_by_user_settings'])})"
+                why.add_row(key, value, escape(str(choice.get("reason", ""))))
         out.print(why)
 
 

@@ -346,8 +346,15 @@ def max_length_from_data(plan: TrainPlan, settings: TrainSettings, rows: list[di
     tokenizer = load_tokenizer(plan.base)
     lengths = [example_tokens(tokenizer, row, template) for row in rows]
     longest = max(lengths)
+    median = sorted(lengths)[len(lengths) // 2]
+    if settings.trl.get("padding_free") and not settings.trl.get("packing"):
+        # TRL's padding-free batches are never cut (it refuses a max_length without packing): each row is as long
+        # as it is; the longest is recorded all the same
+        return settings, {"value": None, "longest": longest,
+                          "reason": f"padding-free batches cut no row (the longest of the {len(rows)} examples: "
+                                    f"{longest} tokens, median {median})"}
     why = {"value": longest, "reason": f"the longest of the {len(rows)} examples, tokenized with the run's chat "
-                                       f"template (median {sorted(lengths)[len(lengths) // 2]}): no example is cut"}
+                                       f"template (median {median}): no example is cut"}
     return replace(settings, trl={**settings.trl, "max_length": longest}), why
 
 

@@ -25,8 +25,9 @@ from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
 from mint.base import load_base
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
-from mint.hardware import training_attention
+from mint.hardware import ROW_ATTENTION, Choice, training_attention
 from mint.jsonl import read_jsonl
+from mint.train import padding_free
 from mint.train.config import TrainSettings, trl_config_class
 from mint.tracking import REPORT_TO_ENV
 from mint.train.health import run_warnings
@@ -59,6 +60,8 @@ def load_run_base(run_dir: Path, run: dict):
     (mint.hardware.training_attention), and the --from parent's adapter on it (trainable)."""
     loaded = load_base(run["base"])
     attention = _wanted_attention(run, loaded.model)
+    if attention.value == ROW_ATTENTION:
+        padding_free.register()
     if attention.value is not None and attention.value != loaded.model.config._attn_implementation:
         loaded.model.set_attn_implementation(attention.value)
     if (run_dir / TEMPLATE_FILE).is_file():
@@ -82,7 +85,13 @@ def load_run_base(run_dir: Path, run: dict):
 
 
 def _wanted_attention(run: dict, model):
-    return training_attention(model.device.type, run["method"], run["settings"]["trl"].get("max_length"))
+    trl_settings = run["settings"]["trl"]
+    choice = training_attention(model.device.type, run["method"], trl_settings.get("max_length"),
+                                padding_free=bool(trl_settings.get("padding_free")))
+    if choice.value == ROW_ATTENTION and not padding_free.rows_apart(model):
+        return Choice(None, "the model's own: its attention is not plain causal (a sliding window or capped "
+                            "scores), so its batches are padded")
+    return choice
 
 
 def attention_choice(run: dict, model):
@@ -144,6 +153,9 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")   # environment_factory is experimental in TRL 1.x
     settings = TrainSettings(**{**run["settings"], "rewards": tuple(run["settings"]["rewards"])})
     method = run["method"]
+    if method == "sft" and settings.trl.get("padding_free") and not padding_free.kept_apart(model):
+        # joined rows would attend to each other: pad them instead (same examples, same batches)
+        settings = replace(settings, trl={**settings.trl, "padding_free": False})
     args = training_arguments(method, settings.trl, run_dir / "checkpoints", env=run.get("env"))
     callback = RunCallback(run_dir, progress)
     common = dict(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
@@ -242,6 +254,7 @@ def _record_backend(run_dir: Path, run: dict, trainer, fingerprint: str, attenti
         "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
         "gradient_checkpointing": bool(args.gradient_checkpointing),
         "assistant_only_loss": bool(getattr(args, "assistant_only_loss", False)),
+        **({"padding_free": bool(args.padding_free)} if hasattr(args, "padding_free") else {}),
         **({"lm_head": trainer.mint_lm_head} if hasattr(trainer, "mint_lm_head") else {}),
         **({"frozen_weights": trainer.mint_frozen_weights} if getattr(trainer, "mint_frozen_weights", None) else {}),
         **({"attention": {"value": attention.value, "reason": attention.reason}} if attention else {}),

@@ -258,10 +258,23 @@ def _prepared_trainer(ws, sets):
 
 
 def test_sft_max_length_is_the_longest_example_so_truncation_cuts_no_answer(ws, uneven_dataset):
-    run, trainer = _prepared_trainer(ws, FAST[:-1])          # no max_length set
+    run, trainer = _prepared_trainer(ws, FAST[:-1] + ["padding_free=false"])          # padded, no max_length set
     lengths = [len(row["input_ids"]) for row in trainer.train_dataset]
     assert run["settings"]["trl"]["max_length"] == max(lengths) > 3 * sorted(lengths)[0]
     assert run["effective"]["max_length"]["value"] == max(lengths)
+    # the longest example kept its answer to the end: its last trained token is its last token but the newline
+    longest = trainer.train_dataset[lengths.index(max(lengths))]
+    assert longest["labels"][-2] != -100
+
+
+def test_padding_free_sft_cuts_no_row_and_records_the_longest(ws, uneven_dataset):
+    run, trainer = _prepared_trainer(ws, FAST[:-1])          # mint's defaults on a CPU: padding-free
+    lengths = [len(row["input_ids"]) for row in trainer.train_dataset]
+    assert run["settings"]["trl"]["padding_free"] is True and run["settings"]["trl"]["max_length"] is None
+    assert trainer.args.padding_free and trainer.args.max_length is None
+    assert run["effective"]["max_length"] == {"value": None, "longest": max(lengths), "reason": (
+        f"padding-free batches cut no row (the longest of the 6 examples: {max(lengths)} tokens, median "
+        f"{sorted(lengths)[3]})")}
     # the longest example kept its answer to the end: its last trained token is its last token but the newline
     longest = trainer.train_dataset[lengths.index(max(lengths))]
     assert longest["labels"][-2] != -100
@@ -273,10 +286,37 @@ def test_a_max_length_the_user_sets_is_kept(ws, uneven_dataset):
     assert max(len(row["input_ids"]) for row in trainer.train_dataset) == 300
 
 
-@pytest.mark.parametrize("max_length, attention", [(64, "eager"), (300, "sdpa")])
+@pytest.mark.parametrize("max_length, attention", [(64, "eager"), (300, "sdpa"), (None, hardware.ROW_ATTENTION)])
 def test_an_sft_run_trains_with_the_attention_its_rows_length_calls_for(ws, uneven_dataset, max_length, attention):
-    _run, trainer = _prepared_trainer(ws, FAST[:-1] + [f"max_length={max_length}"])
+    # a max_length of the user's pads the batches (TRL cuts rows only when it pads them); without one they join
+    _run, trainer = _prepared_trainer(ws, FAST[:-1] + ([f"max_length={max_length}"] if max_length else []))
     assert trainer.model.get_base_model().config._attn_implementation == attention
+    assert trainer.args.padding_free is (max_length is None)
+
+
+def test_a_padding_free_run_trains_as_the_padded_run_does(ws, uneven_dataset):
+    import torch
+
+    sets = FAST[:-1] + ["bf16=false", "max_steps=3", "learning_rate=0.01"]
+    joined = train(ws, specialist="agent", data=uneven_dataset, method="sft", base="tiny-random", sets=sets)
+    padded = train(ws, specialist="agent", data=uneven_dataset, method="sft", base="tiny-random",
+                   sets=sets + ["padding_free=false"])
+    runs = [json.load(open(os.path.join(r.run_dir, RUN_FILE))) for r in (joined, padded)]
+    assert [r["effective"]["backend"]["padding_free"] for r in runs] == [True, False]
+    assert runs[0]["effective"]["backend"]["attention"]["value"] == hardware.ROW_ATTENTION
+    # the same examples in the same batches: the same losses and adapter, to fp32 rounding
+    losses = [[json.loads(line)["loss"] for line in open(os.path.join(r.run_dir, "metrics.jsonl")) if '"loss"' in line]
+              for r in (joined, padded)]
+    assert len(losses[0]) == 3 and losses[0] == pytest.approx(losses[1], rel=1e-4)
+    first, second = (lora_tensors(os.path.join(r.run_dir, "adapter")) for r in (joined, padded))
+    assert first.keys() == second.keys() and first
+    assert all(torch.allclose(first[k], second[k], rtol=1e-3, atol=1e-6) for k in first)
+
+
+def test_a_max_length_of_the_users_turns_padding_free_off_and_says_so(ws, uneven_dataset):
+    run, _trainer = _prepared_trainer(ws, FAST)
+    choice = run["settings"]["hardware"]["choices"]["padding_free"]
+    assert run["settings"]["trl"]["padding_free"] is False and choice["turned_by_user_settings"] is False
 
 
 def test_bf16_sft_stores_the_frozen_weights_in_bf16_and_trains_the_same_adapter(ws, dataset, monkeypatch):
