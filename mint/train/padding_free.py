@@ -2,10 +2,11 @@
 
 TRL's padding-free collator (``padding_free=True``) joins a batch's rows into one sequence with no pad tokens and
 says where each row starts (``cu_seq_lens_q``); flash attention's variable-length kernels keep the rows apart. Where
-flash attention is not installed (a CPU), transformers' own kernels would keep them apart with one [tokens, tokens]
-mask over the joined sequence: right, but every row then attends over the whole batch's length. ``attention_by_row``
-attends within each row alone, with the kernel its length trains fastest with on a CPU (``row_kernel``). Every
-projection and MLP then runs on the batch's own tokens, none of them padding.
+flash attention is not installed (a CPU), transformers' own kernels keep them apart only through one [tokens, tokens]
+mask over the joined sequence, which they build only when the forward makes no cache (with one, a row attends to the
+rows before it), and every row then attends over the whole batch's length. ``attention_by_row`` attends within each
+row alone, with the kernel its length trains fastest with on a CPU (``row_kernel``). Every projection and MLP then
+runs on the batch's own tokens, none of them padding (the demo's GenUI batches: 15% fewer tokens, 1.07-1.14x a step).
 """
 from __future__ import annotations
 
