@@ -119,6 +119,18 @@ def test_the_cpu_head_computes_trls_kernel_in_tiles_of_positions(monkeypatch, au
     torch.testing.assert_close(ours[3], theirs[3], rtol=1e-4, atol=1e-5 if autocast and entropy_grad else 1e-6)
 
 
+@pytest.mark.parametrize("autocast", [True, False], ids=["bf16", "fp32"])
+def test_the_cpu_heads_tiles_change_no_figure(monkeypatch, autocast):
+    torch.manual_seed(1)
+    weight, hidden, targets = torch.randn(4099, 96) * 0.3, torch.randn(300, 96), torch.randint(0, 4099, (300,))
+    outputs = []
+    for tile in (512, 128, 37):
+        monkeypatch.setattr(lm_head, "TILE_POSITIONS", tile)
+        outputs.append(_heads_outputs(_our_head, hidden, weight, targets, autocast=autocast, entropy_grad=True))
+    # log-probabilities, entropy, first-maximum flags and the gradient: each position's own, whatever its tile
+    assert all(torch.equal(a, b) for other in outputs[1:] for a, b in zip(outputs[0], other))
+
+
 def test_a_head_that_trains_keeps_trls_kernel(monkeypatch):
     model = _tiny_lora()
     base = model.get_base_model()
