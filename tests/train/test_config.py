@@ -78,6 +78,16 @@ def test_a_learning_rate_that_is_not_a_number_is_refused(value):
         typed_value(["float"], value, "trl.learning_rate")
 
 
+def test_padding_free_with_a_max_length_and_no_packing_is_refused_before_a_run(tmp_path):
+    with pytest.raises(BadInput, match="trl.padding_free: padding-free batches cut no row, so max_length needs packing"):
+        check_settings("sft", None, ["padding_free=true", "max_length=64"])
+    config = tmp_path / "train.yaml"
+    config.write_text("trl:\n  max_length: 64\n  padding_free: true\n")
+    with pytest.raises(BadInput, match=r"train.yaml:3.*trl.padding_free"):
+        check_settings("sft", config, [])
+    assert check_settings("sft", None, ["padding_free=true", "max_length=64", "packing=true"]).trl["packing"] is True
+
+
 def test_typed_value_refuses_a_list_for_a_number():
     with pytest.raises(BadInput, match="expected an integer"):
         typed_value(["int"], [1], "trl.max_steps")
