@@ -396,6 +396,12 @@ def training_attention(device: str, method: str, max_length: int | None, padding
                            f"up to {EAGER_ATTENTION_MAX_TOKENS}")
 
 
+def joins_rows_uncut(trl: dict[str, Any]) -> bool:
+    """Whether TRL settings ``trl`` join a batch's rows without padding and without packing: such rows are never cut,
+    so no ``max_length`` applies to them (TRL refuses one)."""
+    return bool(trl.get("padding_free")) and not trl.get("packing")
+
+
 def reconcile(settings: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     """A user's fp16 (or bf16) replaces mint's other half-precision choice instead of clashing with it; a user's
     ``max_length`` without packing turns mint's padding-free batches off (TRL cuts rows to it only when it pads
@@ -403,8 +409,7 @@ def reconcile(settings: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     for ours, theirs in (("bf16", "fp16"), ("fp16", "bf16")):
         if user.get(theirs) is True and ours not in user:
             settings = {**settings, ours: False}
-    if (settings.get("padding_free") and "padding_free" not in user and user.get("max_length") is not None
-            and not settings.get("packing")):
+    if joins_rows_uncut(settings) and "padding_free" not in user and user.get("max_length") is not None:
         settings = {**settings, "padding_free": False}
     return settings
 

@@ -320,8 +320,7 @@ def check_settings(method: str, config: Path | None, sets: list[str],
         if isinstance(trl_values.get(key), int) and trl_values[key] < (0 if key == "max_steps" else 1) \
                 and not (key == "max_steps" and trl_values[key] == -1):
             raise where_of("trl")(key, f"must be positive, got {trl_values[key]}")
-    if trl_values.get("padding_free") is True and trl_values.get("max_length") is not None \
-            and not trl_values.get("packing"):
+    if hardware.joins_rows_uncut(trl_values) and trl_values.get("max_length") is not None:
         # TRL refuses it when the trainer is built: padding-free batches cut no row, only packing enforces a length
         raise where_of("trl")("padding_free", "padding-free batches cut no row, so max_length needs packing: true "
                                               "as well (or leave max_length out, or padding_free)")

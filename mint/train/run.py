@@ -30,6 +30,7 @@ from pathlib import Path
 from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_chat_template
 from mint.data.datasets import heldout_rule, iter_episodes, list_names, resolve_version
 from mint.errors import BadInput, MintError
+from mint.hardware import joins_rows_uncut
 from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
 from mint.registry.refs import check_name
@@ -347,7 +348,7 @@ def max_length_from_data(plan: TrainPlan, settings: TrainSettings, rows: list[di
     lengths = [example_tokens(tokenizer, row, template) for row in rows]
     longest = max(lengths)
     median = sorted(lengths)[len(lengths) // 2]
-    if settings.trl.get("padding_free") and not settings.trl.get("packing"):
+    if joins_rows_uncut(settings.trl):
         # TRL's padding-free batches are never cut (it refuses a max_length without packing): each row is as long
         # as it is; the longest is recorded all the same
         return settings, {"value": None, "longest": longest,
