@@ -105,8 +105,9 @@ def test_a_tool_environment_shows_its_tools_in_the_agent_harness_words_and_parse
     assert parsed["tool_calls"][0]["function"] == {"name": "cancel_order", "arguments": {"order_id": "B42"}}
 
 
-def killed_run(ws, dataset, step):
-    sets = ["max_steps=4", "save_steps=1", "per_device_train_batch_size=2", "max_length=128", "lora.r=4"]
+def killed_run(ws, dataset, step, sets=("max_steps=4", "save_steps=1", "per_device_train_batch_size=2",
+                                         "max_length=128", "lora.r=4")):
+    sets = list(sets)
     killed = run_mint("train", "--specialist", "coding", "--data", dataset, "--method", "sft", "--base",
                       "tiny-random", *[x for s in sets for x in ("--set", s)], env={"MINT_FAULT": f"train.step_{step}"})
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -132,6 +133,21 @@ def test_a_run_killed_after_step_2_and_resumed_ends_with_the_uninterrupted_runs_
         os.path.join(whole.run_dir, "adapter"))
     assert first.keys() == second.keys() and first
     assert any(not torch.equal(at_step_2[k], first[k]) for k in first)   # steps 3 and 4 changed the weights
+    for key in first:
+        torch.testing.assert_close(first[key], second[key], rtol=1e-4, atol=1e-6)
+
+
+def test_a_padding_free_run_killed_mid_step_resumes_padding_free_to_the_whole_runs_adapter(ws, dataset):
+    import torch
+
+    run_dir, sets = killed_run(ws, dataset, 3, sets=("max_steps=4", "save_steps=1", "per_device_train_batch_size=2",
+                                                     "lora.r=4"))
+    resumed = train(ws, resume=run_dir.name)
+    backend = json.load(open(os.path.join(resumed.run_dir, RUN_FILE)))["effective"]["backend"]
+    assert resumed.resumed_from_step == 2 and backend["padding_free"] is True
+    whole = train(ws, specialist="coding", data=dataset, method="sft", base="tiny-random", sets=sets)
+    first, second = (lora_tensors(os.path.join(r.run_dir, "adapter")) for r in (resumed, whole))
+    assert first.keys() == second.keys() and first
     for key in first:
         torch.testing.assert_close(first[key], second[key], rtol=1e-4, atol=1e-6)
 
