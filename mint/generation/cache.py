@@ -4,7 +4,8 @@ A decode step writes its column into room allocated ahead (``KV_ROOM`` columns) 
 cache (DynamicCache's torch.cat, ~9% of a step at batch 16 with 150 tokens cached). Rows that join are
 appended below with the shorter side left-padded by masked zeros; rows that leave are dropped with every column
 masked in all the rows that stay (left padding, refused drafts), since masked keys change no output and cost a
-step its time.
+step its time. Either change copies the cache once, straight into a buffer with room, where a copy to cut, another
+to pad and a third to make room took 1.2-1.5x as long (scripts/bench_cache.py).
 """
 from __future__ import annotations
 
@@ -75,27 +76,11 @@ def join(cache, mask, new_cache, new_mask):
     if cache is None:
         return new_cache, new_mask
     width = max(mask.shape[1], new_mask.shape[1])
-
-    def widen(tensor, dim):   # left-pad along ``dim`` to ``width``
-        missing = width - tensor.shape[dim]
-        if missing == 0:
-            return tensor
-        shape = list(tensor.shape)
-        shape[dim] = missing
-        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
-
     for layer, new_layer in zip(cache.layers, new_cache.layers):
-        replace(layer, torch.cat([widen(layer.keys, 2), widen(new_layer.keys, 2)]),
-                torch.cat([widen(layer.values, 2), widen(new_layer.values, 2)]))
-    return cache, torch.cat([widen(mask, 1), widen(new_mask, 1)])
-
-
-def replace(layer, keys, values) -> None:
-    """Give a cache layer new keys and values (into a fresh buffer with room, for a roomy layer)."""
-    if hasattr(layer, "key_buffer"):
-        layer.fill(keys, values)
-    else:
-        layer.keys, layer.values = keys, values
+        room = KV_ROOM if _roomy(layer) else 0
+        _hold(layer, _stacked((layer.keys, new_layer.keys), width, room),
+              _stacked((layer.values, new_layer.values), width, room), width)
+    return cache, torch.cat([_left_padded(mask, width), _left_padded(new_mask, width)])
 
 
 def select(cache, mask, keep: list[int]):
@@ -105,15 +90,64 @@ def select(cache, mask, keep: list[int]):
 
     if not keep:
         return None, None
-    index = torch.tensor(keep, device=mask.device)
-    mask = mask.index_select(0, index)
+    rows = torch.tensor(keep, device=mask.device)
+    mask = mask.index_select(0, rows)
     columns = mask.any(0)
-    if bool(columns.all()):
-        for layer in cache.layers:
-            replace(layer, layer.keys.index_select(0, index), layer.values.index_select(0, index))
-        return cache, mask
+    if not bool(columns.all()):
+        mask = mask[:, columns]
     columns = columns.nonzero().squeeze(1)
     for layer in cache.layers:
-        replace(layer, layer.keys.index_select(0, index).index_select(2, columns),
-                layer.values.index_select(0, index).index_select(2, columns))
-    return cache, mask.index_select(1, columns)
+        room = KV_ROOM if _roomy(layer) else 0
+        keys, values = (layer.key_buffer, layer.value_buffer) if room else (layer.keys, layer.values)
+        _hold(layer, _gathered(keys, rows, columns, room), _gathered(values, rows, columns, room), len(columns))
+    return cache, mask
+
+
+def _roomy(layer) -> bool:
+    return hasattr(layer, "key_buffer")
+
+
+def _hold(layer, keys, values, length: int) -> None:
+    """Give a cache layer new keys and values: for a roomy layer, buffers whose first ``length`` columns hold
+    them (the rest is its room), else the keys and values themselves."""
+    if _roomy(layer):
+        layer.key_buffer, layer.value_buffer = keys, values
+        layer._expose(length)
+    else:
+        layer.keys, layer.values = keys, values
+
+
+def _left_padded(mask, width: int):
+    """A 2-D attention mask left-padded with zeros (masked) to ``width`` columns."""
+    import torch
+
+    missing = width - mask.shape[1]
+    return mask if missing == 0 else torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
+
+
+def _stacked(parts, width: int, room: int):
+    """Keys (or values) of row groups, one below the other, each left-padded with zeros to ``width`` columns,
+    written once into a new buffer with ``room`` free columns past them."""
+    first = parts[0]
+    buffer = first.new_empty((sum(part.shape[0] for part in parts), first.shape[1], width + room, first.shape[3]))
+    top = 0
+    for part in parts:
+        bottom, pad = top + part.shape[0], width - part.shape[2]
+        buffer[top:bottom, :, :pad].zero_()
+        buffer[top:bottom, :, pad:width].copy_(part)
+        top = bottom
+    return buffer
+
+
+def _gathered(tensor, rows, columns, room: int):
+    """``tensor[rows][:, :, columns]`` (a [batch, heads, columns, width] cache tensor, or a roomy layer's buffer),
+    in one copy into a new buffer with ``room`` free columns past them: each (row, head, column) is one
+    contiguous vector, so the copy is one index_select over them."""
+    import torch
+
+    batch, heads, length, width = tensor.shape
+    flat = tensor.contiguous().view(batch * heads * length, width)     # buffers are contiguous: no copy
+    columns = torch.cat([columns, columns.new_zeros(room)]) if room else columns   # room: filler, never read
+    starts = (rows[:, None] * heads + torch.arange(heads, device=rows.device)[None, :]) * length
+    picked = (starts[:, :, None] + columns[None, None, :]).reshape(-1)
+    return flat.index_select(0, picked).view(len(rows), heads, len(columns), width)
