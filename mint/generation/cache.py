@@ -96,10 +96,18 @@ def select(cache, mask, keep: list[int]):
     if not bool(columns.all()):
         mask = mask[:, columns]
     columns = columns.nonzero().squeeze(1)
+    picks = {}      # the gather index by (heads, length, room): layers' keys and values share one, built once
+
+    def gathered(tensor, room: int):
+        heads, length = tensor.shape[1], tensor.shape[2]
+        if (heads, length, room) not in picks:
+            picks[heads, length, room] = _gather_index(heads, length, rows, columns, room)
+        return _gathered(tensor, picks[heads, length, room], len(rows))
+
     for layer in cache.layers:
         room = KV_ROOM if _roomy(layer) else 0
         keys, values = (layer.key_buffer, layer.value_buffer) if room else (layer.keys, layer.values)
-        _hold(layer, _gathered(keys, rows, columns, room), _gathered(values, rows, columns, room), len(columns))
+        _hold(layer, gathered(keys, room), gathered(values, room), len(columns))
     return cache, mask
 
 
@@ -139,15 +147,20 @@ def _stacked(parts, width: int, room: int):
     return buffer
 
 
-def _gathered(tensor, rows, columns, room: int):
-    """``tensor[rows][:, :, columns]`` (a [batch, heads, columns, width] cache tensor, or a roomy layer's buffer),
-    in one copy into a new buffer with ``room`` free columns past them: each (row, head, column) is one
-    contiguous vector, so the copy is one index_select over them."""
+def _gather_index(heads: int, length: int, rows, columns, room: int):
+    """Which (row, head, column) vectors of a [batch, heads, length, width] cache tensor (or a roomy layer's
+    buffer) make ``tensor[rows][:, :, columns]`` followed by ``room`` free columns, as positions among its
+    batch x heads x length vectors: each vector is contiguous, so one index_select copies them all."""
     import torch
 
-    batch, heads, length, width = tensor.shape
-    flat = tensor.contiguous().view(batch * heads * length, width)     # buffers are contiguous: no copy
     columns = torch.cat([columns, columns.new_zeros(room)]) if room else columns   # room: filler, never read
     starts = (rows[:, None] * heads + torch.arange(heads, device=rows.device)[None, :]) * length
-    picked = (starts[:, :, None] + columns[None, None, :]).reshape(-1)
-    return flat.index_select(0, picked).view(len(rows), heads, len(columns), width)
+    return (starts[:, :, None] + columns[None, None, :]).reshape(-1)
+
+
+def _gathered(tensor, picked, rows: int):
+    """The vectors ``picked`` (``_gather_index``) of a cache tensor, in one copy into a new [rows, heads, columns
+    and room, width] buffer."""
+    heads, width = tensor.shape[1], tensor.shape[3]
+    flat = tensor.contiguous().view(-1, width)     # buffers are contiguous: no copy
+    return flat.index_select(0, picked).view(rows, heads, -1, width)

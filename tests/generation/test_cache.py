@@ -97,3 +97,33 @@ def test_after_rows_leave_and_join_the_next_steps_write_in_place():
     buffers = [id(layer.key_buffer) for layer in cache.layers]
     grown(cache, kv.KV_ROOM)
     assert [id(layer.key_buffer) for layer in cache.layers] == buffers
+
+
+def test_layers_of_other_shapes_in_one_cache_each_keep_their_own_rows_and_columns():
+    """Roomy layers beside a layer mint leaves to transformers (another buffer length), values wider than keys
+    (as in latent-attention models), heads that differ between layers: one row change gathers each right."""
+    generator = torch.Generator().manual_seed(5)
+
+    class LeftAlone(DynamicLayer):      # with_room leaves every layer that is not a plain DynamicLayer
+        pass
+
+    cache = DynamicCache()
+    cache.layers = []
+    for layer_class, heads in ((DynamicLayer, HEADS), (LeftAlone, HEADS), (DynamicLayer, 2)):
+        layer = layer_class()
+        layer.keys = torch.randn(4, heads, 5, WIDTH, generator=generator)
+        layer.values = torch.randn(4, heads, 5, WIDTH + 2, generator=generator)
+        layer.device, layer.is_initialized = layer.keys.device, True
+        cache.layers.append(layer)
+    cache = kv.with_room(cache)
+    assert [kv._roomy(layer) for layer in cache.layers] == [True, False, True]
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    mask = torch.ones(4, 5, dtype=torch.long)
+    mask[:, 0] = 0
+    mask[2, 1] = 0
+    cache, kept_mask = kv.select(cache, mask, [2, 0])
+
+    assert torch.equal(kept_mask, mask[[2, 0]][:, 1:])
+    for layer, (keys, values) in zip(cache.layers, before):
+        assert torch.equal(layer.keys, keys[[2, 0]][:, :, 1:])
+        assert torch.equal(layer.values, values[[2, 0]][:, :, 1:])
