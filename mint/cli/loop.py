@@ -77,7 +77,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         elif event["event"] == "note":
             err.print(escape(event["message"]))
 
-    result = run_loop(ws(writes=not dry_run), recipe, iterations=iterations, resume=resume, dry_run=dry_run,
+    result = run_loop(ws(writes=True), recipe, iterations=iterations, resume=resume, dry_run=dry_run,
                       events=events, requests=requests)
     if json_out:
         print_json(result)

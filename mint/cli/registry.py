@@ -194,7 +194,7 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
     """
     from mint.registry.maintenance import gc
 
-    result = gc(ws(writes=not dry_run), keep=keep, dry_run=dry_run)
+    result = gc(ws(writes=True), keep=keep, dry_run=dry_run)
     if json_out:
         return print_json(result)
     verb = "would remove" if dry_run else "removed"

@@ -46,7 +46,9 @@ def train_command(
     if dry_run:
         from dataclasses import asdict, is_dataclass
 
-        preview = preview_training(ws(), project, specialist, data=data, method=method, config=config, sets=sets)
+        preview = preview_training(ws(writes=True), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
+                                   config=config, sets=sets, resume=resume, num_processes=num_processes,
+                                   accelerate_config=accelerate_config, env=env)
         settings, examples = preview.settings, preview.examples
         plain = asdict(settings) if is_dataclass(settings) else settings
         if json_out:

@@ -184,6 +184,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     emit = events or (lambda event: None)
     context = _Context(ws, recipe, project, emit, requests=Path(requests).absolute() if requests else None)
     check_traffic(context)
+    generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
 
     if dry_run:
         state = LoopState(ws, recipe)
@@ -204,7 +205,6 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
                                       "left them: nothing to do", alerts=routing_alerts(ws, project))
-        generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
         first, started_at, champions_at = 1, {}, {}
         if resume:
             if state.last_run and not state.last_run.get("finished"):

@@ -43,15 +43,23 @@ def _train_adapter(ws, project: Project, specialist: str, **request):
     return train(ws, specialist=specialist, **request)
 
 
-def _plan_adapter(ws, project: Project, specialist: str, *, data=None, method=None, config=None, sets=None,
+def _plan_adapter(ws, project: Project, specialist: str, *, data=None, method=None, from_ref=None, base=None,
+                  config=None, sets=None, resume=None, num_processes=1, accelerate_config=None, env=None,
                   override=None, **_request) -> TrainPreview:
-    from mint.train.config import planned_settings
-    from mint.train.run import planned_examples
+    import json
 
-    settings = planned_settings(method, config, sets or [], override)
+    from mint.train.config import resolve_settings
+    from mint.train.run import RUN_FILE, TrainRequest, check_request, check_resume, planned_examples
+
+    request = TrainRequest(specialist, data, method, from_ref, base, config, tuple(sets or ()), env, resume,
+                           num_processes, accelerate_config, override)
+    # the run's own checks, so a dry run refuses (exit 2, same message) whatever the run would refuse
+    if resume:
+        return TrainPreview(json.loads((check_resume(ws, request) / RUN_FILE).read_text())["settings"])
+    plan = check_request(ws, request, dry_run=True)
     # with --data the dry run also counts what the data yields for the method
     examples = planned_examples(ws, specialist=specialist, data=data, method=method) if data else None
-    return TrainPreview(settings, examples)
+    return TrainPreview(resolve_settings(plan.user), examples)
 
 
 def _train_probe(ws, project: Project, specialist: str, *, data=None, base=None, sets=None, contract=None,
@@ -61,9 +69,13 @@ def _train_probe(ws, project: Project, specialist: str, *, data=None, base=None,
     return train_router(ws, data=data, base=base, sets=list(sets or []), project=project, contract_file=contract)
 
 
-def _plan_probe(ws, project: Project, specialist: str, *, sets=None, **_request) -> TrainPreview:
-    from mint.train.router import planned_router_settings
+def _plan_probe(ws, project: Project, specialist: str, *, data=None, base=None, sets=None, contract=None,
+                **_request) -> TrainPreview:
+    from mint.train.router import check_router_request, planned_router_settings
 
+    # the run's own checks, so a dry run refuses (exit 2, same message) whatever the run would refuse
+    check_router_request(ws, data=data, base=base, sets=list(sets or []), project=project, contract_file=contract,
+                         dry_run=True)
     return TrainPreview({"specialist": specialist, **planned_router_settings(list(sets or []))})
 
 

@@ -33,7 +33,7 @@ from mint.errors import BadInput
 from mint.routing.router import DEFAULT_L2, PROMPT, fit_probe, last_user_text, one_turn, plain_turns, probe_features, \
     score_routes
 from mint.project import Project
-from mint.train.run import TrainResult
+from mint.train.run import TrainResult, checked_dataset
 from mint.workspace import Workspace
 
 DEFAULT_CONTRACT = Path("contracts/router.yaml")
@@ -218,6 +218,26 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
                              len(public), len(plain))
 
 
+def check_router_request(ws: Workspace, *, data: str | None, base: str | None, sets: list[str], project: Project,
+                         contract_file: Path | None, dry_run: bool = False) -> tuple[dict, Contract | None]:
+    """The probe's settings and its contract, every argument checked (BadInput, exit 2) without a model: what
+    ``mint train --specialist router`` checks before fitting, and its ``--dry-run`` alike (which only does not
+    ask for the dataset)."""
+    from mint.base import check_base_name
+
+    if not data and not dry_run:
+        raise BadInput("the router learns from a dataset's labelled episodes: pass --data DATASET", field="--data")
+    settings = _settings(sets)
+    if data:
+        checked_dataset(ws, data)
+    check_base_name(base or project.base)
+    contract_path = contract_file or settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
+    contract = load_contract(contract_path) if contract_path else None
+    if contract is not None:
+        heldout_turns(contract, project.names)      # labels checked before anything is fitted
+    return settings, contract
+
+
 def train_router(ws: Workspace, *, data: str | None, base: str | None = None, sets: list[str] | None = None,
                  project: Project | None = None, contract_file: Path | None = None) -> TrainResult:
     """Fit the probe on ``data``'s labelled episodes, register it as the next revision of the project's router,
@@ -230,14 +250,9 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     from mint.registry import store
     from mint.registry.artifacts import register
 
-    if not data:
-        raise BadInput("the router learns from a dataset's labelled episodes: pass --data DATASET", field="--data")
     project = project or load_project()
-    settings = _settings(sets or [])
-    contract_path = contract_file or settings["contract"] or (DEFAULT_CONTRACT if DEFAULT_CONTRACT.is_file() else None)
-    contract = load_contract(contract_path) if contract_path else None
-    if contract is not None:
-        heldout_turns(contract, project.names)      # labels checked before anything is fitted
+    settings, contract = check_router_request(ws, data=data, base=base, sets=sets or [], project=project,
+                                              contract_file=contract_file)
     training = router_training_set(ws, data, project, contract, augment=settings["augment"])
     texts, labels = training.texts, training.labels
     base_name = base or project.base

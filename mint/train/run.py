@@ -64,8 +64,9 @@ class TrainRequest:
 
 @dataclass(frozen=True)
 class TrainPlan:
-    """A checked request: every name resolved, every setting typed; nothing written yet."""
-    specialist: str
+    """A checked request: every name resolved, every setting typed; nothing written yet. (A dry run's plan may
+    lack the specialist and the dataset: it shows the settings without them.)"""
+    specialist: str | None
     method: str
     dataset: str | None           # NAME@VERSION (the full version hash), or None for an environment's own tasks
     env: str | None
@@ -186,9 +187,12 @@ def planned_examples(ws: Workspace, *, specialist: str | None, data: str | None,
 # (this module imports only mint's light modules at the top: TRL and torch come with mint.train.trainer,
 # imported once a request has passed, so a mistake is answered in a fraction of a second)
 
-def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
+def check_request(ws: Workspace, request: TrainRequest, *, dry_run: bool = False) -> TrainPlan:
     """Every argument checked against what exists; BadInput (exit 2) naming the field, with a
-    did-you-mean where there is a near name. Imports nothing heavy and writes nothing."""
+    did-you-mean where there is a near name. Imports nothing heavy and writes nothing.
+
+    ``dry_run`` (``mint train --dry-run``) runs the same checks on every argument given, so a dry run refuses
+    what the run would; it only does not ask for the specialist and the dataset, which the settings do not need."""
     if request.num_processes < 1:
         raise BadInput("must be at least 1", field="--num-processes")
     if request.accelerate_config:
@@ -198,27 +202,23 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     if request.method not in METHODS:
         raise BadInput(f"unknown method {request.method!r}{closest(request.method, METHODS)} "
                        f"(methods: {', '.join(METHODS)})", field="--method")
-    if not request.specialist:
+    if not request.specialist and not dry_run:
         raise BadInput("which specialist does this train? (or --resume RUN)", field="--specialist")
-    check_name(request.specialist)
+    if request.specialist:
+        check_name(request.specialist)
     environment = _check_env(request)
     user = check_settings(request.method, request.config, list(request.sets), request.override)
     dataset, in_dataset = None, []
     if request.data is not None:
-        name, _, version = request.data.partition("@")
-        known = list_names(ws)
-        if name not in known:
-            raise BadInput(f"no dataset {name!r}{closest(name, known)} (datasets: {', '.join(known) or 'none yet'}; "
-                           f"create one with `mint ingest PATH --dataset {name}`)", field="--data")
-        _directory, manifest = resolve_version(ws, name, version or None, field="--data")
+        name, manifest = checked_dataset(ws, request.data)
         dataset = f"{name}@{manifest['version']}"
         in_dataset = sorted(manifest.get("by_specialist") or {})
-    elif environment is None:
+    elif environment is None and not dry_run:
         raise BadInput("which dataset? DATASET or DATASET@VERSION", field="--data")
     project = load_project()
     # a specialist of mint.yaml, or one the dataset's episodes are labelled with (ingested under another project)
     specialists = sorted({*project.names, *in_dataset})
-    if request.specialist not in specialists:
+    if request.specialist and request.specialist not in specialists:
         where = f"{project.path}" if project.path else "mint.yaml (the default project)"
         raise BadInput(f"unknown specialist {request.specialist!r}{closest(request.specialist, specialists)} "
                        f"(specialists in {where}{' and the dataset' if in_dataset else ''}: "
@@ -227,7 +227,7 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     base = request.base
     if request.from_ref:
         parent, directory = load_revision(ws, request.from_ref)
-        if parent.specialist != request.specialist:
+        if request.specialist and parent.specialist != request.specialist:
             raise BadInput(f"{parent.ref} is a {parent.specialist} adapter, not {request.specialist}", field="--from")
         if base is not None and parent.base is not None and base != parent.base:
             raise BadInput(f"{parent.ref} was trained on base {parent.base}, not {base}", field="--base")
@@ -243,6 +243,17 @@ def check_request(ws: Workspace, request: TrainRequest) -> TrainPlan:
     check_base_name(base)
     return TrainPlan(request.specialist, request.method, dataset, request.env, user, base, parent_id, parent_ref,
                      parent_dir)
+
+
+def checked_dataset(ws: Workspace, data: str) -> tuple[str, dict]:
+    """``--data DATASET[@VERSION]``'s name and version manifest; BadInput naming the near name where it is none."""
+    name, _, version = data.partition("@")
+    known = list_names(ws)
+    if name not in known:
+        raise BadInput(f"no dataset {name!r}{closest(name, known)} (datasets: {', '.join(known) or 'none yet'}; "
+                       f"create one with `mint ingest PATH --dataset {name}`)", field="--data")
+    _directory, manifest = resolve_version(ws, name, version or None, field="--data")
+    return name, manifest
 
 
 def _check_env(request: TrainRequest):

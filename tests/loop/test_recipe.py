@@ -109,3 +109,15 @@ def test_a_serve_step_names_its_requests_file_and_a_missing_one_is_refused_at_it
         load_recipe(path, check_contracts=False)
     path.write_text("recipe: r\nsteps:\n  - serve: {requests: requests.jsonl, clients: 2}\n")
     assert [s.kind for s in load_recipe(path, check_contracts=False).steps] == ["serve"]
+
+
+def test_a_dry_run_refuses_a_broken_loop_state_as_the_run_does(ws, tmp_path, capsys):
+    broken = ws.home / "loops" / "other" / "state.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("[]")
+    path = write(tmp_path, GOOD)
+    assert main(["loop", str(path), "--dry-run"]) == 2
+    dry = capsys.readouterr().err
+    assert "not a loop state" in dry
+    assert main(["loop", str(path)]) == 2
+    assert capsys.readouterr().err == dry

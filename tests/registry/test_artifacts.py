@@ -175,3 +175,14 @@ def test_gc_during_a_register_leaves_its_staging_folder_alone(ws, candidate, ada
     assert result.staging_busy and (ws.adapters / ".tmp-revision-stale").exists()
     assert not gc(ws, keep=0).staging_busy   # nothing running now: the stale folder goes
     assert not (ws.adapters / ".tmp-revision-stale").exists()
+
+
+def test_gc_dry_run_outside_a_project_refuses_as_gc_does(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MINT_HOME", raising=False)
+    monkeypatch.delenv("MINT_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".mint").mkdir()
+    assert main(["registry", "gc", "--dry-run"]) == 2
+    dry = capsys.readouterr().err
+    assert main(["registry", "gc"]) == 2
+    assert "no mint.yaml here" in dry and dry == capsys.readouterr().err

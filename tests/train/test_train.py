@@ -223,6 +223,29 @@ def test_dpo_trains_the_tiny_base_from_each_preference_format(ws, project, name)
     assert result.steps == 1 and rows and all(r["chosen"] != r["rejected"] for r in rows)
 
 
+def refusal(args: list[str], capsys) -> tuple[int, str]:
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--specialist", "chta", "--data", "logs", "--method", "sft"], "did you mean chat?"),
+    (["--specialist", "coding", "--data", "lgs", "--method", "sft"], "did you mean logs?"),
+    (["--specialist", "coding", "--data", "logs", "--method", "sfft"], "did you mean sft?"),
+    (["--specialist", "coding", "--data", "logs", "--method", "sft", "--set", "trl.max_stepz=3"],
+     "did you mean max_steps?"),
+    (["--specialist", "coding", "--data", "logs", "--method", "sft", "--base", "no-such-base"], "unknown base"),
+    (["--specialist", "coding", "--data", "logs", "--method", "sft", "--from", "coding:v9"], "no such revision"),
+    (["--resume", "no-such-run"], "no run 'no-such-run'"),
+    (["--specialist", "router", "--data", "lgs"], "did you mean logs?"),
+])
+def test_dry_run_refuses_what_the_run_refuses_with_the_same_message(ws, dataset, capsys, args, says):
+    run = refusal(["train", *args], capsys)
+    dry = refusal(["train", *args, "--dry-run"], capsys)
+    assert run[0] == 2 and says in run[1]
+    assert dry == run
+
+
 def test_dry_run_counts_the_pairs_the_data_yields_and_why_the_rest_gave_none(ws, dataset, capsys):
     assert main(["train", "--dry-run", "--specialist", "coding", "--data", dataset, "--method", "dpo", "--json"]) == 0
     examples = json.loads(capsys.readouterr().out)["examples"]
