@@ -284,8 +284,11 @@ def parse_chat_request(body, specialists: tuple[str, ...], limits: Limits = Limi
                                     "context can hold", "messages", "context_length_exceeded")
     if not any(m["role"] == "user" for m in messages):
         raise RequestError(400, "messages need at least one user message", "messages")
-    if _number(body, "n", 1, 1, 1, integer=True) != 1:
-        raise RequestError(400, "n must be 1", "n")
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        # a range "from 1 to 1" would say nothing: say what the limit is and how to get several answers
+        raise RequestError(400, f"n={json.dumps(n)}: this server answers one choice a request (n=1); for "
+                                "several answers, send the request several times (with temperature above 0)", "n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(400, "stream must be true or false", "stream")

@@ -146,6 +146,17 @@ def test_an_unsupported_field_is_refused_by_name(field):
     assert refused.value.code == "unsupported_parameter"
 
 
+@pytest.mark.parametrize("n", [2, 0, "2"])
+def test_n_other_than_one_is_refused_saying_the_server_answers_one_choice_a_request(n):
+    from mint.serve.protocol import RequestError, parse_chat_request
+
+    with pytest.raises(RequestError) as refused:
+        parse_chat_request({**ask(), "n": n}, ("chat",))
+    assert refused.value.status == 400 and refused.value.param == "n"
+    assert "one choice a request (n=1)" in str(refused.value) and "send the request several times" in str(refused.value)
+    assert parse_chat_request({**ask(), "n": 1}, ("chat",)).turn
+
+
 @pytest.mark.parametrize("field", ["stop", "response_format", "stream_options", "tool_choice"])
 def test_a_supported_field_of_the_wrong_type_is_refused_by_name(field):
     from mint.serve.protocol import RequestError, parse_chat_request
