@@ -27,3 +27,40 @@ def test_every_command_has_an_example_and_every_option_a_description():
                 missing.append(f"mint {path} {param.opts[0]}: no description")
     assert len(list(leaf_commands())) > 20
     assert not missing, "\n".join(missing)
+
+
+def help_pages():
+    """Every command's and group's --help as a user reads it on a 100-column terminal."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    paths = {""} | {path for path, _command in leaf_commands()}
+    paths |= {path.split()[0] for path in paths if " " in path}      # the groups: mint data, mint registry, ...
+    for path in sorted(paths):
+        result = runner.invoke(app, [*path.split(), "--help"], env={"COLUMNS": "100"}, terminal_width=100)
+        assert result.exit_code == 0, (path, result.output)
+        yield path, result.output
+
+
+def test_help_shows_each_example_on_a_line_of_its_own():
+    import re
+
+    # two examples run together put the second "Example:" after text on the same line
+    joined = [f"mint {path}: {line.strip()}" for path, page in help_pages() for line in page.splitlines()
+              if re.search(r"\S.*\bExamples?:", line)]
+    assert not joined, "\n".join(joined)
+
+
+def test_help_never_breaks_a_line_inside_a_hyphenated_name():
+    import re
+
+    split = [f"mint {path}: {line.strip()}" for path, page in help_pages() for line in page.splitlines()
+             if re.search(r"\w-$", line)]
+    assert not split, "\n".join(split)
+
+
+def test_help_usage_names_arguments_in_capitals_without_braces():
+    usages = {path: next(line for line in page.splitlines() if line.startswith("Usage:"))
+              for path, page in help_pages()}
+    assert usages["loop"].endswith("[OPTIONS] RECIPE") and usages["data export"].endswith("NAME OUT")
+    assert not [usage for usage in usages.values() if "{" in usage]

@@ -18,7 +18,9 @@ base_app = sub_app("base", "Base models: the embedded default, tiny-random, loca
 def base_ls(json_out: bool = JSON_OPT) -> None:
     """List the built-in bases and whether they are ready.
 
-    Example: mint base ls
+    \b
+    Example:
+      mint base ls
     """
     from mint.base import list_bases
 
@@ -39,7 +41,9 @@ def base_ls(json_out: bool = JSON_OPT) -> None:
 def base_show(name: str, json_out: bool = JSON_OPT) -> None:
     """Load a base and show its architecture, size and fingerprint (converts the embedded GGUF once).
 
-    Example: mint base show smollm2-135m
+    \b
+    Example:
+      mint base show smollm2-135m
     """
     from mint.base import describe_base
 

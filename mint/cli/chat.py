@@ -36,8 +36,10 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
     Without a message: a REPL (replies are printed as they are decoded) with /feedback +1|-1, /correct TEXT
     and /specialist NAME.
 
-    Example: mint chat "Make a signup form with name and email"
-    Example: mint chat "Weather in Paris?" --tools examples/tools/weather.json
+    \b
+    Examples:
+      mint chat "Make a signup form with name and email"
+      mint chat "Weather in Paris?" --tools examples/tools/weather.json
     """
     from mint.errors import BadInput
     from mint.mol.chat import ChatSession, chat_once, read_tools

@@ -23,6 +23,30 @@ app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", 
                   add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
+def _help_layout() -> None:
+    """--help as people copy from it: a line never breaks inside a hyphenated word (a file name such as
+    my-requests.jsonl or an option such as --max-lora-rank split over two lines can be neither copied nor
+    grepped), and an argument is named in capitals in the usage line and its list (``mint loop [OPTIONS]
+    RECIPE``), as click names them, not ``{recipe}``."""
+    from typer import core
+    from typer._click import _textwrap
+
+    class _Wrapper(_textwrap.TextWrapper):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "break_on_hyphens": False})
+
+    _textwrap.TextWrapper = _Wrapper      # click's wrap_text imports it when it wraps
+    core.TyperArgument.display_name_raw = property(lambda arg: arg.metavar or arg.name.upper())
+
+    def usage_name(arg) -> str:
+        name = arg.display_name_raw if arg.required else f"[{arg.display_name_raw}]"
+        return name + ("..." if arg.nargs != 1 else "")
+
+    core.TyperArgument._usage_display_name = usage_name
+
+
+_help_layout()
+
 # piped into a file, grep or a CI log, a table takes its natural width: an id split over lines can be neither
 # copied nor grepped (COLUMNS still sets a width)
 PIPED_WIDTH = 10_000

@@ -26,12 +26,14 @@ contract_app = sub_app("contract", "Contracts: what \"better\" means for one spe
 
 
 @contract_app.command("check")
-def contract_check(paths: list[Path] = typer.Argument(..., metavar="FILE..."), json_out: bool = JSON_OPT) -> None:
+def contract_check(paths: list[Path] = typer.Argument(..., metavar="FILE"), json_out: bool = JSON_OPT) -> None:
     """Validate contracts and their suites' data without running anything (exit 2 with file:line: field).
 
     Says per suite the smallest difference it can resolve, and for coding contracts which isolation runs programs.
 
-    Example: mint contract check contracts/*.yaml
+    \b
+    Example:
+      mint contract check contracts/*.yaml
     """
     from mint.contract.schema import check_contract
 
@@ -94,8 +96,10 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
     one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
     mixed-adapter stream, each getting the report it gets alone. Exit 0 pass, 1 fail (any of them).
 
-    Example: mint eval genui:v2 --contract contracts/genui.yaml
-    Example: mint eval genui:v3 genui:v4 genui:v5 --contract contracts/genui.yaml
+    \b
+    Examples:
+      mint eval genui:v2 --contract contracts/genui.yaml
+      mint eval genui:v3 genui:v4 genui:v5 --contract contracts/genui.yaml
     """
     from mint.contract.evaluate import evaluate, evaluate_many
     from mint.errors import BadInput

@@ -49,7 +49,9 @@ def ingest(
 ) -> None:
     """Turn interaction logs into a new immutable version of a dataset (scrubbed, deduplicated, labeled).
 
-    Example: mint ingest logs/ .mint/logs --dataset prod
+    \b
+    Example:
+      mint ingest logs/ .mint/logs --dataset prod
     """
     from mint.data.ingest import ingest as run_ingest
     from mint.project import load_project
@@ -154,7 +156,9 @@ class _ByteProgress:
 def data_ls(json_out: bool = JSON_OPT) -> None:
     """List datasets with their current version and episode counts.
 
-    Example: mint data ls
+    \b
+    Example:
+      mint data ls
     """
     from mint.data.datasets import list_datasets
 
@@ -181,7 +185,9 @@ def data_show(name: str, version: Optional[str] = typer.Option(None, "--version"
               json_out: bool = JSON_OPT) -> None:
     """Show a dataset version's manifest, its history and its first episodes.
 
-    Example: mint data show prod --version v2 --head 3
+    \b
+    Example:
+      mint data show prod --version v2 --head 3
     """
     from mint.data.datasets import show_dataset
 
@@ -223,7 +229,9 @@ def data_quarantine(name: str = typer.Argument(..., metavar="DATASET"),
     """What ingest set aside for DATASET: each reason with its count, then the newest entries with their file,
     line, field and the value found there.
 
-    Example: mint data quarantine prod --reason "unknown role"
+    \b
+    Example:
+      mint data quarantine prod --reason "unknown role"
     """
     from mint.data.datasets import read_quarantine
 
@@ -270,8 +278,10 @@ def data_export(name: str, out_path: Path = typer.Argument(..., metavar="OUT"),
     """Write a dataset version for other tools: OpenAI chat JSONL or a Hugging Face dataset folder (TRL's
     columns). Prints what it left out and why (the held-out split, thumbs-down answers, other specialists).
 
-    Example: mint data export default train.jsonl --specialist coding --min-rating 1
-    Example: mint data export prefs prefs-hf --format hf   # preference pairs: load_from_disk, then DPOTrainer
+    \b
+    Examples:
+      mint data export default train.jsonl --specialist coding --min-rating 1
+      mint data export prefs prefs-hf --format hf   # preference pairs: load_from_disk, then DPOTrainer
     """
     from mint.data.datasets import export_dataset
 

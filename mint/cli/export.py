@@ -17,7 +17,9 @@ def export_vllm_command(target: Path = typer.Argument(..., help="A new folder fo
     """Write what serves every current champion on vLLM: adapters, launch command (--lora-modules,
     --max-lora-rank), and a note on running mint's router beside it.
 
-    Example: mint export vllm out/vllm
+    \b
+    Example:
+      mint export vllm out/vllm
     """
     from mint.mol.export import export_vllm
     from mint.project import load_project

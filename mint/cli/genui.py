@@ -24,7 +24,9 @@ def genui_render(path: Path, out_path: Path = typer.Option(..., "-o", "--out", h
     and say which node, if any, the catalog refuses and why. Exit 0 for a valid tree, 1 when the catalog
     refuses it (the page shows what could be drawn), 2 when the file holds no tree at all.
 
-    Example: mint genui render answer.txt -o page.html
+    \b
+    Example:
+      mint genui render answer.txt -o page.html
     """
     from mint.harness.genui import render_file
 

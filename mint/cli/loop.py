@@ -19,7 +19,9 @@ recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, trai
 def recipe_check(path: Path = typer.Argument(..., help="The recipe YAML."), json_out: bool = JSON_OPT) -> None:
     """Validate a recipe and the contracts it names without running anything (exit 2 with file:line: field).
 
-    Example: mint recipe check recipes/smoke.yaml
+    \b
+    Example:
+      mint recipe check recipes/smoke.yaml
     """
     from mint.loop.recipe import check_recipe
 
@@ -57,7 +59,9 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
     A specialist whose contract follows the served traffic waits, without failing, while the traffic's
     held-out slice is smaller than its gates need ("not enough traffic yet"); the next run continues.
 
-    Example: mint loop recipes/demo.yaml --iterations 2 --requests my-requests.jsonl
+    \b
+    Example:
+      mint loop recipes/demo.yaml --iterations 2 --requests my-requests.jsonl
     """
     from mint.loop.runner import run_loop
 

@@ -23,7 +23,9 @@ def monitor_command(window: str = typer.Option("1d", "--window", help="1h, 1d or
     """Routing share per specialist vs the previous window and the router's held-out split, feedback, latency and
     traffic per revision. Exits 1 when an alert fires (for cron).
 
-    Example: mint monitor --window 1d
+    \b
+    Example:
+      mint monitor --window 1d
     """
     from mint.mol.monitor import monitor
     from mint.project import load_project

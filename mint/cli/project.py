@@ -14,7 +14,9 @@ def init(directory: Path = typer.Option(Path("."), "--dir", help="Project folder
     """Scaffold a working project: mint.yaml (the specialists and their routing keywords), the default contracts
     with their suites and catalog, the recipes and the example logs. Existing files are never overwritten.
 
-    Example: mint init --dir my-assistant
+    \b
+    Example:
+      mint init --dir my-assistant
     """
     from mint.project import init_project
 

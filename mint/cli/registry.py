@@ -36,7 +36,9 @@ def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "
                 json_out: bool = JSON_OPT) -> None:
     """List revisions, newest first.
 
-    Example: mint registry ls --specialist coding --status candidate
+    \b
+    Example:
+      mint registry ls --specialist coding --status candidate
     """
     from mint.registry import queries
 
@@ -58,7 +60,9 @@ def registry_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "
 def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
     """Show one revision: lineage fields, metrics, reports.
 
-    Example: mint registry show coding:champion
+    \b
+    Example:
+      mint registry show coding:champion
     """
     from mint.registry import queries
 
@@ -77,7 +81,9 @@ def registry_show(ref: str, json_out: bool = JSON_OPT) -> None:
 def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
     """The chain of parents of REF, with their datasets, methods and reports.
 
-    Example: mint registry lineage genui:v3
+    \b
+    Example:
+      mint registry lineage genui:v3
     """
     from mint.registry import queries
 
@@ -98,7 +104,9 @@ def registry_lineage(ref: str, json_out: bool = JSON_OPT) -> None:
 def registry_history(specialist: str, json_out: bool = JSON_OPT) -> None:
     """Every alias move of SPECIALIST, oldest first.
 
-    Example: mint registry history genui
+    \b
+    Example:
+      mint registry history genui
     """
     from mint.registry import queries
 
@@ -131,7 +139,9 @@ def registry_import(directory: Path,
                     json_out: bool = JSON_OPT) -> None:
     """Register an external PEFT adapter (safetensors) after checking it fits the base.
 
-    Example: mint registry import ./my-lora --specialist coding
+    \b
+    Example:
+      mint registry import ./my-lora --specialist coding
     """
     from mint.registry.transfer import import_adapter
 
@@ -152,7 +162,9 @@ def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"
                     json_out: bool = JSON_OPT) -> None:
     """Write REF as a plain PEFT directory (loads with PeftModel.from_pretrained and vLLM --lora-modules).
 
-    Example: mint registry export coding:champion out/coding
+    \b
+    Example:
+      mint registry export coding:champion out/coding
     """
     from mint.registry.transfer import export_revision
 
@@ -167,7 +179,9 @@ def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"
 def registry_verify(ref: Optional[str] = typer.Argument(None), json_out: bool = JSON_OPT) -> None:
     """Recompute the sha256 of every file and check the event chain; exit 1 naming each problem.
 
-    Example: mint registry verify
+    \b
+    Example:
+      mint registry verify
     """
     from mint.registry.maintenance import verify
 
@@ -190,7 +204,9 @@ def registry_gc(keep: int = typer.Option(10, "--keep", help="Candidate/rejected 
                 json_out: bool = JSON_OPT) -> None:
     """Remove old candidate and rejected revisions (never a champion, an aliased revision or a kept one's parent).
 
-    Example: mint registry gc --keep 5 --dry-run
+    \b
+    Example:
+      mint registry gc --keep 5 --dry-run
     """
     from mint.registry.maintenance import gc
 
@@ -212,7 +228,9 @@ def registry_migrate(to: str = typer.Option(..., "--to", help="The empty shared 
                      json_out: bool = JSON_OPT) -> None:
     """Copy this workspace's SQLite registry into PostgreSQL, its event history intact (verified before it commits).
 
-    Example: mint registry migrate --to postgresql://mint@db:5432/mint
+    \b
+    Example:
+      mint registry migrate --to postgresql://mint@db:5432/mint
     """
     from mint.registry.migrate import migrate
 
@@ -233,7 +251,9 @@ def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", he
     """Make REF the champion of its specialist if its registered report passed against the current champion
     (or the bare base), measured on the same examples.
 
-    Example: mint promote genui:v2
+    \b
+    Example:
+      mint promote genui:v2
     """
     from mint.contract.identity import contract_identity
     from mint.registry.promotion import promote as run_promote
@@ -246,7 +266,9 @@ def promote(ref: str, report: Optional[Path] = typer.Option(None, "--report", he
 def reject(ref: str, why: str = typer.Option(..., "--why", help="The reason, kept in the event log."), json_out: bool = JSON_OPT) -> None:
     """Mark REF rejected (it stays in the registry and the log).
 
-    Example: mint reject coding:v4 --why "answers in Java"
+    \b
+    Example:
+      mint reject coding:v4 --why "answers in Java"
     """
     from mint.registry.promotion import reject as run_reject
 
@@ -264,7 +286,9 @@ def rollback(specialist: str,
              json_out: bool = JSON_OPT) -> None:
     """Re-point SPECIALIST:champion to the champion before it in the event history (or --to an earlier one).
 
-    Example: mint rollback coding --expect coding:v7 --why "v7 breaks JSON output"
+    \b
+    Example:
+      mint rollback coding --expect coding:v7 --why "v7 breaks JSON output"
     """
     from mint.registry.promotion import rollback as run_rollback
 

@@ -23,7 +23,9 @@ def report_lineage(ctx: typer.Context,
                    json_out: bool = JSON_OPT) -> None:
     """Per specialist: each generation's primary metric against its baseline, its verdict, and the champion.
 
-    Example: mint report --html report.html
+    \b
+    Example:
+      mint report --html report.html
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -75,7 +77,9 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
                 json_out: bool = JSON_OPT) -> None:
     """Show a report: each metric with its baseline, the gate rule and outcome, and the verdict.
 
-    Example: mint report show genui:v1
+    \b
+    Example:
+      mint report show genui:v1
     """
     from mint.cli.common import baseline_description, report_table
     from mint.reports import load_report
@@ -95,7 +99,9 @@ def report_diff(a: str = typer.Argument(..., metavar="A", help="A revision or a 
                 json_out: bool = JSON_OPT) -> None:
     """Compare two reports metric by metric: A, B, B − A, and each one's gate outcome.
 
-    Example: mint report diff coding:champion coding:v4
+    \b
+    Example:
+      mint report diff coding:champion coding:v4
     """
     from mint.reports import diff_reports, load_report
 

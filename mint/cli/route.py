@@ -17,7 +17,9 @@ def route_command(text: str = typer.Argument(..., help="One user turn."),
                   json_out: bool = JSON_OPT) -> None:
     """Which specialist answers TEXT, its probability per specialist, and whether rules or the probe decided.
 
-    Example: mint route "book me a table for two at 8pm" --json
+    \b
+    Example:
+      mint route "book me a table for two at 8pm" --json
     """
     from mint.routing.router import route_text
     from mint.project import load_project

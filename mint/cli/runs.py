@@ -23,7 +23,9 @@ def runs_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
             json_out: bool = JSON_OPT) -> None:
     """List training runs, newest first: method, specialist, dataset, steps, final loss, duration, revision.
 
-    Example: mint runs ls --specialist coding
+    \b
+    Example:
+      mint runs ls --specialist coding
     """
     from mint.runs import list_runs
 
@@ -49,7 +51,9 @@ def runs_show(run: str = typer.Argument(..., help="A run folder name or a unique
               json_out: bool = JSON_OPT) -> None:
     """Show one run: what it trained, with which settings, and its logged steps.
 
-    Example: mint runs show genui-sft
+    \b
+    Example:
+      mint runs show genui-sft
     """
     from mint.runs import show_run
 

@@ -58,8 +58,10 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
     picked up without a restart. With --upstream it is a gateway: it routes each turn on the base's early layers
     and forwards it to the upstream, naming the champion's adapter (published there on promotion).
 
-    Example: MINT_API_KEY=$(openssl rand -hex 16) mint serve --port 8000
-    Example: mint serve --upstream http://127.0.0.1:8001 --port 8000
+    \b
+    Examples:
+      MINT_API_KEY=$(openssl rand -hex 16) mint serve --port 8000
+      mint serve --upstream http://127.0.0.1:8001 --port 8000
     """
     from mint.serve.server import ServeOptions, run
 
