@@ -319,3 +319,17 @@ def test_no_color_means_plain_text_not_even_bold(tmp_path):
     assert "\x1b[" in styled.stdout                     # a terminal gets its bold header
     plain = run_mint("data", "ls", cwd=tmp_path, env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
     assert plain.returncode == 0 and "default" in plain.stdout and "\x1b[" not in plain.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["chat", "hi", "--specialist", "chta"], "did you mean chat?"),
+    (["registry", "ls", "--status", "candidat"], "did you mean candidate?"),
+    (["monitor", "--window", "1dd"], "did you mean 1d?"),
+    (["data", "export", "prod", "out.jsonl", "--split", "trian"], "did you mean train?"),
+])
+def test_a_mistyped_choice_gets_a_did_you_mean(ws, capsys, args, says):
+    from mint.registry import store
+
+    store.open_store(ws).close()
+    assert main(args) == 2
+    assert says in capsys.readouterr().err

@@ -45,12 +45,13 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
     from mint.mol.chat import ChatSession, chat_once, read_tools
     from mint.mol.mixture import Mixture
     from mint.project import load_project
+    from mint.text import closest
 
     quiet_transformers()
     project = load_project()
     if specialist is not None and specialist not in project.names:
-        raise BadInput(f"unknown specialist {specialist!r} (expected {', '.join(project.names)})",
-                       field="--specialist")
+        raise BadInput(f"unknown specialist {specialist!r}{closest(specialist, project.names)} "
+                       f"(expected {', '.join(project.names)})", field="--specialist")
     tool_list = read_tools(tools) if tools is not None else []
     if prompt is not None:
         reply = chat_once(prompt, base=base, system=system, max_new_tokens=max_new_tokens, specialist=specialist,

@@ -497,7 +497,7 @@ def export_dataset(ws: Workspace, name: str, fmt: str, out: Path, version: str |
         raise BadInput(f"unknown export format {fmt!r}{closest(fmt, EXPORT_FORMATS)} (expected "
                        f"{' or '.join(EXPORT_FORMATS)})", field="--format")
     if split not in EXPORT_SPLITS:
-        raise BadInput(f"unknown split {split!r} (expected {', '.join(EXPORT_SPLITS)})", field="--split")
+        raise BadInput(f"unknown split {split!r}{closest(split, EXPORT_SPLITS)} (expected {', '.join(EXPORT_SPLITS)})", field="--split")
     if trl_type not in EXPORT_TYPES:
         raise BadInput(f"unknown type {trl_type!r}{closest(trl_type, EXPORT_TYPES)} (expected {', '.join(EXPORT_TYPES)})",
                        field="--type")

@@ -17,7 +17,7 @@ from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import Decoding
 from mint.project import Project
 from mint.render import conversation
-from mint.text import check_unicode
+from mint.text import check_unicode, closest
 from mint.workspace import Workspace, workspace
 
 
@@ -173,7 +173,7 @@ class ChatSession:
                 self.specialist = None
                 return SessionEvent("specialist", "the router picks the specialist again")
             if argument not in self.mixture.project.names:
-                raise BadInput(f"unknown specialist {argument!r} (expected {', '.join(self.mixture.project.names)} "
+                raise BadInput(f"unknown specialist {argument!r}{closest(argument, self.mixture.project.names)} (expected {', '.join(self.mixture.project.names)} "
                                "or auto)", field="/specialist")
             self.specialist = argument
             return SessionEvent("specialist", f"{argument} answers from now on")

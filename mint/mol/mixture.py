@@ -33,7 +33,7 @@ from mint.mol.turnlog import TurnLog
 from mint.project import Project
 from mint.render import conversation
 from mint.registry.store import now
-from mint.text import check_unicode
+from mint.text import check_unicode, closest
 from mint.workspace import Workspace
 
 DEFAULT_FEEDBACK_WINDOW_S = 600.0
@@ -263,7 +263,7 @@ class Mixture(TurnBook):
                                     "forced", None))
                 continue
             if turn.specialist is not None and turn.specialist not in self.project.names:
-                raise BadInput(f"unknown specialist {turn.specialist!r} (expected one of "
+                raise BadInput(f"unknown specialist {turn.specialist!r}{closest(turn.specialist, self.project.names)} (expected one of "
                                f"{', '.join(self.project.names)})", field="model")
             routes.append(None if turn.specialist is None else Route(
                 turn.specialist, {n: float(n == turn.specialist) for n in self.project.names}, "forced", None))

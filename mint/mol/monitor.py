@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from mint.errors import BadInput
+from mint.text import closest
 from mint.mol.turnlog import scan_turns
 from mint.project import Project
 from mint.workspace import Workspace
@@ -90,7 +91,7 @@ def _heldout_share(ws: Workspace, router: str) -> dict[str, float] | None:
 
 def monitor(ws: Workspace, project: Project, *, window: str = "1d", now: float | None = None) -> MonitorResult:
     if window not in WINDOWS:
-        raise BadInput(f"{window!r}: expected one of {', '.join(WINDOWS)}", field="--window")
+        raise BadInput(f"{window!r}{closest(window, WINDOWS)}: expected one of {', '.join(WINDOWS)}", field="--window")
     span = WINDOWS[window]
     end = now if now is not None else datetime.now(timezone.utc).timestamp()
     current, previous = [], []

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 from mint.base import LoadedBase
 from mint.errors import BadInput, MintError, Refused
+from mint.text import closest
 from mint.generation.constrain import Structure
 from mint.generation.slots import DEFAULT_MAX_RANK
 from mint.generation.text import StopAt, TextListener
@@ -162,14 +163,14 @@ class MixtureRuntime:
         if specialist in self.named:
             return self.named[specialist]
         if specialist not in self.slots:
-            raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
+            raise BadInput(f"unknown specialist {specialist!r}{closest(specialist, self.slots)} (this runtime serves {', '.join(self.slots)})",
                            field="specialist")
         return self.slots[specialist]
 
     def _specialist_slot(self, specialist: str) -> Slot:
         """A specialist's own slot (a named adapter's is loaded and freed by load_named and unload_named only)."""
         if specialist not in self.slots:
-            raise BadInput(f"unknown specialist {specialist!r} (this runtime serves {', '.join(self.slots)})",
+            raise BadInput(f"unknown specialist {specialist!r}{closest(specialist, self.slots)} (this runtime serves {', '.join(self.slots)})",
                            field="specialist")
         return self.slots[specialist]
 

@@ -469,7 +469,7 @@ def list_revisions(conn: Connection, *, specialist: str | None = None, status: s
                    limit: int = 20, offset: int = 0) -> Page:
     """Newest first. A page near the end is read backwards, so the last page costs what the first does."""
     if status is not None and status not in STATUSES:
-        raise BadInput(f"unknown status {status!r} (expected {', '.join(STATUSES)})", field="--status")
+        raise BadInput(f"unknown status {status!r}{closest(status, STATUSES)} (expected {', '.join(STATUSES)})", field="--status")
     if limit < 1 or offset < 0:
         raise BadInput("--limit must be at least 1 and --offset at least 0", field="--limit")
     where, args = [], []

@@ -378,7 +378,8 @@ def planned_settings(method: str | None, config: Path | None, sets: list[str],
     from mint.train.examples import METHODS
 
     if method not in METHODS:
-        raise BadInput(f"expected one of {', '.join(METHODS)}", field="--method")
+        raise BadInput(f"unknown method {method!r}{closest(method, METHODS)} (methods: {', '.join(METHODS)})",
+                       field="--method")
     return resolve_settings(check_settings(method, config, sets, override))
 
 

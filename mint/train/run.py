@@ -157,7 +157,8 @@ def planned_examples(ws: Workspace, *, specialist: str | None, data: str | None,
     from mint.train.examples import MINIMUM, left_out, method_rows
 
     if method not in METHODS:
-        raise BadInput(f"expected one of {', '.join(METHODS)}", field="--method")
+        raise BadInput(f"unknown method {method!r}{closest(method, METHODS)} (methods: {', '.join(METHODS)})",
+                       field="--method")
     if not specialist:
         raise BadInput("which specialist? (the examples are counted for one)", field="--specialist")
     name, _, version = (data or "").partition("@")

@@ -252,3 +252,12 @@ def test_text_that_is_not_unicode_exits_2_naming_its_field_and_the_repl_carries_
     turns = logged(ws)
     assert [t["messages"][-2]["content"] for t in turns] == ["hello", "again"]
     assert [t["feedback"] for t in turns] == [{"rating": 1, "correction": None}, {"rating": None, "correction": None}]
+
+
+def test_a_mistyped_specialist_command_gets_a_did_you_mean():
+    from types import SimpleNamespace
+
+    from mint.mol.chat import ChatSession
+
+    event = ChatSession(SimpleNamespace(project=DEFAULT_PROJECT)).handle("/specialist codng")
+    assert event.kind == "error" and "did you mean coding?" in event.message
