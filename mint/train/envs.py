@@ -22,6 +22,7 @@ from pathlib import Path
 from mint.data.formats.fields import score_rating
 from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
+from mint.text import closest
 from mint.plugins import load_object
 
 SYSTEM = ("You help customers with their orders and calendar by calling tools. Call one tool at a time as "
@@ -180,7 +181,8 @@ def load_environment(name: str) -> type:
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
-        raise BadInput(f"unknown environment {name!r}: use {', '.join(BUILTIN)} or module:Class", field="--env")
+        raise BadInput(f"unknown environment {name!r}{closest(name, BUILTIN)}: use {', '.join(BUILTIN)} or "
+                       "module:Class", field="--env")
     cls = load_object(name, what="Class", field="--env")
     if not inspect.isclass(cls) or not callable(getattr(cls, "reset", None)):
         raise BadInput(f"{name} is not an environment class with a reset method", field="--env")

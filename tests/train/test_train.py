@@ -237,6 +237,7 @@ def refusal(args: list[str], capsys) -> tuple[int, str]:
     (["--specialist", "coding", "--data", "logs", "--method", "sft", "--base", "no-such-base"], "unknown base"),
     (["--specialist", "coding", "--data", "logs", "--method", "sft", "--from", "coding:v9"], "no such revision"),
     (["--resume", "no-such-run"], "no run 'no-such-run'"),
+    (["--specialist", "coding", "--method", "grpo", "--env", "ordrs"], "did you mean orders?"),
     (["--specialist", "router", "--data", "lgs"], "did you mean logs?"),
 ])
 def test_dry_run_refuses_what_the_run_refuses_with_the_same_message(ws, dataset, capsys, args, says):
