@@ -104,14 +104,23 @@ def ingest(
 
 
 def _exit_if_nothing_kept(result) -> None:
-    """Name every source that kept nothing, with its top quarantine reasons; exit 2 when no source kept
-    anything (a warning when others did)."""
+    """Name every source that kept nothing, with its top quarantine reasons and what to do; exit 2 when no
+    source kept anything (a warning when others did). Empty sources are named, and exit 0: an empty log is
+    a day nothing was logged, which a nightly ingest must not fail on."""
+    for source in result.sources:
+        if source.empty:
+            err.print(f"note: {escape(source.path)} is empty: nothing to read")
+        elif source.hint and not source.kept_nothing:
+            err.print(f"[yellow]warning[/]: {escape(source.path)}: {source.quarantined:,} record(s) quarantined; "
+                      f"{escape(source.hint)}")
     for source in result.failed_sources:
         top = sorted(source.reasons.items(), key=lambda kv: -kv[1])[:3]
         level = "error" if result.kept_nothing else "[yellow]warning[/]"
-        (problems if result.kept_nothing else err).print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
-                  + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
-                  + f" (try --format FILE=FORMAT, or see `mint data quarantine {escape(result.dataset)}`)")
+        hint = source.hint or "try --format FILE=FORMAT"
+        (problems if result.kept_nothing else err).print(
+            f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
+            + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
+            + f" ({escape(hint)}; see `mint data quarantine {escape(result.dataset)}`)")
     if result.kept_nothing:
         raise typer.Exit(2)
 
