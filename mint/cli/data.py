@@ -228,14 +228,27 @@ def data_quarantine(name: str = typer.Argument(..., metavar="DATASET"),
                     limit: int = typer.Option(20, "--limit", "-n", help="Show the newest N entries."),
                     reason: Optional[str] = typer.Option(None, "--reason", help="Only entries whose reason holds "
                                                                                 "this text, e.g. 'unknown role'."),
+                    clear: bool = typer.Option(False, "--clear", help="Remove every entry (failed tries)."),
+                    clear_source: Optional[Path] = typer.Option(None, "--clear-source", metavar="FILE",
+                                                                help="Remove the entries that came from FILE (or "
+                                                                     "from the files in a folder)."),
                     json_out: bool = JSON_OPT) -> None:
     """What ingest set aside for DATASET: each reason with its count, then the newest entries with their file,
-    line, field and the value found there.
+    line, field and the value found there. --clear or --clear-source FILE removes entries of failed tries.
 
     Example: mint data quarantine prod --reason "unknown role"
+    Example: mint data quarantine prod --clear-source logs/wrong-format.jsonl
     """
-    from mint.data.datasets import read_quarantine
+    from mint.data.datasets import clear_quarantine, read_quarantine
 
+    if clear or clear_source is not None:
+        cleared = clear_quarantine(ws(writes=True), name, source=clear_source)
+        if json_out:
+            return print_json(cleared)
+        out.print(f"removed {counted(cleared.removed, 'entry', 'entries')} from the quarantine of {escape(name)}"
+                  + "".join(f"; {escape(file)} ×{n}" for file, n in sorted(cleared.removed_by_file.items())[:10])
+                  + f" ({cleared.left:,} left)")
+        return
     view = read_quarantine(ws(), name, limit=limit, reason=reason)
     if json_out:
         return print_json(view)

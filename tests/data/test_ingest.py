@@ -543,3 +543,44 @@ def test_an_empty_log_is_named_and_exits_zero(ws, project, tmp_path, capsys):
     assert main(["ingest", str(path), "--dataset", "d"]) == 0
     captured = capsys.readouterr()
     assert f"{path} is empty: nothing to read" in captured.err and "nothing new" in captured.out
+
+
+# --- clearing failed tries from the quarantine ----------------------------------------------------
+
+def _two_failed_tries(ws, project, tmp_path):
+    wrong = write_jsonl(tmp_path / "wrong.jsonl", [chat_row("one"), chat_row("two")])
+    bad = write_jsonl(tmp_path / "bad.jsonl", [chat_row("three"), "{torn"])
+    ingest(ws, [wrong], dataset="d", project=project, fmt="sharegpt")
+    ingest(ws, [bad], dataset="d", project=project)
+    return wrong, bad
+
+
+def test_clearing_one_source_removes_only_its_quarantine_entries(ws, project, tmp_path):
+    wrong, bad = _two_failed_tries(ws, project, tmp_path)
+    cleared = datasets.clear_quarantine(ws, "d", source=wrong)
+    assert (cleared.removed, cleared.left, cleared.removed_by_file) == (2, 1, {str(wrong): 2})
+    assert [(e.file, e.line) for e in datasets.read_quarantine(ws, "d").entries] == [(str(bad), 2)]
+
+
+def test_clearing_the_quarantine_lets_a_record_ingested_again_be_quarantined_again(ws, project, tmp_path):
+    wrong, _bad = _two_failed_tries(ws, project, tmp_path)
+    assert datasets.clear_quarantine(ws, "d").removed == 3
+    assert datasets.read_quarantine(ws, "d").total == 0
+    again = ingest(ws, [wrong], dataset="d", project=project, fmt="sharegpt")
+    assert again.quarantined_new == 2 and datasets.read_quarantine(ws, "d").total == 2
+
+
+def test_clearing_a_source_with_no_entries_is_bad_input_naming_the_files(ws, project, tmp_path):
+    _wrong, bad = _two_failed_tries(ws, project, tmp_path)
+    with pytest.raises(BadInput, match=f"no quarantine entry of d comes from .*elsewhere.jsonl .*{bad}"):
+        datasets.clear_quarantine(ws, "d", source=tmp_path / "elsewhere.jsonl")
+    assert datasets.read_quarantine(ws, "d").total == 3
+
+
+def test_the_cli_clears_a_source_from_the_quarantine(ws, project, tmp_path, capsys):
+    from mint.cli import main
+
+    wrong, _bad = _two_failed_tries(ws, project, tmp_path)
+    assert main(["data", "quarantine", "d", "--clear-source", str(wrong)]) == 0
+    assert "removed 2 entries from the quarantine of d" in capsys.readouterr().out
+    assert datasets.read_quarantine(ws, "d").total == 1
