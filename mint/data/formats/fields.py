@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from mint.data.schema import NO_FEEDBACK, Episode, Feedback, Message, Preference
 
@@ -302,23 +302,31 @@ def unread_feedback(record: dict) -> str | None:
         for key in found:
             if key not in _FEEDBACK_KEYS and looks_like_feedback(key):
                 return f"feedback.{key}"
-    holders: list[tuple[str, Any]] = [(key, record.get(key)) for key in _FEEDBACK_CONTAINERS]
-    holders += [(f"{name}[{i}]", m) for name, holder in ((k, record.get(k)) for k in _MESSAGE_LISTS)
-                if isinstance(holder, list) for i, m in enumerate(holder)]
-    request, response = record.get("request"), record.get("response")
-    if isinstance(request, dict) and isinstance(request.get("messages"), list):
-        holders += [(f"request.messages[{i}]", m) for i, m in enumerate(request["messages"])]
-    if isinstance(response, dict) and isinstance(response.get("choices"), list):
-        for i, choice in enumerate(response["choices"]):
-            holders.append((f"response.choices[{i}]", choice))
-            if isinstance(choice, dict):
-                holders.append((f"response.choices[{i}].message", choice.get("message")))
-    for where, holder in holders:
+    for where, holder in _feedback_holders(record):
         if isinstance(holder, dict):
             for key in holder:
                 if looks_like_feedback(key):
                     return f"{where}.{key}"
     return None
+
+
+def _feedback_holders(record: dict) -> Iterator[tuple[str, Any]]:
+    """(where, value) of every container and message in which mint reads no feedback key."""
+    for key in _FEEDBACK_CONTAINERS:
+        if key in record:
+            yield key, record[key]
+    request, response = record.get("request"), record.get("response")
+    lists = [(name, record.get(name)) for name in _MESSAGE_LISTS]
+    if isinstance(request, dict):
+        lists.append(("request.messages", request.get("messages")))
+    if isinstance(response, dict):
+        lists.append(("response.choices", response.get("choices")))
+    for name, items in lists:
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                yield f"{name}[{i}]", item
+                if name == "response.choices" and isinstance(item, dict):
+                    yield f"{name}[{i}].message", item.get("message")
 
 
 def check_feedback_read(record: dict) -> None:
