@@ -42,7 +42,7 @@ def test_ingest_json_summary_and_exit_0(ws, tmp_path, capsys):
     assert summary["sources"][0] | {"path": None} == {"path": None, "format": "jsonl", "bytes": path.stat().st_size,
                                                       "read": 2, "kept": 1, "duplicate": 0, "quarantined": 1,
                                                       "scrubbed": 0, "updated": 0, "pairs": 0,
-                                                      "reasons": {"invalid JSON": 1}}
+                                                      "reasons": {"invalid JSON": 1}, "reads_as": {}, "hint": None}
     assert summary["reasons"] == {"invalid JSON": 1}
 
 

@@ -106,14 +106,23 @@ def ingest(
 
 
 def _exit_if_nothing_kept(result) -> None:
-    """Name every source that kept nothing, with its top quarantine reasons; exit 2 when no source kept
-    anything (a warning when others did)."""
+    """Name every source that kept nothing, with its top quarantine reasons and what to do; exit 2 when no
+    source kept anything (a warning when others did). Empty sources are named, and exit 0: an empty log is
+    a day nothing was logged, which a nightly ingest must not fail on."""
+    for source in result.sources:
+        if source.empty:
+            err.print(f"note: {escape(source.path)} is empty: nothing to read")
+        elif source.hint and not source.kept_nothing:
+            err.print(f"[yellow]warning[/]: {escape(source.path)}: {source.quarantined:,} record(s) quarantined; "
+                      f"{escape(source.hint)}")
     for source in result.failed_sources:
         top = sorted(source.reasons.items(), key=lambda kv: -kv[1])[:3]
         level = "error" if result.kept_nothing else "[yellow]warning[/]"
-        (problems if result.kept_nothing else err).print(f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
-                  + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
-                  + f" (try --format FILE=FORMAT, or see `mint data quarantine {escape(result.dataset)}`)")
+        hint = source.hint or "try --format FILE=FORMAT"
+        (problems if result.kept_nothing else err).print(
+            f"{level}: {escape(source.path)}: kept none of its {source.read:,} record(s); top reasons: "
+            + "; ".join(f"{escape(k)} ×{v}" for k, v in top)
+            + f" ({escape(hint)}; see `mint data quarantine {escape(result.dataset)}`)")
     if result.kept_nothing:
         raise typer.Exit(2)
 
@@ -225,16 +234,29 @@ def data_quarantine(name: str = typer.Argument(..., metavar="DATASET"),
                     limit: int = typer.Option(20, "--limit", "-n", help="Show the newest N entries."),
                     reason: Optional[str] = typer.Option(None, "--reason", help="Only entries whose reason holds "
                                                                                 "this text, e.g. 'unknown role'."),
+                    clear: bool = typer.Option(False, "--clear", help="Remove every entry (failed tries)."),
+                    clear_source: Optional[Path] = typer.Option(None, "--clear-source", metavar="FILE",
+                                                                help="Remove the entries that came from FILE (or "
+                                                                     "from the files in a folder)."),
                     json_out: bool = JSON_OPT) -> None:
     """What ingest set aside for DATASET: each reason with its count, then the newest entries with their file,
-    line, field and the value found there.
+    line, field and the value found there. --clear or --clear-source FILE removes entries of failed tries.
 
     \b
-    Example:
+    Examples:
       mint data quarantine prod --reason "unknown role"
+      mint data quarantine prod --clear-source logs/wrong-format.jsonl
     """
-    from mint.data.datasets import read_quarantine
+    from mint.data.datasets import clear_quarantine, read_quarantine
 
+    if clear or clear_source is not None:
+        cleared = clear_quarantine(ws(writes=True), name, source=clear_source)
+        if json_out:
+            return print_json(cleared)
+        out.print(f"removed {counted(cleared.removed, 'entry', 'entries')} from the quarantine of {escape(name)}"
+                  + "".join(f"; {escape(file)} ×{n}" for file, n in sorted(cleared.removed_by_file.items())[:10])
+                  + f" ({cleared.left:,} left)")
+        return
     view = read_quarantine(ws(), name, limit=limit, reason=reason)
     if json_out:
         return print_json(view)

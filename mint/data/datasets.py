@@ -8,6 +8,7 @@ Layout of ``$MINT_HOME/datasets/<name>/``::
                        conversation with later feedback, or re-logged with more turns)
     quarantine.jsonl   append-only: every record that could not become an episode, keyed by its
                        content, with file:line, the reason and the version its ingest left
+                       (``clear_quarantine`` rewrites it without the entries a user clears)
     index.sqlite       ids of every episode in the dataset (a cache, rebuilt from the chain)
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -27,9 +29,10 @@ from typing import Callable, Iterator
 from mint.data.split import (  # noqa: F401 - the split's names, read from here by its callers
     HELDOUT_FRACTION, HELDOUT_KEY, heldout_key, heldout_position, heldout_rule, is_heldout)
 from mint.errors import BadInput, Refused
+from mint.faults import checkpoint
 from mint.jsonl import read_jsonl
 from mint.text import closest
-from mint.workspace import Workspace, publish_dir, staging_dir
+from mint.workspace import Workspace, fsync_dir, publish_dir, staging_dir
 
 HEAD_FILE = "HEAD"
 EPISODES_FILE = "episodes.jsonl"
@@ -101,13 +104,20 @@ def quarantine_keys(directory: Path) -> Iterator[bytes]:
     if not path.exists():
         return
     for _number, entry in read_jsonl(path, torn="skip"):   # a torn line: cut at the next append
-        try:
-            key = entry.get("key") or hashlib.sha256(
-                f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
-            ).hexdigest()[:32]
-            yield bytes.fromhex(key)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue   # not an entry mint wrote
+        key = _entry_key(entry)
+        if key is not None:
+            yield key
+
+
+def _entry_key(entry) -> bytes | None:
+    """A quarantine entry's content key; None for a line mint did not write."""
+    try:
+        key = entry.get("key") or hashlib.sha256(
+            f"{entry['reason']}\0{entry.get('raw') or entry['source']}".encode("utf-8", "surrogatepass")
+        ).hexdigest()[:32]
+        return bytes.fromhex(key)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 # --- reading for users and later stages ----------------------------------------
@@ -353,14 +363,9 @@ def read_quarantine(ws: Workspace, name: str, *, limit: int = 20, reason: str | 
     (those whose reason contains ``reason``, when given) with file, line, field and value."""
     from collections import Counter, deque
 
-    check_name(name)
     if limit < 0:
         raise BadInput("must be 0 or more", field="--limit")
-    directory = ws.datasets / name
-    if not directory.is_dir():
-        known = ", ".join(list_names(ws) + _quarantine_only(ws)) or "none yet"
-        raise BadInput(f"no dataset {name!r}{closest(name, list_names(ws) + _quarantine_only(ws))} "
-                       f"(datasets: {known})", field="DATASET")
+    directory = _quarantine_dir(ws, name)
     path = directory / QUARANTINE_FILE
     kinds: Counter = Counter()
     newest: deque = deque(maxlen=limit)     # the file is append-only, oldest first
@@ -375,6 +380,103 @@ def read_quarantine(ws: Workspace, name: str, *, limit: int = 20, reason: str | 
                 newest.append(record)
     return QuarantineView(name, str(path), total, dict(kinds.most_common()),
                           [quarantine_entry(record) for record in newest])
+
+
+def _quarantine_dir(ws: Workspace, name: str) -> Path:
+    check_name(name)
+    directory = ws.datasets / name
+    if not directory.is_dir():
+        known = ", ".join(list_names(ws) + _quarantine_only(ws)) or "none yet"
+        raise BadInput(f"no dataset {name!r}{closest(name, list_names(ws) + _quarantine_only(ws))} "
+                       f"(datasets: {known})", field="DATASET")
+    return directory
+
+
+@dataclass(frozen=True)
+class QuarantineCleared:
+    dataset: str
+    file: str                       # quarantine.jsonl
+    removed: int
+    left: int
+    removed_by_file: dict[str, int]  # the source files whose entries went, with how many
+
+
+def _from_source(file: str, source: Path) -> bool:
+    """Whether a quarantine entry's file is ``source`` or inside it (a folder ingested whole)."""
+    if file == str(source):
+        return True
+    entry, given = Path(file).resolve(), source.resolve()
+    return entry == given or given in entry.parents
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    if path.exists():
+        with open(path, "rb") as f:
+            yield from f
+
+
+def clear_quarantine(ws: Workspace, name: str, *, source: Path | None = None) -> QuarantineCleared:
+    """Remove the quarantine entries of ``name`` that came from ``source`` (a file, or a folder: the files
+    inside it), or every entry when ``source`` is None: failed tries need not stay for good.
+
+    The kept entries are written to a temporary file that replaces the quarantine in one rename, under the
+    lock ingest holds. The episode index forgets the removed entries first, so a kill in between can only
+    record one of them again later, never lose one; a record ingested again after clearing is quarantined
+    again."""
+    import sqlite3
+
+    from mint.workspace import file_lock
+
+    directory = _quarantine_dir(ws, name)
+    path = directory / QUARANTINE_FILE
+    removed: dict[str, int] = {}
+    removed_keys: list[bytes] = []
+    files: set[str] = set()
+    left = 0
+    with file_lock(directory / ".lock"):
+        fd, tmp_name = tempfile.mkstemp(prefix=f".tmp-{QUARANTINE_FILE}-", dir=directory)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for line in _lines(path):
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        entry = None   # a torn last line: the next append cuts it anyway
+                    file = quarantine_entry(entry).file if isinstance(entry, dict) else None
+                    if file is not None:
+                        files.add(file)
+                    if file is not None and (source is None or _from_source(file, source)):
+                        removed[file] = removed.get(file, 0) + 1
+                        key = _entry_key(entry)
+                        if key is not None:
+                            removed_keys.append(key)
+                        continue
+                    if entry is not None:
+                        out.write(line if line.endswith(b"\n") else line + b"\n")
+                        left += 1
+                out.flush()
+                os.fsync(out.fileno())
+            if source is not None and not removed:
+                shown = sorted(files)
+                raise BadInput(f"no quarantine entry of {name} comes from {source}{closest(str(source), shown)} "
+                               f"(files: {', '.join(shown[:10]) or 'none'})", field="--clear-source")
+            index_path = directory / "index.sqlite"
+            if removed_keys and index_path.exists():
+                index = sqlite3.connect(index_path)
+                try:
+                    index.executemany("DELETE FROM quarantined WHERE key = ?", ((k,) for k in removed_keys))
+                    index.commit()
+                except sqlite3.OperationalError:
+                    pass   # an index without the table: it is rebuilt from the files on the next ingest
+                finally:
+                    index.close()
+            checkpoint("quarantine.index_cleared")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(directory)
+    return QuarantineCleared(name, str(path), sum(removed.values()), left, removed)
 
 
 # --- export ----------------------------------------------------------------------

@@ -26,13 +26,14 @@ from typing import Callable, Iterator
 
 from mint.data import datasets
 from mint.data.episode_index import append_quarantine, apply_feedback, earlier_episode, open_index, remember_conversation
-from mint.data.formats import FORMATS, RecordError, normalize
-from mint.data.formats.fields import normalize_feedback, upstream_id
+from mint.data.formats import FORMATS, RecordError, normalize, sniff_format
+from mint.data.formats.fields import check_feedback_read, normalize_feedback, upstream_id
 from mint.data.formats.llamafactory import remap
 from mint.data.outcomes import (OUTCOME_TYPES, FeedbackEvent, IngestSettings, Outcome, Quarantined, Unplaced, kept,
                                 quarantine_line)
 from mint.data.placing import ChampionRouter
-from mint.data.readers import DEFAULT_MAX_RECORD_BYTES, RAW_KEEP_CHARS, RawRecord, Source, parse_line, read_line_batches
+from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, NOT_TEXT, RAW_KEEP_CHARS, READABLE, RawRecord, Source, parse_line,
+                               read_line_batches)
 from mint.data.schema import Feedback
 from mint.data.scrub import scrub_episode, scrub_text
 from mint.data.sources import discover, read_source
@@ -60,11 +61,32 @@ class SourceStats:
     updated: int = 0      # kept episodes that replace an earlier one (later feedback, a longer re-log)
     pairs: int = 0        # kept episodes with a chosen/rejected preference
     reasons: dict[str, int] = field(default_factory=dict)   # quarantine reasons of this source
+    # formats that auto-detection reads the records with that a forced --format failed on
+    reads_as: dict[str, int] = field(default_factory=dict)
+    hint: str | None = None   # what to do about the records this source had quarantined
 
     @property
     def kept_nothing(self) -> bool:
         """Every record of a non-empty source was quarantined: the source was misread or is not logs."""
         return self.read > 0 and self.quarantined == self.read
+
+    @property
+    def empty(self) -> bool:
+        """The source held no record at all (an empty file: a day nothing was logged, or the wrong file)."""
+        return self.read == 0
+
+    def advice(self) -> str | None:
+        """What to do about this source's quarantined records, when its reasons say more than "see them"."""
+        if not self.quarantined:
+            return None
+        if any(kind.startswith(NOT_TEXT) for kind in self.reasons):
+            return f"not a log mint can read: {READABLE}"
+        if self.kept_nothing and all(kind.startswith("not UTF-") for kind in self.reasons):
+            return f"not UTF-8 text: a log in another encoding needs converting to UTF-8 (iconv); else {READABLE}"
+        if self.reads_as:
+            fmt = max(self.reads_as, key=self.reads_as.__getitem__)
+            return f"this file reads as {fmt}: use --format auto or --format {self.path}={fmt}"
+        return None
 
 
 @dataclass
@@ -192,6 +214,8 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                 source_stats.quarantined += 1
                                 reasons[datasets.reason_kind(outcome.reason)] += 1
                                 _count(source_stats.reasons, datasets.reason_kind(outcome.reason))
+                                if outcome.reads_as:
+                                    _count(source_stats.reads_as, outcome.reads_as)
                                 quarantine.write(outcome.entry)
                                 continue
                             keys = outcome.keys
@@ -218,6 +242,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                             if outcome.how in ("routed", "fallback"):
                                 unmatched[outcome.specialist] += 1
                             out.write(outcome.line)
+                        source_stats.hint = source_stats.advice()
                 checkpoint("ingest.episodes_written")
                 if not added:
                     raise _NothingNew
@@ -287,7 +312,7 @@ def _process(record: RawRecord, settings: IngestSettings) -> Outcome:
     try:
         return _episode_outcome(record, settings, found)
     except RecordError as exc:
-        return _quarantined(record, str(exc), settings, Counter())
+        return _quarantined(record, str(exc), settings, Counter())._replace(reads_as=_reads_as(record, settings))
     except RecursionError:
         return _quarantined(record, "nested too deeply to process", settings, Counter())
     except UnicodeEncodeError:
@@ -295,6 +320,18 @@ def _process(record: RawRecord, settings: IngestSettings) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - one odd record must never stop the run; its reason says why
         return _quarantined(record, f"could not be processed ({type(exc).__name__}: {exc}); "
                             "please report this record", settings, Counter())
+
+
+def _reads_as(record: RawRecord, settings: IngestSettings) -> str | None:
+    """The format auto-detection reads a record with, when a forced format failed on it (None: none does)."""
+    if settings.fmt in ("auto", "hf") or not isinstance(record.data, dict):
+        return None
+    try:
+        detected = sniff_format(record.data)
+        normalize(record.data, detected)
+    except (RecordError, RecursionError, ValueError, TypeError):
+        return None
+    return detected if detected != settings.fmt else None
 
 
 # a record with any of these is a conversation; without them, an upstream id and feedback, a feedback event
@@ -308,6 +345,7 @@ def _feedback_event(record: RawRecord, data, settings: IngestSettings, found: Co
     upstream = upstream_id(data)
     if upstream is None:
         return None
+    check_feedback_read(data)
     feedback = normalize_feedback(data)
     if not feedback.given:
         return None

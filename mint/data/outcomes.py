@@ -44,10 +44,12 @@ class Kept(NamedTuple):
 
 
 class Quarantined(NamedTuple):
-    """A record that is not an episode: why, and its quarantine entry (UTF-8 JSON)."""
+    """A record that is not an episode: why, and its quarantine entry (UTF-8 JSON); ``reads_as``: the format
+    that reads it when another was forced on it (``--format``) and failed."""
     reason: str
     entry: bytes
     scrubbed: Counter | None
+    reads_as: str | None = None
 
 
 class FeedbackEvent(NamedTuple):

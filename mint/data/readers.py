@@ -117,6 +117,12 @@ class _Utf8Transcoder(io.RawIOBase):
         return n
 
 
+NOT_TEXT = "not text: binary data (NUL bytes) and no byte-order mark; expected UTF-8, UTF-16 or UTF-32 JSON"
+# what mint reads instead, for a file that is not a log at all
+READABLE = ("mint reads JSON Lines, JSON and Parquet files (plain or .gz, .zst, .bz2, .xz) and folders of them; "
+            "a Hugging Face dataset saved with save_to_disk or a LLaMA-Factory dataset is a folder: give the folder")
+
+
 class Undecodable(Exception):
     """The file is not text in any encoding a byte-order mark or its NUL pattern names."""
 
@@ -142,8 +148,7 @@ def _sniff_encoding(head: bytes) -> tuple[str, int]:
         return "utf-16-le", 0
     if len(head) >= 4 and head[0] == 0 and head[1] and head[1::2].count(0) == 0 and head[0::2].strip(b"\x00") == b"":
         return "utf-16-be", 0
-    raise Undecodable("not text: binary data (NUL bytes) and no byte-order mark; expected UTF-8, UTF-16 or "
-                      "UTF-32 JSON")
+    raise Undecodable(NOT_TEXT)
 
 
 @contextlib.contextmanager
@@ -213,8 +218,10 @@ def parse_value(source: str, text: str) -> RawRecord:
     try:
         return RawRecord(source, data=json.loads(text), raw=raw)
     except json.JSONDecodeError as exc:
-        where = f" at column {exc.colno}" if exc.lineno == 1 else f" at line +{exc.lineno - 1} column {exc.colno}"
-        return RawRecord(source, error=f"invalid JSON: {exc.msg}{where}", raw=text[:RAW_KEEP_CHARS])
+        where = f"column {exc.colno}" if exc.lineno == 1 else f"line +{exc.lineno - 1} column {exc.colno}"
+        # some of json's messages end in "at" ("Unterminated string starting at"): add the place, not another "at"
+        message = exc.msg if exc.msg.endswith(" at") else f"{exc.msg} at"
+        return RawRecord(source, error=f"invalid JSON: {message} {where}", raw=text[:RAW_KEEP_CHARS])
     except ValueError as exc:   # valid syntax json will not read, e.g. an integer of more than 4,300 digits
         return RawRecord(source, error=f"invalid JSON: {exc}", raw=text[:RAW_KEEP_CHARS])
     except RecursionError:

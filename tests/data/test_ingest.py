@@ -493,3 +493,94 @@ def test_a_format_typo_for_one_file_gets_a_did_you_mean(ws, project, tmp_path):
     path = write_jsonl(tmp_path / "x.json", [chat_row("hi")])
     with pytest.raises(BadInput, match=r"x.json=alpca: unknown format 'alpca' \(did you mean alpaca\?\)"):
         ingest(ws, [path], dataset="d", project=project, file_formats={path: "alpca"})
+
+
+# --- feedback, formats and files mint cannot read as given ----------------------------------------
+
+def test_a_rejected_answer_in_an_unread_feedback_shape_is_quarantined_not_trained_on(ws, project, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [chat_row("one"), chat_row("two", user_feedback={"thumbs_up": False})])
+    result = ingest(ws, [path], dataset="d", project=project)
+    assert (result.sources[0].kept, result.sources[0].quarantined) == (1, 1)
+    (entry,) = [json.loads(line) for line in open(result.quarantine_file)]
+    assert entry["source"] == f"{path}:2"
+    assert entry["reason"].startswith("user_feedback: looks like feedback in a shape mint does not read")
+    assert [e["messages"][0]["content"] for e in datasets.iter_episodes(ws, "d")] == ["one"]
+
+
+def test_a_feedback_event_in_an_unread_shape_is_quarantined_naming_the_field(ws, project, tmp_path):
+    ingest(ws, [write_jsonl(tmp_path / "a.jsonl", [chat_row("hi", id="chatcmpl-abc123")])], dataset="d",
+           project=project)
+    later = ingest(ws, [write_jsonl(tmp_path / "b.jsonl", [{"id": "chatcmpl-abc123", "vote": "down"}])],
+                   dataset="d", project=project)
+    assert later.sources[0].quarantined == 1
+    assert json.loads(open(later.quarantine_file).readlines()[-1])["reason"].startswith("vote: looks like feedback")
+
+
+def test_a_forced_format_that_fails_names_the_format_auto_detection_reads(ws, project, tmp_path, capsys):
+    from mint.cli import main
+
+    path = write_jsonl(tmp_path / "openai.jsonl", [chat_row("one"), chat_row("two")])
+    result = ingest(ws, [path], dataset="d", project=project, fmt="sharegpt")
+    assert result.sources[0].hint == f"this file reads as openai: use --format auto or --format {path}=openai"
+    assert main(["ingest", str(path), "--dataset", "e", "--format", "sharegpt"]) == 2
+    shown = capsys.readouterr().err
+    assert "this file reads as openai" in shown and "try --format FILE=FORMAT" not in shown
+
+
+def test_a_binary_file_is_said_to_be_no_log_with_the_formats_mint_reads(ws, project, tmp_path):
+    path = tmp_path / "model.jsonl"
+    path.write_bytes(bytes(range(256)) * 40)
+    (source,) = ingest(ws, [path], dataset="d", project=project).sources
+    assert source.hint.startswith("not a log mint can read: mint reads JSON Lines, JSON and Parquet")
+    assert "save_to_disk" in source.hint and "--format" not in source.hint
+
+
+def test_an_empty_log_is_named_and_exits_zero(ws, project, tmp_path, capsys):
+    from mint.cli import main
+
+    path = tmp_path / "quiet-day.jsonl"
+    path.write_text("")
+    assert main(["ingest", str(path), "--dataset", "d"]) == 0
+    captured = capsys.readouterr()
+    assert f"{path} is empty: nothing to read" in captured.err and "nothing new" in captured.out
+
+
+# --- clearing failed tries from the quarantine ----------------------------------------------------
+
+def _two_failed_tries(ws, project, tmp_path):
+    wrong = write_jsonl(tmp_path / "wrong.jsonl", [chat_row("one"), chat_row("two")])
+    bad = write_jsonl(tmp_path / "bad.jsonl", [chat_row("three"), "{torn"])
+    ingest(ws, [wrong], dataset="d", project=project, fmt="sharegpt")
+    ingest(ws, [bad], dataset="d", project=project)
+    return wrong, bad
+
+
+def test_clearing_one_source_removes_only_its_quarantine_entries(ws, project, tmp_path):
+    wrong, bad = _two_failed_tries(ws, project, tmp_path)
+    cleared = datasets.clear_quarantine(ws, "d", source=wrong)
+    assert (cleared.removed, cleared.left, cleared.removed_by_file) == (2, 1, {str(wrong): 2})
+    assert [(e.file, e.line) for e in datasets.read_quarantine(ws, "d").entries] == [(str(bad), 2)]
+
+
+def test_clearing_the_quarantine_lets_a_record_ingested_again_be_quarantined_again(ws, project, tmp_path):
+    wrong, _bad = _two_failed_tries(ws, project, tmp_path)
+    assert datasets.clear_quarantine(ws, "d").removed == 3
+    assert datasets.read_quarantine(ws, "d").total == 0
+    again = ingest(ws, [wrong], dataset="d", project=project, fmt="sharegpt")
+    assert again.quarantined_new == 2 and datasets.read_quarantine(ws, "d").total == 2
+
+
+def test_clearing_a_source_with_no_entries_is_bad_input_naming_the_files(ws, project, tmp_path):
+    _wrong, bad = _two_failed_tries(ws, project, tmp_path)
+    with pytest.raises(BadInput, match=f"no quarantine entry of d comes from .*elsewhere.jsonl .*{bad}"):
+        datasets.clear_quarantine(ws, "d", source=tmp_path / "elsewhere.jsonl")
+    assert datasets.read_quarantine(ws, "d").total == 3
+
+
+def test_the_cli_clears_a_source_from_the_quarantine(ws, project, tmp_path, capsys):
+    from mint.cli import main
+
+    wrong, _bad = _two_failed_tries(ws, project, tmp_path)
+    assert main(["data", "quarantine", "d", "--clear-source", str(wrong)]) == 0
+    assert "removed 2 entries from the quarantine of d" in capsys.readouterr().out
+    assert datasets.read_quarantine(ws, "d").total == 1

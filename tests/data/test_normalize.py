@@ -277,3 +277,94 @@ def test_reasoning_content_and_openai_reasoning_items_are_kept_apart_from_the_an
 def test_a_bad_reasoning_or_tool_call_part_names_its_field(part, field):
     with pytest.raises(RecordError, match=field):
         normalize({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [part]}]})
+
+
+# --- feedback mint does not read ------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, field", [
+    ({"user_feedback": {"thumbs_up": False}}, "user_feedback"),
+    ({"feedback": {"thumbs_up": False}}, "feedback.thumbs_up"),
+    ({"upvotes": 3}, "upvotes"),
+    ({"liked": False}, "liked"),
+    ({"metadata": {"userRating": 2}}, "metadata.userRating"),
+])
+def test_feedback_in_a_shape_mint_does_not_read_is_a_record_error_naming_the_field(extra, field):
+    with pytest.raises(RecordError, match="looks like feedback in a shape mint does not read") as info:
+        normalize(_chat(**extra))
+    assert info.value.field == field
+    assert "thumbs" in info.value.reason and "stars" in info.value.reason   # it says which shapes it reads
+
+
+def test_feedback_on_a_message_is_a_record_error_naming_the_message():
+    record = {"messages": [{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": "hello", "rating": "bad"}]}
+    with pytest.raises(RecordError) as info:
+        normalize(record)
+    assert info.value.field == "messages[1].rating"
+
+
+def test_feedback_in_a_server_log_response_is_a_record_error():
+    record = {"request": {"messages": [{"role": "user", "content": "hi"}]},
+              "response": {"choices": [{"message": {"role": "assistant", "content": "yo"}, "dislike": True}]}}
+    with pytest.raises(RecordError) as info:
+        normalize(record)
+    assert info.value.field == "response.choices[0].dislike"
+
+
+@pytest.mark.parametrize("key", ["likelihood", "operating_system", "generating_model", "session"])
+def test_keys_that_only_contain_a_feedback_word_are_not_feedback(key):
+    assert normalize(_chat(**{key: "x"}))["feedback"]["rating"] is None
+
+
+@pytest.mark.parametrize("feedback, rating", [
+    ({"feedback": {"thumbs": "up"}}, 1), ({"feedback": "down"}, -1), ({"feedback": 4}, 1), ({"feedback": True}, 1),
+    ({"feedback": {"rating": -1, "correction": "better"}}, -1), ({"feedback": {"stars": 2}}, -1),
+    ({"feedback": {"score": 0.9}}, 1), ({"feedback": {"label": False}}, -1), ({"feedback": {"kto_tag": True}}, 1),
+    ({"thumbs": "\U0001f44e"}, -1), ({"rating": 5}, 1), ({"stars": 3}, 0), ({"score": 0.2}, -1), ({"label": True}, 1),
+    ({"kto_tag": False}, -1), ({"score": 7}, None), ({"label": "sports"}, None),
+    ({"feedback": {"rating": None, "correction": None}}, None),
+])
+def test_every_feedback_shape_read_still_ingests(feedback, rating):
+    assert normalize(_chat(**feedback))["feedback"]["rating"] == rating
+
+
+# --- times out of range and the response's time -----------------------------------------------------
+
+@pytest.mark.parametrize("value, shown", [(17_000_000_000, "17000000000 reads as 2508-"),
+                                          ("1999-12-31T23:59:59Z", "1999-12-31T23:59:59Z reads as 1999-"),
+                                          (0, "0 reads as 1970-")])
+def test_a_time_outside_the_plausible_range_is_a_record_error_naming_the_field_and_value(value, shown):
+    with pytest.raises(RecordError, match="outside the plausible range") as info:
+        normalize({**_chat(), "ts": value})
+    assert info.value.field == "ts" and info.value.reason.startswith(shown)
+
+
+def test_a_time_more_than_a_day_ahead_is_a_record_error_and_an_hour_ahead_is_not():
+    import datetime as dt
+
+    now = dt.datetime.now(dt.timezone.utc)
+    assert normalize({**_chat(), "created_at": (now + dt.timedelta(hours=1)).isoformat()})["ts"]
+    with pytest.raises(RecordError, match="created_at: .* outside the plausible range"):
+        normalize({**_chat(), "created_at": (now + dt.timedelta(days=2)).isoformat()})
+
+
+def _server_log(**extra):
+    return {"request": {"messages": [{"role": "user", "content": "hi"}]},
+            "response": {"id": "chatcmpl-abc123", "created": 1764400000,
+                         "choices": [{"message": {"role": "assistant", "content": "yo"}}]}, **extra}
+
+
+def test_a_server_log_without_a_time_takes_its_response_created():
+    assert normalize(_server_log())["ts"] == "2025-11-29T07:06:40Z"
+
+
+def test_a_server_logs_own_time_wins_over_its_response_created():
+    assert normalize(_server_log(timestamp="2026-11-29T10:00:00Z"))["ts"] == "2026-11-29T10:00:00Z"
+
+
+def test_an_implausible_response_created_names_its_field():
+    record = _server_log()
+    record["response"]["created"] = 17_000_000_000
+    with pytest.raises(RecordError) as info:
+        normalize(record)
+    assert info.value.field == "response.created"

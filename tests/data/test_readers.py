@@ -273,3 +273,10 @@ def test_a_corrupt_parquet_row_group_is_reported_and_the_other_groups_read(tmp_p
     bad = [r for r in got if r.error]
     assert len(good) == 20 and [r.source.rsplit(":", 1)[1] for r in good][10] == "21"
     assert len(bad) == 1 and "rows 11-20" in bad[0].error
+
+
+def test_an_unterminated_string_is_named_once_with_its_column(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "cut\n')
+    (got,) = records(path)
+    assert got.error == "invalid JSON: Unterminated string starting at column 43"

@@ -7,12 +7,13 @@ quarantines it and goes on.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import math
 import re
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
 
 from mint.data.schema import NO_FEEDBACK, Episode, Feedback, Message, Preference
 
@@ -31,6 +32,8 @@ def episode(record: dict, messages: list[Message], preference: Preference | None
     """The episode of ``record`` whose messages (``where`` in the record) a format has read: checked, with
     the fields every format shares. ``specialist`` is the record's own label, if it has one."""
     check_conversation(messages, where, preference)
+    if preference is None:
+        check_feedback_read(record)
     media = _media(record)
     if media:
         messages = _with_media_marks(messages, media)
@@ -181,24 +184,48 @@ def _with_media_marks(messages, media: dict) -> list[Message]:
 
 # --- time -------------------------------------------------------------------------
 
+_TIME_KEYS = ("ts", "timestamp", "created_at", "created", "time")
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
+FUTURE_SLACK = timedelta(days=1)   # clocks of the hosts that wrote the logs may run a little ahead
+
+
 def _timestamp(record: dict) -> str | None:
     """The record's time as ISO-8601 UTC (``2026-11-29T10:00:00Z``): epoch seconds, milliseconds or
-    microseconds, ISO-8601 (naive means UTC) or an RFC 2822 date."""
-    for key in ("ts", "timestamp", "created_at", "created", "time"):
-        value = record.get(key)
+    microseconds, ISO-8601 (naive means UTC) or an RFC 2822 date. A server log with no time of its own
+    takes its response's (``response.created``, epoch seconds as the OpenAI API writes it)."""
+    found = _own_timestamp(record, "")
+    if found is None and isinstance(record.get("response"), dict):
+        found = _own_timestamp(record["response"], "response.")
+    return found
+
+
+def _own_timestamp(holder: dict, prefix: str) -> str | None:
+    for key in _TIME_KEYS:
+        value = holder.get(key)
         if isinstance(value, bool) or value is None or value == "":
             continue
         if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
             value = float(value)
         if isinstance(value, (int, float)):
-            return _from_epoch(value, key)
+            return _plausible(_from_epoch(value, prefix + key), holder[key], prefix + key)
         if isinstance(value, str):
-            return _from_text(value, key)
+            return _plausible(_from_text(value, prefix + key), value, prefix + key)
         # another kind of value under a time-like name (a {"start", "end"} span): not this record's time
     return None
 
 
-def _from_epoch(value: float, key: str) -> str:
+def _plausible(moment: datetime, value: Any, key: str) -> str:
+    """``moment`` as ISO-8601 UTC, or a RecordError when no log could have been written then: an epoch in
+    the wrong unit or a clock gone wrong would otherwise date the episode centuries away, silently."""
+    latest = datetime.now(timezone.utc) + FUTURE_SLACK
+    if not EARLIEST_TIME <= moment <= latest:
+        raise RecordError(key, f"{str(value)[:40]} reads as {moment.isoformat(timespec='seconds')}, outside "
+                          f"the plausible range {EARLIEST_TIME:%Y-%m-%d} to a day from now (epoch seconds, ms, µs "
+                          "or ns are told apart by their size)")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _from_epoch(value: float, key: str) -> datetime:
     # the magnitude says the unit: seconds until the year 5138, then ms, µs and ns
     seconds = value
     for divisor in (1, 1e3, 1e6, 1e9):
@@ -211,10 +238,10 @@ def _from_epoch(value: float, key: str) -> str:
         moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
         raise RecordError(key, f"{value} is not a valid time") from None
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment
 
 
-def _from_text(value: str, key: str) -> str:
+def _from_text(value: str, key: str) -> datetime:
     text = value.strip()
     try:
         moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" else text)
@@ -226,7 +253,7 @@ def _from_text(value: str, key: str) -> str:
                               "epoch seconds, ms or µs)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(timezone.utc)
 
 
 # --- feedback -----------------------------------------------------------------------
@@ -238,7 +265,78 @@ THUMBS = {
 }
 
 
-_FEEDBACK_KEYS = frozenset(("feedback", "rating", "thumbs", "stars", "score", "label", "kto_tag", "correction"))
+_RATING_KEYS = ("rating", "thumbs", "stars", "score", "label", "kto_tag")   # the first one given decides
+_FEEDBACK_KEYS = frozenset(("feedback", *_RATING_KEYS, "correction"))
+# A key of one of these words that mint does not read is feedback it would drop: "like" only as a whole word
+# (likelihood is not feedback), the others also inside a word (thumbsUp, upvote, user_rating) but not as the end
+# of another word (operating, generating).
+_FEEDBACK_STEMS = ("thumb", "rating", "vote", "feedback", "score")
+_LIKE_WORDS = frozenset(("like", "likes", "liked", "dislike", "dislikes", "disliked"))
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# where feedback could sit besides the record's top level: containers mint reads (the served log's request and
+# response, metadata) and each message
+_FEEDBACK_CONTAINERS = ("metadata", "meta", "request", "response")
+_MESSAGE_LISTS = ("messages", "conversations")
+FEEDBACK_SHAPES = ("`feedback` as an object with rating, thumbs, stars, score, label, kto_tag or correction, or as "
+                   "a thumbs string or a number; or those keys at the top level")
+
+
+@functools.lru_cache(maxsize=4096)
+def looks_like_feedback(key: str) -> bool:
+    """Whether a key's name says it holds feedback (``thumbs_up``, ``userRating``, ``upvotes``, ``liked``)."""
+    for word in _WORDS.findall(key):
+        word = word.lower()
+        if word in _LIKE_WORDS or word.startswith(_FEEDBACK_STEMS) or word.endswith(("vote", "votes", "thumbs")):
+            return True
+    return False
+
+
+def unread_feedback(record: dict) -> str | None:
+    """The first field of ``record`` whose name says feedback but which mint does not read (a
+    ``user_feedback`` object, ``feedback.thumbs_up``, a message's ``rating``), or None."""
+    for key in record:
+        if key not in _FEEDBACK_KEYS and looks_like_feedback(key):
+            return key
+    found = record.get("feedback")
+    if isinstance(found, dict):
+        for key in found:
+            if key not in _FEEDBACK_KEYS and looks_like_feedback(key):
+                return f"feedback.{key}"
+    for where, holder in _feedback_holders(record):
+        if isinstance(holder, dict):
+            for key in holder:
+                if looks_like_feedback(key):
+                    return f"{where}.{key}"
+    return None
+
+
+def _feedback_holders(record: dict) -> Iterator[tuple[str, Any]]:
+    """(where, value) of every container and message in which mint reads no feedback key."""
+    for key in _FEEDBACK_CONTAINERS:
+        if key in record:
+            yield key, record[key]
+    request, response = record.get("request"), record.get("response")
+    lists = [(name, record.get(name)) for name in _MESSAGE_LISTS]
+    if isinstance(request, dict):
+        lists.append(("request.messages", request.get("messages")))
+    if isinstance(response, dict):
+        lists.append(("response.choices", response.get("choices")))
+    for name, items in lists:
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                yield f"{name}[{i}]", item
+                if name == "response.choices" and isinstance(item, dict):
+                    yield f"{name}[{i}].message", item.get("message")
+
+
+def check_feedback_read(record: dict) -> None:
+    """Refuse a record that carries feedback in a shape mint does not read: trained on as unrated, an answer
+    its user rejected would be learned as a good one. A preference pair is exempt: its chosen and rejected
+    answers are the feedback, and scores beside them (UltraFeedback's ``score_chosen``) only rank them."""
+    where = unread_feedback(record)
+    if where is not None:
+        raise RecordError(where, f"looks like feedback in a shape mint does not read (it reads {FEEDBACK_SHAPES}; "
+                          "see docs/data.md); rename it to one of these, or remove it to ingest the record unrated")
 
 
 def normalize_feedback(record: dict) -> Feedback:
@@ -251,7 +349,7 @@ def normalize_feedback(record: dict) -> Feedback:
     raw = record.get("feedback")
     where = "feedback"
     if raw is None:
-        raw, where = {k: record[k] for k in ("rating", "thumbs", "stars", "score", "label", "kto_tag", "correction")
+        raw, where = {k: record[k] for k in (*_RATING_KEYS, "correction")
                       if k in record and _top_level_feedback(k, record[k])}, ""
     elif isinstance(raw, (str, int, float, bool)):
         raw = {"thumbs" if isinstance(raw, str) else "rating": raw}
@@ -267,7 +365,7 @@ def normalize_feedback(record: dict) -> Feedback:
         return f"{where}.{key}" if where else key
 
     rating = None
-    for key in ("rating", "thumbs", "stars", "score", "label", "kto_tag"):
+    for key in _RATING_KEYS:
         value = raw.get(key)
         if value is None:
             continue
