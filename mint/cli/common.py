@@ -253,7 +253,7 @@ class ProgressLines:
         self.enabled = enabled and not quiet()
         self.live = self.enabled and err.is_terminal
         self.every_s = every_s
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
                             TimeRemainingColumn(), console=err, transient=True, disable=not self.live)
         self.tasks: dict[str, Any] = {}
         self.said: dict[str, float] = {}
@@ -266,27 +266,40 @@ class ProgressLines:
     def __exit__(self, *exc: Any) -> None:
         self.bar.__exit__(*exc)
 
-    def update(self, label: str, done: int, total: int | None) -> None:
+    def update(self, label: str, done: int, total: int | None, share: float | None = None) -> None:
+        """``done`` of ``total``; ``share``, where given, is the share of the work done that the ETA follows instead
+        (a decoding stream's token budget: its rows finish together near the end, so ``done`` lags the time)."""
         if not self.enabled:
             return
         now = time.monotonic()
+        count = f"{done}/{total if total is not None else '?'}"
         if label not in self.tasks:
-            self.tasks[label] = self.bar.add_task(label, total=total)
+            self.tasks[label] = self.bar.add_task(label, total=total if share is None else 1.0, count=count)
             self.started[label] = now
-        self.bar.update(self.tasks[label], completed=done, total=total)
+        finished = total is not None and done >= total
+        if share is None:
+            self.bar.update(self.tasks[label], completed=done, total=total, count=count)
+        else:
+            self.bar.update(self.tasks[label], completed=1.0 if finished else share, total=1.0, count=count)
         if self.live:
             return
-        finished = total is not None and done >= total
         if finished or now - self.said.get(label, self.started[label]) >= self.every_s or (done == 0 and
                                                                                            label not in self.said):
             self.said[label] = now
             elapsed = now - self.started[label]
-            eta = ""
-            if total and 0 < done < total:
-                left = int(elapsed / done * (total - done))
-                eta = f"  ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
-            err.print(f"{label}: {done}/{total if total is not None else '?'}"
-                      + (f" in {elapsed:.0f}s" if finished else eta), highlight=False, markup=False)
+            left = remaining_seconds(elapsed, done, total, share) if not finished else None
+            eta = f"  ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}" if left is not None else ""
+            err.print(f"{label}: {count}" + (f" in {elapsed:.0f}s" if finished else eta), highlight=False,
+                      markup=False)
+
+
+def remaining_seconds(elapsed: float, done: int, total: int | None, share: float | None = None) -> int | None:
+    """The seconds left at the pace so far: by ``share`` of the work where given, else by ``done`` of ``total``;
+    None before anything is done."""
+    fraction = share if share is not None else (done / total if total else None)
+    if not fraction or fraction <= 0 or fraction >= 1:
+        return None
+    return int(elapsed / fraction * (1 - fraction))
 
 
 def _version_callback(value: bool) -> None:

@@ -35,7 +35,9 @@ from mint.faults import checkpoint
 from mint.workspace import Workspace, atomic_dir
 
 # (suite name, examples done, examples in the suite)
-EvalProgress = Callable[[str, int, int], None]
+# progress(label, done, total, share=None): ``done`` of ``total`` answers of one suite (of one revision), and where
+# known the share of the decoding stream's token budget spent, which tells the time left better than ``done``
+EvalProgress = Callable[..., None]
 REPORT_FILE = "report.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 
@@ -733,12 +735,27 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
     done = {(subject.key, suite.name): 0 for subject in subjects for suite, _ in suites}
     totals = {suite.name: len(records) for suite, records in suites}
 
+    shown = [(subject, name) for subject in decoding for name in totals if name in own[subject.key]]
+    spent = [0.0]
+
+    def label(subject: Subject, suite_name: str) -> str:   # a stream of several revisions says whose suite it counts
+        return suite_name if len(subjects) == 1 else f"{subject.label} {suite_name}"
+
     def tick(k: int, conversation: int) -> None:
         subject, suite = decoding[k], owners[conversation][0]
         done[(subject.key, suite.name)] += 1
-        if progress:   # a stream of several revisions says whose suite it counts
-            progress(suite.name if len(subjects) == 1 else f"{subject.label} {suite.name}",
-                     done[(subject.key, suite.name)], totals[suite.name])
+        if progress:
+            progress(label(subject, suite.name), done[(subject.key, suite.name)], totals[suite.name], share=spent[0])
+
+    def step(share: float) -> None:
+        if progress and share - spent[0] >= 0.005:    # every half percent of the budget: a line, not a flood
+            spent[0] = share
+            for subject, name in shown:
+                progress(label(subject, name), done[(subject.key, name)], totals[name], share=share)
+
+    if progress:      # every suite's clock starts with the stream, not at its first answer
+        for subject, name in shown:
+            progress(label(subject, name), 0, totals[name], share=0.0)
 
     threads = apply_decoding_threads()     # the hardware plan's (mint.hardware), recorded with its figures
     # every suite in one stream: a batch stays full across suites (two suites of 12 decode as one batch of
@@ -746,7 +763,7 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
     results = dict(zip((s.key for s in decoding), generate_each(
         loaded.model, loaded.tokenizer, conversations, settings, [slots.get(s.key, 0) for s in decoding],
         on_done=tick, answer_end=answer_ends(contract.harness_name, contract.settings),
-        subsets=[wanted[s.key] for s in decoding], prompts=ids))) if decoding else {}
+        subsets=[wanted[s.key] for s in decoding], prompts=ids, on_step=step))) if decoding else {}
     identity = decoding_identity(contract, precision.used, loaded.fingerprint)
     decoded: dict[str, tuple[dict, dict, dict, dict]] = {}
     for subject in subjects:

@@ -172,9 +172,12 @@ class Engine:
 
     def decode(self, requests: Sequence[Request], *, batch_size: int | None = None, precision: str = "fp32",
                on_done: Callable[[int, Decoded], None] | None = None, router: PrefillRouter | None = None,
-               joining: Callable[[int], Sequence[Request]] | None = None) -> DecodeRun:
+               joining: Callable[[int], Sequence[Request]] | None = None,
+               on_step: Callable[[float], None] | None = None) -> DecodeRun:
         """Every request decoded, at most ``batch_size`` rows at once (default: all), ``on_done(i, decoded)``
-        told as request i finishes. ``joining(room)``, where given, is asked before every step that has room
+        told as request i finishes. ``on_step(share)`` hears after every step the share of the stream's token
+        budget spent (a finished row spends its whole ``max_new_tokens``): rows of one batch finish together near
+        the end, so the count of finished rows says little of the time left, and this share does. ``joining(room)``, where given, is asked before every step that has room
         for at most ``room`` more requests (never one that would wait); those it gives take the indices after
         the ones so far, and the stream ends once nothing runs, waits or joins. It runs in the decoding thread
         holding ``lock``, and may itself run the model (the slot table is set again after it)."""
@@ -190,7 +193,7 @@ class Engine:
             self._check(requests, router, table)
             try:
                 return self._stream(runner, table, list(requests), batch_size or len(requests), precision, on_done,
-                                    router, joining)
+                                    router, joining, on_step)
             finally:
                 if table is not None:
                     table.set_rows([BASE_SLOT])
@@ -207,7 +210,7 @@ class Engine:
     # --- the decode loop --------------------------------------------------------------------------
 
     def _stream(self, runner, table, requests: list[Request], batch_size: int, precision: str, on_done,
-                router, joining) -> DecodeRun:
+                router, joining, on_step=None) -> DecodeRun:
         import torch
 
         device = runner.device
@@ -252,6 +255,8 @@ class Engine:
                     running = [running[i] for i in keep]
                     cache, mask = kv.select(cache, mask, keep)
                     self._set_rows(table, running)
+                if on_step:
+                    on_step(_budget_share(requests, results, running))
         return DecodeRun(results, time.perf_counter() - began, precision)  # type: ignore[arg-type]
 
     def _row(self, index: int, request: Request, runner, device) -> _Row:
@@ -469,13 +474,22 @@ def prompt_ids(tokenizer, conversations) -> list[list[int]]:
     return [prompt.ids for prompt in Renderer(tokenizer).prompts(conversations)]
 
 
+def _budget_share(requests: Sequence[Request], results: Sequence[Decoded | None], running: Sequence[_Row]) -> float:
+    """The share of the requests' token budget spent: a finished request's whole budget, a running row's tokens."""
+    budget = sum(r.max_new_tokens for r in requests)
+    spent = sum(r.max_new_tokens for r, d in zip(requests, results) if d is not None) + \
+        sum(min(len(row.tokens), row.request.max_new_tokens) for row in running)
+    return spent / budget if budget else 1.0
+
+
 def generate_each(model, tokenizer, conversations: list[list[dict]], settings: HarnessSettings,
                   slots: Sequence[int], progress: Callable[[int], None] | None = None, *,
                   answer_end: tuple[str, ...] = (),
                   on_done: Callable[[int, int], None] | None = None,
                   subsets: Sequence[Sequence[int]] | None = None,
                   prompts: list[list[int]] | None = None,
-                  shapes: Sequence[dict | None] | None = None) -> list[Generation]:
+                  shapes: Sequence[dict | None] | None = None,
+                  on_step: Callable[[float], None] | None = None) -> list[Generation]:
     """``settings.samples`` outputs per conversation from each LoRA slot of ``slots``, all in one stream (one
     ``Generation`` per slot, in order). Output ``s`` of conversation ``c`` samples with seed
     ``c * samples + s`` whatever the slot, so a slot's outputs are the ones it gives decoded alone.
@@ -484,7 +498,8 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
     has rendered them already. ``shapes[c]``, where given, is a JSON schema every answer to conversation ``c``
     is decoded inside (``mint.generation.constrain``; None: unconstrained). ``answer_end`` (``mint.harness.answer_ends``) stops each row at the end
     of its answer; ``progress(n)`` is told how many more conversations are done, ``on_done(k, c)`` that slot
-    ``slots[k]`` has answered conversation ``c``."""
+    ``slots[k]`` has answered conversation ``c``, ``on_step(share)`` the share of the stream's token budget spent
+    (``Engine.decode``)."""
     precision, reason = resolve_precision(settings.precision, str(model.device))
     prompts = prompts if prompts is not None else prompt_ids(tokenizer, conversations)
     samples = settings.samples
@@ -518,7 +533,7 @@ def generate_each(model, tokenizer, conversations: list[list[dict]], settings: H
                 on_done(*owner)
 
     run = engine.decode(requests, batch_size=settings.batch_size, precision=precision,
-                                          on_done=done) if requests else DecodeRun([], 0.0, precision)
+                        on_done=done, on_step=on_step) if requests else DecodeRun([], 0.0, precision)
     generations, start = [], 0
     for k in range(len(slots)):
         mine = run.results[start:start + len(chosen[k]) * samples]

@@ -275,3 +275,17 @@ def test_progress_lines_come_at_most_every_few_seconds_with_an_eta(monkeypatch, 
     for done in (0, 1, 2, 3, 4, 8):
         lines.update("core", done, 8)
     assert capsys.readouterr().err.splitlines() == ["core: 0/8", "core: 3/8  ETA 0:00:20", "core: 8/8 in 30s"]
+
+
+def test_progress_lines_follow_the_share_of_work_where_one_is_given(monkeypatch, capsys):
+    """A batched decode finishes its rows together near the end: with no row done yet, the ETA follows the share of
+    the token budget spent (a tenth in 10 s: 90 s left), not the rows finished."""
+    from mint.cli import common
+
+    clock = iter([0.0, 10.0, 30.0])
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    lines = common.ProgressLines(every_s=5)
+    lines.update("core", 0, 24, share=0.0)
+    lines.update("core", 0, 24, share=0.1)
+    lines.update("core", 24, 24, share=0.6)
+    assert capsys.readouterr().err.splitlines() == ["core: 0/24", "core: 0/24  ETA 0:01:30", "core: 24/24 in 30s"]

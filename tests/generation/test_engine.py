@@ -153,11 +153,12 @@ def test_a_contracts_suites_decode_as_one_stream(ws, candidate, tmp_path, monkey
     seen = []
     revision = candidate("genui")
     report = ev.evaluate(ws, revision.ref, contract,
-                         progress=lambda suite, done, total: seen.append((suite, done, total))).report.to_dict()
+                         progress=lambda suite, done, total, share=None: seen.append((suite, done, total, share))
+                         ).report.to_dict()
     [(candidate_call, slots)] = calls
     assert sorted(candidate_call) == sorted(f"Show a card titled {w}" for w in "abcxyz") and len(slots) == 2
-    mine = [(label.split()[-1], done, total) for label, done, total in seen if label.startswith(revision.ref)]
-    assert sorted(mine) == sorted([(s, n, 3) for s in ("core", "extra") for n in (1, 2, 3)])
+    mine = {(label.split()[-1], done, total) for label, done, total, _share in seen if label.startswith(revision.ref)}
+    assert mine == {(s, n, 3) for s in ("core", "extra") for n in (0, 1, 2, 3)}
     assert set(report["generation"]) == {"core", "extra"}
     assert all(report["generation"][s]["new_tokens"] > 0 for s in ("core", "extra"))
 
@@ -599,3 +600,27 @@ def test_a_bad_prompt_lookup_names_its_field(tmp_path, value, message):
     (tmp_path / "c.yaml").write_text(GOOD.replace("batch_size: 2}", f"batch_size: 2, prompt_lookup: {json.dumps(value)}}}"))
     with pytest.raises(BadInput, match=f"harness.decoding.prompt_lookup.*{message}"):
         load_contract(tmp_path / "c.yaml")
+
+
+def test_an_evaluation_reports_the_share_of_its_token_budget_spent_from_the_start(ws, candidate, tmp_path):
+    """The ETA of a batched decode follows the token budget spent: every suite's clock starts with the stream
+    (done 0, share 0), the share only grows, and it is told between answers, not only when rows finish."""
+    from mint.contract import evaluate as ev
+    from tests.contract.test_schema import GOOD
+
+    contract = tmp_path / "ui.yaml"
+    contract.write_text(GOOD.replace("batch_size: 2}", "batch_size: 4}"))
+    rows = [{"messages": [{"role": "user", "content": f"Show a card titled {w}"}],
+             "reference": {"type": "Card", "props": {"title": w}}} for w in "abc"]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seen = []
+    ev.evaluate(ws, candidate("genui").ref, contract,
+                progress=lambda label, done, total, share=None: seen.append((label, done, total, share)))
+    first = {}
+    for label, done, total, share in seen:
+        first.setdefault(label, (done, share))
+    assert first and all(start == (0, 0.0) for start in first.values())
+    shares = [share for _label, _done, _total, share in seen]
+    assert shares == sorted(shares) and 0 < shares[-1] <= 1
+    between = [share for label, done, total, share in seen if 0 < share < 1 and done == 0]
+    assert between, "the share is told while no row has finished yet"
