@@ -190,12 +190,13 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 def choose_device(device: str, role: str, json_out: bool = False) -> None:
     """Make ``device`` this command's (mint.hardware.select_device: MINT_DEVICE, read by mint.hardware.detect) and,
     unless --json or --quiet, say on stderr where it will train and decode, and at what precision (``role``:
-    train, decode or both). CUDA asked for where there is none is exit 2, before anything runs."""
+    train, decode or both). CUDA asked for where there is none is exit 2, before anything runs. Outside a project
+    it says nothing: the command is refused there (exit 2) before it would run anything."""
     from mint.hardware import device_line, select_device, training_device
 
     select_device(device)
     training_device()
-    if not json_out and not quiet():
+    if not json_out and not quiet() and in_project():
         err.print(device_line(role), highlight=False, markup=False)
 
 
