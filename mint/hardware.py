@@ -57,8 +57,11 @@ DEVICE_FIELD = "--device (or MINT_DEVICE)"
 
 
 def requested_device() -> str:
-    """The device asked for: ``MINT_DEVICE`` (auto, cpu or cuda), auto where unset."""
+    """The device asked for: ``MINT_DEVICE`` (auto, cpu, cuda or cuda:N, read as cuda), auto where unset."""
     wanted = (os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    kind, _sep, index = wanted.partition(":")
+    if kind == "cuda" and index.isdigit():   # which GPU is select_device's (CUDA_VISIBLE_DEVICES)
+        wanted = kind
     if wanted not in DEVICES:
         from mint.errors import BadInput
 
