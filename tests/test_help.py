@@ -1,7 +1,11 @@
 """Every command's --help shows an example, and every option says what it does."""
+import re
+from pathlib import Path
+
+import pytest
 import typer.main
 
-from mint.cli import app
+from mint.cli import app, main
 
 
 def leaf_commands():
@@ -64,3 +68,25 @@ def test_help_usage_names_arguments_in_capitals_without_braces():
               for path, page in help_pages()}
     assert usages["loop"].endswith("[OPTIONS] RECIPE") and usages["data export"].endswith("NAME OUT")
     assert not [usage for usage in usages.values() if "{" in usage]
+
+
+def gpu_guide_commands() -> list[list[str]]:
+    """The `mint ...` lines of docs/gpu.md's code blocks, as words (comments dropped)."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "gpu.md").read_text()
+    lines = [re.sub(r"\s+#.*$", "", line).strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+             for line in block.splitlines()]
+    return [shlex.split(line)[1:] for line in lines if line.startswith("mint ")]
+
+
+@pytest.mark.parametrize("words", gpu_guide_commands(), ids=" ".join)
+def test_every_command_of_the_gpu_guide_exists_with_its_options(words, capsys):
+    path = [w for w in words[:2] if not w.startswith("-") and re.fullmatch(r"[a-z]+", w)]
+    while path and main([*path, "--help"]) != 0:   # `mint train` takes no subcommand; `mint base show` does
+        path.pop()
+    shown = capsys.readouterr().out
+    assert path and "Usage: mint " + " ".join(path) in shown
+    for option in (w.split("=")[0] for w in words if w.startswith("--")):
+        assert option in shown, f"mint {' '.join(path)} has no {option}"

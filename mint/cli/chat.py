@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from mint.cli.common import JSON_OPT, app, err, out, print_json, quiet_transformers, ws
+from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, err, out, print_json, quiet_transformers, ws
 
 
 def _print_piece(text: str) -> None:
@@ -30,6 +30,7 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
          max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Longest answer, in tokens."),
          tools: Optional[Path] = typer.Option(None, "--tools", help="A JSON file of tool definitions (OpenAI's "
                                               "format) the model may call; the tool-use specialist answers."),
+         device: str = DEVICE_OPT,
          json_out: bool = JSON_OPT) -> None:
     """Answer with the routed specialist's champion (the bare base where none is promoted); the turn is logged.
 
@@ -47,6 +48,7 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
     from mint.project import load_project
     from mint.text import closest
 
+    choose_device(device, "decode", json_out)
     quiet_transformers()
     project = load_project()
     if specialist is not None and specialist not in project.names:

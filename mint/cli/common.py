@@ -76,6 +76,9 @@ out = _Console(soft_wrap=True)
 err = _Console(stderr=True, soft_wrap=True)        # progress and warnings: silent under --quiet
 problems = _Console(stderr=True, soft_wrap=True)   # errors: always said
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
+DEVICE_OPT = typer.Option("auto", "--device", envvar="MINT_DEVICE", show_default=True,
+                          help="Where to train: auto (CUDA when torch sees it, else the CPU), cpu, cuda or cuda:N. "
+                               "Decoding runs on the CPU.")
 _state: dict[str, Any] = {"home": None, "registry": None, "config": None, "verbosity": 0}
 
 NO_PROJECT = "no mint.yaml here: run `mint init`, or pass --config / --home"
@@ -206,6 +209,19 @@ def report_table(report: Report) -> Table:
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``1 step``, ``2 steps``, ``1,024 episodes``."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def choose_device(device: str, role: str, json_out: bool = False) -> None:
+    """Make ``device`` this command's (mint.hardware.select_device: MINT_DEVICE, read by mint.hardware.detect) and,
+    unless --json or --quiet, say on stderr where it will train and decode, and at what precision (``role``:
+    train, decode or both). CUDA asked for where there is none is exit 2, before anything runs. Outside a project
+    it says nothing: the command is refused there (exit 2) before it would run anything."""
+    from mint.hardware import device_line, select_device, training_device
+
+    select_device(device)
+    training_device()
+    if not json_out and not quiet() and in_project():
+        err.print(device_line(role), highlight=False, markup=False)
 
 
 def verbose() -> bool:

@@ -8,10 +8,12 @@ import typer
 from rich.markup import escape
 
 from mint.cli.common import (
+    DEVICE_OPT,
     JSON_OPT,
     ProgressLines,
     app,
     baseline_description,
+    choose_device,
     err,
     out,
     print_json,
@@ -91,6 +93,7 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
                  stop_when_decided: bool = typer.Option(
                      False, "--stop-when-decided", help="Decode the suites a gain is asked on first, and nothing "
                      "more for a revision that failed a gate there (its verdict is fail whatever the rest shows)."),
+                 device: str = DEVICE_OPT,
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
     one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
@@ -104,6 +107,7 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
     from mint.contract.evaluate import evaluate, evaluate_many
     from mint.errors import BadInput
 
+    choose_device(device, "decode", json_out)
     quiet_transformers()
     refs = list(refs or [])
     if len(refs) > 1 and (predictions is not None or out_dir is not None):

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, err, families_table, out, print_json, quiet_transformers, sub_app, ws
+from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, err, families_table, out, print_json, quiet_transformers, sub_app, ws
 from mint.text import figure
 
 recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, train, eval, promote and route.\n\n"
@@ -50,6 +50,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
                  requests: Optional[Path] = typer.Option(
                      None, "--requests", help="A JSONL of chat requests ({\"messages\": [...]} or {\"prompt\": ...} "
                                               "a line) that every serve step sends instead of the recipe's."),
+                 device: str = DEVICE_OPT,
                  json_out: bool = JSON_OPT) -> None:
     """Run a recipe's steps for N iterations: unattended, idempotent, resumable, one at a time per workspace.
 
@@ -65,6 +66,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
     """
     from mint.loop.runner import run_loop
 
+    choose_device(device, "both", json_out)
     quiet_transformers()
 
     def events(event: dict) -> None:

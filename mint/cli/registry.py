@@ -173,6 +173,8 @@ def registry_export(ref: str, out_path: Path = typer.Argument(..., metavar="OUT"
         return print_json(result)
     out.print(f"{'replaced the export' if result.replaced else 'exported'} {result.revision} → {escape(result.out)} "
               f"(base_model_name_or_path: {escape(result.base_model_name_or_path)})")
+    for warning in result.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
 
 
 @registry_app.command("verify")

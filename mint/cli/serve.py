@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from mint.cli.common import app, err, quiet_transformers, ws
+from mint.cli.common import DEVICE_OPT, choose_device, app, err, quiet_transformers, ws
 from mint.serve.admission import Limits
 
 
@@ -51,7 +51,8 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
                                                              help="The upstream's API key."),
                   upstream_timeout: float = typer.Option(60.0, "--upstream-timeout",
                                                          help="Seconds to wait for the upstream (504 beyond)."),
-                  config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml).")
+                  config: Optional[Path] = typer.Option(None, "--config", help="Project file (default ./mint.yaml)."),
+                  device: str = DEVICE_OPT,
                   ) -> None:
     """OpenAI-compatible server: POST /v1/chat/completions (model `mint` routes, `mint/NAME` forces), /v1/models,
     /v1/feedback, /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's shapes), /health. New champions are
@@ -65,6 +66,7 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
     """
     from mint.serve.server import ServeOptions, run
 
+    choose_device(device, "decode")
     quiet_transformers()
     limits = Limits(max_body_bytes=max_body_bytes, max_messages=max_messages, max_queue=max_queue,
                     max_per_key=max_per_key)

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, counted, err, out, print_json, quiet_transformers, ws
+from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, counted, err, out, print_json, quiet_transformers, ws
 
 
 @app.command("train")
@@ -31,6 +31,7 @@ def train_command(
                                                      help="An accelerate config file (GPUs, FSDP, DeepSpeed)."),
     env: Optional[str] = typer.Option(None, "--env", help="GRPO in a tool environment: orders, or module:Class."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the settings a run would use, and why; train nothing."),
+    device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Train a specialist's LoRA adapter from its episodes and register it as a candidate revision.
@@ -42,6 +43,7 @@ def train_command(
     from mint.project import load_project
     from mint.train.kinds import preview_training, train_specialist
 
+    choose_device(device, "train", json_out)
     project = load_project()
     if dry_run:
         from dataclasses import asdict, is_dataclass

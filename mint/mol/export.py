@@ -74,7 +74,7 @@ class VllmExport:
 
 
 def export_vllm(ws: Workspace, project: Project, out: Path) -> VllmExport:
-    from mint.base import BUILTIN, TINY, portable_name, resolve_base
+    from mint.base import TINY, portable_name, resolve_base
     from mint.registry import store
     from mint.registry.artifacts import load_revision
 
@@ -93,8 +93,8 @@ def export_vllm(ws: Workspace, project: Project, out: Path) -> VllmExport:
         raise Refused(f"the champions were trained on different bases ({', '.join(sorted(map(str, bases)))}); "
                       "one vLLM server serves one base")
     base = bases.pop() or project.base
-    # served under its portable name (the Hub id of the embedded base, a local base's path), read from local files
-    served_name = portable_name(base) if base in BUILTIN else str(Path(base).expanduser().absolute())
+    # served under its portable name (a Hub id, a local base's path, a GGUF's converted copy), read from local files
+    served_name = portable_name(base)
     ranks = {}
     for name, (revision, directory) in champions.items():
         config = json.loads((directory / "adapter_config.json").read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
@@ -75,7 +75,7 @@ def check_known_specialist(name: str, known: tuple[str, ...], *, new: bool) -> s
 
 def adapter_base(source: Path, config: dict) -> str | None:
     """The base the adapter names in ``base_model_name_or_path``, as mint calls it (None when it names none)."""
-    from mint.base import BUILTIN, PORTABLE_NAMES
+    from mint.base import BUILTIN, PORTABLE_NAMES, hub_id
 
     named = config.get("base_model_name_or_path")
     if not isinstance(named, str) or not named.strip():
@@ -85,10 +85,13 @@ def adapter_base(source: Path, config: dict) -> str | None:
             return mint_name
     if named in BUILTIN:
         return named
+    if hub_id(named) is not None:   # read from the local Hugging Face cache when it loads
+        return named
     path = Path(named).expanduser()
     if path.is_dir():
         return str(path.absolute())
-    raise BadInput(f"{named!r} is neither a base mint has ({', '.join(BUILTIN)}) nor a local model directory; "
+    raise BadInput(f"{named!r} is neither a base mint has ({', '.join(BUILTIN)}), a Hub id (ORG/NAME) nor a local "
+                   "model directory; "
                    "pass --base NAME|DIR", file=str(source / ADAPTER_CONFIG), field="base_model_name_or_path")
 
 
@@ -128,6 +131,7 @@ class ExportResult:
     base_model_name_or_path: str
     files: list[str]
     replaced: bool
+    warnings: list[str] = field(default_factory=list)
 
 
 def _check_replaceable(out: Path) -> None:
@@ -156,7 +160,7 @@ def export_revision(ws: Workspace, ref: str, out: Path, *, force: bool = False) 
     ``base_model_name_or_path`` names a base they can find (the Hub id of the embedded base, the path of a local
     one); files are 0644. ``force`` replaces a previous export (marked by ``.mint-export.json``) and nothing else.
     """
-    from mint.base import portable_name
+    from mint.base import dequantized_from, hub_id, portable_name
 
     revision, directory = load_revision(ws, ref)
     out = Path(os.path.abspath(out))
@@ -176,10 +180,24 @@ def export_revision(ws: Workspace, ref: str, out: Path, *, force: bool = False) 
                 shutil.copyfile(item, tmp / item.name)
                 files.append(item.name)
         config = json.loads((tmp / ADAPTER_CONFIG).read_text())
-        config["base_model_name_or_path"] = portable_name(revision.base or config.get("base_model_name_or_path"))
+        named = config["base_model_name_or_path"] = portable_name(revision.base
+                                                                  or config.get("base_model_name_or_path"))
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        (tmp / EXPORT_MARKER).write_text(json.dumps({"revision": revision.ref, "id": revision.id, "files": files},
-                                                    indent=2) + "\n")
+        warnings = []
+        trained_on = dequantized_from(revision.base)
+        if trained_on is not None:
+            if hub_id(named) is not None:   # it names the original release, not the weights it was trained on
+                warnings.append(dequantized_warning(named, trained_on))
+            readme = tmp / "README.md"
+            readme.write_text((readme.read_text() if readme.exists() else "")
+                              + f"\n## Base weights\n\nThis adapter was trained on {trained_on}, not on the weights "
+                                f"of `{named}` that `base_model_name_or_path` names: loaded onto those, its outputs "
+                                "differ slightly from what mint measured.\n")
+            if "README.md" not in files:
+                files.append("README.md")
+        marker = {"revision": revision.ref, "id": revision.id, "files": files,
+                  **({"trained_on": trained_on} if trained_on else {})}
+        (tmp / EXPORT_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         for name in [*files, EXPORT_MARKER]:
             os.chmod(tmp / name, EXPORT_FILE_MODE)
         if replaced:   # move the old export aside first, so a failure leaves one of the two whole
@@ -193,4 +211,11 @@ def export_revision(ws: Workspace, ref: str, out: Path, *, force: bool = False) 
                 shutil.rmtree(old)
         else:
             publish_dir(tmp, out)
-    return ExportResult(revision.ref, revision.id, str(out), config["base_model_name_or_path"], files, replaced)
+    return ExportResult(revision.ref, revision.id, str(out), config["base_model_name_or_path"], files, replaced,
+                        warnings)
+
+
+def dequantized_warning(named: str, trained_on: str) -> str:
+    """What an export of an adapter trained on dequantized GGUF weights warns about the base it names."""
+    return (f"base_model_name_or_path names {named}, but this adapter was trained on {trained_on}: loaded onto "
+            f"{named}, its outputs differ slightly from what mint measured")

@@ -259,7 +259,7 @@ def test_eval_prints_plain_progress_lines_when_not_on_a_terminal(ws, ui_contract
     code = main(["eval", "base", "--contract", str(ui_contract), "--base", "tiny-random"])
     assert code in (0, 1)
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == f"evaluating base under {ui_contract} ..."
+    assert lines[0].startswith("decoding on cpu") and lines[1] == f"evaluating base under {ui_contract} ..."
     assert any(line.startswith("core: 3/3 in ") for line in lines), lines
     assert main(["eval", "base", "--contract", str(ui_contract), "--base", "tiny-random", "-q"]) == code
     quiet = capsys.readouterr()

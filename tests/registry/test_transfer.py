@@ -69,8 +69,38 @@ def test_export_names_the_hub_id_of_the_embedded_base_and_writes_normal_modes(ws
     assert set(modes.values()) == {0o644}, modes
 
 
+def test_export_of_an_adapter_trained_on_the_dequantized_gguf_warns_that_the_named_release_differs(
+        ws, adapter_dir, tmp_path):
+    revision = register(ws, adapter_dir, specialist="coding", base="smollm2-135m")
+    result = export_revision(ws, revision.ref, tmp_path / "out")
+    (warning,) = result.warnings
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct" in warning and "Q4_1" in warning and "differ" in warning
+
+
+def test_an_export_of_an_adapter_trained_on_the_dequantized_gguf_says_so_in_its_readme_and_marker(
+        ws, adapter_dir, tmp_path):
+    revision = register(ws, adapter_dir, specialist="coding", base="smollm2-135m")
+    export_revision(ws, revision.ref, tmp_path / "out")
+    assert "trained on the Q4_1 GGUF" in (tmp_path / "out" / "README.md").read_text()
+    assert "Q4_1" in json.loads((tmp_path / "out" / EXPORT_MARKER).read_text())["trained_on"]
+
+
+def test_registry_export_renders_the_dequantized_warning_and_lists_it_in_json(ws, adapter_dir, tmp_path, capsys):
+    revision = register(ws, adapter_dir, specialist="coding", base="smollm2-135m")
+    assert main(["registry", "export", revision.ref, str(tmp_path / "shown")]) == 0
+    assert "warning: base_model_name_or_path names HuggingFaceTB" in capsys.readouterr().err
+    assert main(["registry", "export", revision.ref, str(tmp_path / "listed"), "--json"]) == 0
+    assert "Q4_1" in json.loads(capsys.readouterr().out)["warnings"][0]
+
+
+def test_an_export_of_a_full_precision_base_warns_nothing(ws, candidate, tmp_path):
+    result = export_revision(ws, candidate().ref, tmp_path / "out")
+    assert result.warnings == [] and "trained_on" not in json.loads((tmp_path / "out" / EXPORT_MARKER).read_text())
+
+
 def test_export_names_the_directory_of_a_local_base(ws, adapter_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "bases" / "my-llama").mkdir(parents=True)   # a folder here: a path, not the Hub id bases/my-llama
     revision = register(ws, adapter_dir, specialist="coding", base="bases/my-llama")
     result = export_revision(ws, revision.ref, tmp_path / "out")
     assert result.base_model_name_or_path == str(tmp_path / "bases" / "my-llama")
@@ -89,8 +119,12 @@ def test_the_hub_id_of_the_embedded_base_maps_back_to_it(tmp_path):
     assert adapter_base(tmp_path, {"base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}) \
         == "smollm2-135m"
     assert adapter_base(tmp_path, {"base_model_name_or_path": None}) is None
-    with pytest.raises(BadInput, match="adapter_config.json: base_model_name_or_path: 'meta-llama/x' is neither"):
-        adapter_base(tmp_path, {"base_model_name_or_path": "meta-llama/x"})
+    with pytest.raises(BadInput, match="adapter_config.json: base_model_name_or_path: 'no such base' is neither"):
+        adapter_base(tmp_path, {"base_model_name_or_path": "no such base"})
+
+
+def test_an_adapter_naming_a_hub_id_imports_onto_that_hub_base(tmp_path):
+    assert adapter_base(tmp_path, {"base_model_name_or_path": "meta-llama/x"}) == "meta-llama/x"
 
 
 def test_unknown_specialist_is_refused_with_a_suggestion_unless_new(ws, adapter_dir, capsys):

@@ -182,6 +182,7 @@ def test_port_0_serves_on_a_free_port_and_says_which(ws):
     server = subprocess.Popen([sys.executable, "-m", "mint", "serve", "--base", "tiny-random", "--port", "0"],
                               stderr=subprocess.PIPE, text=True, env=dict(os.environ), cwd=ws.home.parent)
     try:
+        assert server.stderr.readline().startswith("decoding on cpu")   # where it will decode, first
         announced = server.stderr.readline()
         port = int(re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", announced).group(1))
         assert port > 0
