@@ -154,3 +154,19 @@ def test_the_result_reads_back_the_eta_against_what_happened(ran):
     assert record[0]["actual_left_s"] == done[-1].elapsed_s
     assert [r["left_s"] for r in record[1:]] == [s.left_s for s in done]
     assert record[-1]["share_done"] == 1.0 and record[-1]["actual_left_s"] == 0.0
+
+
+def test_with_stderr_in_a_file_the_loop_writes_its_estimate_each_step_s_eta_and_a_long_step_s_progress(ws, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "loop.log"
+    with open(log, "w") as stderr:
+        subprocess.run([sys.executable, "-m", "mint", "loop", str(write_recipe(tmp_path)), "--iterations", "1"],
+                       stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp_path, timeout=300, check=True,
+                       env={**os.environ, "MINT_HOME": str(ws.home), "PYTHONPATH": str(ROOT)})
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("estimate: about ") and "probe" in lines[0]
+    assert any(line.startswith("iteration 1 train genui: done in ") and " left" in line for line in lines)
+    assert any(line.startswith("iteration 1 train genui: training") and "left in the run" in line for line in lines)
