@@ -433,8 +433,9 @@ class Eval(StepKind):
         result = evaluate_many(context.ws, [candidate.revision], contract_path, limit=step.options.get("limit"),
                                stop_when_decided=not complete, progress=labelled(context.progress, "decoding "))[0]
         report = result.report
-        transfer = backward_transfer(context.ws, contract, candidate.revision,
-                                     Path(result.report_path), base=context.base) \
+        transfer = backward_transfer(context.ws, contract, candidate.revision, Path(result.report_path),
+                                     base=context.base,
+                                     progress=labelled(context.progress, "decoding earlier retention suite ")) \
             if complete or report.verdict == "pass" else []
         return EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
                           report.metrics, report.baseline, report.gates, transfer, report.live_suites)
