@@ -1,6 +1,7 @@
 """mint loop and mint recipe: run the self-improvement loop a recipe describes."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -68,18 +69,35 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
 
     choose_device(device, "both", json_out)
     quiet_transformers()
+    said: dict[tuple, float] = {}    # when each running step's heartbeat was last printed
 
     def events(event: dict) -> None:
         if json_out:
             return
-        if event["event"] == "start":
-            err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])} …", highlight=False)
+        if event["event"] == "estimate":
+            err.print(f"estimate: about {_duration(event['seconds'])} for the whole run "
+                      f"({escape(event['basis'])}); refined as steps finish", highlight=False)
+        elif event["event"] == "start":
+            expected = f" (estimated {_duration(event['estimated_s'])})" if event.get("estimated_s") else ""
+            err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])} …{expected}", highlight=False)
+        elif event["event"] == "progress":
+            key, now = (event["iteration"], event["step"]), time.monotonic()
+            if key in said and now - said[key] < HEARTBEAT_S:
+                return
+            said[key] = now
+            count = f" {event['done']}/{event['total']}" if event.get("total") else \
+                f" {event['done']}" if event.get("done") else ""
+            err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])}: {escape(event['what'])}"
+                      f"{count}" + (f", {escape(event['detail'])}" if event.get("detail") else "")
+                      + f" ({_duration(event['seconds'])} in; about {_duration(event['left_s'])} left in the run)",
+                      highlight=False)
         elif event["event"] == "skip":
             err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])}: skipped (inputs unchanged)",
                       highlight=False)
         elif event["event"] == "end":
+            expected = f", estimated {event['estimated_s']:.0f}s" if event.get("estimated_s") else ""
             err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])}: done in "
-                      f"{event['seconds']:.0f}s", highlight=False)
+                      f"{event['seconds']:.0f}s{expected}; about {_duration(event['left_s'])} left", highlight=False)
         elif event["event"] == "note":
             err.print(escape(event["message"]))
 
@@ -110,6 +128,18 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         raise typer.Exit(result.exit_code)
 
 
+# a running step says what it is doing at most this often (and at least once a minute while it reports progress)
+HEARTBEAT_S = 30.0
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
 def _render_step_times(result) -> None:
     """Where the loop's time went: each step that ran, its seconds, and the total."""
     ran = [s for s in result.steps if s.status in ("ran", "failed")]
@@ -117,11 +147,12 @@ def _render_step_times(result) -> None:
         return
     total = sum(s.seconds for s in ran)
     table = Table(title=f"time: {total:.0f} s in {len(ran)} step(s) that ran")
-    for column in ("iter", "step", "seconds", "share"):
-        table.add_column(column, justify="right" if column in ("seconds", "share") else "left")
+    for column in ("iter", "step", "seconds", "estimated", "share"):
+        table.add_column(column, justify="left" if column in ("iter", "step") else "right")
     for step in ran:
         table.add_row(str(step.iteration), escape(step.label) + ("" if step.status == "ran" else " (failed)"),
-                      f"{step.seconds:.0f}", f"{step.seconds / total:.0%}" if total else "-")
+                      f"{step.seconds:.0f}", f"{step.estimated_s:.0f}" if step.estimated_s is not None else "-",
+                      f"{step.seconds / total:.0%}" if total else "-")
     out.print(table)
 
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from mint.contract.gates import lower_is_better, regressed
 from mint.contract.paired import compare
@@ -85,9 +86,10 @@ def earlier_retention_suites(ws: Workspace, specialist: str, exclude_revision: s
 
 
 def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, report_path: Path, *,
-                      base: str | None = None) -> list[dict]:
+                      base: str | None = None, progress: Callable[[str, int, int], None] | None = None) -> list[dict]:
     """One row per (earlier retention suite, gated metric): the candidate ``revision_ref`` (whose report under
-    ``contract`` is ``report_path``) against the generation that introduced the suite."""
+    ``contract`` is ``report_path``) against the generation that introduced the suite. ``progress(suite, done,
+    total)`` hears the examples of each suite it decodes."""
     from mint.registry.artifacts import load_revision
 
     report = read_report(Path(report_path))
@@ -106,7 +108,7 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
         to_generate.append(entry)
     if to_generate:
         measured.update(_measure(contract, revision, adapter_dir, base, to_generate,
-                                 report_precision(report) or "fp32"))
+                                 report_precision(report) or "fp32", progress))
 
     results = []
     for entry in earlier:
@@ -146,7 +148,8 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _measure(contract: Contract, revision, adapter_dir, base: str | None, entries: list[dict], precision: str) -> dict:
+def _measure(contract: Contract, revision, adapter_dir, base: str | None, entries: list[dict], precision: str,
+             progress: Callable[[str, int, int], None] | None = None) -> dict:
     """The candidate's scored rows on suites its contract no longer names, under today's harness and at the
     precision its own report was generated at."""
     from mint.contract.evaluate import example_keys, generate_outputs
@@ -159,7 +162,7 @@ def _measure(contract: Contract, revision, adapter_dir, base: str | None, entrie
     precision_used = DecodingPrecision(contract.settings.precision, precision,
                                        "the precision of the candidate's report")
     outputs, _latencies, _info = generate_outputs(contract, suites, revision, adapter_dir, base or revision.base,
-                                                  None, {}, precision_used)
+                                                  progress, {}, precision_used)
     harness = contract.harness()
     measured = {}
     for entry, (suite, records) in zip(entries, suites):

@@ -40,8 +40,10 @@ from pathlib import Path
 from mint.data.schema import Episode, Feedback, Message
 from mint.errors import BadInput
 from mint.harness.base import pass_at_k
+from mint.loop.heartbeat import StepProgress
 from mint.loop.results import ControlData, ExperienceResult, FamilyStats
 from mint.render import conversation
+from mint.train.rundir import TrainProgress
 from mint.workspace import Workspace, atomic_write_text
 
 SOURCE_KINDS = ("served", "unaccepted", "jsonl", "generator")
@@ -409,7 +411,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
                       repair: bool = False, recipe_dir: Path | None = None,
                       continuation: bool = False, replay: float = 0.0, constrained: bool = False,
                       precision: str = "fp32", version: str | None = None,
-                      sample_rows: int | None = None, sampler: str | None = None) -> ExperienceResult:
+                      sample_rows: int | None = None, sampler: str | None = None,
+                      progress: StepProgress | None = None) -> ExperienceResult:
     """Draw, sample, verify and ingest; returns counts per source, the pool's pass@1/pass@k, the DPO pairs
     and the new dataset version (and the twin's dataset with ``control``). For a ``continuation`` (the next
     generation continues from the champion), the verified answers also make a dataset of their own, which it
@@ -423,7 +426,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     which answers are drawn. ``version``: the dataset's version to read (its head when None; a resumed loop
     gives the one the killed step started from). ``sample_rows``: how many samples decode side by side (default
     ``sampling_rows()``). ``sampler``: the revision whose answers are sampled (a later round's model,
-    ``experience_step``); the champion when None."""
+    ``experience_step``); the champion when None. ``progress`` hears the prompts answered as they are sampled,
+    then the answers accepted."""
     from mint.data.datasets import heldout_rule, iter_episodes
     from mint.data.ingest import ingest
     from mint.harness import specialist as registered
@@ -464,7 +468,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     used_precision, precision_reason = sampling_precision(precision)
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
                       max_new_tokens=max_new_tokens, seed=seed, shapes=shapes, precision=used_precision,
-                      rows=sample_rows)
+                      rows=sample_rows, progress=progress)
     kept, unverified, passes, total, pairs, repaired, outcomes = [], [], [], 0.0, 0, 0, []
     for prompt, outs in zip(chosen, answers):
         verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
@@ -489,6 +493,8 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         unverified += [_episode(specialist, prompt, text, 1, served_by) for text in outs]
     scored = sum(n for n, _ in passes)
     accepted = sum(1 for e in kept if e["feedback"]["rating"] == 1)
+    if progress is not None:
+        progress("answers accepted", accepted, scored, f"{sum(c for _, c in passes)} passed the verifier")
     written = {}
     if kept:
         path = _write(ws, dataset, specialist, kept)
@@ -567,7 +573,8 @@ def _answer_shapes(contracts: list[Path] | None, chosen: list[ExperiencePrompt])
 
 
 def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, project, options: dict,
-                    contracts: list[Path], recipe_dir: Path, version: str | None = None) -> ExperienceResult:
+                    contracts: list[Path], recipe_dir: Path, version: str | None = None,
+                    progress: StepProgress | None = None) -> ExperienceResult:
     """What the loop's experience step records: the gathered experience and the plan the next generation
     trains by (mint.loop.placebo.training_plan), from the recipe step's ``options``.
 
@@ -576,24 +583,28 @@ def experience_step(ws: Workspace, *, dataset: str, specialist: str, base: str, 
     from it, on the requests no round has answered yet; each round's verified answers join the same verified
     (and twin) datasets, and the plan is made over all of them. A model that learned from the first round's
     answers solves requests the champion never did, so a second round finds what the first could not
-    (docs/benchmarks.md, "Learning from the served traffic")."""
+    (docs/benchmarks.md, "Learning from the served traffic"). ``progress`` hears each round's sampling, its
+    answers accepted and the next round's sampler training, each told after its round's number."""
+    from mint.loop.heartbeat import labelled, training_progress
     from mint.loop.placebo import PLAN_DEFAULTS
 
     gather_options, plan_options = split_options(options)
     continuation = plan_options.get("init", PLAN_DEFAULTS["init"]) == "champion"
 
-    def gather(at_version: str | None, sampler: str | None) -> ExperienceResult:
+    def gather(at_version: str | None, sampler: str | None, number: int) -> ExperienceResult:
         return gather_experience(ws, dataset=dataset, specialist=specialist, base=base, project=project,
                                  contracts=contracts, recipe_dir=recipe_dir, version=at_version,
-                                 continuation=continuation, sampler=sampler, **gather_options)
+                                 continuation=continuation, sampler=sampler,
+                                 progress=labelled(progress, f"round {number}: "), **gather_options)
 
-    result = with_plan(gather(version, None), plan_options)
+    result = with_plan(gather(version, None, 1), plan_options)
     rounds = [_round_summary(1, result)]
     for number in range(2, int(options.get("rounds", 1)) + 1):
         if not result.plan or not result.plan["max_steps"]:
             break           # nothing verified: no model to sample the next round from
-        sampler = _round_model(ws, specialist=specialist, base=base, dataset=dataset, plan=result.plan)
-        later = gather(result.version or version, sampler)
+        sampler = _round_model(ws, specialist=specialist, base=base, dataset=dataset, plan=result.plan,
+                               progress=training_progress(progress, f"round {number}: sampler training"))
+        later = gather(result.version or version, sampler, number)
         rounds.append(_round_summary(number, later))
         result = with_plan(_merged(result, later), plan_options)
     return dataclasses.replace(result, rounds=tuple(rounds)) if len(rounds) > 1 else result
@@ -617,7 +628,8 @@ def with_plan(result: ExperienceResult, plan_options: dict) -> ExperienceResult:
         replayed=verified.episodes - result.new_examples if verified else 0, **plan_options))
 
 
-def _round_model(ws: Workspace, *, specialist: str, base: str, dataset: str, plan: dict) -> str:
+def _round_model(ws: Workspace, *, specialist: str, base: str, dataset: str, plan: dict,
+                 progress: TrainProgress | None = None) -> str:
     """The model the next round samples from: trained as ``plan`` says (as the generation will be: from the
     champion on the verified answers, or from the base on the dataset), registered as a candidate like any
     trained adapter."""
@@ -627,7 +639,7 @@ def _round_model(ws: Workspace, *, specialist: str, base: str, dataset: str, pla
 
     parent = queries.champion(ws, specialist) if plan["init"] == "champion" else None
     trained, _settings = train_planned(ws, specialist=specialist, method="sft", plan=plan, parent=parent,
-                                       dataset=dataset, base=base, settings=SettingsOverride())
+                                       dataset=dataset, base=base, settings=SettingsOverride(), progress=progress)
     return trained.ref
 
 
@@ -717,7 +729,8 @@ def _sampler(ws: Workspace, specialist: str, base: str, ref: str | None = None):
 
 def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePrompt], *, samples: int,
             temperature: float, max_new_tokens: int, seed: int, shapes: list[dict | None] | None = None,
-            precision: str = "fp32", rows: int | None = None) -> list[list[str]]:
+            precision: str = "fp32", rows: int | None = None, progress: StepProgress | None = None
+            ) -> list[list[str]]:
     from mint.base import load_base
     from mint.generation.engine import BASE_SLOT, generate_batches
     from mint.generation.slots import attach_adapters
@@ -739,9 +752,15 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
     # follows the batch's shape) give the same pool, so a rerun is the same experience.
     # each answer ends where it is complete (a JSON value, a call, a code block), as contracts v3 decode, not
     # at max_new_tokens: only the answer is scored, and the tokens past it cost as much as the answer's
+    answered = [0]
+
+    def heard(more: int) -> None:      # each prompt whose samples are all decoded
+        answered[0] += more
+        progress("prompts sampled", answered[0], len(chosen), f"{samples} answers each")
+
     answers, _latency = generate_batches(loaded.model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen],
-                                         settings, answer_end=answer_ends(specialist, settings), slot=slot,
-                                         shapes=shapes)
+                                         settings, progress=heard if progress is not None else None,
+                                         answer_end=answer_ends(specialist, settings), slot=slot, shapes=shapes)
     return answers
 
 

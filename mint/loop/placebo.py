@@ -33,8 +33,10 @@ from mint.jsonl import read_jsonl
 from mint.workspace import Workspace
 
 if TYPE_CHECKING:
+    from mint.loop.heartbeat import StepProgress
     from mint.loop.results import ControlData, EvalOutput, TrainOutput
     from mint.train.config import SettingsOverride
+    from mint.train.rundir import TrainProgress
 
 INITS = ("champion", "base")
 PLAN_DEFAULTS = {"init": "champion", "epochs": 2, "batch_size": 4, "min_steps": 2, "max_steps": 24,
@@ -117,12 +119,12 @@ def paired_on_examples(report: str | Path, other_report: str | Path, metric: str
 
 
 def train_planned(ws: Workspace, *, specialist: str, method: str, plan: dict | None, parent: str | None,
-                  dataset: str, base: str, settings: SettingsOverride):
+                  dataset: str, base: str, settings: SettingsOverride, progress: TrainProgress | None = None):
     """A training as an experience ``plan`` says (``None``: as ``settings`` say): from ``parent`` (the champion;
     ``None``, where the plan starts from the base: from ``base``), on the plan's data (a continuation's verified
     answers alone) or else ``dataset``, with the plan's steps, rate and batch. A continuation keeps its parent's
     LoRA shape, so ``lora.*`` settings shape a new adapter only. Returns the TrainResult and the settings it
-    trained with."""
+    trained with; ``progress`` hears its steps."""
     from mint.train.run import train
 
     if parent:
@@ -131,7 +133,7 @@ def train_planned(ws: Workspace, *, specialist: str, method: str, plan: dict | N
         settings = planned_settings(plan, settings)
     data = (plan.get("data") if plan else None) or dataset
     result = train(ws, specialist=specialist, data=data, method=method, from_ref=parent,
-                   base=None if parent else base, override=settings)
+                   base=None if parent else base, override=settings, progress=progress)
     return result, settings
 
 
@@ -145,14 +147,19 @@ class Control:
 
 
 def train_controls(ws: Workspace, *, specialist: str, twin: ControlData, candidate: TrainOutput,
-                   base: str) -> list[Control]:
+                   base: str, progress: StepProgress | None = None) -> list[Control]:
     """The placebo twin, trained as the candidate was (same parent, method and settings) on the twin dataset, and
     with a steps control in ``twin``, the same steps on the logs alone. Evaluated beside the candidate (one stream:
-    ``mint.contract.evaluate.evaluate_many``) and judged by ``judge_controls``."""
-    controls = [Control("placebo", _train_control(ws, specialist, twin, candidate, base),
+    ``mint.contract.evaluate.evaluate_many``) and judged by ``judge_controls``. ``progress`` hears each training's
+    steps."""
+    from mint.loop.heartbeat import training_progress
+
+    controls = [Control("placebo", _train_control(ws, specialist, twin, candidate, base,
+                                                  training_progress(progress, "placebo twin training")),
                         f"placebo twin of {candidate.revision}: trained on unverified answers, never promoted")]
     if twin.steps_control is not None:
-        controls.append(Control("steps", _train_control(ws, specialist, twin.steps_control, candidate, base),
+        controls.append(Control("steps", _train_control(ws, specialist, twin.steps_control, candidate, base,
+                                                        training_progress(progress, "steps control training")),
                                 f"steps control of {candidate.revision}: the same steps on the logs alone, never "
                                 "promoted"))
     return controls
@@ -193,7 +200,8 @@ def with_steps_control(twin: dict, evaluation: EvalOutput, control_report: str) 
     return result
 
 
-def _train_control(ws: Workspace, specialist: str, data: ControlData, candidate: TrainOutput, base: str):
+def _train_control(ws: Workspace, specialist: str, data: ControlData, candidate: TrainOutput, base: str,
+                   progress: TrainProgress | None = None):
     """A control trained as the candidate was (same parent, method and settings) on ``data``'s dataset. One that a
     killed loop trained before it could judge it (the same dataset version, parent and method, still registered)
     is taken, not trained again: a resumed loop makes the revisions an uninterrupted one makes."""
@@ -204,4 +212,4 @@ def _train_control(ws: Workspace, specialist: str, data: ControlData, candidate:
     if earlier is not None:
         return earlier
     return train(ws, specialist=specialist, data=data.dataset, method=candidate.method, from_ref=candidate.parent,
-                 base=None if candidate.parent else base, override=candidate.settings)
+                 base=None if candidate.parent else base, override=candidate.settings, progress=progress)

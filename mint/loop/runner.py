@@ -21,6 +21,7 @@ from typing import Callable
 
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
+from mint.loop.estimate import Estimate
 from mint.loop.history import generation_records, read_state, state_path
 from mint.loop.recipe import Recipe, Step, load_recipe
 from mint.loop.steps import STEPS, LoopContext, content_key
@@ -39,6 +40,11 @@ class StepOutcome:
     status: str
     seconds: float
     output: dict
+    # the ETA (mint.loop.estimate): this step's estimated seconds before the run began, the seconds since the run
+    # began when it ended, and the run's remaining seconds as estimated then (None: the step did not run)
+    estimated_s: float | None = None
+    elapsed_s: float | None = None
+    left_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,11 @@ class LoopResult:
     progress: dict[str, list] = field(default_factory=dict)
     # specialists whose generation waited for traffic: {iteration, specialist, message, traffic}
     waiting: list[dict] = field(default_factory=list)
+    # the whole run's estimate before its first step, and what it was reckoned from (mint.loop.estimate)
+    estimated_s: float | None = None
+    estimate_basis: str = ""
+    # the ETA against what happened, at the start and after each step (mint.loop.estimate.eta_record)
+    eta: list[dict] = field(default_factory=list)
 
 
 # --- the workspace lock --------------------------------------------------------------------------
@@ -217,6 +228,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                           "started_at": _now(), "pid": os.getpid(), "dataset_at": started_at,
                           "champions_at": champions_at}
         state.save()
+        estimate = context.estimate(range(first, total + 1))
         outcomes, generations, exit_code = [], [], 0
         for iteration in range(first, total + 1):
             state.last_run["iteration"] = iteration
@@ -241,12 +253,14 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         state.last_run.update(finished=True, end=context.state_key(), finished_at=_now())
         state.runs.append(dict(state.last_run))
         state.save()
+        from mint.loop.estimate import eta_record
         from mint.loop.progress import generation_progress
 
         return LoopResult(recipe.name, "ran", total - first + 1, exit_code, outcomes, generations,
                           state_file=str(state.path), alerts=routing_alerts(ws, project),
                           progress=generation_progress(ws, specialists=recipe.specialists),
-                          waiting=context.waiting)
+                          waiting=context.waiting, estimated_s=estimate, estimate_basis=context.estimate_basis,
+                          eta=eta_record(estimate, outcomes))
 
 
 def check_traffic(context: "_Context") -> None:
@@ -333,6 +347,46 @@ class _Context(LoopContext):
         super().__init__(*args, **kwargs)
         self.waiting: list[dict] = []
         self._waits: dict[tuple[int, str], dict | None] = {}
+        # the ETA: each step still to run, estimated (a step that turns out to wait or be skipped is dropped), and
+        # (estimated, measured) seconds of each step that ran
+        self.estimates: dict[tuple[int, int], Estimate] = {}
+        self.estimate_basis = ""
+        self.measured: list[tuple[float, float]] = []
+        self.began = time.perf_counter()
+        self.running: tuple[Step, int, float] | None = None     # the step now, its iteration and when it began
+
+    def estimate(self, iterations: range) -> float:
+        """Estimate every step of ``iterations`` from its settings and this machine's probe, and say the total."""
+        from mint.loop.estimate import base_parameters, estimate_run, machine_rates
+
+        rates = machine_rates()
+        planned = estimate_run(self.recipe, iterations, rates, base_parameters(self.base))
+        self.estimates = {(e.iteration, e.index): e for e in planned}
+        self.estimate_basis = f"{len(planned)} step(s) sized from the recipe, {rates.source}"
+        self.began = time.perf_counter()
+        seconds = round(sum(e.seconds for e in planned), 1)
+        self.emit({"event": "estimate", "seconds": seconds, "basis": self.estimate_basis,
+                   "steps": [dataclasses.asdict(e) for e in planned]})
+        return seconds
+
+    def eta(self, iteration: int, index: int):
+        """The run's remaining time once step ``index`` of ``iteration`` is done (mint.loop.estimate.refine)."""
+        from mint.loop.estimate import refine
+
+        return refine(self.measured, [e for key, e in self.estimates.items() if key > (iteration, index)])
+
+    def progress(self, what: str, done: int, total: int | None, detail: str = "") -> None:
+        """The running step's heartbeat, with its seconds so far and the run's remaining time as now estimated."""
+        if self.running is None:
+            return
+        step, iteration, began = self.running
+        now = time.perf_counter() - began
+        eta = self.eta(iteration, step.index)
+        current = self.estimates.get((iteration, step.index))
+        in_step = max(0.0, eta.ratio * current.seconds - now) if current else 0.0
+        self.emit({"event": "progress", "iteration": iteration, "step": step.label, "what": what, "done": done,
+                   "total": total, "detail": detail, "seconds": round(now, 1),
+                   "left_s": round(eta.left_s + in_step, 1)})
 
     def traffic_wait(self, specialist: str, iteration: int) -> dict | None:
         """Why ``specialist``'s generation waits this iteration: an eval contract of this iteration has a suite
@@ -366,6 +420,8 @@ class _Context(LoopContext):
 
     # one step
     def run_step(self, step: Step, iteration: int, state: LoopState) -> StepOutcome:
+        # a step that does not run leaves the estimate: the remaining time is what is still to run
+        estimated = self.estimates.pop((iteration, step.index), None)
         if not step.runs_in(iteration):
             return StepOutcome(iteration, step.index, step.label, "waiting", 0.0,
                                {"note": f"runs in iterations {step.from_iteration}–{step.until_iteration or ''}"})
@@ -384,8 +440,16 @@ class _Context(LoopContext):
             kind.absorb(self, step, kind.recorded(output))
             self.emit({"event": "skip", "iteration": iteration, "step": step.label})
             return StepOutcome(iteration, step.index, step.label, "skipped", 0.0, output)
-        self.emit({"event": "start", "iteration": iteration, "step": step.label})
-        result = kind.run(self, step)
+        self.emit({"event": "start", "iteration": iteration, "step": step.label,
+                   "estimated_s": estimated.seconds if estimated else None})
+        if estimated is not None:       # back while it runs: its heartbeat reads it
+            self.estimates[(iteration, step.index)] = estimated
+        self.running = (step, iteration, began)
+        try:
+            result = kind.run(self, step)
+        finally:
+            self.running = None
+            self.estimates.pop((iteration, step.index), None)
         kind.absorb(self, step, result)
         output = kind.record(result)
         state.steps[key] = output
@@ -393,8 +457,15 @@ class _Context(LoopContext):
         fault_point(f"loop.{iteration}.{step.index}")
         seconds = round(time.perf_counter() - began, 2)
         failed = kind.judged and output.get("verdict") == "fail"
-        self.emit({"event": "end", "iteration": iteration, "step": step.label, "seconds": seconds, "output": output})
-        return StepOutcome(iteration, step.index, step.label, "failed" if failed else "ran", seconds, output)
+        if estimated is not None:
+            self.measured.append((estimated.seconds, seconds))
+        eta = self.eta(iteration, step.index)
+        elapsed = round(time.perf_counter() - self.began, 1)
+        self.emit({"event": "end", "iteration": iteration, "step": step.label, "seconds": seconds, "output": output,
+                   "estimated_s": estimated.seconds if estimated else None, "left_s": eta.left_s,
+                   "ratio": eta.ratio})
+        return StepOutcome(iteration, step.index, step.label, "failed" if failed else "ran", seconds, output,
+                           estimated.seconds if estimated else None, elapsed, eta.left_s)
 
     def generation_rows(self, iteration: int) -> list[GenerationRow]:
         from mint.loop.experience import experience_summary

@@ -58,6 +58,10 @@ class LoopContext:
         self.version = version
         self.champions_now = dict(champions) if champions is not None else None
 
+    def progress(self, what: str, done: int, total: int | None, detail: str = "") -> None:
+        """A long step's heartbeat (mint.loop.heartbeat.StepProgress): what it is doing, how far it is."""
+        self.emit({"event": "progress", "what": what, "done": done, "total": total, "detail": detail})
+
     def experience_plan(self, specialist: str) -> dict | None:
         """The plan this iteration's experience set for the specialist's next generation, when it found
         something new to learn: it decides the start (champion or base), the steps and the learning rate."""
@@ -289,7 +293,7 @@ class Experience(StepKind):
         return experience_step(context.ws, dataset=context.recipe.dataset, specialist=step.specialist,
                                base=context.base, project=context.project, options=step.options,
                                contracts=self.contracts(context, step), recipe_dir=context.recipe.path.parent,
-                               version=context.dataset_version())
+                               version=context.dataset_version(), progress=context.progress)
 
     def absorb(self, context, step, output):
         context.experiences[step.specialist] = output
@@ -344,6 +348,7 @@ class Train(StepKind):
                            self.parent(context, step), context.base, *([plan] if plan else []))
 
     def run(self, context, step):
+        from mint.loop.heartbeat import training_progress
         from mint.loop.placebo import train_planned
         from mint.train.config import SettingsOverride
 
@@ -352,7 +357,8 @@ class Train(StepKind):
         parent = None if plan and plan["init"] == "base" else self.parent(context, step)
         result, settings = train_planned(context.ws, specialist=step.specialist, method=o["method"], plan=plan,
                                          parent=parent, dataset=context.recipe.dataset, base=context.base,
-                                         settings=SettingsOverride.from_keys(o.get("set") or {}))
+                                         settings=SettingsOverride.from_keys(o.get("set") or {}),
+                                         progress=training_progress(context.progress))
         return TrainOutput(result.ref, result.revision_id, result.run, parent, result.steps, result.examples,
                            result.metrics.get("train_loss"), o["method"], settings, plan)
 
@@ -414,6 +420,7 @@ class Eval(StepKind):
     def run(self, context, step):
         from mint.contract.evaluate import evaluate_many
         from mint.contract.forgetting import backward_transfer
+        from mint.loop.heartbeat import labelled
         from mint.contract.schema import load_contract
 
         candidate = context.candidates[step.specialist]
@@ -424,10 +431,11 @@ class Eval(StepKind):
         # gate it must gain on failed), and a failed candidate gets no backward transfer (it feeds the promotion
         # guard)
         result = evaluate_many(context.ws, [candidate.revision], contract_path, limit=step.options.get("limit"),
-                               stop_when_decided=not complete)[0]
+                               stop_when_decided=not complete, progress=labelled(context.progress, "decoding "))[0]
         report = result.report
-        transfer = backward_transfer(context.ws, contract, candidate.revision,
-                                     Path(result.report_path), base=context.base) \
+        transfer = backward_transfer(context.ws, contract, candidate.revision, Path(result.report_path),
+                                     base=context.base,
+                                     progress=labelled(context.progress, "decoding earlier retention suite ")) \
             if complete or report.verdict == "pass" else []
         return EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
                           report.metrics, report.baseline, report.gates, transfer, report.live_suites)
@@ -466,6 +474,7 @@ class Controls(StepKind):
     def run(self, context, step):
         from mint.contract.evaluate import evaluate_many
         from mint.contract.schema import load_contract
+        from mint.loop.heartbeat import labelled
         from mint.loop.placebo import judge_controls, train_controls
         from mint.registry.report import read_report
 
@@ -481,13 +490,14 @@ class Controls(StepKind):
         contract = load_contract(contract_path)
         controls = train_controls(context.ws, specialist=step.specialist,
                                   twin=context.experiences[step.specialist].twin, candidate=candidate,
-                                  base=context.base)
+                                  base=context.base, progress=context.progress)
         primary = next((g for g in contract.gates if not g.metric.startswith("latency.")), None)
         measure_on = {c.trained.ref: ((primary.suite,),
                                       f"a {c.arm} control answers whether the verified experience made the "
                                       f"difference on {primary.metric}") for c in controls} if primary else None
         measured = evaluate_many(context.ws, [c.trained.ref for c in controls], contract_path,
-                                 limit=step.options.get("limit"), measure_on=measure_on)
+                                 limit=step.options.get("limit"), measure_on=measure_on,
+                                 progress=labelled(context.progress, "decoding "))
         return dataclasses.replace(evaluation, twin=judge_controls(context.ws, controls,
                                                                    [m.report_path for m in measured], evaluation))
 
@@ -649,7 +659,8 @@ class Serve(StepKind):
 
         return serve_requests(context.ws, context.project, self.requests(context, step), base=context.base,
                               clients=step.options.get("clients", 8), max_tokens=step.options.get("max_tokens", 256),
-                              heldout=context.traffic_heldout, heldout_at=context.traffic_at)
+                              heldout=context.traffic_heldout, heldout_at=context.traffic_at,
+                              progress=context.progress)
 
 
 STEPS: dict[str, StepKind] = {kind.name: kind for kind in (Ingest(), Serve(), Experience(), Train(), Eval(),

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from mint.errors import BadInput
 from mint.jsonl import read_jsonl
@@ -77,11 +79,12 @@ class ReplayResult:
 
 def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base: str | None = None,
                    clients: int = 8, max_tokens: int = 256, heldout: float | None = None,
-                   heldout_at: tuple = (None, None, "traffic.heldout")) -> ReplayResult:
+                   heldout_at: tuple = (None, None, "traffic.heldout"),
+                   progress: Callable[..., None] | None = None) -> ReplayResult:
     """Answer every request in ``requests_path`` through a real `mint serve` on loopback; returns how many were
     served, by which revision, the failures (each with its reason) and the seconds taken. ``heldout``: the share
     of the traffic held out (mint.data.split), fixed with its first turn; ``heldout_at`` is where it was asked
-    for, should the log's share be another."""
+    for, should the log's share be another. ``progress(what, done, total)`` hears each request answered."""
     from mint.mol.mixture import Mixture
     from mint.mol.turnlog import TurnLog
     from mint.serve.admission import Access, Limits
@@ -119,8 +122,18 @@ def serve_requests(ws: Workspace, project: Project, requests_path: Path, *, base
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 return {"error": str(exc)}
 
+        answered, counting = [0], threading.Lock()
+
+        def answer_told(row: dict) -> dict:
+            result = answer(row)
+            if progress is not None:
+                with counting:
+                    answered[0] += 1
+                    progress("requests answered", answered[0], len(rows))
+            return result
+
         with ThreadPoolExecutor(max_workers=clients) as pool:
-            results = list(pool.map(answer, rows))
+            results = list(pool.map(answer_told, rows))
     finally:
         running.stop()
     served: dict[str, int] = {}

@@ -28,7 +28,9 @@ def suite(path, words):
     return rows
 
 
-def test_a_candidate_that_forgets_an_earlier_retention_suite_is_rejected(ws, tmp_path, candidate):
+def moved_on(ws, tmp_path, candidate):
+    """Generation 1 promoted with a perfect old retention suite; the contract moved on to another, under which
+    generation 2 passed: (the new contract, generation 1, generation 2, its evaluation)."""
     suite(tmp_path / "core.jsonl", ["alpha", "beta"])
     old_rows = suite(tmp_path / "old_retention.jsonl", ["north", "south", "east", "west", "up", "down"])
     suite(tmp_path / "new_retention.jsonl", ["red", "green"])
@@ -50,6 +52,11 @@ def test_a_candidate_that_forgets_an_earlier_retention_suite_is_rejected(ws, tmp
     second = candidate("genui")
     result = evaluate(ws, second.ref, new)
     assert result.passed
+    return new, first, second, result
+
+
+def test_a_candidate_that_forgets_an_earlier_retention_suite_is_rejected(ws, tmp_path, candidate):
+    new, first, second, result = moved_on(ws, tmp_path, candidate)
     transfer = backward_transfer(ws, load_contract(new), second.ref, result.report_path)
     [row] = transfer
     assert (row["metric"], row["introduced_by"], row["reused"]) == ("retention.parse_rate", first.ref, False)
@@ -57,3 +64,10 @@ def test_a_candidate_that_forgets_an_earlier_retention_suite_is_rejected(ws, tmp
     reason = forgetting_reason(transfer)
     assert reason.startswith("forgetting: retention.parse_rate fell from 1") and first.ref in reason
 
+
+def test_the_earlier_suites_decoded_again_are_told_to_the_progress_callback(ws, tmp_path, candidate):
+    new, _first, second, result = moved_on(ws, tmp_path, candidate)
+    heard = []
+    backward_transfer(ws, load_contract(new), second.ref, result.report_path,
+                      progress=lambda suite, done, total: heard.append((suite, done, total)))
+    assert heard and {total for _suite, _done, total in heard} == {6} and max(d for _s, d, _t in heard) == 6

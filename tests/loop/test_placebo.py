@@ -291,3 +291,23 @@ def test_a_second_rounds_sampler_is_shown_with_its_round_and_is_no_generation(ws
     shown = [g.revision for g in generation_progress(ws)["genui"] if g.generation]
     assert second["sampled_by"] not in shown and len(shown) == 2           # generations 1 and 2, nothing else
     assert shown[-1] == result.generations[-1].candidate
+
+
+def test_the_controls_trainings_tell_their_steps_and_loss_to_the_progress_callback(monkeypatch):
+    from mint.loop import placebo
+    from mint.loop.results import ControlData, TrainOutput
+    from mint.train import run
+
+    def trained(ws, *, progress=None, data=None, **_request):     # two steps of a run, then its result
+        for step in (1, 2):
+            progress(step, 2, {"loss": 0.5})
+        return data
+    monkeypatch.setattr(run, "registered_run", lambda *a, **k: None)
+    monkeypatch.setattr(run, "train", trained)
+    heard = []
+    twin = ControlData("d-twin", "v1", 4, unverified=4, steps_control=ControlData("d-steps", "v1", 4))
+    candidate = TrainOutput("genui:v2", "id", None, "genui:v1", 2, 4, None, "sft")
+    placebo.train_controls(None, specialist="genui", twin=twin, candidate=candidate, base="tiny-random",
+                           progress=lambda what, done, total, detail="": heard.append((what, done, total, detail)))
+    assert heard == [("placebo twin training", 1, 2, "loss 0.500"), ("placebo twin training", 2, 2, "loss 0.500"),
+                     ("steps control training", 1, 2, "loss 0.500"), ("steps control training", 2, 2, "loss 0.500")]

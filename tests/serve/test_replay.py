@@ -46,6 +46,17 @@ def test_more_clients_than_the_servers_per_key_default_are_all_served(ws, tmp_pa
     assert (result.served, result.failed) == (clients, 0), result.failures
 
 
+def test_each_request_answered_is_told_to_the_progress_callback(ws, tmp_path):
+    from mint.serve.replay import serve_requests
+
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"prompt": f"Say hello number {i}."}) + "\n" for i in range(3)))
+    heard = []
+    serve_requests(ws, TINY_PROJECT, requests, base="tiny-random", clients=2, max_tokens=4,
+                   progress=lambda what, done, total: heard.append((what, done, total)))
+    assert heard == [("requests answered", 1, 3), ("requests answered", 2, 3), ("requests answered", 3, 3)]
+
+
 def test_a_bad_request_line_names_its_file_line_and_field_before_anything_loads(ws, tmp_path):
     from mint.serve.replay import serve_requests
 
