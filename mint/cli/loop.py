@@ -87,6 +87,8 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
             said[key] = now
             count = f" {event['done']}/{event['total']}" if event.get("total") else \
                 f" {event['done']}" if event.get("done") else ""
+            if event.get("share") is not None:     # a batch's rows finish near its end: say how far it decoded
+                count += f" ({event['share']:.0%} of its tokens decoded)"
             err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])}: {escape(event['what'])}"
                       f"{count}" + (f", {escape(event['detail'])}" if event.get("detail") else "")
                       + f" ({_duration(event['seconds'])} in; about {_duration(event['left_s'])} left in the run)",

@@ -86,7 +86,7 @@ def earlier_retention_suites(ws: Workspace, specialist: str, exclude_revision: s
 
 
 def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, report_path: Path, *,
-                      base: str | None = None, progress: Callable[[str, int, int], None] | None = None) -> list[dict]:
+                      base: str | None = None, progress: Callable[..., None] | None = None) -> list[dict]:
     """One row per (earlier retention suite, gated metric): the candidate ``revision_ref`` (whose report under
     ``contract`` is ``report_path``) against the generation that introduced the suite. ``progress(suite, done,
     total)`` hears the examples of each suite it decodes."""
@@ -149,7 +149,7 @@ def _number(value) -> bool:
 
 
 def _measure(contract: Contract, revision, adapter_dir, base: str | None, entries: list[dict], precision: str,
-             progress: Callable[[str, int, int], None] | None = None) -> dict:
+             progress: Callable[..., None] | None = None) -> dict:
     """The candidate's scored rows on suites its contract no longer names, under today's harness and at the
     precision its own report was generated at."""
     from mint.contract.evaluate import example_keys, generate_outputs

@@ -6,8 +6,9 @@ from typing import Callable
 
 from mint.train.rundir import TrainProgress
 
-# (what, done, total or None, detail): "round 1: prompts answered", 12, 56, ""; "training", 30, 72, "loss 1.234".
-# A contract's EvalProgress (label, done, total) is one.
+# (what, done, total or None, detail, share=None): "round 1: prompts answered", 12, 56, ""; "training", 30, 72,
+# "loss 1.234". A contract's EvalProgress (label, done, total, share=...) is one: ``share`` is the share of a
+# decoding stream's token budget spent, which tells how far a batch is before its rows finish.
 StepProgress = Callable[..., None]
 
 
@@ -30,4 +31,4 @@ def labelled(progress: StepProgress | None, prefix: str) -> StepProgress | None:
     """``progress`` with every ``what`` told after ``prefix`` (a round's number, a control's arm)."""
     if progress is None:
         return None
-    return lambda what, done, total, detail="": progress(f"{prefix}{what}", done, total, detail)
+    return lambda what, done, total, detail="", **more: progress(f"{prefix}{what}", done, total, detail, **more)

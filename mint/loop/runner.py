@@ -375,7 +375,7 @@ class _Context(LoopContext):
 
         return refine(self.measured, [e for key, e in self.estimates.items() if key > (iteration, index)])
 
-    def progress(self, what: str, done: int, total: int | None, detail: str = "") -> None:
+    def progress(self, what: str, done: int, total: int | None, detail: str = "", share: float | None = None) -> None:
         """The running step's heartbeat, with its seconds so far and the run's remaining time as now estimated."""
         if self.running is None:
             return
@@ -385,7 +385,7 @@ class _Context(LoopContext):
         current = self.estimates.get((iteration, step.index))
         in_step = max(0.0, eta.ratio * current.seconds - now) if current else 0.0
         self.emit({"event": "progress", "iteration": iteration, "step": step.label, "what": what, "done": done,
-                   "total": total, "detail": detail, "seconds": round(now, 1),
+                   "total": total, "detail": detail, "share": share, "seconds": round(now, 1),
                    "left_s": round(eta.left_s + in_step, 1)})
 
     def traffic_wait(self, specialist: str, iteration: int) -> dict | None:

@@ -58,9 +58,10 @@ class LoopContext:
         self.version = version
         self.champions_now = dict(champions) if champions is not None else None
 
-    def progress(self, what: str, done: int, total: int | None, detail: str = "") -> None:
-        """A long step's heartbeat (mint.loop.heartbeat.StepProgress): what it is doing, how far it is."""
-        self.emit({"event": "progress", "what": what, "done": done, "total": total, "detail": detail})
+    def progress(self, what: str, done: int, total: int | None, detail: str = "", share: float | None = None) -> None:
+        """A long step's heartbeat (mint.loop.heartbeat.StepProgress): what it is doing, how far it is (``share``:
+        of a decoding stream's token budget, where one is decoding)."""
+        self.emit({"event": "progress", "what": what, "done": done, "total": total, "detail": detail, "share": share})
 
     def experience_plan(self, specialist: str) -> dict | None:
         """The plan this iteration's experience set for the specialist's next generation, when it found

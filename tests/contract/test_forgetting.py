@@ -69,5 +69,5 @@ def test_the_earlier_suites_decoded_again_are_told_to_the_progress_callback(ws, 
     new, _first, second, result = moved_on(ws, tmp_path, candidate)
     heard = []
     backward_transfer(ws, load_contract(new), second.ref, result.report_path,
-                      progress=lambda suite, done, total: heard.append((suite, done, total)))
+                      progress=lambda suite, done, total, share=None: heard.append((suite, done, total)))
     assert heard and {total for _suite, _done, total in heard} == {6} and max(d for _s, d, _t in heard) == 6

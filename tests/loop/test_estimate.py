@@ -167,6 +167,7 @@ def test_with_stderr_in_a_file_the_loop_writes_its_estimate_each_step_s_eta_and_
                        stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp_path, timeout=300, check=True,
                        env={**os.environ, "MINT_HOME": str(ws.home), "PYTHONPATH": str(ROOT)})
     lines = log.read_text().splitlines()
-    assert lines[0].startswith("estimate: about ") and "probe" in lines[0]
+    first = next(i for i, line in enumerate(lines) if line.startswith(("estimate: ", "iteration ")))  # after the device
+    assert lines[first].startswith("estimate: about ") and "probe" in lines[first]
     assert any(line.startswith("iteration 1 train genui: done in ") and " left" in line for line in lines)
     assert any(line.startswith("iteration 1 train genui: training") and "left in the run" in line for line in lines)
