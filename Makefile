@@ -47,8 +47,10 @@ $(DEV_STAMP): $(STAMP)
 	$(PIP) install -q --no-deps bfcl-eval==2026.3.23
 	touch $(DEV_STAMP)
 
+# mypy's settings and why: pyproject.toml [tool.mypy]; its cache is .mypy_cache (gitignored)
 test: setup
 	$(PY) -m ruff check mint tests scripts examples
+	$(PY) -m mypy mint
 	$(PY) -m pytest -q --durations=15
 
 # The main job: the self-improvement loop on the embedded base (SmolLM2-135M, converted once to the
@@ -101,4 +103,4 @@ examples: setup
 	$(PY) scripts/make_example_logs.py
 
 clean:
-	rm -rf $(VENV) .mint .mint-demo .mint-selfimprove .pytest_cache
+	rm -rf $(VENV) .mint .mint-demo .mint-selfimprove .pytest_cache .mypy_cache

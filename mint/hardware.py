@@ -306,6 +306,7 @@ def _best_ms(rows: int, inner: int, outer: int, dtype, samples: int = 20, budget
     a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
     for _ in range(3):
         torch.mm(a, b)
+    times: list[float]
     times, started = [], time.perf_counter()
     while len(times) < samples and (len(times) < 3 or time.perf_counter() - started < budget_s):
         began = time.perf_counter()
@@ -320,7 +321,7 @@ def _measure_probe(cores: int) -> dict:
     batch sizes, in ms, on one thread (see ``_best_ms``)."""
     import torch
 
-    def versus(shape) -> dict:
+    def versus(shape: tuple[int, int, int]) -> dict:
         fp32, bf16 = _best_ms(*shape, torch.float32), _best_ms(*shape, torch.bfloat16)
         return {"shape": list(shape), "fp32_ms": round(fp32, 4), "bf16_ms": round(bf16, 4),
                 "bf16_speedup": round(fp32 / max(bf16, 1e-9), 3)}

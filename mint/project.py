@@ -197,6 +197,7 @@ def load_project(path: Path | None = None) -> Project:
     raw = data.get("specialists")
     if not isinstance(raw, dict) or not raw:
         raise doc.error("specialists", "expected a mapping of specialist names to {description, keywords}")
+    routers: list
     specialists, routers = [], []
     for name, spec in raw.items():
         where = f"specialists.{name}"
@@ -288,6 +289,8 @@ def init_project(directory: Path) -> InitResult:
     if directory.exists() and not directory.is_dir():
         raise BadInput("exists and is not a directory", file=str(directory))
     directory.mkdir(parents=True, exist_ok=True)
+    created: list[str]
+    kept: list[str]
     created, kept = [], []
     root = _scaffold_root()
     for folder in SCAFFOLD:

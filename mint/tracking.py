@@ -108,6 +108,7 @@ def start_training(ws: Workspace, tracking: Tracking, run_dir: Path, run: dict) 
     """Open the MLflow run of the training run at ``run_dir`` (``run``: its run.json) where tracking is on."""
     if not tracking.on:
         return None
+    env: dict[str, str]
     env, report_to, run_id = {}, [], None
     if tracking.mlflow:
         tracker, experiment = client(ws, tracking)

@@ -19,7 +19,7 @@ from rich.markup import escape
 try:   # newer typer vendors its own copy of click, with its own exception classes
     from typer._click.exceptions import ClickException as _TyperClickException
 except ImportError:  # pragma: no cover
-    _TyperClickException = click.ClickException
+    _TyperClickException = click.ClickException  # type: ignore[misc,assignment]  # older typer: click's own class
 
 from mint.cli import (base, chat, contract, data, export, genui, loop, monitor, project,  # noqa: F401
                       registry, report, route, runs, serve, train)  # each module registers its commands

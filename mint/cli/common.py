@@ -35,14 +35,16 @@ def _help_layout() -> None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**kwargs, "break_on_hyphens": False})
 
-    _textwrap.TextWrapper = _Wrapper      # click's wrap_text imports it when it wraps
-    core.TyperArgument.display_name_raw = property(lambda arg: arg.metavar or arg.name.upper())
+    _textwrap.TextWrapper = _Wrapper  # type: ignore[misc]  # click's wrap_text imports it when it wraps
+    # typer's classes patched on purpose: mypy sees a method replaced
+    display_name_raw = property(lambda arg: arg.metavar or arg.name.upper())
+    core.TyperArgument.display_name_raw = display_name_raw  # type: ignore[method-assign,assignment]
 
     def usage_name(arg) -> str:
         name = arg.display_name_raw if arg.required else f"[{arg.display_name_raw}]"
         return name + ("..." if arg.nargs != 1 else "")
 
-    core.TyperArgument._usage_display_name = usage_name
+    core.TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign,assignment]
 
 
 _help_layout()
@@ -62,12 +64,12 @@ class _Console(Console):
         super().__init__(**kwargs)
 
     def _size(self) -> ConsoleDimensions:
-        size = Console.size.fget(self)
+        size = Console.size.fget(self)  # type: ignore[attr-defined]  # rich's stub: a property
         if self._width is None and not self.is_terminal and not (self._environ.get("COLUMNS") or "").isdigit():
             return ConsoleDimensions(PIPED_WIDTH, size.height)
         return size
 
-    size = property(_size, Console.size.fset)
+    size = property(_size, Console.size.fset)  # type: ignore[attr-defined]  # rich's stub: a property
 
 
 # soft_wrap: a message is never broken into lines by rich (a path split across two lines of a CI log can be
@@ -128,8 +130,8 @@ def plain(value: Any) -> Any:
     """Dataclasses, paths and containers as JSON-ready values; a type with its own JSON shape (``to_dict``, as a
     report's gate has) is written in that shape."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if callable(getattr(value, "to_dict", None)):
-            return plain(value.to_dict())
+        if callable(to_dict := getattr(value, "to_dict", None)):
+            return plain(to_dict())
         return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]

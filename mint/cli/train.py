@@ -52,7 +52,7 @@ def train_command(
                                    config=config, sets=sets, resume=resume, num_processes=num_processes,
                                    accelerate_config=accelerate_config, env=env)
         settings, examples = preview.settings, preview.examples
-        plain = asdict(settings) if is_dataclass(settings) else settings
+        plain = asdict(settings) if is_dataclass(settings) and not isinstance(settings, type) else settings
         if json_out:
             return print_json({**plain, **({"examples": asdict(examples)} if examples else {})})
         _render_settings(plain)
@@ -125,6 +125,7 @@ class TrainDisplay:
     CI); warnings as they appear, either way."""
 
     def __init__(self, live: bool) -> None:
+        self.warned: set[str]
         self.live, self.warned = live, set()
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[steps]}"),
                             TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=err,

@@ -30,7 +30,7 @@ from mint.errors import BadInput, Refused
 from mint.registry import queries
 from mint.registry.artifacts import load_revision
 from mint.registry.report import ContractIdentity, GateResult, Report, ReportBaseline, base_report_owner
-from mint.registry.store import now
+from mint.registry.store import Revision, now
 from mint.faults import checkpoint
 from mint.workspace import Workspace, atomic_dir
 
@@ -141,7 +141,7 @@ class Subject:
     """A revision (or the bare base) whose outputs an evaluation decodes."""
     key: str                        # its revision id, or BASE
     label: str                      # coding:v3, or base
-    revision: object = None         # its Revision (None for the base)
+    revision: Revision | None = None  # its Revision (None for the base)
     adapter_dir: Path | None = None
 
 
@@ -517,6 +517,7 @@ class Baseline:
 
 def example_keys(records: list[dict]) -> list[str]:
     """A stable key per record: its id, or a hash of its content; repeats are numbered so none collide."""
+    seen: dict
     keys, seen = [], {}
     for record in records:
         rid = _record_id(record)
@@ -771,9 +772,9 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
         fresh = dict(zip(wanted[subject.key], zip(result.outputs, result.latencies_ms, result.row_tokens))) \
             if result is not None else {}
         names = [suite.name for suite, _ in suites if suite.name in own[subject.key]]
-        outputs = {name: [] for name in names}
-        latencies = {name: [] for name in names}
-        prompts = {name: [] for name in names}
+        outputs: dict[str, list] = {name: [] for name in names}
+        latencies: dict[str, list] = {name: [] for name in names}
+        prompts: dict[str, list] = {name: [] for name in names}
         tokens = {name: 0 for name in names}
         reused: dict[str, set] = {name: set() for name in names}
         reused_rows = {name: 0 for name in names}
@@ -811,14 +812,14 @@ def _responses(harness, loaded, subjects: list[Subject], suites) -> dict | None:
     """Each subject's outputs where its harness scores something other than generated text (the router's
     choices, ``respond``); None where the model generates them."""
     records = [r for _suite, records in suites for r in records]
-    decoded = {}
+    decoded: dict = {}
     for subject in subjects:
         started = time.perf_counter()
         responses = harness.respond(loaded, subject.adapter_dir, records,
                                     subject.revision.ref if subject.revision is not None else None)
         if responses is None:
             return None
-        outputs = {suite.name: [] for suite, _ in suites}
+        outputs: dict[str, list] = {suite.name: [] for suite, _ in suites}
         for suite, response in zip((suite for suite, records in suites for _ in records), responses):
             outputs[suite.name].append([response])
         seconds = round(time.perf_counter() - started, 3)
@@ -853,6 +854,8 @@ def _read_predictions(path: Path, suites) -> tuple[dict, dict]:
             by_key[(row["suite"], "id", row["id"])] = value
         if isinstance(row.get("index"), int):
             by_key[(row["suite"], "index", row["index"])] = value
+    outputs: dict
+    latencies: dict
     outputs, latencies = {}, {}
     for suite, records in suites:
         outputs[suite.name], latencies[suite.name] = [], []

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 # the held-out split (mint.data.split): the slice that contract suites evaluate on and training never sees
 from mint.data.split import (  # noqa: F401 - the split's names, read from here by its callers
@@ -80,7 +80,7 @@ def remove_tree(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def quarantine_appender(directory: Path) -> Iterator[Callable[[bytes], None]]:
+def quarantine_appender(directory: Path) -> Iterator[Callable[[bytes], int]]:
     """Append whole lines to the quarantine, then fsync. A torn last line (a kill mid-append) is cut
     first, so every line stays valid JSON."""
     path = directory / QUARANTINE_FILE
@@ -277,7 +277,7 @@ def show_dataset(ws: Workspace, name: str, version: str | None = None, head: int
                            str(ws.datasets / name / QUARANTINE_FILE))
     directory, manifest = resolve_version(ws, name, version)
     versions = [read_manifest(directory, v) for v in chain(directory, read_head(directory))]
-    first = []
+    first: list = []
     for episode in iter_episodes(ws, name, manifest["version"]):
         if len(first) >= head:
             break
@@ -522,6 +522,7 @@ def to_openai(episode: dict) -> dict:
     for i, m in enumerate(episode["messages"]):
         message = {k: m[k] for k in _OPENAI_MESSAGE_KEYS if k in m and (k != "weight" or m["role"] == "assistant")}
         if "tool_calls" in m:
+            calls: list[dict[str, Any]]
             calls = [{"id": call.get("id") or tool_call_id(episode["id"], i, j), "type": "function",
                       "function": {"name": call["function"]["name"],
                                    "arguments": json.dumps(call["function"]["arguments"], ensure_ascii=False)}}

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 from mint.data import datasets
 from mint.data.episode_index import append_quarantine, apply_feedback, earlier_episode, open_index, remember_conversation
@@ -30,7 +30,7 @@ from mint.data.formats import FORMATS, RecordError, normalize, sniff_format
 from mint.data.formats.fields import check_feedback_read, normalize_feedback, upstream_id
 from mint.data.formats.llamafactory import remap
 from mint.data.outcomes import (OUTCOME_TYPES, FeedbackEvent, IngestSettings, Outcome, Quarantined, Unplaced, kept,
-                                quarantine_line)
+                                Kept, quarantine_line)
 from mint.data.placing import ChampionRouter
 from mint.data.readers import (DEFAULT_MAX_RECORD_BYTES, NOT_TEXT, RAW_KEEP_CHARS, READABLE, RawRecord, Source, parse_line,
                                read_line_batches)
@@ -218,6 +218,7 @@ def ingest(ws: Workspace, paths: list[Path], *, dataset: str = "default", fmt: s
                                     _count(source_stats.reads_as, outcome.reads_as)
                                 quarantine.write(outcome.entry)
                                 continue
+                            outcome = cast(Kept, outcome)     # Unplaced ones come only with a router: it placed them
                             keys = outcome.keys
                             if index.execute("INSERT OR IGNORE INTO seen(id) VALUES (?)",
                                              (outcome.key,)).rowcount == 0:

@@ -229,8 +229,9 @@ def _fail(value: Any) -> Any:
 
 
 # json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")) without building an encoder per call
-_ENCODE = json.encoder.c_make_encoder(None, _fail, encode_basestring, None, ":", ",", True, False, True) \
-    if json.encoder.c_make_encoder is not None else None
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)     # json's C accelerator: private, not in its stubs
+_ENCODE = _C_MAKE_ENCODER(None, _fail, encode_basestring, None, ":", ",", True, False, True) \
+    if _C_MAKE_ENCODER is not None else None
 _PY_DUMPS = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_fail).encode
 
 

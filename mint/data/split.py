@@ -26,7 +26,6 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from mint.data.traffic import CURRENT, logs_dir, scan_turns
 from mint.errors import BadInput
@@ -157,7 +156,7 @@ class HeldOut:
         return int.from_bytes(digest[:8], "big") / 2 ** 64 < HELDOUT_FRACTION or digest in self.traffic
 
 
-def heldout_rule(ws: Workspace) -> Callable[[dict], bool]:
+def heldout_rule(ws: Workspace) -> HeldOut:
     """Whether an episode (or ``{"messages": prompt}``) is held out, for every reader of ``ws``: its position
     is below the dataset share, or it is a request of the served traffic held out at the traffic's share."""
     share = traffic_share(ws)

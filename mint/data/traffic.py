@@ -37,6 +37,7 @@ def scan_turns(ws: Workspace) -> tuple[list[dict], int]:
     if not directory.is_dir():
         return [], 0
     files = sorted(directory.glob("served-*.jsonl")) + [directory / CURRENT]
+    by_id: dict
     turns, skipped, by_id = [], 0, {}
     for file in files:
         if not file.is_file():

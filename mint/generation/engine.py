@@ -40,10 +40,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from mint.generation import cache as kv
-from mint.generation.constrain import constraint_for, json_structure
+from mint.generation.constrain import Constraint, constraint_for, json_structure
 from mint.generation import lookup as drafts
 from mint.generation import sampling
 from mint.generation.precision import PARITY_PROMPTS, precision_copy, resolve_precision
@@ -72,7 +72,7 @@ class Request:
     lookup: int = 0                         # greedy: tokens it may draft a step (prompt lookup)
     listener: TextListener | None = None
     span: tuple[int, int] | None = None     # routed: the [start, end) positions its router pools (last user turn)
-    constraint: object | None = None        # a shape its answer must take (mint.generation.constrain.Constraint)
+    constraint: Constraint | None = None        # a shape its answer must take (mint.generation.constrain.Constraint)
 
 
 @dataclass(frozen=True)
@@ -576,7 +576,7 @@ def compare_precisions(model, tokenizer, conversations, settings, answer_end=(),
 
     prompts = conversations[:PARITY_PROMPTS]
     greedy = dataclasses.replace(settings, temperature=0.0, samples=1, precision="fp32")
-    runs = {}
+    runs: dict[str, dict[str, Any]] = {}
     for name in ("fp32", precision):
         at = dataclasses.replace(greedy, precision=name)
         generate(model, tokenizer, prompts[:1], dataclasses.replace(at, max_new_tokens=2), answer_end=answer_end)

@@ -192,6 +192,8 @@ class LoadPlan:
 
 def load_plan(slot: int, modules) -> LoadPlan:
     """The plan for copying adapters into ``slot`` of each (module, rank) of ``modules``, in order."""
+    targets: list
+    rests: list
     targets, rests, scales, ranks, tables = [], [], [], [], {}
     for module, rank in modules:
         a_view, b_view, a_rest, b_rest, scale_view = module.slot_views(slot, rank)
@@ -261,7 +263,7 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.
 class TensorSpan:
     """Where one tensor lies in a safetensors file's data (byte offsets past the header)."""
 
-    dtype: object
+    dtype: torch.dtype
     shape: tuple[int, ...]
     begin: int
     end: int
@@ -314,14 +316,14 @@ def read_adapter(directory: Path, config: dict, layouts: dict | None = None) -> 
         raise BadInput("expected a number", file=where, field="lora_alpha")
     path = directory / "adapter_model.safetensors"
     data, header = _read_safetensors(path)
-    key = (header, _config_key(config))
-    layout = layouts.get(key) if layouts is not None else None
+    layout_key = (header, _config_key(config))
+    layout = layouts.get(layout_key) if layouts is not None else None
     if layout is None:
         layout = _layout(path, header, config)
         if layouts is not None:
             if len(layouts) >= 32:      # a long-running server sees few distinct layouts; never an unbounded cache
                 layouts.clear()
-            layouts[key] = layout
+            layouts[layout_key] = layout
     if len(data) - 8 - len(header) < layout.data_bytes:
         raise BadInput(f"the file ends before its tensors do ({len(data)} bytes)", file=str(path))
     start = 8 + len(header)
@@ -344,7 +346,7 @@ def read_adapter(directory: Path, config: dict, layouts: dict | None = None) -> 
     return weights
 
 
-def _read_safetensors(path: Path) -> tuple[mmap.mmap, bytes]:
+def _read_safetensors(path: Path) -> tuple[mmap.mmap | bytes, bytes]:
     """The file mapped into memory (copy-on-write, so tensors may view it in place; a handoff's copy into the
     slots is then the only pass over the data, as in safetensors' own loading) and its JSON header's bytes."""
     try:

@@ -41,7 +41,8 @@ class SeededDraws:
     def __init__(self, seed: int) -> None:
         import numpy as np
 
-        key, position = np.random.RandomState(seed & 0xFFFFFFFF).get_state()[1:3]
+        # numpy's stub types get_state() as a dict; by default (legacy=True) it is a tuple
+        key, position = np.random.RandomState(seed & 0xFFFFFFFF).get_state()[1:3]  # type: ignore[index]
         self._bits = np.random.MT19937()
         self._bits.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": position}}
 

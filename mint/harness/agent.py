@@ -307,7 +307,7 @@ def call_problem(call: Call, tools: list[dict], request: str) -> str | None:
     described = {d["name"]: d.get("parameters") for d in tool_descriptions(tools)}
     if name not in described:
         return f"calls a function not offered: {name[:80]!r}"
-    schema = _json_schema(described[name]) if isinstance(described[name], dict) else {"type": "object"}
+    schema: dict = _json_schema(described[name]) if isinstance(described[name], dict) else {"type": "object"}
     try:
         errors = sorted(Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.path))
     except SchemaError as exc:

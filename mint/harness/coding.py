@@ -7,6 +7,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from mint.harness.base import Harness, HarnessSettings, RecordProblem, as_record, pass_at_k
 from mint.harness.sandbox import Limits, run_tests
@@ -81,12 +82,12 @@ class CodingHarness(Harness):
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             results = list(pool.map(lambda job: run_tests(job[1], job[2]["test"], job[2]["entry_point"], limits,
                                                           prompt=job[2]["prompt"]), jobs))
-        passed = [[] for _ in records]
-        details = [[] for _ in records]
+        passed: list[list[bool]] = [[] for _ in records]
+        details: list[list[str]] = [[] for _ in records]
         for (i, _program, _record), result in zip(jobs, results):
             passed[i].append(result.passed)
             details[i].append(result.status)
-        scores = []
+        scores: list[dict[str, Any]] = []      # each program's pass rates, and its statuses as a string beside them
         for flags, statuses in zip(passed, details):
             n, c = len(flags), sum(flags)
             k = n

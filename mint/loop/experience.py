@@ -285,6 +285,8 @@ def eligible_prompts(candidates: list[ExperiencePrompt], *, heldout: set[str], a
     from mint.data.datasets import is_heldout
 
     held = held or is_heldout
+    kept: list
+    counts: dict
     kept, seen, counts = [], set(), {}
     for candidate in candidates:
         tally = counts.setdefault(candidate.source, {"offered": 0, "kept": 0, "heldout": 0, "answered": 0,
@@ -375,6 +377,7 @@ def passed_after_repair(answers: list[str], verdicts: list[bool], repairs: list[
 
 def distinct_answers(answers: list[str], cap: int) -> list[str]:
     """The first ``cap`` answers that differ in canonical form, in the order sampled."""
+    out: list[str]
     seen, out = set(), []
     for text in answers:
         form = canonical_answer(text)
@@ -475,7 +478,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         total += sum(detail["score"] for _ok, detail in verdicts)
         passes.append((len(outs), sum(ok for ok, _ in verdicts)))
         oks = [ok for ok, _ in verdicts]
-        repairs = sample_repairs(outs, oks, repair_answer) if repair_answer else [None] * len(outs)
+        repairs: list[str | None] = sample_repairs(outs, oks, repair_answer) if repair_answer else [None] * len(outs)
         fixed = repaired_answers(outs, oks, repair_answer, repairs)
         fixed_ok = [ok for ok, _ in verify_answers(specialist, prompt, fixed, threshold, harness)] if fixed else []
         # the champion's own passing answers first, then the repairs that pass: under the cap its own come first
@@ -495,7 +498,7 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     accepted = sum(1 for e in kept if e["feedback"]["rating"] == 1)
     if progress is not None:
         progress("answers accepted", accepted, scored, f"{sum(c for _, c in passes)} passed the verifier")
-    written = {}
+    written: dict = {}
     if kept:
         path = _write(ws, dataset, specialist, kept)
         ingested = ingest(ws, [path], dataset=dataset, project=project)

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mint.jsonl import read_jsonl
 from mint.workspace import Workspace
@@ -37,10 +37,11 @@ if TYPE_CHECKING:
     from mint.loop.results import ControlData, EvalOutput, TrainOutput
     from mint.train.config import SettingsOverride
     from mint.train.rundir import TrainProgress
+    from mint.train.run import TrainResult
 
 INITS = ("champion", "base")
-PLAN_DEFAULTS = {"init": "champion", "epochs": 2, "batch_size": 4, "min_steps": 2, "max_steps": 24,
-                 "learning_rate": 1.0e-3, "continuation_learning_rate": 1.0e-4}
+PLAN_DEFAULTS: dict[str, Any] = {"init": "champion", "epochs": 2, "batch_size": 4, "min_steps": 2, "max_steps": 24,
+                                 "learning_rate": 1.0e-3, "continuation_learning_rate": 1.0e-4}
 EXPERIENCE_EFFECT, NO_EXPERIENCE_EFFECT = "experience effect", "no experience effect"
 
 
@@ -142,7 +143,7 @@ class Control:
     """A control trained beside a generation: ``arm`` placebo (the twin, on unverified answers) or steps (the same
     steps on the logs alone)."""
     arm: str
-    trained: object             # its TrainResult (ref, revision_id, steps, examples)
+    trained: TrainResult       # its TrainResult (ref, revision_id, steps, examples)
     why: str                    # why it is rejected once measured
 
 

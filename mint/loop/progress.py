@@ -184,7 +184,8 @@ def _round_samplers(experience: dict | None) -> list[str]:
     return [r["sampled_by"] for r in (rounds or [])[1:] if isinstance(r, dict) and isinstance(r.get("sampled_by"), str)]
 
 
-def generation_progress(ws: Workspace, specialists: list[str] | None = None) -> dict[str, list[GenerationView]]:
+def generation_progress(ws: Workspace,
+                        specialists: list[str] | tuple[str, ...] | None = None) -> dict[str, list[GenerationView]]:
     """Per specialist, generation 0 (the bare base) then every candidate oldest first, from the registered
     reports and what the loop recorded of each generation (its experience, placebo twin and steps control). The
     controls are shown beside the generation they control for, and a later experience round's sampler in its

@@ -17,7 +17,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
@@ -102,7 +102,7 @@ class LoopLock:
 
     def __init__(self, ws: Workspace) -> None:
         self.path = ws.home / "loop.lock"
-        self.handle = None
+        self.handle: TextIO | None = None
         self.shared = RegistryLock(ws, "loop") if ws.registry_url else None
 
     def __enter__(self) -> "LoopLock":
@@ -216,6 +216,8 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
                                       "left them: nothing to do", alerts=routing_alerts(ws, project))
+        started_at: dict
+        champions_at: dict
         first, started_at, champions_at = 1, {}, {}
         if resume:
             if state.last_run and not state.last_run.get("finished"):

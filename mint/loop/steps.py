@@ -114,7 +114,7 @@ class StepKind(abc.ABC):
     needs_specialist: bool = True
     after: tuple[str, str] | None = None    # the kind an earlier step of its specialist must be, and why
     judged: bool = False                    # an output whose verdict is "fail" is a failed step
-    result: type                            # what ``run`` returns (mint.loop.results): to_dict, from_dict
+    result: type[Any]                       # what ``run`` returns (mint.loop.results): to_dict, from_dict
 
     def check(self, doc: YamlDoc, recipe_path: Path, options: dict, at: str, check_contracts: bool) -> None:
         """Refuse bad options at ``file:line: field`` before anything runs (the common keys are checked)."""

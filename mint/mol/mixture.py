@@ -371,15 +371,16 @@ class Mixture(TurnBook):
                             continue
                         route = routes[i]
                         generated_rows.append(i)
-                        asks.append(Ask(prompt_of(asked.turn), asked.turn.adapter or (route and route.specialist),
+                        asks.append(Ask(prompt_of(asked.turn),
+                                        asked.turn.adapter or (route.specialist if route else None),
                                         asked.turn.decoding, asked.listener, routed=route is None))
                     return asks
 
                 try:
                     self.runtime.generate(
                         [prompt_of(turns[i]) for i in rows],
-                        [turns[i].adapter or (routes[i] and routes[i].specialist) for i in rows],
-                        listeners=[listeners[i] for i in rows], route=prefill and prefill.route,
+                        [turns[i].adapter or (routes[i].specialist if routes[i] else None) for i in rows],
+                        listeners=[listeners[i] for i in rows], route=prefill.route if prefill else None,
                         rows=[turns[i].decoding for i in rows], on_generated=generated,
                         joining=join if joining is not None else None, batch_size=max_batch)
                 except RowsFailed as failed:    # those rows get their errors; the rest are generated without them

@@ -346,6 +346,7 @@ class MixtureRuntime:
             prompts, spans = [ids for ids, _span in encoded], [span for _ids, span in encoded]
         else:
             prompts = self.encode(conversations)
+        too_long: dict[int, Exception]
         too_long = {i: exc for i, p in enumerate(prompts) if (exc := self._too_long(p, limits[i]))}
         if too_long:
             raise RowsFailed(too_long)

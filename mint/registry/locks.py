@@ -42,7 +42,7 @@ class RegistryLock:
             raise BadInput("a registry lock needs a shared registry (MINT_REGISTRY_URL=postgresql://...)",
                            field="MINT_REGISTRY_URL")
         self.ws, self.name = ws, name
-        self.conn = None
+        self.conn: store.Connection | None = None
 
     def __enter__(self) -> RegistryLock:
         # a connection of its own: it holds the lock for as long as it lives, and closing it releases the lock

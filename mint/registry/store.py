@@ -28,7 +28,7 @@ import socket
 import sqlite3
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from mint.errors import BadInput, Refused, unwritable
 from mint.registry.backend import BUSY_TIMEOUT_MS, Connection, connect_postgres, connect_sqlite
@@ -529,7 +529,7 @@ def record_event(conn: Connection, *, action: str, specialist: str, alias: str |
 
 def verify_events(conn: Connection) -> list[dict]:
     """Every break in the event log: a rewritten, removed or unchained event, or a missing guard trigger."""
-    problems = []
+    problems: list[dict[str, Any]] = []
     triggers = conn.triggers("events")
     for name in event_triggers(conn):
         if name not in triggers:

@@ -186,7 +186,7 @@ def export_revision(ws: Workspace, ref: str, out: Path, *, force: bool = False) 
         warnings = []
         trained_on = dequantized_from(revision.base)
         if trained_on is not None:
-            if hub_id(named) is not None:   # it names the original release, not the weights it was trained on
+            if named is not None and hub_id(named) is not None:   # it names the original release, not its weights
                 warnings.append(dequantized_warning(named, trained_on))
             readme = tmp / "README.md"
             readme.write_text((readme.read_text() if readme.exists() else "")

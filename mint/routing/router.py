@@ -25,12 +25,15 @@ import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from mint.routing.labels import Labeler
 from mint.errors import BadInput
 from mint.project import Project
 from mint.text import check_unicode
+
+if TYPE_CHECKING:
+    import torch
 
 PROBE_TYPE = "MINT_ROUTER_PROBE"
 PROMPT, TURN = "prompt", "turn"     # what a probe's features pool (Probe.reads)
@@ -114,10 +117,10 @@ class Rules:
 class Probe:
     labels: tuple[str, ...]
     layer: int                    # hidden states after this many decoder layers (the deepest the probe reads)
-    weight: object                # [labels, features]
-    bias: object                  # [labels]
-    mean: object                  # [features]: features are standardized before the linear layer
-    std: object
+    weight: torch.Tensor          # [labels, features]
+    bias: torch.Tensor            # [labels]
+    mean: torch.Tensor            # [features]: features are standardized before the linear layer
+    std: torch.Tensor
     shallower: tuple[int, ...] = ()   # earlier layers whose pooled states come first in the features (same pass)
     # the specialist whose turns that carried tools have a class of their own, the last row of weight and bias
     # (see fit_probe); None: one row per label
@@ -321,11 +324,11 @@ def pooled_states(model, pad_id: int, sequences: Sequence[list[int]], spans: Seq
     for nothing."""
     import torch
 
-    from mint.base import decoder_layers
+    from mint.base import decoder_layers as layers_of_base
 
     sequences = [sequence[:end] for sequence, (_start, end) in zip(sequences, spans)]
 
-    decoder_layers = decoder_layers(model)
+    decoder_layers = layers_of_base(model)
     wanted = sorted(set(layers))
     if not wanted or wanted[0] < 1 or wanted[-1] > len(decoder_layers):
         raise BadInput(f"layers {wanted} are not all within the base's {len(decoder_layers)} layers", field="layer")
@@ -341,7 +344,7 @@ def pooled_states(model, pad_id: int, sequences: Sequence[list[int]], spans: Seq
     # batches of similar lengths waste little on padding (on mixed data, less than half the tokens)
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     handles = [decoder_layers[layer - 1].register_forward_hook(capture(layer)) for layer in wanted]
-    pooled = {layer: [] for layer in wanted}
+    pooled: dict[int, list] = {layer: [] for layer in wanted}
     try:
         for start in range(0, len(sequences), batch_size):
             batch = order[start:start + batch_size]
@@ -520,7 +523,7 @@ def route_conversations(ws, conversations: Sequence[list[dict]], tools: Sequence
     the base (without a champion, the starter probe). The base is loaded only when the rules leave a turn to a
     probe."""
     router, probe_base = champion_router(ws, project)
-    loaded = []
+    loaded: list = []
 
     def base_model():
         from mint.base import load_base

@@ -29,6 +29,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from mint.errors import BadInput, MintError
 from mint.generation.constrain import JSON_OBJECT, JSON_SCHEMA
@@ -175,7 +176,7 @@ class Gateway(TurnBook):
         self.ready = False
         self.given_max_rank = max_rank                   # the upstream's LoRA rank limit, as the operator gave it
         self.upstream_max_rank: int | None = None        # ... as the upstream said it (a mint upstream's /health)
-        self.announcement = None                         # where the workspace hears that limit (``announce``)
+        self.announcement: tuple[Path | None, str] | None = None  # where the workspace hears that limit (``announce``)
         self.base_model: str | None = None               # the upstream's base (its first model without a parent)
         self.in_flight: dict[str, int] = {}              # upstream model -> turns forwarded to it, not yet answered
         self.retired: set[str] = set()                   # replaced adapters, unloaded once their turns are answered

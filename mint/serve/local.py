@@ -114,7 +114,7 @@ class Batcher:
             return heard
 
         def join(room: int) -> list[Asked]:
-            joined = []
+            joined: list = []
             while len(joined) < room and not self._stopping:
                 try:
                     job = self.jobs.get_nowait()
@@ -177,7 +177,7 @@ class LocalBackend(Backend):
         super().__init__(mixture, mixture.project.names, ChampionPoller(mixture, poll_s))
         self.mixture = mixture
         self.batcher = Batcher(mixture, window_ms=window_ms, max_batch=max_batch)
-        self.announcement = None
+        self.announcement: Path | None = None
 
     async def start(self) -> None:
         self.batcher.start()

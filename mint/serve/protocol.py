@@ -350,6 +350,7 @@ class Relay:
     callback given to ``when_gone`` runs (an upstream's reader stops at once)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.queue: asyncio.Queue
         self.loop, self.queue = loop, asyncio.Queue()
         self.gone = False
         self._started = False

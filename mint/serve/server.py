@@ -87,7 +87,8 @@ def server_config(app, limits: Limits = Limits(), **options):
     import uvicorn
 
     options = {"log_level": "warning", **options}
-    return uvicorn.Config(app, http=_timed_protocol(limits.header_timeout_s), timeout_keep_alive=limits.keep_alive_s,
+    # uvicorn annotates timeout_keep_alive as int; it hands it to call_later, which takes float seconds
+    return uvicorn.Config(app, http=_timed_protocol(limits.header_timeout_s), timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
                           h11_max_incomplete_event_size=64 << 10, **options)
 
 

@@ -89,7 +89,7 @@ class UpstreamClient:
 
         self.upstream = upstream
         self._http = httpx.Client(timeout=upstream.timeout_s)
-        self._async = None
+        self._async: httpx.AsyncClient | None = None
 
     # --- the poller's side ------------------------------------------------------------------
 
@@ -211,6 +211,7 @@ class UpstreamClient:
     async def _read_events(self, reply, listener: Callable[[str], bool]) -> Completion:
         import httpx
 
+        usage: dict
         pieces, finish, usage = [], None, {}
         try:
             async for line in reply.aiter_lines():

@@ -59,7 +59,7 @@ def hardware_defaults(method: str) -> dict[str, Any]:
     common = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "learning_rate": 2e-4,
               "lr_scheduler_type": "linear", "warmup_steps": 0, "logging_steps": 1, "save_steps": 10,
               "save_total_limit": 2, "seed": 0, "max_steps": 20, "report_to": []}
-    per_method = {
+    per_method: dict[str, dict[str, Any]] = {
         # sft's max_length: the longest example's tokens, set once the run's examples are known
         # (mint.train.run.max_length_from_data); null here, where no data is at hand (--dry-run)
         "sft": {"assistant_only_loss": True, "max_length": None},
@@ -67,8 +67,8 @@ def hardware_defaults(method: str) -> dict[str, Any]:
         "kto": {"max_length": 1024, "beta": 0.1},
         "grpo": {"num_generations": 4, "max_completion_length": 128, "per_device_train_batch_size": 4,
                  "temperature": 1.0},
-    }[method]
-    return {**common, **per_method}
+    }
+    return {**common, **per_method[method]}
 
 
 OVERRIDE_BLOCKS = ("lora", "trl", "examples")

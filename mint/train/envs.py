@@ -18,6 +18,7 @@ import inspect
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 from mint.data.formats.fields import score_rating
 from mint.data.schema import Episode, Feedback, Message
@@ -176,7 +177,7 @@ def _normalized(state: dict) -> dict:
 BUILTIN = {"orders": OrdersCalendar}
 
 
-def load_environment(name: str) -> type:
+def load_environment(name: str) -> type[Any]:
     """A built-in environment by name, or your class by ``module:Class``."""
     if name in BUILTIN:
         return BUILTIN[name]

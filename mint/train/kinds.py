@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mint.project import GENERATOR, ROUTER_KIND, Project
+
+if TYPE_CHECKING:
+    from mint.train.run import ExampleYield
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,8 @@ class SpecialistKind:
 class TrainPreview:
     """What ``mint train --dry-run`` shows: the settings a run would use and why, and, with ``--data``,
     what the data yields (generators)."""
-    settings: object
-    examples: object | None = None
+    settings: Any                       # a generator's trainer settings (a dict), a router's (a dataclass)
+    examples: ExampleYield | None = None
 
 
 def _train_adapter(ws, project: Project, specialist: str, **request):

@@ -42,7 +42,12 @@ DEFAULT_CONTRACT = Path("contracts/router.yaml")
 def heldout_turns(contract: Contract, names: tuple[str, ...]) -> list[tuple[str, str, bool]]:
     """(true specialist, turn text, carries tools) of every record of the contract's suites; a label that is
     not a specialist of mint.yaml is BadInput at its line."""
+    from mint.harness.router import RouterHarness
+
     harness = contract.harness()
+    if not isinstance(harness, RouterHarness):     # its records name no specialist to learn
+        raise BadInput(f"the router is judged by a contract with the router harness, not {contract.harness_name}",
+                       file=str(contract.path), field="harness")
     rows = []
     for suite in contract.suites:
         with open(suite.data, encoding="utf-8") as f:      # the line of each record, for errors

@@ -216,6 +216,9 @@ def check_request(ws: Workspace, request: TrainRequest, *, dry_run: bool = False
         in_dataset = sorted(manifest.get("by_specialist") or {})
     elif environment is None and not dry_run:
         raise BadInput("which dataset? DATASET or DATASET@VERSION", field="--data")
+    elif not hasattr(environment, "tasks") and not dry_run:     # its prompts come from a dataset, then
+        raise BadInput(f"--env {request.env} brings no tasks(): which dataset? DATASET or DATASET@VERSION",
+                       field="--data")
     project = load_project()
     # a specialist of mint.yaml, or one the dataset's episodes are labelled with (ingested under another project)
     specialists = sorted({*project.names, *in_dataset})

@@ -103,6 +103,16 @@ def one_dataset(ws, project, tmp_path):
     return ws
 
 
+class EnvWithoutTasks:
+    """An environment whose prompts must come from a dataset: a reset and a reward, no tasks()."""
+
+    def reset(self, **row) -> None:
+        self.row = row
+
+    def get_reward(self) -> float:
+        return 0.0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--specialist", "gnui", "--data", "logs", "--method", "sft"], "unknown specialist 'gnui' (did you mean genui?)"),
     (["--specialist", "genui", "--data", "lgos", "--method", "sft"], "no dataset 'lgos' (did you mean logs?)"),
@@ -116,6 +126,8 @@ def one_dataset(ws, project, tmp_path):
      "--env trains with --method grpo"),
     (["--specialist", "agent", "--data", "logs", "--method", "grpo", "--env", "orders"],
      "--env orders brings its own tasks"),
+    (["--specialist", "agent", "--method", "grpo", "--env", "tests.train.test_config:EnvWithoutTasks"],
+     "--env tests.train.test_config:EnvWithoutTasks brings no tasks(): which dataset?"),
     (["--specialist", "genui", "--data", "logs", "--method", "sft", "--from", "genui:v3"],
      "genui:v3: no such revision (genui has no revisions)"),
     (["--resume", "genui-sft-1", "--set", "max_steps=3"], "--set: --resume continues run genui-sft-1 with the "

@@ -192,3 +192,14 @@ def test_mint_eval_scores_a_router_revision_like_training_did_and_promote_uses_t
     evaluated = run_mint("eval", "router:v2", "--contract", str(contract), "--json")
     assert evaluated.returncode == 0, evaluated.stderr
     assert promote(ws, "router:v2", identify_contract=contract_identity).new_ref == "router:v2"      # the report `mint eval` registered
+
+
+def test_a_contract_without_the_router_harness_is_bad_input_for_the_router():
+    from mint.contract.schema import load_contract
+    from mint.project import DEFAULT_PROJECT
+    from mint.train.router import heldout_turns
+
+    repo = Path(__file__).resolve().parents[2]
+    with pytest.raises(BadInput, match="router harness") as raised:
+        heldout_turns(load_contract(repo / "contracts" / "agent.yaml"), DEFAULT_PROJECT.names)
+    assert raised.value.field == "harness"

@@ -69,11 +69,13 @@ def _descriptors(tokens: list[str]) -> tuple[list[tuple[str, str]], list[tuple[s
     """The controls named by their descriptor (read backwards from each control noun, items split at commas,
     ``and`` and ``or``; a dropdown also forwards: "a dropdown for the plan"), the counted components ("three
     plan cards"), and the token positions that describe a component rather than name a label ("a KPI card")."""
+    descriptive: set[int]
     controls, counts, descriptive = [], [], set()
     lower = [t.lower() for t in tokens]
     for index, word in enumerate(lower):
         if word not in COMPONENT_WORDS:
             continue
+        current: list[str]
         items, current, j = [], [], index - 1
         while j >= 0 and (lower[j] in _LINKS or (_WORD.fullmatch(tokens[j]) and lower[j] not in _DESCRIPTOR_END
                                                    and lower[j] not in COMPONENT_WORDS)):
@@ -113,6 +115,7 @@ def _named_columns(tokens: list[str]) -> tuple[str, ...]:
     lower = [t.lower() for t in tokens]
     if "columns" not in lower:
         return ()
+    current: list[str]
     columns, current = [], []
     for token in tokens[lower.index("columns") + 1:]:
         if token.lower() in _LINKS:
@@ -238,7 +241,7 @@ def _says(text: str, phrase: str, every: bool = False) -> bool:
 def _control_texts(tree: Any) -> dict[str, list[str]]:
     """What each kind of control shows: every Button's label and a Form's submit label (a form renders its own
     submit button), every field's label and placeholder, every dropdown's label, placeholder and options."""
-    found = {"Button": [], "field": [], "Select": []}
+    found: dict[str, list[str]] = {"Button": [], "field": [], "Select": []}
     for _path, node in tree_nodes(tree):
         props, kind = _props(node), node.get("type") if isinstance(node, dict) else None
         if kind == "Button":
@@ -310,9 +313,9 @@ def _repeats(tree: Any) -> str | None:
         twice = next((b for i, b in enumerate(buttons) if b and b in buttons[:i]), None)
         if twice is not None:
             return f"the button {twice!r} is shown twice"
-        fields = {_shown(_props(c).get("label", "")) for c in children if isinstance(c, dict)
-                  and c.get("type") in ("TextField", "Select")}
-        twice = next((b for b in buttons if b and b in fields), None)     # one label, one control
+        field_labels = {_shown(_props(c).get("label", "")) for c in children if isinstance(c, dict)
+                        and c.get("type") in ("TextField", "Select")}
+        twice = next((b for b in buttons if b and b in field_labels), None)     # one label, one control
         if twice is not None:
             return f"the label {twice!r} is on a field and a button"
         dumped = [json.dumps(c, sort_keys=True) for c in children]

@@ -78,7 +78,7 @@ class TreeValidator:
             error = best_match(self.whole.iter_errors(tree))
             return [] if error is None else [f"(root): {_short_message(error.message)}"]
         kinds = sorted(self.components)
-        problems = []
+        problems: list[str] = []
         for path, node in tree_nodes(tree):
             if len(problems) >= limit:
                 break
@@ -148,6 +148,8 @@ def _closed(text: str) -> str | None:
         return None
     # the open brackets as links (opener, the links below): a snapshot of them is one reference, so keeping the
     # last complete point at every comma stays linear in the answer's length
+    pieces: list[str]
+    stack: Any              # (opener, the stack below it), or None
     pieces, stack, copied, last_complete = [], None, start, None
     for index, char in outside_strings(text, start):
         if char in _CLOSER:
