@@ -213,14 +213,26 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-def choose_device(device: str, role: str, json_out: bool = False) -> None:
+def choose_device(device: str, role: str, json_out: bool = False, *, say: bool = True) -> None:
     """Make ``device`` this command's (mint.hardware.select_device: MINT_DEVICE, read by mint.hardware.detect) and,
-    unless --json or --quiet, say on stderr where it will train and decode, and at what precision (``role``:
-    train, decode or both). CUDA asked for where there is none is exit 2, before anything runs. Outside a project
-    it says nothing: the command is refused there (exit 2) before it would run anything."""
-    from mint.hardware import device_line, select_device, training_device
+    unless --json or --quiet (or ``say`` is False: the command says it later, ``say_device``), say on stderr where
+    it will train and decode, and at what precision (``role``: train, decode or both). CUDA asked for where there
+    is none is exit 2, before anything runs. Outside a project it says nothing: the command is refused there
+    (exit 2) before it would run anything."""
+    from mint.hardware import requested_device, select_device, training_device
 
     select_device(device)
+    if requested_device() == "cuda":     # only then is torch worth importing before the command's own checks
+        training_device()
+    if say:
+        say_device(role, json_out)
+
+
+def say_device(role: str, json_out: bool = False) -> None:
+    """The device line of ``choose_device``, for a command that says it once its own checks have passed (a mistake
+    is answered before torch is imported)."""
+    from mint.hardware import device_line, training_device
+
     training_device()
     if not json_out and not quiet() and in_project():
         err.print(device_line(role), highlight=False, markup=False)

@@ -10,7 +10,19 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, counted, err, out, print_json, quiet_transformers, ws
+from mint.cli.common import (
+    DEVICE_OPT,
+    JSON_OPT,
+    app,
+    choose_device,
+    counted,
+    err,
+    out,
+    print_json,
+    quiet_transformers,
+    say_device,
+    ws,
+)
 
 
 @app.command("train")
@@ -43,7 +55,7 @@ def train_command(
     from mint.project import load_project
     from mint.train.kinds import preview_training, train_specialist
 
-    choose_device(device, "train", json_out)
+    choose_device(device, "train", json_out, say=False)    # said once the request's checks have passed
     project = load_project()
     if dry_run:
         from dataclasses import asdict, is_dataclass
@@ -51,6 +63,7 @@ def train_command(
         preview = preview_training(ws(writes=True), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
                                    config=config, sets=sets, resume=resume, num_processes=num_processes,
                                    accelerate_config=accelerate_config, env=env)
+        say_device("train", json_out)
         settings, examples = preview.settings, preview.examples
         plain = asdict(settings) if is_dataclass(settings) and not isinstance(settings, type) else settings
         if json_out:
@@ -67,10 +80,18 @@ def train_command(
         out.print("(--json prints the whole plan, with the hardware probe's figures)")
         return
     display = TrainDisplay(live=err.is_terminal and not json_out)
+    started: list[bool] = []
+
+    def progress(step: int, total: int, logs: dict) -> None:
+        if not started:            # the run's first word comes after its checks: then where it trains
+            started.append(True)
+            say_device("train", json_out)
+        display.update(step, total, logs)
+
     with display.bar:
         result = train_specialist(ws(writes=True), project, specialist, data=data, method=method, from_ref=from_ref, base=base,
                                   config=config, sets=sets, resume=resume, num_processes=num_processes,
-                                  accelerate_config=accelerate_config, env=env, progress=display.update)
+                                  accelerate_config=accelerate_config, env=env, progress=progress)
     if json_out:
         return print_json(result)
     for warning in result.warnings:
