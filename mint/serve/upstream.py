@@ -84,11 +84,12 @@ class UpstreamClient:
     ``unload_adapter``), coroutines for the app's event loop (``complete``, ``stream``) between ``open`` and
     ``close``."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, *, connect_s: float | None = None) -> None:
         import httpx
 
         self.upstream = upstream
-        self._http = httpx.Client(timeout=upstream.timeout_s)
+        # ``connect_s``: a shorter wait to connect than for an answer (a host that is down fails in seconds)
+        self._http = httpx.Client(timeout=httpx.Timeout(upstream.timeout_s, connect=connect_s or upstream.timeout_s))
         self._async = None
 
     # --- the poller's side ------------------------------------------------------------------
@@ -125,6 +126,17 @@ class UpstreamClient:
         except (httpx.HTTPError, ValueError):
             return None
         return said if isinstance(said, dict) else None
+
+    def version(self) -> str | None:
+        """What the upstream's /version says (vLLM: ``{"version": "0.9.1"}``); None when it says nothing readable."""
+        import httpx
+
+        try:
+            reply = self._http.get(f"{self.upstream.api.removesuffix('/v1')}/version", headers=self.upstream.headers())
+            said = reply.json().get("version") if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return said if isinstance(said, str) else None
 
     def load_adapter(self, name: str, path: str) -> None:
         """Load the adapter at ``path`` (on the upstream's filesystem) as ``name``; one already loaded is fine."""
