@@ -27,7 +27,7 @@ class FakeEngine:
 
         from mint.serve.server import start_background
 
-        self.base, self.refuse_load, self.fail_after = "tiny-random", None, None
+        self.base, self.version, self.refuse_load, self.fail_after = "tiny-random", "0.0.fake", None, None
         self.loaded, self.loads, self.unloads, self.asked = {}, [], [], []
         app = FastAPI()
 
@@ -39,7 +39,7 @@ class FakeEngine:
 
         @app.get("/version")
         async def version():
-            return {"version": "0.0.fake"}
+            return {"version": self.version}
 
         @app.get("/health")
         async def health():
@@ -92,7 +92,7 @@ def server():
 
 @pytest.fixture
 def engine(server):
-    server.base, server.refuse_load, server.fail_after = "tiny-random", None, None
+    server.base, server.version, server.refuse_load, server.fail_after = "tiny-random", "0.0.fake", None, None
     for kept in (server.loaded, server.loads, server.unloads, server.asked):
         kept.clear()
     return server
@@ -159,6 +159,15 @@ def test_a_baseline_decoded_by_mints_engine_is_decoded_again_on_the_served_engin
     # and the other way: the served baseline is not the local candidate's
     again = evaluate(ws, candidate("genui").ref, ui_contract, engine="local")
     assert again.report.baseline.report == local.report.id
+
+
+def test_answers_decoded_by_another_version_of_the_server_are_decoded_again(ws, candidate, ui_contract, engine):
+    first = evaluate(ws, candidate("genui").ref, ui_contract, engine=engine.url)
+    assert [model for model, _messages in engine.asked].count("tiny-random") == 3
+    engine.version = "0.0.next"
+    second = evaluate(ws, candidate("genui").ref, ui_contract, engine=engine.url)
+    assert second.baseline_evaluated and second.report.baseline.report != first.report.baseline.report
+    assert [model for model, _messages in engine.asked].count("tiny-random") == 6
 
 
 def test_a_server_whose_base_differs_is_refused_before_anything_is_decoded(ws, candidate, ui_contract, engine, capsys):
