@@ -210,3 +210,10 @@ def test_a_server_error_mid_evaluation_registers_nothing_and_names_the_request(w
     assert engine.url in err and "suite core example" in err and "CUDA out of memory" in err
     assert registered(ws, revision) == [] and not list(ws.reports.rglob("report.json"))
     assert engine.unloads == engine.loads == [f"genui-v1-{revision.id[:12]}"]
+
+
+def test_an_engine_that_is_neither_local_nor_a_url_is_exit_2_naming_the_option(ws, candidate, ui_contract, capsys):
+    revision = candidate("genui")
+    assert main(["eval", revision.ref, "--contract", str(ui_contract), "--engine", "vllm"]) == 2
+    assert "--engine: expected `local` or an http(s) URL" in capsys.readouterr().err
+    assert registered(ws, revision) == []
