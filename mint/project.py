@@ -19,7 +19,9 @@ from mint.yamlfile import check_keys, check_number, check_string, load_yaml
 
 PROJECT_FILE = "mint.yaml"
 CONFIG_ENV = "MINT_CONFIG"          # the project file, when it is not ./mint.yaml (`mint --config FILE`)
-PROJECT_KEYS = ("base", "fallback", "specialists", "monitor", "traffic", "tracking")
+PROJECT_KEYS = ("base", "fallback", "specialists", "monitor", "traffic", "tracking", "engine")
+ENGINE_KEYS = ("url", "api_key_env", "timeout_s")
+LOCAL_ENGINE = "local"             # mint's own engine (mint.generation), the default
 TRAFFIC_KEYS = ("heldout",)
 TRAINING_KEYS = {"lora", "trl", "rewards", "examples"}   # the blocks of `mint train --train-config FILE`
 GENERATOR, ROUTER_KIND = "generator", "router"
@@ -43,6 +45,20 @@ class SpecialistEntry:
 
 
 @dataclass(frozen=True)
+class ServedEngine:
+    """``engine: {url, api_key_env, timeout_s}``: an OpenAI-compatible server that loads LoRA adapters at runtime
+    (vLLM), where contracts are decoded instead of mint's own engine. ``at``: where it was named (file, line)."""
+    url: str
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    at: tuple = (None, None)
+
+    @property
+    def field(self) -> str:
+        return "engine.url" if self.at[0] else "--engine"
+
+
+@dataclass(frozen=True)
 class Project:
     base: str
     specialists: tuple[SpecialistEntry, ...]
@@ -56,6 +72,7 @@ class Project:
     traffic_heldout: float | None = None
     traffic_at: tuple = (None, None, "traffic.heldout")
     tracking: Tracking = Tracking()   # `tracking:`: MLflow and TensorBoard (mint.tracking); off without it
+    engine: ServedEngine | None = None   # `engine:` where contracts are decoded (None: `local`, mint's own)
 
     @property
     def fallback(self) -> str:
@@ -253,7 +270,24 @@ def load_project(path: Path | None = None) -> Project:
     return Project(base=base, specialists=tuple(specialists), path=path, monitor=tuple(monitor.items()),
                    router=router, router_description=router_description, fallback_name=fallback,
                    traffic_heldout=heldout, traffic_at=(str(path), doc.line("traffic.heldout"), "traffic.heldout"),
-                   tracking=_tracking(doc, data.get("tracking")))
+                   tracking=_tracking(doc, data.get("tracking")), engine=_engine(doc, data.get("engine", LOCAL_ENGINE)))
+
+
+def _engine(doc, value) -> ServedEngine | None:
+    """mint.yaml's ``engine: local`` (None) or ``{url: http://HOST:PORT/v1, api_key_env: NAME, timeout_s: S}``."""
+    if value == LOCAL_ENGINE:
+        return None
+    if not isinstance(value, dict):
+        raise doc.error("engine", f"expected `{LOCAL_ENGINE}` or a mapping with `url` (an OpenAI-compatible server)")
+    block = check_keys(doc, value, "engine", ENGINE_KEYS)
+    url = check_string(doc, block.get("url"), "engine.url")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise doc.error("engine.url", f"{url!r} is not an http(s) URL")
+    key = block.get("api_key_env")
+    if key is not None:
+        check_string(doc, key, "engine.api_key_env")
+    timeout = float(check_number(doc, block.get("timeout_s", 60.0), "engine.timeout_s", minimum=0, exclusive=True))
+    return ServedEngine(url, key, timeout, at=(str(doc.path), doc.line("engine.url")))
 
 
 def _tracking(doc, block) -> Tracking:

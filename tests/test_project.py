@@ -18,12 +18,26 @@ def test_init_project_round_trips_the_defaults(tmp_path):
     ("base: x\nspecialists:\n  Bad/Name: {}\n", "mint.yaml:3: specialists.Bad/Name: a specialist name"),
     ("base: x\nspecialists: {a: {keywords: [b]}\n", "mint.yaml:3: invalid YAML"),
     ("bases: x\n", "mint.yaml:1: bases: unknown key"),
+    ("base: x\nspecialists: {a: {}}\nengine: vllm\n", "mint.yaml:3: engine: expected `local` or a mapping"),
+    ("base: x\nspecialists: {a: {}}\nengine:\n  url: localhost:8000\n",
+     "mint.yaml:4: engine.url: 'localhost:8000' is not an http(s) URL"),
+    ("base: x\nspecialists: {a: {}}\nengine: {url: 'http://h:1/v1', timeout_s: 0}\n",
+     "mint.yaml:3: engine.timeout_s: must be greater than 0"),
 ])
 def test_bad_project_files_name_file_line_and_field(tmp_path, text, where):
     (tmp_path / "mint.yaml").write_text(text)
     with pytest.raises(BadInput) as info:
         load_project(tmp_path / "mint.yaml")
     assert str(info.value).startswith(str(tmp_path / where.split(":")[0]) + ":" + where.split(":", 1)[1])
+
+
+def test_the_engine_is_local_by_default_or_the_server_mint_yaml_names(tmp_path):
+    (tmp_path / "mint.yaml").write_text("base: x\nspecialists: {a: {}}\n")
+    assert load_project(tmp_path / "mint.yaml").engine is None
+    (tmp_path / "mint.yaml").write_text("base: x\nspecialists: {a: {}}\n"
+                                        "engine: {url: 'http://gpu-1:8000/v1', api_key_env: VLLM_KEY}\n")
+    engine = load_project(tmp_path / "mint.yaml").engine
+    assert (engine.url, engine.api_key_env, engine.timeout_s) == ("http://gpu-1:8000/v1", "VLLM_KEY", 60.0)
 
 
 def test_yaml_tags_are_refused(tmp_path):

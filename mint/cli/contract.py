@@ -94,6 +94,10 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
                      False, "--stop-when-decided", help="Decode the suites a gain is asked on first, and nothing "
                      "more for a revision that failed a gate there (its verdict is fail whatever the rest shows)."),
                  device: str = DEVICE_OPT,
+                 engine: Optional[str] = typer.Option(
+                     None, "--engine", help="Where answers are decoded: `local` (mint's engine) or the URL of an "
+                     "OpenAI-compatible server that loads LoRA adapters at runtime, such as vLLM (default: mint.yaml's "
+                     "`engine`, else local)."),
                  json_out: bool = JSON_OPT) -> None:
     """Evaluate REF under a contract: generate, score, gate against the champion (the bare base before there is
     one), paired by example with 95% intervals. Several REFs (and any baseline without a report) decode as one
@@ -119,12 +123,12 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
             err.print(f"evaluating {' '.join(refs) or 'base'} under {contract} ...", highlight=False, markup=False)
         if len(refs) > 1:
             results = evaluate_many(workspace, refs, contract, limit=limit, base=base, progress=bars.update,
-                                    reuse=not no_reuse, stop_when_decided=stop_when_decided)
+                                    reuse=not no_reuse, stop_when_decided=stop_when_decided, engine=engine)
         else:
             results = [evaluate(workspace, refs[0] if refs else None, contract, out_dir=out_dir, limit=limit,
                                 predictions=predictions, base=base, progress=bars.update,
                                 baseline_predictions=baseline_predictions, reuse=not no_reuse,
-                                stop_when_decided=stop_when_decided)]
+                                stop_when_decided=stop_when_decided, engine=engine)]
     shown = [{**r.report.to_dict(), "report_path": r.report_path, "predictions_path": r.predictions_path}
              for r in results]
     if json_out:
@@ -137,10 +141,14 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
 
 
 def _render_report(result) -> None:
+    from mint.contract.served import engine_text
+
     report = result.report
     out.print(report_table(report))
     out.print(f"baseline: {escape(baseline_description(report))}"
               "; deltas are paired by example with 95% intervals (see the report's `statistics`)")
+    if report.source == "generated":
+        out.print(f"engine: {escape(engine_text(report))}", highlight=False)
     if report.precision:
         out.print(f"precision: {report.precision['used']}, candidate and baseline alike "
                   f"({escape(report.precision['reason'])})")

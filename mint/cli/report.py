@@ -82,6 +82,7 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
       mint report show genui:v1
     """
     from mint.cli.common import baseline_description, report_table
+    from mint.contract.served import engine_text
     from mint.reports import load_report
 
     report = load_report(ws(), ref)
@@ -90,6 +91,7 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
     out.print(report_table(report))
     out.print(f"verdict: {escape(report.verdict)}  baseline: {escape(baseline_description(report))}  "
               f"source: {escape(report.source)}")
+    out.print(f"engine: {escape(engine_text(report))}", highlight=False)
     out.print(f"report: {escape(str(report.path))}")
 
 

@@ -26,6 +26,7 @@ from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
 from mint.contract.precision import DecodingPrecision, decoding_precision, report_precision
 from mint.contract.schema import Contract, load_contract
+from mint.contract.served import open_engine, report_engine, resolve_engine
 from mint.errors import BadInput, Refused
 from mint.registry import queries
 from mint.registry.artifacts import load_revision
@@ -79,14 +80,15 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
              limit: int | None = None, predictions: Path | None = None, base: str | None = None,
              progress: EvalProgress | None = None, baseline_predictions: Path | None = None,
-             reuse: bool = True, stop_when_decided: bool = False) -> EvalResult:
+             reuse: bool = True, stop_when_decided: bool = False, engine: str | None = None) -> EvalResult:
     """Measure ``ref`` (a revision, ``base``, or outputs from ``predictions``) and gate it against its baseline:
     the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion.
 
     An answer a registered report of the same subject holds for the same prompt, decoding settings, precision and
     base is taken from it (``reuse`` False: every answer decoded again). With ``predictions`` nothing is generated: the baseline is ``baseline_predictions`` scored the same way,
     else the champion's registered report on the same examples, else none (gates that compare with a
-    baseline then fail, saying so). ``stop_when_decided``: see ``evaluate_many``."""
+    baseline then fail, saying so). ``stop_when_decided``: see ``evaluate_many``. ``engine``: where answers are
+    decoded, ``local`` or a server's URL (default: mint.yaml's ``engine``; mint.contract.served)."""
     if baseline_predictions is not None and predictions is None:
         raise BadInput("a baseline's predictions are scored only beside --predictions", field="--baseline-predictions")
     if limit is not None and limit < 1:
@@ -103,13 +105,13 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
         return _evaluate_predictions(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions,
                                      base=base, baseline_predictions=baseline_predictions)
     return _evaluate_generated(ws, [ref], contract, out_dir=out_dir, limit=limit, base=base, progress=progress,
-                               reuse=reuse, stop_when_decided=stop_when_decided)[0]
+                               reuse=reuse, stop_when_decided=stop_when_decided, engine=engine)[0]
 
 
 def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit: int | None = None,
                   base: str | None = None, progress: EvalProgress | None = None,
                   measure_on: dict[str, tuple[tuple[str, ...], str]] | None = None,
-                  reuse: bool = True, stop_when_decided: bool = False) -> list[EvalResult]:
+                  reuse: bool = True, stop_when_decided: bool = False, engine: str | None = None) -> list[EvalResult]:
     """Measure every revision of ``refs`` (or ``base``) under one contract, decoded as one mixed-adapter stream;
     each gets the report it gets evaluated alone (see ``evaluate``), in the order given. ``measure_on[ref]``:
     (the suites it is decoded on, why): a control that answers one question needs no other suite, and its
@@ -130,7 +132,8 @@ def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit:
             raise BadInput(f"{ref}: measure_on names {', '.join(unknown) or 'no suite'} of contract {contract.name}",
                            field="measure_on")
     return _evaluate_generated(ws, list(refs), contract, out_dir=None, limit=limit, base=base, progress=progress,
-                               measure_on=measure_on or {}, reuse=reuse, stop_when_decided=stop_when_decided)
+                               measure_on=measure_on or {}, reuse=reuse, stop_when_decided=stop_when_decided,
+                               engine=engine)
 
 
 BASE = "base"     # the bare base's key among the subjects a stream decodes
@@ -157,7 +160,7 @@ def _subject(ws: Workspace, ref: str, contract: Contract) -> Subject:
 
 def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, out_dir, limit, base,
                         progress, measure_on: dict | None = None, reuse: bool = True,
-                        stop_when_decided: bool = False) -> list[EvalResult]:
+                        stop_when_decided: bool = False, engine: str | None = None) -> list[EvalResult]:
     """Decode ``refs`` and every baseline they need that has no report yet in one stream, then write and register
     the reports, each baseline's before the reports compared with it. Answers a registered report of the same
     subject already holds for the same prompt, decoding settings, precision and base are taken from it, not
@@ -179,28 +182,49 @@ def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, o
     base_name = base_names.pop()
     suites, live_suites = read_suites(ws, contract, limit)
     loaded: dict = {}
+    # a served engine is asked first: one that does not answer, or serves another base, is refused before anything
+    served = open_engine(resolve_engine(engine), base_name)
+    try:
+        return _evaluate_on(ws, refs, contract, candidates, base_name, suites, live_suites, loaded, served, started,
+                            out_dir=out_dir, progress=progress, measure_on=measure_on, reuse=reuse,
+                            stop_when_decided=stop_when_decided)
+    finally:
+        if served is not None:
+            served.close()
+
+
+def _evaluate_on(ws: Workspace, refs: list[str], contract: Contract, candidates: list[Subject], base_name: str,
+                 suites, live_suites, loaded: dict, served, started: float, *, out_dir, progress, measure_on,
+                 reuse: bool, stop_when_decided: bool) -> list[EvalResult]:
+    """``_evaluate_generated`` once the engine is chosen: ``served`` (a ServedEngineSession), or None for mint's."""
     revision = next((c.revision for c in candidates if c.revision is not None and c.revision.base_fingerprint), None)
-    precision = _precision(ws, contract, base_name, revision, suites, loaded)
+    precision = served.precision(contract) if served is not None else \
+        _precision(ws, contract, base_name, revision, suites, loaded)
     fingerprint = _base_fingerprint(base_name, loaded)
-    order, baseline_of, known = _plan(ws, contract, candidates, examples_digest(suites), fingerprint, precision)
+    engine = served.identity if served is not None else None
+    order, baseline_of, known = _plan(ws, contract, candidates, examples_digest(suites), fingerprint, precision,
+                                      engine)
+    if served is not None:      # every candidate loaded (or refused) before any answer is decoded
+        served.prepare(order)
     restricted = {subject.key: measure_on[ref] for ref, subject in zip(refs, candidates) if ref in (measure_on or {})}
     own_suites = {subject.key: [(suite, records) for suite, records in suites
                                 if subject.key not in restricted or suite.name in restricted[subject.key][0]]
                   for subject in order}
-    reusable = _reusable(ws, contract, order, precision.used, fingerprint) if reuse else None
+    reusable = _reusable(ws, contract, order, precision.used, fingerprint, engine) if reuse else None
     first = set(deciding_suites(contract)) if stop_when_decided else set()
     decided: dict[str, tuple[tuple[str, ...], str]] = {}
     decoded: dict[str, tuple[dict, dict, dict, dict]] = {}
     if first:       # the deciding suites first; a candidate that failed there is decoded on nothing more
         decoded = _decode_suites(contract, suites, order, base_name, progress, loaded, precision, reusable,
-                                 {k: {suite.name for suite, _ in v if suite.name in first} for k, v in own_suites.items()})
+                                 {k: {suite.name for suite, _ in v if suite.name in first} for k, v in own_suites.items()},
+                                 served)
         decided = _decided(contract, order, candidates, baseline_of, known, own_suites, decoded, first,
                            exempt=set(restricted))
         for key, (names, _why) in decided.items():
             own_suites[key] = [(suite, records) for suite, records in own_suites[key] if suite.name in names]
     rest = {k: {suite.name for suite, _ in v if suite.name not in first} for k, v in own_suites.items()}
     for key, more in _decode_suites(contract, suites, order, base_name, progress, loaded, precision, reusable,
-                                    rest).items():
+                                    rest, served).items():
         decoded[key] = _merged(decoded[key], more) if key in decoded else more
     restricted.update(decided)
     results: dict[str, EvalResult] = {}
@@ -239,11 +263,15 @@ def deciding_suites(contract: Contract) -> tuple[str, ...]:
 
 
 def _decode_suites(contract, suites, order: list[Subject], base_name, progress, loaded, precision, reusable,
-                   wanted: dict[str, set[str]]) -> dict:
-    """``_decode`` of the subjects that want some suite, each on the suites ``wanted`` names."""
+                   wanted: dict[str, set[str]], served=None) -> dict:
+    """``_decode`` of the subjects that want some suite, each on the suites ``wanted`` names (on ``served``, a
+    ServedEngineSession, where it is given)."""
     subjects = [subject for subject in order if wanted.get(subject.key)]
     if not subjects:
         return {}
+    if served is not None:
+        return served.decode(contract, suites, subjects, progress, precision, _base_fingerprint(base_name, loaded),
+                             reuse=reusable, own_suites={subject.key: wanted[subject.key] for subject in subjects})
     return _decode(contract, suites, subjects, base_name, progress, loaded, precision, reuse=reusable,
                    own_suites={subject.key: wanted[subject.key] for subject in subjects})
 
@@ -298,9 +326,9 @@ def _decided(contract: Contract, order: list[Subject], candidates: list[Subject]
 
 
 def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples_sha256: str, fingerprint: str,
-          precision) -> tuple[list[Subject], dict[str, str], dict[str, "Baseline"]]:
+          precision, engine: dict | None = None) -> tuple[list[Subject], dict[str, str], dict[str, "Baseline"]]:
     """What to decode: the candidates, and each baseline they need with no registered report on these examples
-    at this precision (a candidate's is the champion, or the bare base when there is none or it is the champion;
+    at this precision on this engine (a candidate's is the champion, or the bare base when there is none or it is the champion;
     a champion decoded as a baseline is measured alone, without a baseline of its own). (Subjects in dependency order, each one's
     baseline key (none for the base), the baselines found registered.)"""
     champion_id = _champion(ws, contract)
@@ -314,7 +342,8 @@ def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples
             return
         if key not in requested:
             owner = base_report_owner(fingerprint) if key == BASE else key
-            found = queries.find_report(ws, owner, _identity(contract), examples_sha256, where=_at(precision))
+            found = queries.find_report(ws, owner, _identity(contract), examples_sha256,
+                                        where=_decoded_alike(precision, engine))
             if found is not None:
                 known[key] = _load_baseline(ws, found)
                 return
@@ -602,9 +631,10 @@ def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPre
                               lambda: evaluation_conversations(harness, suites))
 
 
-def _at(precision: DecodingPrecision):
-    """Whether a registered report was generated at ``precision`` (a baseline at another one is not reused)."""
-    return lambda report: report_precision(report) == precision.used
+def _decoded_alike(precision: DecodingPrecision, engine: dict | None):
+    """Whether a registered report was generated at ``precision`` on ``engine`` (None: mint's own): a baseline
+    decoded otherwise is not reused, it is decoded again like its candidate."""
+    return lambda report: report_precision(report) == precision.used and report_engine(report) == engine
 
 
 def _base_dir(ws: Workspace, contract: Contract, fingerprint: str, examples_sha256: str, precision: str) -> Path:
@@ -646,15 +676,17 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
 DECODER_VERSION = 1
 
 
-def decoding_identity(contract: Contract, precision_used: str, fingerprint: str) -> str:
+def decoding_identity(contract: Contract, precision_used: str, fingerprint: str, engine: dict | None = None) -> str:
     """Everything besides the prompt's tokens that decides what a subject answers: the engine, the harness (its
     answer ends), the decoding settings (not batch_size: a row's answer never depends on the rows beside it),
-    the precision and the base. Two evaluations with the same identity give one prompt the same answer."""
+    the precision and the base. Two evaluations with the same identity give one prompt the same answer.
+    ``engine``: a served engine's identity (mint.contract.served); mint's own adds nothing, so the answers its
+    reports hold keep their identity."""
     s = contract.settings
     fields = {"decoder": DECODER_VERSION, "harness": contract.harness_name, "max_new_tokens": s.max_new_tokens,
               "temperature": s.temperature, "top_p": s.top_p, "samples": s.samples,
               "stop_at_answer_end": s.stop_at_answer_end, "prompt_lookup": s.prompt_lookup,
-              "precision": precision_used, "base": fingerprint}
+              "precision": precision_used, "base": fingerprint, **({"engine": engine} if engine else {})}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -665,10 +697,10 @@ def prompt_digest(ids: list[int], seed: int | None) -> str:
 
 
 def _reusable(ws: Workspace, contract: Contract, subjects: list[Subject], precision_used: str,
-              fingerprint: str) -> dict[str, dict[str, dict]]:
+              fingerprint: str, engine: dict | None = None) -> dict[str, dict[str, dict]]:
     """Per subject, the answers its registered reports hold for prompts decoded with this identity, by prompt
     digest (newest report first); a report whose predictions changed since it was registered is passed over."""
-    identity = decoding_identity(contract, precision_used, fingerprint)
+    identity = decoding_identity(contract, precision_used, fingerprint, engine)
     found: dict[str, dict[str, dict]] = {}
     for subject in subjects:
         rows: dict[str, dict] = {}
@@ -771,41 +803,59 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
         result = results.get(subject.key)
         fresh = dict(zip(wanted[subject.key], zip(result.outputs, result.latencies_ms, result.row_tokens))) \
             if result is not None else {}
-        names = [suite.name for suite, _ in suites if suite.name in own[subject.key]]
-        outputs: dict[str, list] = {name: [] for name in names}
-        latencies: dict[str, list] = {name: [] for name in names}
-        prompts: dict[str, list] = {name: [] for name in names}
-        tokens = {name: 0 for name in names}
-        reused: dict[str, set] = {name: set() for name in names}
-        reused_rows = {name: 0 for name in names}
-        for c, (suite, _index) in enumerate(owners):
-            if suite.name not in own[subject.key]:
-                continue
-            if c in fresh:
-                output, latency, count = fresh[c]
-                tokens[suite.name] += count
-            else:
-                row = reuse[subject.key][digests[c]]
-                output, latency = row["outputs"], row.get("latency_ms")
-                reused[suite.name].add(row["report"])
-                reused_rows[suite.name] += 1
-            outputs[suite.name].append(output)
-            latencies[suite.name].append(latency)
-            prompts[suite.name].append(digests[c])
+        answers = gather_answers(suites, owners, own[subject.key], fresh, reuse.get(subject.key, {}), digests)
         # precision used and why (the contract's, resolved once per host: see the report's `precision`), tokens/s
         # of the whole stream and who else it decoded; answers taken from earlier reports instead of decoded
         generation = {name: {"precision": precision.used if result is None else result.precision,
                              "reason": precision.reason if result is None else result.precision_reason,
-                             "new_tokens": tokens[name],
+                             "new_tokens": answers.tokens[name],
                              "tokens_per_s": round(result.tokens_per_s, 2) if result is not None else None,
                              "threads": {"value": threads.value, "reason": threads.reason},
-                             "decoding": identity,
-                             **({"reused": reused_rows[name], "reused_from": sorted(reused[name])}
-                                if reused_rows[name] else {}),
+                             "engine": {"kind": "local"}, "decoding": identity,
+                             **answers.reuse_facts(name),
                              **({"stream": [s.label for s in decoding]} if len(decoding) > 1 else {})}
-                      for name in names}
-        decoded[subject.key] = (outputs, latencies, generation, prompts)
+                      for name in answers.outputs}
+        decoded[subject.key] = (answers.outputs, answers.latencies, generation, answers.prompts)
     return decoded
+
+
+@dataclass
+class Answers:
+    """One subject's answers per suite, decoded now or taken from earlier reports, in the suites' order."""
+    outputs: dict[str, list]
+    latencies: dict[str, list]
+    prompts: dict[str, list]        # each answer's prompt digest
+    tokens: dict[str, int]          # tokens decoded now
+    reused: dict[str, int]          # answers taken from earlier reports ...
+    reused_from: dict[str, set]     # ... and which
+
+    def reuse_facts(self, name: str) -> dict:
+        return {"reused": self.reused[name], "reused_from": sorted(self.reused_from[name])} if self.reused[name] else {}
+
+
+def gather_answers(suites, owners: list, own: set[str], fresh: dict[int, tuple], reuse: dict[str, dict],
+                   digests: list[str]) -> Answers:
+    """A subject's answers on the suites ``own`` names: conversation ``c``'s from ``fresh[c]`` (outputs, latency,
+    tokens) where it was decoded now, else the earlier report's row ``reuse`` holds for its prompt digest."""
+    names = [suite.name for suite, _ in suites if suite.name in own]
+    answers = Answers(outputs={name: [] for name in names}, latencies={name: [] for name in names},
+                      prompts={name: [] for name in names}, tokens={name: 0 for name in names},
+                      reused={name: 0 for name in names}, reused_from={name: set() for name in names})
+    for c, (suite, _index) in enumerate(owners):
+        if suite.name not in own:
+            continue
+        if c in fresh:
+            output, latency, count = fresh[c]
+            answers.tokens[suite.name] += count
+        else:
+            row = reuse[digests[c]]
+            output, latency = row["outputs"], row.get("latency_ms")
+            answers.reused_from[suite.name].add(row["report"])
+            answers.reused[suite.name] += 1
+        answers.outputs[suite.name].append(output)
+        answers.latencies[suite.name].append(latency)
+        answers.prompts[suite.name].append(digests[c])
+    return answers
 
 
 def _responses(harness, loaded, subjects: list[Subject], suites) -> dict | None:

@@ -210,6 +210,11 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     with LoopLock(ws):
         if recipe.description:
             emit({"event": "note", "message": recipe.description})
+        if context.project.engine is not None:
+            emit({"event": "note", "message": f"mint.yaml names the engine at {context.project.engine.url}: "
+                                              "`mint eval` decodes there; the loop decodes every answer of a "
+                                              "generation on mint's own engine, so its comparisons stay like with "
+                                              "like"})
         state = LoopState(ws, recipe)
         start = context.state_key()
         if not resume and state.last_run.get("finished") and state.last_run.get("end") == start:

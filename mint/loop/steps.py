@@ -28,6 +28,10 @@ def content_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# the loop decodes every answer of a generation (experience, evaluation, controls, earlier suites again) on mint's
+# own engine, so its comparisons are like with like; mint.yaml's served `engine` applies to `mint eval`
+LOOP_ENGINE = "local"
+
 class LoopContext:
     """What the steps of one iteration hand each other (candidates, reports, decisions), and the workspace
     facts their keys read (the dataset's newest version, the champions)."""
@@ -432,7 +436,8 @@ class Eval(StepKind):
         # gate it must gain on failed), and a failed candidate gets no backward transfer (it feeds the promotion
         # guard)
         result = evaluate_many(context.ws, [candidate.revision], contract_path, limit=step.options.get("limit"),
-                               stop_when_decided=not complete, progress=labelled(context.progress, "decoding "))[0]
+                               stop_when_decided=not complete, progress=labelled(context.progress, "decoding "),
+                               engine=LOOP_ENGINE)[0]
         report = result.report
         transfer = backward_transfer(context.ws, contract, candidate.revision, Path(result.report_path),
                                      base=context.base,
@@ -498,7 +503,7 @@ class Controls(StepKind):
                                       f"difference on {primary.metric}") for c in controls} if primary else None
         measured = evaluate_many(context.ws, [c.trained.ref for c in controls], contract_path,
                                  limit=step.options.get("limit"), measure_on=measure_on,
-                                 progress=labelled(context.progress, "decoding "))
+                                 progress=labelled(context.progress, "decoding "), engine=LOOP_ENGINE)
         return dataclasses.replace(evaluation, twin=judge_controls(context.ws, controls,
                                                                    [m.report_path for m in measured], evaluation))
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from mint.errors import BadInput, MintError
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_UPSTREAM_TIMEOUT_S = 60.0
 
@@ -84,11 +87,12 @@ class UpstreamClient:
     ``unload_adapter``), coroutines for the app's event loop (``complete``, ``stream``) between ``open`` and
     ``close``."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, *, connect_s: float | None = None) -> None:
         import httpx
 
         self.upstream = upstream
-        self._http = httpx.Client(timeout=upstream.timeout_s)
+        # ``connect_s``: a shorter wait to connect than for an answer (a host that is down fails in seconds)
+        self._http = httpx.Client(timeout=httpx.Timeout(upstream.timeout_s, connect=connect_s or upstream.timeout_s))
         self._async: httpx.AsyncClient | None = None
 
     # --- the poller's side ------------------------------------------------------------------
@@ -126,6 +130,17 @@ class UpstreamClient:
             return None
         return said if isinstance(said, dict) else None
 
+    def version(self) -> str | None:
+        """What the upstream's /version says (vLLM: ``{"version": "0.9.1"}``); None when it says nothing readable."""
+        import httpx
+
+        try:
+            reply = self._http.get(f"{self.upstream.api.removesuffix('/v1')}/version", headers=self.upstream.headers())
+            said = reply.json().get("version") if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return said if isinstance(said, str) else None
+
     def load_adapter(self, name: str, path: str) -> None:
         """Load the adapter at ``path`` (on the upstream's filesystem) as ``name``; one already loaded is fine."""
         reply = self._call("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": path})
@@ -150,6 +165,12 @@ class UpstreamClient:
 
         self._async = httpx.AsyncClient(timeout=httpx.Timeout(self.upstream.timeout_s))
 
+    def _opened(self) -> httpx.AsyncClient:
+        """The event loop's client; ``open`` makes it (a call before it is a bug in the caller, said as such)."""
+        if self._async is None:
+            raise RuntimeError("UpstreamClient.open() was not awaited before its first request")
+        return self._async
+
     async def aclose(self) -> None:
         if self._async is not None:
             await self._async.aclose()
@@ -161,7 +182,7 @@ class UpstreamClient:
 
         url = f"{self.upstream.api}/chat/completions"
         try:
-            reply = await asyncio.wait_for(self._async.post(url, json={**body, "stream": False},
+            reply = await asyncio.wait_for(self._opened().post(url, json={**body, "stream": False},
                                                             headers=self.upstream.headers()),
                                            self.upstream.timeout_s)
         except (asyncio.TimeoutError, httpx.TimeoutException):
@@ -187,11 +208,11 @@ class UpstreamClient:
 
         url = f"{self.upstream.api}/chat/completions"
         # the usage comes in a last chunk of its own, only when asked for
-        outgoing = self._async.build_request("POST", url, json={**body, "stream": True,
+        outgoing = self._opened().build_request("POST", url, json={**body, "stream": True,
                                                                 "stream_options": {"include_usage": True}},
                                              headers=self.upstream.headers())
         try:
-            reply = await asyncio.wait_for(self._async.send(outgoing, stream=True), self.upstream.timeout_s)
+            reply = await asyncio.wait_for(self._opened().send(outgoing, stream=True), self.upstream.timeout_s)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             raise UpstreamError(f"{url} did not answer within {self.upstream.timeout_s:g} s", 504) from None
         except httpx.HTTPError as exc:

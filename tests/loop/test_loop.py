@@ -235,3 +235,19 @@ def test_the_summary_says_how_long_each_step_that_ran_took(ws, tmp_path, capsys)
     assert "time: " in out and "step(s) that ran" in out
     for label in ("ingest", "train genui", "eval genui", "promote genui"):
         assert label in out.split("time: ", 1)[1]
+
+
+def test_a_project_that_names_a_served_engine_still_loops_on_mints_engine_and_says_so(ws, tmp_path, capsys):
+    """mint.yaml's served `engine` is `mint eval`'s: the loop decodes every answer of a generation on mint's own
+    engine (nothing listens at the URL here, so an evaluation sent there would be refused, exit 2)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "mint.yaml").write_text(f"base: tiny-random\nspecialists: {{genui: {{keywords: [card]}}}}\n"
+                                        f"engine: {{url: 'http://127.0.0.1:{port}/v1'}}\n")
+    assert main(["loop", str(recipe(tmp_path, iterations=1))]) == 0
+    said = capsys.readouterr().err
+    assert f"mint.yaml names the engine at http://127.0.0.1:{port}/v1" in said and "mint's own engine" in said
+    assert champion(ws) == "genui:v1"

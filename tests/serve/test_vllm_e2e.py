@@ -408,6 +408,36 @@ def test_with_a_trained_router_champion_the_gateway_routes_on_its_probe_and_forw
             served.vllm.answer(champion, upstream_messages(user(text)), 8)
 
 
+# --- contracts evaluated on vLLM (mint eval --engine URL) -----------------------------------------
+
+def test_a_contract_evaluated_on_vllm_scores_the_answers_the_gateway_serves(served, tmp_path):
+    """The genui champion evaluated with vLLM as the engine: loaded under its revision's name for the evaluation
+    and unloaded after, and every answer the report scored is the one the gateway serves for that request."""
+    from mint.contract.evaluate import evaluate, evaluation_conversations
+    from mint.contract.schema import load_contract
+    from mint.contract.served import served_name
+    from mint.registry.artifacts import load_revision
+
+    rows = [{"messages": [{"role": "user", "content": text}], "reference": {"type": "Card", "props": {}}}
+            for text in ("Make a signup form with a name field", "Show a card titled Hello", "hi")]
+    (tmp_path / "core.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "genui.yaml").write_text(
+        "contract: genui-served\nversion: 1\nspecialist: genui\nharness:\n  system: \"Answer with JSON.\"\n"
+        "  decoding: {max_new_tokens: 16}\nsuites:\n  - {name: core, data: core.jsonl}\n"
+        "gates:\n  - {metric: core.parse_rate, min: 0.0}\npromotion: {min_examples: 1}\n")
+    revision, _directory = load_revision(served.ws, "genui:champion")
+    result = evaluate(served.ws, revision.ref, tmp_path / "genui.yaml", base=served.project.base,
+                      engine=served.vllm.url)
+    assert result.report.generation["core"]["engine"]["kind"] == "served"
+    assert served_name(revision) not in served.vllm.models() and "genui-v1" in served.vllm.models()
+    contract = load_contract(tmp_path / "genui.yaml")
+    scored = [json.loads(line)["outputs"][0] for line in open(result.predictions_path)]
+    for conversation, answer in zip(evaluation_conversations(contract.harness(), [(None, rows)]), scored):
+        reply = served.chat("mint/genui", conversation, 16)
+        assert reply.status_code == 200 and reply.json()["mint"]["served_by"] == "genui:v1"
+        assert answer == reply.json()["choices"][0]["message"]["content"] == SIGNATURES["genui"]
+
+
 # --- vLLM killed mid-answer, and back (last: it restarts vLLM) ------------------------------------
 
 def test_vllm_killed_mid_answer_ends_the_turn_with_an_error_and_the_gateway_recovers(served):
