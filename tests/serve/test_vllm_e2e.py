@@ -435,7 +435,10 @@ def test_a_contract_evaluated_on_vllm_scores_the_answers_the_gateway_serves(serv
     for conversation, answer in zip(evaluation_conversations(contract.harness(), [(None, rows)]), scored):
         reply = served.chat("mint/genui", conversation, 16)
         assert reply.status_code == 200 and reply.json()["mint"]["served_by"] == "genui:v1"
-        assert answer == reply.json()["choices"][0]["message"]["content"] == SIGNATURES["genui"]
+        assert answer == reply.json()["choices"][0]["message"]["content"]
+    # the candidate's answers, not the bare base's (a signature adapter answers its text to most requests; the
+    # toy base answers noise)
+    assert SIGNATURES["genui"] in scored
 
 
 # --- vLLM killed mid-answer, and back (last: it restarts vLLM) ------------------------------------
