@@ -127,7 +127,7 @@ def main() -> int:
     from mint.serve.app import create_app
     from mint.serve.gateway import Gateway, GatewayBackend
     from mint.serve.server import start_background
-    from mint.serve.upstream import Upstream
+    from mint.generation.upstream import Upstream
     from mint.workspace import workspace
 
     hardware = detect()

@@ -26,6 +26,15 @@ from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
 from mint.contract.precision import DecodingPrecision, decoding_precision, report_precision
 from mint.contract.schema import Contract, load_contract
+from mint.contract.answers import (  # noqa: F401  (evaluation_conversations, decoding_identity: importers use them here)
+    BASE,
+    DECODER_VERSION,
+    Answers,
+    decoding_identity,
+    evaluation_conversations,
+    gather_answers,
+    record_id,
+)
 from mint.contract.served import open_engine, report_engine, resolve_engine
 from mint.errors import BadInput, Refused
 from mint.registry import queries
@@ -136,7 +145,6 @@ def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit:
                                engine=engine)
 
 
-BASE = "base"     # the bare base's key among the subjects a stream decodes
 
 
 @dataclass(frozen=True)
@@ -495,7 +503,7 @@ def _score(contract: Contract, suites, keys: dict, outputs: dict, latencies: dic
         for index, (record, key, outs, score) in enumerate(zip(records, keys[suite.name], outputs[suite.name],
                                                                 scores)):
             digest = (prompts or {}).get(suite.name)
-            rows.append({"suite": suite.name, "index": index, "id": _record_id(record), "key": key, "outputs": outs,
+            rows.append({"suite": suite.name, "index": index, "id": record_id(record), "key": key, "outputs": outs,
                          "scores": score, "latency_ms": suite_latency[index] if index < len(suite_latency) else None,
                          **({"prompt_sha256": digest[index]} if digest else {})})
     if all_latencies:
@@ -549,7 +557,7 @@ def example_keys(records: list[dict]) -> list[str]:
     seen: dict
     keys, seen = [], {}
     for record in records:
-        rid = _record_id(record)
+        rid = record_id(record)
         key = f"id:{rid}" if isinstance(rid, (str, int)) and not isinstance(rid, bool) else \
             "sha256:" + hashlib.sha256(_canonical(record)).hexdigest()[:24]
         seen[key] = seen.get(key, 0) + 1
@@ -610,12 +618,6 @@ def _load_baseline(ws: Workspace, report: Report) -> Baseline:
     return Baseline(report.revision_id, report.label, report.id, report.metrics, rows, report.examples_sha256)
 
 
-def evaluation_conversations(harness, suites) -> list[list[dict]]:
-    """What the model is asked for each record of ``suites``, in order: the harness's system turn (with its
-    tools listed) and request, as ``mint.render`` shows a conversation."""
-    return [harness.messages(r) for _suite, records in suites for r in records]
-
-
 def _precision(ws, contract, base_name, revision, suites, loaded) -> DecodingPrecision:
     """The contract's decoding precision on this host; ``auto`` is measured on the bare base the first time."""
     def fingerprint() -> str:
@@ -654,10 +656,6 @@ def _project_base() -> str:
     return load_project().base
 
 
-def _record_id(record: dict):
-    return record.get("id", record.get("task_id"))
-
-
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -669,25 +667,6 @@ def generate_outputs(contract: Contract, suites, revision, adapter_dir, base_nam
     base when ``adapter_dir`` is None), all suites decoded as one stream."""
     subject = Subject(revision.id, revision.ref, revision, adapter_dir) if revision is not None else Subject(BASE, BASE)
     return _decode(contract, suites, [subject], base_name, progress, bases, precision)[subject.key][:3]
-
-
-# mint's decoding engine: bump when the same prompt, settings, precision and base decode to other answers, so
-# answers decoded before are not taken for today's
-DECODER_VERSION = 1
-
-
-def decoding_identity(contract: Contract, precision_used: str, fingerprint: str, engine: dict | None = None) -> str:
-    """Everything besides the prompt's tokens that decides what a subject answers: the engine, the harness (its
-    answer ends), the decoding settings (not batch_size: a row's answer never depends on the rows beside it),
-    the precision and the base. Two evaluations with the same identity give one prompt the same answer.
-    ``engine``: a served engine's identity (mint.contract.served); mint's own adds nothing, so the answers its
-    reports hold keep their identity."""
-    s = contract.settings
-    fields = {"decoder": DECODER_VERSION, "harness": contract.harness_name, "max_new_tokens": s.max_new_tokens,
-              "temperature": s.temperature, "top_p": s.top_p, "samples": s.samples,
-              "stop_at_answer_end": s.stop_at_answer_end, "prompt_lookup": s.prompt_lookup,
-              "precision": precision_used, "base": fingerprint, **({"engine": engine} if engine else {})}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def prompt_digest(ids: list[int], seed: int | None) -> str:
@@ -819,45 +798,6 @@ def _decode(contract: Contract, suites, subjects: list[Subject], base_name: str,
     return decoded
 
 
-@dataclass
-class Answers:
-    """One subject's answers per suite, decoded now or taken from earlier reports, in the suites' order."""
-    outputs: dict[str, list]
-    latencies: dict[str, list]
-    prompts: dict[str, list]        # each answer's prompt digest
-    tokens: dict[str, int]          # tokens decoded now
-    reused: dict[str, int]          # answers taken from earlier reports ...
-    reused_from: dict[str, set]     # ... and which
-
-    def reuse_facts(self, name: str) -> dict:
-        return {"reused": self.reused[name], "reused_from": sorted(self.reused_from[name])} if self.reused[name] else {}
-
-
-def gather_answers(suites, owners: list, own: set[str], fresh: dict[int, tuple], reuse: dict[str, dict],
-                   digests: list[str]) -> Answers:
-    """A subject's answers on the suites ``own`` names: conversation ``c``'s from ``fresh[c]`` (outputs, latency,
-    tokens) where it was decoded now, else the earlier report's row ``reuse`` holds for its prompt digest."""
-    names = [suite.name for suite, _ in suites if suite.name in own]
-    answers = Answers(outputs={name: [] for name in names}, latencies={name: [] for name in names},
-                      prompts={name: [] for name in names}, tokens={name: 0 for name in names},
-                      reused={name: 0 for name in names}, reused_from={name: set() for name in names})
-    for c, (suite, _index) in enumerate(owners):
-        if suite.name not in own:
-            continue
-        if c in fresh:
-            output, latency, count = fresh[c]
-            answers.tokens[suite.name] += count
-        else:
-            row = reuse[digests[c]]
-            output, latency = row["outputs"], row.get("latency_ms")
-            answers.reused_from[suite.name].add(row["report"])
-            answers.reused[suite.name] += 1
-        answers.outputs[suite.name].append(output)
-        answers.latencies[suite.name].append(latency)
-        answers.prompts[suite.name].append(digests[c])
-    return answers
-
-
 def _responses(harness, loaded, subjects: list[Subject], suites) -> dict | None:
     """Each subject's outputs where its harness scores something other than generated text (the router's
     choices, ``respond``); None where the model generates them."""
@@ -910,9 +850,9 @@ def _read_predictions(path: Path, suites) -> tuple[dict, dict]:
     for suite, records in suites:
         outputs[suite.name], latencies[suite.name] = [], []
         for index, record in enumerate(records):
-            found = by_key.get((suite.name, "id", _record_id(record))) or by_key.get((suite.name, "index", index))
+            found = by_key.get((suite.name, "id", record_id(record))) or by_key.get((suite.name, "index", index))
             if found is None:
-                raise BadInput(f"no output for suite {suite.name!r} record {index} (id {_record_id(record)!r})",
+                raise BadInput(f"no output for suite {suite.name!r} record {index} (id {record_id(record)!r})",
                                file=str(path))
             outputs[suite.name].append(found[0])
             latencies[suite.name].append(found[1])

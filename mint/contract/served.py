@@ -30,7 +30,7 @@ from mint.errors import BadInput
 from mint.project import LOCAL_ENGINE, ServedEngine
 
 if TYPE_CHECKING:
-    from mint.serve.upstream import Upstream, UpstreamClient
+    from mint.generation.upstream import Upstream, UpstreamClient
 
 CONNECT_TIMEOUT_S = 5.0      # a server that is down fails in seconds, however long an answer may take
 IN_FLIGHT = 8                # requests sent at once: a batch for the server, not a flood
@@ -56,7 +56,7 @@ def resolve_engine(choice: str | None) -> ServedEngine | None:
 
 def served_name(revision) -> str:
     """The name a candidate is loaded under: its ref's (``genui-v3``, as the gateway's) and its id's first 12."""
-    from mint.mol.export import adapter_name
+    from mint.registry.refs import adapter_name
 
     return f"{adapter_name(revision.ref)}-{revision.id[:12]}"
 
@@ -95,7 +95,7 @@ def open_engine(engine: ServedEngine | None, base_name: str) -> "ServedEngineSes
     if engine is None:
         return None
     from mint.base import portable_name
-    from mint.serve.upstream import Upstream, UpstreamClient, UpstreamError
+    from mint.generation.upstream import Upstream, UpstreamClient, UpstreamError
 
     file, line = engine.at
     key = None
@@ -161,9 +161,9 @@ class ServedEngineSession:
         """Every subject's model name on the server: the bare base's, and each candidate loaded under its
         revision's name (or found loaded already); a rank or count the server cannot hold, or a load it refuses,
         is BadInput naming the candidate, before anything is decoded."""
-        from mint.contract.evaluate import BASE
+        from mint.contract.answers import BASE
         from mint.registry.servers import adapter_rank
-        from mint.serve.upstream import UpstreamError
+        from mint.generation.upstream import UpstreamError
 
         adapters = [s for s in subjects if s.adapter_dir is not None]
         for subject in adapters:
@@ -193,7 +193,7 @@ class ServedEngineSession:
 
     def close(self) -> None:
         """Unload what this evaluation loaded (a server that went away has nothing left to unload)."""
-        from mint.serve.upstream import UpstreamError
+        from mint.generation.upstream import UpstreamError
 
         for name in self.loaded:
             try:
@@ -207,7 +207,7 @@ class ServedEngineSession:
                reuse: dict | None = None, own_suites: dict[str, set[str]] | None = None) -> dict:
         """As ``mint.contract.evaluate._decode``: each subject's (outputs, latencies, generation facts, prompt
         digests) per suite, answered by the server; a request it fails is BadInput naming the suite and example."""
-        from mint.contract.evaluate import decoding_identity, evaluation_conversations, gather_answers, _record_id
+        from mint.contract.answers import decoding_identity, evaluation_conversations, gather_answers, record_id
 
         reuse = reuse or {}
         settings = contract.settings
@@ -248,7 +248,7 @@ class ServedEngineSession:
                     fresh[subject.key][c] = future.result()
                 except ServedFailure as exc:
                     raise self._error(f"the engine at {self.upstream.api} failed {subject.label}'s answer to suite "
-                                      f"{suite.name} example {_record_id(record)!r}: {exc}") from None
+                                      f"{suite.name} example {record_id(record)!r}: {exc}") from None
                 done[(subject.key, suite.name)] += 1
                 if progress:
                     progress(label(subject, suite.name), done[(subject.key, suite.name)], totals[suite.name])
@@ -276,7 +276,7 @@ class ServedEngineSession:
         ``first_seed + s`` where sampled, as mint's engine draws), the milliseconds they took, tokens made."""
         import httpx
 
-        from mint.serve.upstream import upstream_message
+        from mint.generation.upstream import upstream_message
 
         url = f"{self.upstream.api}/chat/completions"
         outputs, tokens, started = [], 0, time.perf_counter()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mint.errors import BadInput, Refused
 from mint.project import Project
+from mint.registry.refs import adapter_name
 from mint.workspace import Workspace, atomic_dir
 
 # vLLM accepts only these --max-lora-rank values (vllm/config/lora.py, MaxLoRARanks)
@@ -156,7 +157,3 @@ def export_vllm(ws: Workspace, project: Project, out: Path) -> VllmExport:
                       command, [n for n in project.names if n not in champions], runner.found)
 
 
-def adapter_name(ref: str) -> str:
-    """The name a revision is served under on vLLM (``coding:v3`` -> ``coding-v3``): one name per revision,
-    never reused, so a reloaded adapter can never answer under an older one's name."""
-    return ref.replace(":", "-")

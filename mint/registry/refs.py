@@ -44,3 +44,9 @@ def parse_ref(text: str) -> Ref:
         return Ref(text, id_prefix=text)
     raise BadInput(f"invalid revision reference {text!r}: use SPECIALIST:vN, SPECIALIST:champion, "
                    "SPECIALIST:previous or an id prefix (4+ hex digits)", field="REF")
+
+
+def adapter_name(ref: str) -> str:
+    """The name a revision is served under on vLLM (``coding:v3`` -> ``coding-v3``): one name per revision,
+    never reused, so a reloaded adapter can never answer under an older one's name."""
+    return ref.replace(":", "-")

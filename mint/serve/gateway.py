@@ -1,8 +1,8 @@
 """`mint serve --upstream URL`: the router as a gateway in front of an OpenAI-compatible multi-LoRA server (vLLM).
 
 Each turn is routed as the local runtime routes it (``mint.yaml``'s rules, then the router champion's probe, or
-the starter probe) and forwarded to the upstream (``mint.serve.upstream``) with ``model`` set to its specialist's champion adapter, named
-immutably after the revision (``coding-v3``: ``mint.mol.export.adapter_name``, the names `mint export vllm`
+the starter probe) and forwarded to the upstream (``mint.generation.upstream``) with ``model`` set to its specialist's champion adapter, named
+immutably after the revision (``coding-v3``: ``mint.registry.refs.adapter_name``, the names `mint export vllm`
 gives); a specialist without a champion is answered by the upstream's base model. The gateway holds only what
 routing reads: the base's embeddings and the decoder layers up to the deepest one its probes read (a third of
 SmolLM2's), never the rest or the LM head.
@@ -38,7 +38,7 @@ from mint.routing.router import Route, Router, probe_features, starter_router
 from mint.mol.runtime import Handoff
 from mint.project import Project
 from mint.serve.backend import Backend, ChampionPoller
-from mint.serve.upstream import Upstream, UpstreamClient, UpstreamError
+from mint.generation.upstream import Upstream, UpstreamClient, UpstreamError
 from mint.workspace import Workspace
 
 
@@ -293,7 +293,7 @@ class Gateway(TurnBook):
         """Publish every champion the upstream does not serve yet (a promotion, or an upstream that restarted),
         switch routing to it, unload the one it replaced; pick up a new router champion. The first error of
         the upstream is ``upstream_error`` (and stops this sync); one champion's is its specialist's."""
-        from mint.mol.export import adapter_name
+        from mint.registry.refs import adapter_name
         from mint.routing.router import Probe
         from mint.registry import store
         from mint.registry.artifacts import load_revision

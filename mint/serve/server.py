@@ -225,7 +225,7 @@ def _local(ws: Workspace, project, options: ServeOptions, log, url: str, keyless
 
 def _gateway(ws: Workspace, project, options: ServeOptions, log, url: str, keyless: bool):
     from mint.serve.gateway import Gateway, GatewayBackend
-    from mint.serve.upstream import Upstream
+    from mint.generation.upstream import Upstream
 
     upstream = Upstream(options.upstream, options.upstream_key, options.upstream_timeout)
     if options.max_rank is not None and options.max_rank < 1:

@@ -74,7 +74,7 @@ def start_gateway(ws):
     """start_gateway(url, timeout_s=30) -> the gateway's base URL (stopped after the test)."""
     from mint.serve.app import create_app
     from mint.serve.gateway import Gateway, GatewayBackend
-    from mint.serve.upstream import Upstream as UpstreamSpec
+    from mint.generation.upstream import Upstream as UpstreamSpec
     from mint.serve.server import start_background
 
     started = []
@@ -288,7 +288,7 @@ PROBE_TURNS = ["whats big O of binary search", "how do i undo my last commit", "
 
 def test_turns_routed_together_in_one_probe_pass_get_the_routes_each_gets_alone(ws):
     from mint.serve.gateway import Gateway
-    from mint.serve.upstream import Upstream as UpstreamSpec
+    from mint.generation.upstream import Upstream as UpstreamSpec
     from mint.mol.mixture import Turn
 
     # no upstream answers: routing needs none
@@ -344,7 +344,7 @@ def test_the_gateway_holds_the_bases_first_layers_and_no_head():
 def test_the_gateway_announces_the_rank_a_mint_upstream_loads_and_promote_keeps_to_it(ws, tiny_loras, upstream):
     from mint.errors import Refused
     from mint.serve.gateway import Gateway
-    from mint.serve.upstream import Upstream as UpstreamSpec
+    from mint.generation.upstream import Upstream as UpstreamSpec
     from mint.registry.artifacts import register
     from mint.registry.promotion import promote
     from mint.registry.servers import running_servers
@@ -563,7 +563,7 @@ def register_one_layer_probe(ws, tmp_path, seed: int = 0):
 
 def test_the_gateway_opens_and_routes_with_a_trained_router_champion(ws, tmp_path):
     from mint.serve.gateway import Gateway
-    from mint.serve.upstream import Upstream as UpstreamSpec
+    from mint.generation.upstream import Upstream as UpstreamSpec
     from mint.mol.mixture import Turn
     from mint.registry.promotion import promote
 
@@ -580,7 +580,7 @@ def test_the_gateway_opens_and_routes_with_a_trained_router_champion(ws, tmp_pat
 
 def test_a_router_champion_promoted_while_the_gateway_runs_is_picked_up(ws, tmp_path):
     from mint.serve.gateway import Gateway
-    from mint.serve.upstream import Upstream as UpstreamSpec, UpstreamError
+    from mint.generation.upstream import Upstream as UpstreamSpec, UpstreamError
     from mint.mol.mixture import Turn
     from mint.registry.promotion import promote
 

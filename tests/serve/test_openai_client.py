@@ -43,7 +43,7 @@ def servers(tmp_path_factory, tiny_loras):
     from mint.serve.gateway import Gateway, GatewayBackend
     from mint.serve.local import LocalBackend
     from mint.serve.server import start_background
-    from mint.serve.upstream import Upstream
+    from mint.generation.upstream import Upstream
     from mint.workspace import workspace
 
     root = tmp_path_factory.mktemp("clients")

@@ -152,7 +152,7 @@ class Served:
         from mint.serve.app import create_app
         from mint.serve.gateway import Gateway, GatewayBackend
         from mint.serve.server import start_background
-        from mint.serve.upstream import Upstream
+        from mint.generation.upstream import Upstream
 
         self.gateway = Gateway.open(self.ws, self.project, Upstream(self.vllm.url, None, 30.0),
                                     max_rank=self.export.max_lora_rank)

@@ -103,7 +103,7 @@ def upstream(fake):
 
 def asking(url: str, call, timeout_s: float = 30.0):
     """``call(client)`` run on an event loop with an open client of ``url``."""
-    from mint.serve.upstream import Upstream, UpstreamClient
+    from mint.generation.upstream import Upstream, UpstreamClient
 
     async def go():
         client = UpstreamClient(Upstream(url, KEY, timeout_s))
@@ -134,7 +134,7 @@ def test_a_streamed_answer_hands_each_delta_to_the_listener_after_an_empty_start
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_an_upstream_error_is_a_502_saying_its_message(upstream, streamed):
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     upstream.mode, heard = "error", []
     with pytest.raises(UpstreamError) as failed:
@@ -146,7 +146,7 @@ def test_an_upstream_error_is_a_502_saying_its_message(upstream, streamed):
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_an_upstream_that_does_not_answer_in_time_is_a_504_within_the_timeout(upstream, streamed):
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     upstream.mode = "stall"
     started = time.monotonic()
@@ -160,7 +160,7 @@ def test_an_upstream_that_does_not_answer_in_time_is_a_504_within_the_timeout(up
 def test_an_upstream_that_cannot_be_reached_is_a_502():
     import socket
 
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     with socket.socket() as sock:        # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -171,7 +171,7 @@ def test_an_upstream_that_cannot_be_reached_is_a_502():
 
 
 def test_an_answer_that_is_not_a_completion_is_a_502(upstream):
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     upstream.mode = "not a completion"
     with pytest.raises(UpstreamError, match="answered something other than a chat completion") as failed:
@@ -180,7 +180,7 @@ def test_an_answer_that_is_not_a_completion_is_a_502(upstream):
 
 
 def test_a_stream_that_fails_mid_answer_is_a_502_after_what_it_sent(upstream):
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     upstream.mode, heard = "fails mid-answer", []
     with pytest.raises(UpstreamError, match="failed mid-answer: out of memory") as failed:
@@ -189,7 +189,7 @@ def test_a_stream_that_fails_mid_answer_is_a_502_after_what_it_sent(upstream):
 
 
 def test_a_stream_that_stalls_mid_answer_is_a_504(upstream):
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     upstream.mode = "stalls mid-answer"
     started = time.monotonic()
@@ -199,7 +199,7 @@ def test_a_stream_that_stalls_mid_answer_is_a_504(upstream):
 
 
 def test_a_listener_that_refuses_stops_the_reading(upstream):
-    from mint.serve.upstream import UpstreamError
+    from mint.generation.upstream import UpstreamError
 
     heard = []
     with pytest.raises(UpstreamError, match="the client left"):
@@ -208,7 +208,7 @@ def test_a_listener_that_refuses_stops_the_reading(upstream):
 
 
 def test_models_health_and_adapters_are_read_and_loaded_in_vllms_shapes(upstream):
-    from mint.serve.upstream import Upstream, UpstreamClient, UpstreamError
+    from mint.generation.upstream import Upstream, UpstreamClient, UpstreamError
 
     client = UpstreamClient(Upstream(f"{upstream.url}/v1", KEY, 10.0))
     try:

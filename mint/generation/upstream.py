@@ -1,4 +1,6 @@
-"""A client of an OpenAI-compatible server (vLLM, or a second `mint serve`): what the gateway forwards turns to.
+"""A client of an OpenAI-compatible server (vLLM, or a second `mint serve`): what the gateway forwards turns to,
+and what a contract evaluation on a served engine decodes with (mint.contract.served). It sits beside mint's own
+engine, below the server and the evaluation, which both use it.
 
 ``UpstreamClient`` speaks to one upstream (``Upstream``: its URL, key and timeout). On the gateway's poller
 thread it lists the upstream's models, reads its /health and loads or unloads adapters by name (vLLM's runtime
