@@ -1,7 +1,8 @@
 """`mint report --html FILE`: the lineage report as one self-contained HTML page.
 
 Figures are drawn with matplotlib (Agg) and embedded as base64 PNGs; styles are inline, so
-the page opens with no network and can be mailed or archived as one file.
+the page opens with no network and can be mailed or archived as one file. Its tables are the rows of
+mint.reporting.tables, the same columns and cells the terminal shows.
 """
 from __future__ import annotations
 
