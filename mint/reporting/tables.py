@@ -83,7 +83,7 @@ GENERATION_COLUMNS = (
     Column("vs_steps_control", "Δ vs logs-only steps (95% CI)"), Column("verdict", "verdict", tone="verdict_tone"))
 
 
-def generation_row(r: GenerationView) -> GenerationRow:
+def _generation_row(r: GenerationView) -> GenerationRow:
     e, t = r.experience, r.twin
     first = not r.generation        # generation 0, the bare base: nothing to compare it with, nothing decided
     pool = "-"
@@ -111,7 +111,7 @@ def generation_row(r: GenerationView) -> GenerationRow:
 
 def generation_rows(progress: Iterable[GenerationView]) -> tuple[GenerationRow, ...]:
     """A specialist's generations (mint.loop.progress.generation_progress), oldest first, as table rows."""
-    return tuple(generation_row(r) for r in progress)
+    return tuple(_generation_row(r) for r in progress)
 
 
 # --- what each generation's experience found learnable, per family of requests -----------------------------------
