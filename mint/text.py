@@ -53,14 +53,3 @@ def closest(word, choices, *, listing: str | None = None) -> str:
         return f" (did you mean {match[0]}?)"
     return f" ({listing} {', '.join(names)})" if listing else ""
 
-
-def figure(value, digits: int = 4, none: str = "-") -> str:
-    """A number as people read it in a table: ``0.8958``, ``38,460`` (never ``3.846e+04``), ``0`` for a float
-    sum's ``2.8e-17``; ``none`` for a missing value. The one number format of the CLI's and the HTML's tables."""
-    if value is None:
-        return none
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{round(value, 6) + 0.0:.{digits}g}"

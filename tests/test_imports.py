@@ -1,5 +1,6 @@
-"""The package's import graph: no cycles, the registry at the floor, evaluation apart from the server, no private
-names across modules.
+"""The package's import graph: no cycles (between modules, and between packages with the top-level modules counted
+as one), the top-level modules and the registry at the floor, evaluation apart from the server, no private names
+across modules.
 
 Read from the source with ``ast`` (imports inside functions too), so a lazy import that only hides a cycle
 from the interpreter is still one.
@@ -121,16 +122,36 @@ def test_no_import_cycle_inside_mint():
     assert not found, "import cycles:\n" + "\n".join(_describe(c, graph) for c in found)
 
 
-def package_graph(graph: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """The import graph between mint's packages (``mint.loop``, ``mint.data``, ...; a top-level module is its own)."""
-    def package(module: str) -> str:
-        return ".".join(module.split(".")[:2])
+# the top-level modules (mint/errors.py, mint/workspace.py, ...) are one package: the floor every package stands on
+ROOT = "mint"
+# `python -m mint` (mint/__main__.py) starts the CLI: it must sit at the top level, and stands above every package
+ENTRY = "mint.__main__"
 
+
+def packages_in(root: Path = PACKAGE) -> set[str]:
+    """mint's packages: ``mint.loop``, ``mint.data``, ... (a folder of modules directly under ``root``)."""
+    return {f"{root.name}.{path.parent.name}" for path in root.glob("*/__init__.py")}
+
+
+def package_of(module: str, packages: set[str]) -> str:
+    """The package a module belongs to: ``mint.loop`` for mint.loop.runner, ``mint`` (ROOT) for a top-level module,
+    and the entry point apart."""
+    if module == ENTRY:
+        return ENTRY
+    top = ".".join(module.split(".")[:2])
+    return top if top in packages else ROOT
+
+
+def package_graph(graph: dict[str, dict[str, int]], root: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """The import graph between mint's packages (``mint.loop``, ``mint.data``, ..., and the top-level modules as
+    one, ``mint``)."""
+    found = packages_in(root)
     packages: dict[str, dict[str, int]] = {}
     for module, edges in graph.items():
         for target, line in edges.items():
-            if package(module) != package(target):
-                packages.setdefault(package(module), {}).setdefault(package(target), line)
+            source, sink = package_of(module, found), package_of(target, found)
+            if source != sink:
+                packages.setdefault(source, {}).setdefault(sink, line)
     return packages
 
 
@@ -141,6 +162,16 @@ def test_no_import_cycle_between_packages():
     assert not found, "import cycles between packages:\n" + "\n".join(_describe(c, packages) for c in found)
 
 
+def test_the_top_level_modules_import_no_package():
+    """mint/*.py is the floor: errors, the workspace, base models, runs. A top-level module that imported a package
+    (the loop, the registry, ...) would sit above it and below it at once."""
+    found = packages_in(PACKAGE)
+    upward = [f"{module} -> {target} (line {line})" for module, edges in sorted(import_graph().items())
+              if package_of(module, found) == ROOT for target, line in sorted(edges.items())
+              if package_of(target, found) != ROOT]
+    assert not upward, "a top-level module imports a package:\n" + "\n".join(upward)
+
+
 def test_a_cycle_between_packages_is_found_though_no_module_cycle_is(tmp_path):
     """mint.a.x imports mint.b.y and mint.b.z imports mint.a.w: no module imports itself, the packages do."""
     root = tmp_path / "mint"
@@ -149,7 +180,24 @@ def test_a_cycle_between_packages_is_found_though_no_module_cycle_is(tmp_path):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     graph = import_graph(root)
-    assert not cycles(graph) and cycles(package_graph(graph)) == [["mint.a", "mint.b"]]
+    assert not cycles(graph) and cycles(package_graph(graph, root)) == [["mint.a", "mint.b"]]
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"errors.py": "", "report.py": "from mint.loop import runner\n", "loop/__init__.py": "",
+      "loop/runner.py": "from mint import errors\n"}, [["mint", "mint.loop"]]),
+    ({"errors.py": "", "report.py": "", "loop/__init__.py": "", "loop/runner.py": "from mint import errors\n",
+      "__main__.py": "from mint.loop import runner\n"}, []),
+])
+def test_the_top_level_modules_count_as_one_package(tmp_path, files, expected):
+    """mint/report.py imports the loop, which imports mint/errors.py: no module imports itself back, but the top
+    level is above the loop and below it at once; `python -m mint`'s entry point may start whatever it needs."""
+    root = tmp_path / "mint"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    graph = import_graph(root)
+    assert not cycles(graph) and cycles(package_graph(graph, root)) == expected
 
 
 def test_registry_imports_nothing_above_it():

@@ -72,3 +72,20 @@ def test_piped_runs_ls_keeps_each_run_id_whole_on_its_line(ws):
     for name in names:
         (line,) = [line for line in done.stdout.splitlines() if name in line]
         assert "prod@03353adc6834f00d" in line and "genui" in line
+
+
+def test_runs_show_their_numbers_as_every_table_does(ws, capsys):
+    """A large loss in thousands (never 1.235e+04), a learning rate in exponent notation (three decimals would round
+    it away), the duration in seconds."""
+    folder = ws.home / "runs" / "coding-sft-1"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"run": folder.name, "specialist": "coding", "method": "sft"}))
+    (folder / "metrics.jsonl").write_text(
+        '{"event": "start", "step": 0, "max_steps": 2000, "time": 100}\n'
+        '{"step": 1500, "loss": 12345.6, "learning_rate": 2e-05, "tokens_per_s": 523.7, "time": 141.4}\n')
+    assert main(["runs", "ls"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if folder.name in line]
+    assert "1,500/2,000" in row and "12,346" in row and "41s" in row and "e+" not in row
+    assert main(["runs", "show", folder.name]) == 0
+    (step,) = [line for line in capsys.readouterr().out.splitlines() if line.split()[:2] == ["│", "1500"]]
+    assert step.split() == ["│", "1500", "│", "12,346", "│", "-", "│", "2.00e-05", "│", "524", "│"]

@@ -11,13 +11,11 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console, ConsoleDimensions
-from rich.markup import escape
 from rich.table import Table
 
 from mint import __version__
 from mint.errors import BadInput
-from mint.text import figure
-from mint.registry.report import GateResult, Report
+from mint.registry.report import Report
 
 app = typer.Typer(help="mint: keep a deployed Mixture-of-LoRA model learning.", no_args_is_help=True,
                   add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -146,34 +144,6 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(plain(value), ensure_ascii=False, indent=2) + "\n")
 
 
-def number(value) -> str:
-    """A metric as people read it (mint.text.figure), ``-`` for none."""
-    return figure(value)
-
-
-def families_table(title: str, families) -> Table:
-    """What an experience step found learnable, one row per family of requests (mint.loop.results.FamilyStats):
-    its reading, pass rates as drawn and after verified repair, the requests passed always, sometimes and never,
-    the p(1-p) signal and the answers accepted."""
-    table = Table(title=escape(title))
-    for column in ("family", "reading", "requests", "samples", "pass@1 raw → repaired", "pass@k raw → repaired",
-                   "always / sometimes / never", "signal Σ p(1−p)", "accepted"):
-        table.add_column(column, overflow="fold")
-    for f in families:
-        table.add_row(escape(f.family), f.reading, str(f.requests), str(f.samples),
-                      f"{number(f.raw_pass_at_1)} → {number(f.repaired_pass_at_1)}",
-                      f"{number(f.raw_pass_at_k)} → {number(f.repaired_pass_at_k)} (k={f.k})",
-                      f"{f.always} / {f.sometimes} / {f.never}", number(f.signal), str(f.accepted))
-    return table
-
-
-def gate_outcome(gate: GateResult) -> str:
-    """A gate's result cell: pass, FAIL, or skipped (its rule says why)."""
-    if gate.skipped:
-        return "[yellow]skipped[/]"
-    return "[green]pass[/]" if gate.passed else "[red]FAIL[/]"
-
-
 def baseline_description(report: Report) -> str:
     """What a report was measured against, as `mint eval` and `mint report show` both say it."""
     baseline = report.baseline
@@ -187,25 +157,13 @@ def baseline_description(report: Report) -> str:
 
 
 def report_table(report: Report) -> Table:
-    """A report's metrics, each with its baseline and every gate on it (a metric may have a threshold and a
-    comparison), then the gates on metrics it did not measure: what `mint eval` and `mint report show` print."""
-    table = Table(title=escape(f"{report.label} under {report.contract.name} v{report.contract.version}"))
-    for column in ("metric", "value", "baseline", "rule", "result"):
-        table.add_column(column, overflow="fold")
-    gated: dict[str, list[GateResult]] = {}
-    for gate in report.gates:
-        gated.setdefault(gate.metric, []).append(gate)
-    for metric, value in sorted(report.metrics.items(), key=lambda item: str(item[0])):
-        for gate in gated.pop(metric, None) or [None]:
-            baseline = gate.baseline if gate is not None and gate.baseline is not None \
-                else report.baseline.metrics.get(metric)
-            table.add_row(escape(str(metric)), number(value), number(baseline), escape(gate.rule) if gate else "",
-                          gate_outcome(gate) if gate else "")
-    for metric, gates in gated.items():
-        for gate in gates:
-            table.add_row(escape(metric), number(gate.value), number(gate.baseline), escape(gate.rule),
-                          gate_outcome(gate))
-    return table
+    """A report's metrics and gates (mint.reporting.tables.gate_rows): what `mint eval` and `mint report show`
+    print."""
+    from mint.cli.tables import rich_table
+    from mint.reporting.tables import GATE_COLUMNS, gate_rows
+
+    return rich_table(f"{report.label} under {report.contract.name} v{report.contract.version}", GATE_COLUMNS,
+                      gate_rows(report))
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

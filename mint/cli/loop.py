@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, err, families_table, out, print_json, quiet_transformers, sub_app, ws
-from mint.text import figure
+from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, err, out, print_json, quiet_transformers, sub_app, ws
+from mint.reporting.numbers import SUMMARY_DIGITS, delta_with_interval, value
 
 recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, train, eval, promote and route.\n\n"
                                "Example:\n\n\b\n  mint recipe check recipes/demo.yaml")
@@ -158,8 +158,15 @@ def _render_step_times(result) -> None:
     out.print(table)
 
 
-def _fmt(value) -> str:
-    return figure(value, 3)
+def _fmt(x) -> str:
+    return value(x, SUMMARY_DIGITS)
+
+
+def _change(comparison: dict) -> str:
+    """A recorded comparison's delta and 95% interval (``{"delta": ..., "interval": [low, high]}``)."""
+    bounds = comparison.get("interval")
+    return delta_with_interval(comparison.get("delta"), bounds if isinstance(bounds, (list, tuple)) else None,
+                               SUMMARY_DIGITS)
 
 
 def _render_generations(result) -> None:
@@ -168,13 +175,8 @@ def _render_generations(result) -> None:
                    "champion after"):
         table.add_column(column, overflow="fold")
     for row in result.generations:
-        lines = []
-        for name, m in row.metrics.items():
-            interval = m.get("interval")
-            ci = f", [{_fmt(interval[0])}, {_fmt(interval[1])}]" if isinstance(interval, (list, tuple)) \
-                and len(interval) == 2 else ""
-            lines.append(f"{escape(name)}: {_fmt(m.get('baseline'))} → {_fmt(m.get('value'))} "
-                         f"({_fmt(m.get('delta'))}{ci})")
+        lines = [f"{escape(name)}: {_fmt(m.get('baseline'))} → {_fmt(m.get('value'))} ({_change(m)})"
+                 for name, m in row.metrics.items()]
         verdict = "[green]pass[/]" if row.verdict == "pass" else "[red]fail[/]"
         table.add_row(str(row.iteration), row.specialist, row.candidate or "-", "\n".join(lines) or "-", verdict,
                       row.champion_after or "-")
@@ -196,77 +198,50 @@ def _render_generations(result) -> None:
                 out.print(f"  round {r.get('round')}, sampled by {escape(str(r.get('sampled_by')))}: "
                           f"{r.get('prompts')} prompt(s), pass@1 {_fmt((r.get('pool') or {}).get('pass@1'))}, "
                           f"{r.get('accepted')} accepted ({r.get('repaired', 0)} repaired)")
-            _render_families(f"{row.specialist} (iteration {row.iteration}) experience",
-                             row.experience.get("families") or [])
+            _render_families(result, row)
         if row.twin:
-            vs = row.twin.get("vs_twin") or {}
-            interval = vs.get("interval") or [None, None]
             out.print(f"{row.specialist} (iteration {row.iteration}) vs its placebo twin {row.twin.get('revision')}: "
-                      f"{escape(str(row.twin.get('metric')))} Δ {_fmt(vs.get('delta'))} "
-                      f"[{_fmt(interval[0])}, {_fmt(interval[1])}]: {row.twin.get('verdict')}")
+                      f"{escape(str(row.twin.get('metric')))} Δ {_change(row.twin.get('vs_twin') or {})}: "
+                      f"{row.twin.get('verdict')}")
             control = row.twin.get("steps_control")
             if isinstance(control, dict):
-                vs = control.get("vs_control") or {}
-                interval = vs.get("interval") or [None, None]
                 out.print(f"{row.specialist} (iteration {row.iteration}) vs its steps control "
-                          f"{control.get('revision')} (the same steps on the logs alone): Δ {_fmt(vs.get('delta'))} "
-                          f"[{_fmt(interval[0])}, {_fmt(interval[1])}]"
+                          f"{control.get('revision')} (the same steps on the logs alone): Δ "
+                          f"{_change(control.get('vs_control') or {})}"
                           + (f" — {escape(row.twin['why'])}" if row.twin.get("why") else ""))
 
 
-def _render_families(what: str, recorded: list) -> None:
-    """What the experience found learnable per family of requests (as this run found them, or as a recorded run's
-    state holds them), and where it is within reach."""
+def _render_families(result, row) -> None:
+    """What an iteration's experience found learnable per family of requests (mint.reporting.tables.family_rows_of:
+    the rows `mint report` shows of its generation), and where it is within reach."""
+    from mint.cli.tables import rich_table
     from mint.loop.results import WITHIN_REACH, FamilyStats
+    from mint.reporting.tables import FAMILY_COLUMNS, family_rows_of
 
-    families = [f if isinstance(f, FamilyStats) else FamilyStats.from_dict(f) for f in recorded]
+    families = [f if isinstance(f, FamilyStats) else FamilyStats.from_dict(f)
+                for f in row.experience.get("families") or []]
     if not families:
         return
-    out.print(families_table(f"{what}: what was learnable per family", families))
+    what = f"{row.specialist} (iteration {row.iteration}) experience"
+    # the generation the candidate became, as `mint report` numbers it (none where it was never registered)
+    generation = next((g.generation for g in result.progress.get(row.specialist, []) if g.revision == row.candidate),
+                      None)
+    out.print(rich_table(f"{what}: what was learnable per family", FAMILY_COLUMNS,
+                         family_rows_of(generation, row.candidate, families)))
     reach = [f for f in families if f.reading == WITHIN_REACH]
     out.print(f"{what}: within reach: " + (escape(", ".join(
         f"{f.family} ({f.sometimes} of {f.requests} request(s) passed sometimes)"
         for f in sorted(reach, key=lambda f: -f.signal))) if reach else "no family (no request passed sometimes)"))
 
 
-def _ci(delta, interval) -> str:
-    return _fmt(delta) + (f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "")
-
-
 def _render_progress(result) -> None:
-    """Per specialist, every generation from the bare base on (mint.loop.progress.generation_progress): its held-out
-    metric against its baseline, the experience pool and what was accepted from which source, the placebo twin
-    and the gain over it, the gain over the steps control when one ran, and the verdict."""
-    from mint.loop.placebo import EXPERIENCE_EFFECT
+    """Per specialist, every generation from the bare base on (mint.loop.progress.generation_progress) as the
+    per-generation table `mint report --html` draws too (mint.reporting.tables.generation_rows)."""
+    from mint.cli.tables import rich_table
+    from mint.reporting.tables import GENERATION_COLUMNS, generation_rows
 
     for specialist, rows in result.progress.items():
         metric = next((r.metric for r in rows if r.metric), None)
         if metric is None:
             continue
-        table = Table(title=f"{specialist}: {metric} per generation")
-        for column in ("gen", "revision", "value", "Δ vs baseline (95% CI)", "other suites (Δ, 95% CI)",
-                       "pool pass@1 / pass@k",
-                       "accepted (per source)", "twin", "Δ vs twin (95% CI)", "Δ vs logs-only steps (95% CI)",
-                       "verdict"):
-            table.add_column(column, overflow="fold")
-        for r in rows:
-            e, t = r.experience, r.twin
-            pool = f"{_fmt(e.pass_at_1)} / {_fmt(e.pass_at_k)} (k={e.k})" if e and e.k else "-"
-            sources = ", ".join(f"{n} {s}" for s, n in e.accepted_per_source.items() if n) if e else ""
-            accepted = f"{e.accepted} ({sources or 'none'})" if e else "-"
-            reading = ("[green]" if t.reading == EXPERIENCE_EFFECT else "[yellow]") + f"{t.reading}[/]" \
-                if t and t.reading else ""
-            verdict = "" if not r.generation else \
-                ("[green]promoted[/]" if r.decision == "promoted" else "[red]rejected[/]" if r.decision == "rejected"
-                 else r.decision or "-") + (" by force" if r.forced else "") + \
-                f" ({r.verdict or 'not evaluated'})"
-            table.add_row(str(r.generation), escape(r.revision), _fmt(r.value),
-                          f"{escape(r.baseline or '')} {_ci(r.delta, r.interval)}" if r.generation else "",
-                          "\n".join(f"{escape(f.metric)} {_fmt(f.value)}"
-                                    + (f" ({_ci(f.delta, f.interval)})" if r.generation else "")
-                                    for f in r.suites) or "-",
-                          pool, escape(accepted), f"{escape(t.revision or '-')} {_fmt(t.value)}" if t else "-",
-                          f"{_ci(t.delta, t.interval)} {reading}" if t else "-",
-                          f"{escape(t.steps_control.revision or '-')} {_ci(t.steps_control.delta, t.steps_control.interval)}"
-                          if t and t.steps_control else "-", verdict)
-        out.print(table)
+        out.print(rich_table(f"{specialist}: {metric} per generation", GENERATION_COLUMNS, generation_rows(rows)))

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import JSON_OPT, app, families_table, number, out, print_json, ws
+from mint.cli.common import JSON_OPT, app, out, print_json, ws
 
 report_app = typer.Typer(help="The lineage of every specialist with its metrics and gates; evaluation reports.\n\n"
                               "Examples:\n\n\b\n  mint report --html report.html\n  mint report show coding:v3\n"
@@ -29,11 +29,13 @@ def report_lineage(ctx: typer.Context,
     """
     if ctx.invoked_subcommand is not None:
         return
-    from mint.reports import lineage_report
+    from mint.cli.tables import rich_table
+    from mint.reporting.reports import lineage_report
+    from mint.reporting.tables import FAMILY_COLUMNS, LINEAGE_COLUMNS, family_rows, lineage_rows
 
     report = lineage_report(ws())
     if html is not None:
-        from mint.report_html import render_html
+        from mint.reporting.html import render_html
         from mint.workspace import atomic_write_text
 
         atomic_write_text(html, render_html(report))
@@ -42,29 +44,18 @@ def report_lineage(ctx: typer.Context,
     if not report["specialists"]:
         out.print("nothing to report yet: no revision is registered (`mint train` or `mint loop` makes one)")
     for name, entry in sorted(report["specialists"].items()):
-        table = Table(title=f"{name} (champion {entry['champion'] or 'none'})")
-        for column in ("revision", "parent", "status", "metric", "baseline", "value", "verdict"):
-            table.add_column(column, overflow="fold")
-        for g in entry["generations"]:
-            metric = g["primary"]
-            status = f"{g['status']} (forced)" if g.get("forced") else g["status"]
-            table.add_row(g["ref"], g["parent"] or "-", status, escape(metric or "-"),
-                          _num(g["baseline_metrics"].get(metric) if metric else None),
-                          _num(g["metrics"].get(metric) if metric else None), g["verdict"] or "-")
-        out.print(table)
+        out.print(rich_table(f"{name} (champion {entry['champion'] or 'none'})", LINEAGE_COLUMNS,
+                             lineage_rows(entry["generations"])))
         for g in entry["generations"]:
             if g.get("forced"):
                 out.print(f"{g['ref']} was promoted with --force past its report's verdict "
                           f"({g['verdict'] or 'none'}): {escape(g['forced'])}")
-        for generation in entry["progress"]:
-            if generation.experience and generation.experience.families:
-                out.print(families_table(f"{generation.revision} learned from its parent's experience: what was "
-                                         "learnable per family", generation.experience.families))
+        learnable = family_rows(entry["progress"])
+        if learnable:
+            out.print(rich_table(f"{name}: what each generation's experience found learnable, per family of requests",
+                                 FAMILY_COLUMNS, learnable))
     if html is not None:
         out.print(f"wrote {escape(str(html))}")
-
-
-_num = number
 
 
 def _gate(passed) -> str:
@@ -83,7 +74,7 @@ def report_show(ref: str = typer.Argument(..., metavar="REF|FILE",
     """
     from mint.cli.common import baseline_description, report_table
     from mint.contract.served import engine_text
-    from mint.reports import load_report
+    from mint.reporting.reports import load_report
 
     report = load_report(ws(), ref)
     if json_out:
@@ -105,7 +96,8 @@ def report_diff(a: str = typer.Argument(..., metavar="A", help="A revision or a 
     Example:
       mint report diff coding:champion coding:v4
     """
-    from mint.reports import diff_reports, load_report
+    from mint.reporting.numbers import delta, value
+    from mint.reporting.reports import diff_reports, load_report
 
     workspace = ws()
     diff = diff_reports(load_report(workspace, a), load_report(workspace, b))
@@ -118,7 +110,6 @@ def report_diff(a: str = typer.Argument(..., metavar="A", help="A revision or a 
     for column in ("metric", "A", "B", "B − A", "gate A", "gate B", "rule"):
         table.add_column(column, overflow="fold")
     for m in diff.metrics:
-        delta = "-" if m.delta is None else f"{m.delta:+.4g}"
-        table.add_row(escape(m.metric), _num(m.a), _num(m.b), delta, _gate(m.gate_a), _gate(m.gate_b),
+        table.add_row(escape(m.metric), value(m.a), value(m.b), delta(m.delta), _gate(m.gate_a), _gate(m.gate_b),
                       escape(m.rule or ""))
     out.print(table)

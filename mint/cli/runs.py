@@ -8,13 +8,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from mint.cli.common import JSON_OPT, out, print_json, sub_app, ws
+from mint.reporting.numbers import scientific, seconds, value
 
 runs_app = sub_app("runs", "Training runs made by `mint train`.\n\nExamples:\n\n\b\n  mint runs ls\n"
                            "  mint runs ls --specialist genui\n  mint runs show genui-sft-20261130")
-
-
-def _num(value, fmt: str = ".4g") -> str:
-    return "-" if value is None else format(value, fmt)
 
 
 @runs_app.command("ls")
@@ -39,9 +36,9 @@ def runs_ls(specialist: Optional[str] = typer.Option(None, "--specialist", "-s",
     for column in ("run", "method", "specialist", "dataset", "steps", "final loss", "duration", "revision", "status"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        steps = f"{_num(r.steps, 'd')}/{_num(r.max_steps, 'd')}" if r.max_steps else _num(r.steps, "d")
+        steps = f"{value(r.steps)}/{value(r.max_steps)}" if r.max_steps else value(r.steps)
         table.add_row(escape(r.run), r.method or "-", r.specialist or "-", escape(r.dataset or "-"), steps,
-                      _num(r.final_loss), f"{r.duration_s:.0f}s" if r.duration_s is not None else "-",
+                      value(r.final_loss), seconds(r.duration_s),
                       r.revision or "-", r.status)
     out.print(table)
 
@@ -62,12 +59,11 @@ def runs_show(run: str = typer.Argument(..., help="A run folder name or a unique
         return print_json(detail)
     s = detail.summary
     table = Table(show_header=False, title=escape(s.run))
-    for key, value in (("status", s.status), ("specialist", s.specialist), ("method", s.method),
-                       ("dataset", s.dataset), ("base", s.base), ("steps", s.steps), ("final loss", _num(s.final_loss)),
-                       ("final reward", _num(s.final_reward)),
-                       ("duration", f"{s.duration_s:.0f}s" if s.duration_s is not None else "-"),
+    for key, shown in (("status", s.status), ("specialist", s.specialist), ("method", s.method),
+                       ("dataset", s.dataset), ("base", s.base), ("steps", s.steps), ("final loss", value(s.final_loss)),
+                       ("final reward", value(s.final_reward)), ("duration", seconds(s.duration_s)),
                        ("revision", s.revision), ("folder", detail.path)):
-        table.add_row(key, escape(str(value if value is not None else "-")))
+        table.add_row(key, escape(str(shown if shown is not None else "-")))
     out.print(table)
     logged = [m for m in detail.metrics if "loss" in m or "reward" in m]
     if logged:
@@ -75,6 +71,6 @@ def runs_show(run: str = typer.Argument(..., help="A run folder name or a unique
         for column in ("step", "loss", "reward", "learning rate", "tokens/s"):
             steps.add_column(column, justify="right")
         for m in logged[-20:]:
-            steps.add_row(str(m.get("step")), _num(m.get("loss")), _num(m.get("reward")),
-                          _num(m.get("learning_rate"), ".2e"), _num(m.get("tokens_per_s"), ".0f"))
+            steps.add_row(str(m.get("step")), value(m.get("loss")), value(m.get("reward")),
+                          scientific(m.get("learning_rate")), value(m.get("tokens_per_s"), 3))
         out.print(steps)

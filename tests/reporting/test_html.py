@@ -3,7 +3,7 @@ import json
 import re
 
 from mint.cli import main
-from tests.test_reports import gated_report
+from tests.reporting.test_reports import gated_report
 
 
 def test_the_html_report_embeds_every_figure_and_the_lineage(ws, candidate, report_for, tmp_path, capsys):
@@ -44,7 +44,7 @@ def test_no_registry_yet_is_an_empty_report(ws, capsys):
 
 
 def test_the_html_report_shows_each_generation_with_its_experience_and_twin(ws, candidate, report_for, tmp_path):
-    from tests.test_reports import two_generations_and_a_twin
+    from tests.reporting.test_reports import two_generations_and_a_twin
 
     two_generations_and_a_twin(ws, candidate, report_for)
     out = tmp_path / "report.html"
@@ -52,7 +52,7 @@ def test_the_html_report_shows_each_generation_with_its_experience_and_twin(ws, 
     page = out.read_text()
     (table,) = re.findall(r"<table class='progress'>.*?</table>", page, re.S)
     second = next(row for row in table.split("<tr>") if "<td>coding:v2</td>" in row)
-    for shown in ("nightly #2", "0.5", "coding:v1 0.3", "0.2 [0.1, 0.3]", "<td>0.25</td>", "0.5 (k=4)",
+    for shown in ("nightly #2", "0.5", "coding:v1 0.3", "0.2 [0.1, 0.3]", "<td>0.25 / 0.5 (k=4)</td>",
                   "5 (4 served, 1 jsonl:requests.jsonl)", "coding:v3 0.35", "0.15 [-0.05, 0.35]",
                   "no experience effect", "pass, rejected", "forgetting: retention fell"):
         assert shown in second, shown
@@ -63,7 +63,7 @@ def test_the_html_report_shows_each_generation_with_its_experience_and_twin(ws, 
 
 def test_the_html_report_shows_what_each_generations_experience_found_learnable_per_family(ws, candidate,
                                                                                              report_for, tmp_path):
-    from tests.test_reports import two_generations_and_a_twin
+    from tests.reporting.test_reports import two_generations_and_a_twin
 
     two_generations_and_a_twin(ws, candidate, report_for)
     out = tmp_path / "report.html"
@@ -79,28 +79,28 @@ def test_the_html_report_shows_what_each_generations_experience_found_learnable_
 def test_the_twin_is_drawn_as_its_own_marker(ws, candidate, report_for):
     import dataclasses
 
-    from mint.report_html import progress_figure
+    from mint.reporting.html import progress_figure
     from mint.loop.progress import generation_progress
-    from tests.test_reports import two_generations_and_a_twin
+    from tests.reporting.test_reports import two_generations_and_a_twin
 
     two_generations_and_a_twin(ws, candidate, report_for)
     rows = generation_progress(ws)["coding"]
     without = [dataclasses.replace(r, twin=None) for r in rows]
     assert progress_figure("coding", rows) != progress_figure("coding", without)
     # the steps control (the same steps on the logs alone): its own marker, and its column in the table
-    from mint.report_html import progress_table
+    from mint.reporting.html import progress_table
 
     control = [dataclasses.replace(r, twin=dataclasses.replace(
         r.twin, steps_control=dataclasses.replace(r.twin, revision="coding:v4", value=0.45, delta=0.05,
                                                   interval=[-0.1, 0.2], reading=None))) if r.twin else r
                for r in rows]
     assert progress_figure("coding", control) != progress_figure("coding", rows)
-    assert "<td>coding:v4 0.45: 0.05 [-0.1, 0.2]</td>" in progress_table(control)
+    assert "<td>coding:v4 0.45: +0.05 [-0.1, 0.2]</td>" in progress_table(control)
     assert "coding:v4" not in progress_table(rows)
 
 
 def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tmp_path):
-    from tests.test_reports import gated_report
+    from tests.reporting.test_reports import gated_report
 
     out = tmp_path / "report.html"
     ws.home.mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_a_project_with_no_loop_runs_still_renders(ws, candidate, report_for, tm
 
 
 def test_the_retention_suite_shows_beside_the_core_with_its_interval_and_its_own_line(ws, candidate, report_for):
-    from mint.report_html import progress_figure, progress_table
+    from mint.reporting.html import progress_figure, progress_table
     from mint.loop.progress import generation_progress
 
     v1 = candidate()

@@ -63,9 +63,9 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
     for name in names:
         va, vb = number_or_none(a.metrics.get(name)), number_or_none(b.metrics.get(name))
         ga, gb = gates_a.get(name), gates_b.get(name)
+        ruled = gb or ga
         rows.append(MetricDiff(name, va, vb, None if va is None or vb is None else vb - va,
-                               ga.passed if ga else None, gb.passed if gb else None,
-                               (gb or ga).rule if gb or ga else None))
+                               ga.passed if ga else None, gb.passed if gb else None, ruled.rule if ruled else None))
     same = a.contract.sha256 == b.contract.sha256
     return ReportDiff(a=_header(a), b=_header(b), same_contract=same, metrics=rows)
 

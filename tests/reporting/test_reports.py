@@ -161,9 +161,9 @@ def test_each_generation_shows_what_its_experience_found_learnable_per_family(ws
     assert [f.reading for f in second.experience.families] == ["within reach", "beyond reach"]
     assert main(["report"]) == 0
     shown = capsys.readouterr().out
-    assert "coding:v2 learned from its parent's experience: what was learnable per family" in " ".join(shown.split())
+    assert "coding: what each generation's experience found learnable, per family of requests" in " ".join(shown.split())
     (card,) = [line for line in shown.splitlines() if "Card" in line]
-    for cell in ("within reach", "0 → 0.125", "0 → 0.5 (k=8)", "0 / 3 / 3", "0.5625"):
+    for cell in ("coding:v2", "within reach", "0 → 0.125", "0 → 0.5 (k=8)", "0 / 3 / 3", "0.562"):
         assert cell in card, cell
     assert main(["report", "--json"]) == 0
     (recorded,) = [g for g in json.loads(capsys.readouterr().out)["specialists"]["coding"]["progress"]
@@ -253,9 +253,9 @@ def test_show_says_its_baseline_as_eval_does_and_latency_in_plain_milliseconds(w
 
 def test_a_force_promoted_failing_revision_is_marked_forced(ws, candidate, report_for, tmp_path, capsys):
     from mint.registry.promotion import promote
-    from mint.report_html import render_html
+    from mint.reporting.html import render_html
     from mint.loop.progress import generation_progress
-    from mint.reports import lineage_report
+    from mint.reporting.reports import lineage_report
 
     revision = candidate()
     _register(ws, _report(report_for(revision), revision, {"core.pass_at_1": 0.1}, False))
@@ -278,7 +278,7 @@ def test_a_promoted_generation_shows_the_report_it_was_promoted_with(ws, candida
     0 there and fails; it was still promoted on a passing report, and that is the generation it shows."""
     from mint.registry.promotion import promote
     from mint.loop.progress import generation_progress
-    from mint.reports import lineage_report
+    from mint.reporting.reports import lineage_report
 
     v1 = candidate()
     promoted_with = gated_report(ws, report_for, v1, 0.30, 0.10, True)

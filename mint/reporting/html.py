@@ -1,15 +1,30 @@
 """`mint report --html FILE`: the lineage report as one self-contained HTML page.
 
 Figures are drawn with matplotlib (Agg) and embedded as base64 PNGs; styles are inline, so
-the page opens with no network and can be mailed or archived as one file.
+the page opens with no network and can be mailed or archived as one file. Its tables are the rows of
+mint.reporting.tables, the same columns and cells the terminal shows.
 """
 from __future__ import annotations
 
 import base64
 import html
 import io
+from collections.abc import Iterable, Sequence
 
-from mint.text import figure
+from mint.reporting.tables import (
+    BAD,
+    FAMILY_COLUMNS,
+    GENERATION_COLUMNS,
+    GOOD,
+    LINEAGE_COLUMNS,
+    NOTE,
+    PLAIN,
+    Column,
+    cells,
+    family_rows,
+    generation_rows,
+    lineage_rows,
+)
 
 GREEN, RED, GREY = "#2e7d32", "#c62828", "#9e9e9e"
 
@@ -134,101 +149,40 @@ def routing_figure(routing: dict) -> str | None:
     return _png(fig)
 
 
-def _fmt(value) -> str:
-    return "–" if isinstance(value, bool) or not isinstance(value, (int, float)) else figure(value, 3)
+TONE_COLOURS = {GOOD: GREEN, BAD: RED, NOTE: GREY, PLAIN: GREY}
 
 
-def _table(entry: dict) -> str:
-    head = "<tr><th>revision</th><th>parent</th><th>method</th><th>status</th><th>primary metric</th>" \
-           "<th>baseline</th><th>value</th><th>Δ (95% CI)</th><th>verdict</th></tr>"
-    rows = []
-    for g in entry["generations"]:
-        metric = g["primary"]
-        gate = next((x for x in g["gates"] if x.metric == metric), None)
-        value = g["metrics"].get(metric) if metric else None
-        before = gate.baseline if gate and gate.baseline is not None else g["baseline_metrics"].get(metric)
-        delta = gate.paired_delta if gate else None
-        if delta is None and isinstance(value, (int, float)) and isinstance(before, (int, float)):
-            delta = value - before
-        interval = gate.interval if gate else None
-        ci = f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else ""
-        verdict = g["verdict"] or "not evaluated"
-        color = GREEN if verdict == "pass" else RED if verdict == "fail" else GREY
-        verdict += f", promoted by force: {g['forced']}" if g.get("forced") else ""
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-            g["ref"], g["parent"] or "–", g["method"] or "–", g["status"], metric or "–",
-            _fmt(before), _fmt(value), _fmt(delta) + ci)) + f'<td style="color:{color}">{html.escape(verdict)}</td></tr>')
-    return f"<table>{head}{''.join(rows)}</table>"
-
-
-def _ci(delta, interval) -> str:
-    return _fmt(delta) + (f" [{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "")
-
-
-def _per_source(counts: dict) -> str:
-    return ", ".join(f"{n} {source}" for source, n in counts.items() if n) or "–"
+def html_table(columns: Sequence[Column], rows: Iterable, css_class: str | None = None) -> str:
+    """Rows of mint.reporting.tables as an HTML table: the terminal's columns and cells, a cell's lines kept as
+    lines, its tone as a colour."""
+    head = "<tr>" + "".join(f"<th>{html.escape(c.header)}</th>" for c in columns) + "</tr>"
+    body = []
+    for row in rows:
+        shown = []
+        for text, tone in cells(row, columns):
+            style = f' style="color:{TONE_COLOURS[tone]}"' if tone else ""
+            shown.append(f"<td{style}>" + html.escape(text).replace("\n", "<br>") + "</td>")
+        body.append("<tr>" + "".join(shown) + "</tr>")
+    opening = f"<table class='{css_class}'>" if css_class else "<table>"
+    return opening + head + "".join(body) + "</table>"
 
 
 def progress_table(progress: list) -> str:
     """Per generation: the held-out metric against its baseline, the experience pool and what was accepted from
     which source, the placebo twin and the gain over it with its reading, the gain over the steps control, and
-    the verdict."""
-    from mint.loop.placebo import EXPERIENCE_EFFECT
-
-    head = "<tr><th>gen</th><th>revision</th><th>loop</th><th>metric</th><th>value</th><th>baseline</th>" \
-           "<th>Δ (95% CI)</th><th>other suites: value (Δ, 95% CI)</th><th>pool pass@1</th><th>pool pass@k</th><th>accepted (per source)</th>" \
-           "<th>twin</th><th>Δ vs twin (95% CI)</th><th>Δ vs logs-only steps (95% CI)</th><th>reading</th>" \
-           "<th>verdict</th></tr>"
-    rows = []
-    for r in progress:
-        e, t = r.experience, r.twin
-        cells = [str(r.generation), r.revision, f"{r.recipe} #{r.iteration}" if r.recipe else "–", r.metric or "–",
-                 _fmt(r.value), f"{r.baseline} {_fmt(r.baseline_value)}" if r.baseline else "–",
-                 _ci(r.delta, r.interval) if r.generation else "",
-                 "; ".join(f"{f.metric} {_fmt(f.value)}" + (f" ({_ci(f.delta, f.interval)})" if r.generation else "")
-                           for f in r.suites) or "–",
-                 _fmt(e.pass_at_1) if e else "–", f"{_fmt(e.pass_at_k)} (k={e.k})" if e and e.k else "–",
-                 f"{e.accepted} ({_per_source(e.accepted_per_source)})" if e else "–",
-                 f"{t.revision} {_fmt(t.value)}" if t else "–", _ci(t.delta, t.interval) if t else "–",
-                 f"{t.steps_control.revision} {_fmt(t.steps_control.value)}: "
-                 f"{_ci(t.steps_control.delta, t.steps_control.interval)}" if t and t.steps_control else "–"]
-        row = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-        reading = t.reading if t else None
-        row += f'<td style="color:{GREEN if reading == EXPERIENCE_EFFECT else GREY}">' \
-               f"{html.escape(reading or '–')}</td>"
-        verdict = "" if not r.generation else f"{r.verdict or 'not evaluated'}, {r.decision or '–'}" + \
-            (f" by force: {r.forced}" if r.forced else "")
-        color = GREEN if r.decision == "promoted" else RED if r.decision == "rejected" else GREY
-        why = f"<br><small>{html.escape(r.reason)}</small>" if r.reason else ""
-        rows.append(f"<tr>{row}<td style=\"color:{color}\">{html.escape(verdict)}{why}</td></tr>")
-    return f"<table class='progress'>{head}{''.join(rows)}</table>"
+    the verdict (mint.reporting.tables.generation_rows)."""
+    return html_table(GENERATION_COLUMNS, generation_rows(progress), "progress")
 
 
 def families_table(progress: list) -> str | None:
-    """Per generation that learned from experience, each family of the requests its parent answered: where it
-    stood (within reach, solved, beyond reach), pass@1 and pass@k as drawn and after verified repair, the requests
-    passed always / sometimes / never, the p(1-p) signal and the answers accepted; None when no generation's
-    experience recorded families."""
-    from mint.loop.results import WITHIN_REACH
-
-    head = "<tr><th>gen</th><th>revision</th><th>family</th><th>reading</th><th>requests</th><th>samples</th>" \
-           "<th>pass@1 raw → repaired</th><th>pass@k raw → repaired</th><th>always / sometimes / never</th>" \
-           "<th>signal Σ p(1−p)</th><th>accepted</th></tr>"
-    rows = []
-    for r in progress:
-        for f in r.experience.families if r.experience else ():
-            cells = [str(r.generation), r.revision, f.family]
-            after = [str(f.requests), str(f.samples), f"{_fmt(f.raw_pass_at_1)} → {_fmt(f.repaired_pass_at_1)}",
-                     f"{_fmt(f.raw_pass_at_k)} → {_fmt(f.repaired_pass_at_k)} (k={f.k})",
-                     f"{f.always} / {f.sometimes} / {f.never}", _fmt(f.signal), str(f.accepted)]
-            reading = f'<td style="color:{GREEN if f.reading == WITHIN_REACH else GREY}">{html.escape(f.reading)}</td>'
-            rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + reading
-                        + "".join(f"<td>{html.escape(c)}</td>" for c in after) + "</tr>")
-    return f"<table class='families'>{head}{''.join(rows)}</table>" if rows else None
+    """Per generation that learned from experience, each family of the requests its parent answered
+    (mint.reporting.tables.family_rows); None when no generation's experience recorded families."""
+    rows = family_rows(progress)
+    return html_table(FAMILY_COLUMNS, rows, "families") if rows else None
 
 
 def render_html(report: dict) -> str:
-    """The whole page for ``mint.reports.lineage_report``'s data."""
+    """The whole page for ``mint.reporting.reports.lineage_report``'s data."""
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>mint report</title><style>",
              "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}",
              "table{border-collapse:collapse;margin:1em 0;font-size:14px}",
@@ -246,7 +200,7 @@ def render_html(report: dict) -> str:
             if learnable:
                 parts.append("<h3>what each generation's experience found learnable, per family of requests</h3>"
                              + learnable)
-        parts.append("<h3>lineage</h3>" + _table(entry))
+        parts.append("<h3>lineage</h3>" + html_table(LINEAGE_COLUMNS, lineage_rows(entry["generations"])))
         figures = [(f"{name}: primary metric per generation", progress_figure(name, entry["progress"])),
                    (f"{name}: training loss", loss_figure(name, entry)),
                    (f"{name}: gate outcomes", gates_figure(name, entry))]
