@@ -4,8 +4,12 @@ whole run's remaining time corrected by what the finished steps measured.
 A step's estimate is its work (training steps x rows a step, or tokens decoded) times what one unit of it costs
 here: the hardware probe's matmul timings (mint.hardware, cached per machine) scaled by the base's size. The unit
 costs are calibrated once against the demo's measured steps (docs/benchmarks.md, "The demo"), so a first estimate
-is rough; after each step the remaining estimate is multiplied by the ratio of measured to estimated seconds of
-the steps done so far (``refine``), which carries this machine's and this day's speed into the rest.
+is rough; after each step the remaining estimate is corrected by the ratio of measured to estimated seconds of
+the steps done so far (``refine``), which carries this machine's and this day's speed into the rest. Training and
+decoding are corrected apart: their unit costs miss by different factors on different hosts (on an AVX2-only host
+the first estimate sized training 1.5 to 2.4 times short and decoding right), so a slow training step must not
+stretch the decoding ahead. Inside a step, once it reports a tenth of its work done, its own pace says how long it
+has left (``step_left``).
 """
 from __future__ import annotations
 
@@ -58,6 +62,7 @@ class Estimate:
     kind: str
     seconds: float
     basis: str
+    training_s: float = 0.0         # the part of ``seconds`` that is training (the rest decodes or loads)
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,17 @@ class Eta:
     ratio: float
     done_estimated_s: float
     done_measured_s: float
+    training_ratio: float = 1.0     # measured / estimated seconds of the training done so far
+    decoding_ratio: float = 1.0     # likewise of everything else (decoding, loading)
+
+
+@dataclass(frozen=True)
+class Done:
+    """A step that ran: its estimate, the training part of it, and the seconds it took."""
+
+    estimated_s: float
+    training_s: float
+    measured_s: float
 
 
 def machine_rates(hardware=None) -> MachineRates:
@@ -117,7 +133,18 @@ class StepSizer:
 
     def estimate(self, step, iteration: int) -> Estimate:
         seconds, basis = getattr(self, f"_{step.kind}", self._small)(step)
-        return Estimate(iteration, step.index, step.label, step.kind, round(seconds, 1), basis)
+        return Estimate(iteration, step.index, step.label, step.kind, round(seconds, 1), basis,
+                        round(min(self._training_part(step), seconds), 1))
+
+    def _training_part(self, step) -> float:
+        """The seconds of ``step``'s estimate that train: a train step's, an experience step's sampler
+        trainings, the controls' two trainings."""
+        if step.kind == "train":
+            return self.training(*self._train_steps(step))
+        if step.kind in ("experience", "controls"):
+            trainings = int(step.options.get("rounds", 1)) - 1 if step.kind == "experience" else 2
+            return max(trainings, 0) * self.training(*(self._plan(step.specialist) or (1, 1)))
+        return 0.0
 
     # one method per kind: (seconds, what they were reckoned from)
     def _small(self, step) -> tuple[float, str]:
@@ -218,14 +245,47 @@ def estimate_run(recipe, iterations: range, rates: MachineRates, parameters: int
             if step.runs_in(iteration)]
 
 
-def refine(done: list[tuple[float, float]], ahead: list[Estimate]) -> Eta:
-    """The remaining time: ``ahead``'s estimates times the ratio of measured to estimated seconds of ``done``
-    ((estimated, measured) per step that ran), each side counted from PRIOR_S seconds run as estimated."""
-    estimated = sum(e for e, _m in done)
-    measured = sum(m for _e, m in done)
-    ratio = (measured + PRIOR_S) / (estimated + PRIOR_S)
-    return Eta(round(ratio * sum(e.seconds for e in ahead), 1), round(ratio, 3), round(estimated, 1),
-               round(measured, 1))
+def refine(done: list[Done], ahead: list[Estimate]) -> Eta:
+    """The remaining time: the training part of ``ahead``'s estimates times the ratio of measured to estimated
+    training seconds of ``done``, the rest times the same ratio of the rest. A step's measured seconds are shared
+    between its parts as its estimate shares them; each ratio is counted from PRIOR_S seconds run as estimated."""
+    estimated = sum(d.estimated_s for d in done)
+    measured = sum(d.measured_s for d in done)
+    training_estimated = sum(d.training_s for d in done)
+    training_measured = sum(d.measured_s * d.training_s / d.estimated_s for d in done if d.estimated_s > 0)
+    training_ratio = (training_measured + PRIOR_S) / (training_estimated + PRIOR_S)
+    decoding_ratio = (measured - training_measured + PRIOR_S) / (estimated - training_estimated + PRIOR_S)
+    left = sum(training_ratio * e.training_s + decoding_ratio * (e.seconds - e.training_s) for e in ahead)
+    return Eta(round(left, 1), round((measured + PRIOR_S) / (estimated + PRIOR_S), 3), round(estimated, 1),
+               round(measured, 1), round(training_ratio, 3), round(decoding_ratio, 3))
+
+
+# a running part of a step (its training, a decode) says how long it has left by its own pace once it has done this
+# share of its work since it was first heard; before, the step's corrected estimate does
+PACE_FROM = 0.1
+
+
+def scaled(eta: Eta, estimate: Estimate) -> float:
+    """``estimate``'s seconds corrected by ``eta``'s ratios."""
+    return eta.training_ratio * estimate.training_s + eta.decoding_ratio * (estimate.seconds - estimate.training_s)
+
+
+def pace_left(first: tuple[float, float], now: tuple[float, float]) -> float | None:
+    """Seconds a part of a step has left at its pace: ``first`` and ``now`` are (seconds into the step, share of
+    the part done) when it was first heard and now; None until it has done PACE_FROM of its work since."""
+    (began, began_share), (seconds, share) = first, now
+    progressed = share - began_share
+    if progressed < PACE_FROM or share >= 1 or seconds <= began:
+        return None
+    return (seconds - began) * (1 - share) / progressed
+
+
+def step_left(eta: Eta, estimate: Estimate | None, seconds: float, part_left: float | None) -> float:
+    """How long the running step has left, ``seconds`` into it: its corrected estimate less the time it has run,
+    and never less than what its running part has left at its own pace (a step running slower than estimated
+    would otherwise say it is about done until it ends)."""
+    planned = max(0.0, scaled(eta, estimate) - seconds) if estimate is not None else 0.0
+    return max(planned, part_left or 0.0)
 
 
 def eta_record(estimated_s: float | None, steps) -> list[dict]:

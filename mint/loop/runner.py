@@ -21,7 +21,7 @@ from typing import Callable, TextIO
 
 from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
-from mint.loop.estimate import Estimate
+from mint.loop.estimate import Done, Estimate
 from mint.loop.history import generation_records, read_state, state_path
 from mint.loop.recipe import Recipe, Step, load_recipe
 from mint.loop.steps import STEPS, LoopContext, content_key
@@ -358,7 +358,9 @@ class _Context(LoopContext):
         # (estimated, measured) seconds of each step that ran
         self.estimates: dict[tuple[int, int], Estimate] = {}
         self.estimate_basis = ""
-        self.measured: list[tuple[float, float]] = []
+        self.measured: list[Done] = []
+        # each part of the running step that reports its share done: (seconds into the step, share) when first heard
+        self.paces: dict[str, tuple[float, float]] = {}
         self.began = time.perf_counter()
         self.running: tuple[Step, int, float] | None = None     # the step now, its iteration and when it began
 
@@ -386,11 +388,17 @@ class _Context(LoopContext):
         """The running step's heartbeat, with its seconds so far and the run's remaining time as now estimated."""
         if self.running is None:
             return
+        from mint.loop.estimate import pace_left, step_left
+
         step, iteration, began = self.running
         now = time.perf_counter() - began
         eta = self.eta(iteration, step.index)
         current = self.estimates.get((iteration, step.index))
-        in_step = max(0.0, eta.ratio * current.seconds - now) if current else 0.0
+        part_share = share if share is not None else done / total if total else None
+        part_left = None
+        if part_share is not None:
+            part_left = pace_left(self.paces.setdefault(what, (now, part_share)), (now, part_share))
+        in_step = step_left(eta, current, now, part_left)
         self.emit({"event": "progress", "iteration": iteration, "step": step.label, "what": what, "done": done,
                    "total": total, "detail": detail, "share": share, "seconds": round(now, 1),
                    "left_s": round(eta.left_s + in_step, 1)})
@@ -452,6 +460,7 @@ class _Context(LoopContext):
         if estimated is not None:       # back while it runs: its heartbeat reads it
             self.estimates[(iteration, step.index)] = estimated
         self.running = (step, iteration, began)
+        self.paces = {}
         try:
             result = kind.run(self, step)
         finally:
@@ -465,7 +474,7 @@ class _Context(LoopContext):
         seconds = round(time.perf_counter() - began, 2)
         failed = kind.judged and output.get("verdict") == "fail"
         if estimated is not None:
-            self.measured.append((estimated.seconds, seconds))
+            self.measured.append(Done(estimated.seconds, estimated.training_s, seconds))
         eta = self.eta(iteration, step.index)
         elapsed = round(time.perf_counter() - self.began, 1)
         self.emit({"event": "end", "iteration": iteration, "step": step.label, "seconds": seconds, "output": output,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from mint.hardware import Hardware
-from mint.loop.estimate import PRIOR_S, Estimate, base_parameters, estimate_run, machine_rates, refine
+from mint.loop.estimate import (PRIOR_S, Done, Estimate, base_parameters, estimate_run, machine_rates, pace_left,
+                                refine, step_left)
 from mint.loop.recipe import load_recipe
 from mint.loop.runner import run_loop
 
@@ -80,18 +81,53 @@ def test_a_step_estimated_only_in_the_iterations_it_runs_in(tmp_path):
     assert [(e.iteration, e.label) for e in planned if e.kind == "experience"] == [(2, "experience genui")]
 
 
-def ahead(seconds: float) -> list[Estimate]:
-    return [Estimate(2, 0, "train genui", "train", seconds, "")]
+def ahead(seconds: float, training_s: float = 0.0) -> list[Estimate]:
+    return [Estimate(2, 0, "eval genui", "eval", seconds, "", training_s)]
+
+
+def decoded(estimated: float, measured: float) -> Done:
+    return Done(estimated, 0.0, measured)
+
+
+def trained(estimated: float, measured: float) -> Done:
+    return Done(estimated, estimated, measured)
 
 
 def test_steps_that_ran_slower_than_estimated_raise_the_remaining_estimate_by_their_ratio():
-    eta = refine([(600.0, 1200.0)], ahead(1000.0))
+    eta = refine([decoded(600.0, 1200.0)], ahead(1000.0))
     assert eta.ratio == pytest.approx((1200 + PRIOR_S) / (600 + PRIOR_S), abs=1e-3)
     assert eta.left_s == pytest.approx(1000.0 * (1200 + PRIOR_S) / (600 + PRIOR_S), abs=0.1)
 
 
 def test_steps_that_ran_faster_than_estimated_lower_the_remaining_estimate():
-    assert refine([(600.0, 300.0), (400.0, 200.0)], ahead(1000.0)).left_s < 1000.0 * 0.6
+    assert refine([decoded(600.0, 300.0), decoded(400.0, 200.0)], ahead(1000.0)).left_s < 1000.0 * 0.6
+
+
+def test_a_slow_training_stretches_the_training_ahead_and_not_the_decoding():
+    done = [trained(120.0, 360.0)]
+    assert refine(done, ahead(1000.0)).left_s == 1000.0
+    assert refine(done, ahead(1000.0, training_s=1000.0)).left_s == pytest.approx(
+        1000.0 * (360 + PRIOR_S) / (120 + PRIOR_S), abs=0.1)
+
+
+def test_a_step_that_both_trains_and_decodes_corrects_each_part_by_its_own_kind():
+    done = [trained(100.0, 300.0), decoded(100.0, 50.0)]
+    eta = refine(done, ahead(1000.0, training_s=400.0))
+    assert eta.left_s == pytest.approx(400 * (300 + PRIOR_S) / (100 + PRIOR_S) + 600 * (50 + PRIOR_S) / (100 + PRIOR_S), abs=0.1)
+    assert eta.training_ratio > 1 > eta.decoding_ratio
+
+
+def test_a_part_of_a_step_says_its_time_left_at_its_own_pace_once_a_tenth_is_done():
+    assert pace_left((10.0, 0.0), (20.0, 0.05)) is None
+    assert pace_left((10.0, 0.0), (40.0, 0.25)) == pytest.approx(90.0)
+
+
+def test_a_step_slower_than_its_estimate_still_has_what_its_running_part_has_left():
+    step = ahead(100.0)[0]
+    eta = refine([], [step])
+    assert step_left(eta, step, 30.0, None) == pytest.approx(70.0)
+    assert step_left(eta, step, 300.0, None) == 0.0
+    assert step_left(eta, step, 300.0, pace_left((0.0, 0.0), (300.0, 0.5))) == pytest.approx(300.0)
 
 
 def test_before_any_step_the_remaining_estimate_is_the_estimate():
