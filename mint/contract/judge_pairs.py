@@ -28,16 +28,23 @@ WIN, LOSS = 1.0, 0.0
 DRAW = 0.5
 
 _ADDRESSES_JUDGE = [re.compile(pattern, re.I) for pattern in (
-    r"\b(?:response|answer|assistant|output|option|reply)\s*\(?[ab12]\)?\s+(?:is|was|seems|would be)\s+(?:clearly\s+|much\s+|far\s+)?(?:better|best|superior|preferred|preferable|the winner|correct)",
-    r"\bas (?:the|a|an|our) (?:judge|evaluator|grader|rater|referee|reviewer of (?:these|the) (?:answers|responses))\b",
-    r"\b(?:dear|attention|hey|note to (?:the )?)\s*(?:judge|evaluator|grader|rater)\b",
-    r"\b(?:judge|evaluator|grader|rater)s?\s*(?:,|:)?\s*(?:should|must|please|you should|you must)\b",
-    r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*(?:previous|prior|above|earlier|preceding|other|system)\s+(?:instructions|prompts?|rules|directions|rubric)",
+    # naming the answers as the judge sees them, and saying which wins
+    r"\b(?:response|answer|assistant|output|option|reply)\s*\(?[ab12]\)?\s+(?:is|was|seems|would be)\s+"
+    r"(?:clearly\s+|much\s+|far\s+)?(?:better|best|superior|preferred|preferable|the winner)",
+    # speaking to the judge: "as the judge you ...", "dear judge", "judge: choose ..."
+    r"\bas (?:the|a|an|our) (?:judge|evaluator|grader|rater)\s*,?\s*(?:you|of (?:these|this|the) (?:answers|responses))",
+    r"\b(?:dear|attention|hey|note to(?: the)?)\s+(?:judge|evaluator|grader|rater)\b",
+    r"\b(?:judge|evaluator|grader|rater)\s*[,:]\s*(?:you|please|ignore|prefer|choose|pick|select|rate|score|give)\b",
+    r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*(?:previous|prior|above|earlier|"
+    r"preceding|other|system)\s+(?:instructions|prompts?|rules|directions|rubric)",
+    # rating itself
     r"\b(?:rate|score|grade|judge)\s+(?:this|my)\s+(?:answer|response|reply)\b",
-    r"\b(?:this|my)\s+(?:answer|response|reply)\s+(?:deserves|should (?:get|receive|be rated|be chosen|win)|is the (?:best|better|winning))",
+    r"\b(?:this|my)\s+(?:answer|response|reply)\s+(?:deserves|should (?:get|receive|be rated|be chosen|win)|"
+    r"is the (?:best|better|winning))",
     r"\b(?:prefer|choose|pick|select)\s+(?:this|my)\s+(?:answer|response|reply)\b",
-    r"\bverdict\s*[:=]",
-    r"\"verdict\"",
+    # the judge's own reply, or the prompt's markers, written into an answer
+    r"\bverdict\s*[:=]\s*\**\s*\[*\s*(?:a|b|tie)\b",
+    r"\"verdict\"\s*:",
     r"\[\[\s*[ab]\s*\]\]",
     r"<<<\s*(?:end\s+)?(?:answer|conversation|reference)",
 )]
