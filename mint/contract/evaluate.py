@@ -601,7 +601,13 @@ def statistics_text(contract: Contract) -> str:
     return (f"Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "
             f"metric's delta (candidate - baseline) has a {contract.confidence:.0%} interval: exact McNemar "
             f"(Clopper-Pearson on the discordant pairs) for pass/fail metrics, a seeded paired bootstrap (2000 "
-            f"resamples) otherwise. " + rules_text(contract))
+            f"resamples) otherwise. " + rules_text(contract) + (JUDGE_STATISTICS if contract.judge else ""))
+
+
+JUDGE_STATISTICS = (" judge_win_rate: each example won (1), tied (0.5) or lost (0) against the baseline's answer to it, "
+                    "judged in both orders (a verdict that changes with the order is a tie, counted in "
+                    "judge_flip_rate); its delta is (wins - losses) / n, with the exact sign test's interval on the "
+                    "examples won or lost.")
 
 
 @dataclass(frozen=True)

@@ -389,3 +389,18 @@ def test_the_tiny_base_as_a_local_judge_is_refused_at_calibration(ws, candidate,
         evaluate(ws, candidate("chat").ref, contract, predictions=facts, baseline_predictions=unsure(tmp_path))
     assert "the local judge (tiny-random on mint's engine) is below the contract's calibration floor" in \
         str(caught.value)
+
+
+def test_served_chat_traffic_is_judged_against_the_baseline_without_a_reference(ws, candidate, judge, tmp_path):
+    from tests.data.test_split import serve, turn
+
+    serve(ws, [turn(i, specialist="chat") for i in range(16)], heldout=0.5)
+    contract = judged_contract(tmp_path, judge.url)
+    contract.write_text(contract.read_text().replace("data: core.jsonl, metrics: [judge_win_rate, judge_flip_rate]",
+                                                     'data: "traffic:all"'))
+    report = evaluate(ws, candidate("chat").ref, contract).report
+    drawn = report.live_suites["core"]
+    assert drawn["traffic"] == "all" and report.extra["judge"]["suites"]["core"]["examples"] == drawn["count"] > 0
+    assert "core.judge_win_rate" in report.metrics and "core.judge_flip_rate" in report.metrics
+    prompts = [m["content"] for messages in judge.asked[48:] for m in messages if m["role"] == "user"]
+    assert prompts and not any("<<<REFERENCE ANSWER>>>" in p for p in prompts)
