@@ -359,12 +359,7 @@ def open_judge(ws: Workspace, contract: Contract, base_name: str) -> JudgeSessio
 def calibrate(session: JudgeSession) -> Calibration:
     """The judge on every calibration pair, the better answer first and then second."""
     spec = session.spec
-    prompts = []
-    for pair in spec.pairs:
-        conversation = list(pair.messages)
-        prompts += [judge_messages(spec.rubric, conversation, pair.reference, pair.better, pair.worse),
-                    judge_messages(spec.rubric, conversation, pair.reference, pair.worse, pair.better)]
-    asked = session.verdicts(prompts)
+    asked = session.verdicts(calibration_prompts(spec))
     agreed, flipped, missed = 0, 0, []
     for i, pair in enumerate(spec.pairs):
         shown_first, shown_second = asked.verdicts[2 * i], asked.verdicts[2 * i + 1]
@@ -378,6 +373,16 @@ def calibrate(session: JudgeSession) -> Calibration:
     n = len(spec.pairs)
     return Calibration(str(spec.calibration), n, agreed / n, flipped / n, spec.agreement_floor, spec.flip_floor,
                        asked.made, asked.cached, tuple(missed))
+
+
+def calibration_prompts(spec: JudgeSpec) -> list[list[dict]]:
+    """Each calibration pair's two prompts: the better answer shown first, then second."""
+    prompts = []
+    for pair in spec.pairs:
+        conversation = list(pair.messages)
+        prompts += [judge_messages(spec.rubric, conversation, pair.reference, pair.better, pair.worse),
+                    judge_messages(spec.rubric, conversation, pair.reference, pair.worse, pair.better)]
+    return prompts
 
 
 def refusal(label: str, calibration: Calibration) -> str:

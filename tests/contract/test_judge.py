@@ -174,6 +174,20 @@ def test_a_position_biased_judge_is_refused_at_calibration_with_nothing_register
     assert not store.reports_for(store.open_store(ws), revision.id)
 
 
+def test_a_verdict_that_changes_with_the_order_is_a_tie_and_counts_as_a_flip(ws, judge, tmp_path):
+    judge.mode = "first"        # let through by a floor that accepts any judge: its flips show in the report
+    contract = judged_contract(tmp_path, judge.url, judge=f"""  endpoint: {{url: "{judge.url}", model: first-judge}}
+  rubric: "Prefer the answer that states the reference's facts."
+  calibration: {CALIBRATION}
+  floor: {{agreement: 0.0, flips: 1.0}}""")
+    facts = answers(tmp_path, "facts.jsonl", lambda country, city: f"It is {city}.")
+    report = evaluate(ws, None, contract, predictions=facts, baseline_predictions=unsure(tmp_path)).report
+    assert report.extra["judge"]["calibration"]["flip_rate"] == 1.0
+    assert report.metrics["core.judge_win_rate"] == 0.5 and report.metrics["core.judge_flip_rate"] == 1.0
+    assert report.extra["judge"]["suites"]["core"]["flipped"] == 12 and report.verdict == "fail"
+    assert not report.gates_by_metric()["core.judge_flip_rate"].passed
+
+
 def test_a_length_inflated_winner_is_flagged(ws, judge, tmp_path, capsys):
     contract = judged_contract(tmp_path, judge.url)
     padded = answers(tmp_path, "padded.jsonl", lambda country, city: f"It is {city}. " + "Indeed, " * 20)
