@@ -418,3 +418,17 @@ def test_served_chat_traffic_is_judged_against_the_baseline_without_a_reference(
     assert "core.judge_win_rate" in report.metrics and "core.judge_flip_rate" in report.metrics
     prompts = [m["content"] for messages in judge.asked[48:] for m in messages if m["role"] == "user"]
     assert prompts and not any("<<<REFERENCE ANSWER>>>" in p for p in prompts)
+
+
+def test_stopping_when_decided_waits_for_the_judge_before_deciding_on_its_gates(ws, candidate, judge, tmp_path):
+    from mint.contract.evaluate import evaluate_many
+
+    contract = judged_contract(tmp_path, judge.url)
+    contract.write_text(contract.read_text().replace(
+        "gates:\n", "  - {name: extra, data: core.jsonl, metrics: [token_f1], limit: 2}\ngates:\n"))
+    revision = candidate("chat")
+    [result] = evaluate_many(ws, [revision.ref], contract, stop_when_decided=True)
+    # core's improve gate on the judge's win rate is checked once every answer is judged, not read as "not
+    # measured" after core alone is decoded: the candidate is decoded on every suite
+    assert "measured_on" not in result.report.extra and "extra.token_f1" in result.report.metrics
+    assert "core.judge_win_rate" in result.report.metrics
