@@ -38,7 +38,6 @@ VERDICTS = (A, B, TIE)
 VERDICT_SCHEMA = {"type": "object", "properties": {"verdict": {"enum": list(VERDICTS)}}, "required": ["verdict"],
                   "additionalProperties": False}
 IN_FLIGHT = 8                   # judge calls sent at once
-CONNECT_TIMEOUT_S = 5.0         # a judge that is down fails in seconds, however long a verdict may take
 TRIES = 3                       # a call that fails, or answers no verdict, is asked this many times in all
 RETRY_WAITS_S = (1.0, 4.0)      # the waits before the second and third tries
 CACHE_FILE = Path("judge") / "verdicts.sqlite"
@@ -138,7 +137,7 @@ class ServerJudge:
     async def _ask_all(self, prompts: list[list[dict]], keep: Keep) -> None:
         from mint.generation.upstream import UpstreamClient
 
-        client = UpstreamClient(self.upstream, connect_s=min(CONNECT_TIMEOUT_S, self.upstream.timeout_s))
+        client = UpstreamClient(self.upstream)
         await client.open()
         gate = asyncio.Semaphore(IN_FLIGHT)
         kept: set[int] = set()

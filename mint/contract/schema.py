@@ -199,7 +199,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     if settings.samples > 1 and settings.temperature == 0:
         raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
     scorer = harness_for(harness_name, settings)
-    judge = load_judge(doc, data["judge"], path) if data.get("judge") is not None else None
+    judge = load_judge(doc, data["judge"], path) if "judge" in data else None
     # a judge reads the request and two answers: it measures every suite, served traffic included
     judged = JUDGE_METRICS if judge is not None else ()
     available = scorer.metrics + judged
