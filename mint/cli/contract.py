@@ -67,6 +67,13 @@ def _render_check(path: Path, summary) -> None:
                   f"{resolves}")
     for plan in summary.plans:
         out.print(f"  gate {plan.metric} {plan.rule}: {escape(plan.reads) or 'resolved once its suite is read'}")
+    if summary.judge:
+        where = summary.judge["endpoint"]
+        who = "the evaluation's base on mint's engine" if where == "local" else f"{where['model']} at {where['url']}"
+        floor = summary.judge["floor"]
+        out.print(f"  judge: {escape(who)}; calibrated on {summary.judge['pairs']} pairs of "
+                  f"{escape(summary.judge['calibration'])} (floor: agreement {floor['agreement']:g}, flips "
+                  f"{floor['flips']:g}) before each evaluation", highlight=False)
     for warning in summary.warnings:
         out.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.isolation:
@@ -140,6 +147,24 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
         raise typer.Exit(1)
 
 
+def _render_judge(judge: dict) -> None:
+    """The judge's lines under an evaluation's table: its calibration, calls, verdicts per suite and flags."""
+    calibration = judge.get("calibration") or {}
+    calls = judge.get("calls") or {}
+    made = calls.get("made", 0) + (calibration.get("calls") or {}).get("made", 0)
+    cached = calls.get("cached", 0) + (calibration.get("calls") or {}).get("cached", 0)
+    out.print(f"judge: {escape(str(judge.get('endpoint')))}; calibration agreement {calibration.get('agreement', 0):.0%}, "
+              f"flips {calibration.get('flip_rate', 0):.0%} on {calibration.get('pairs')} pairs; {made} call(s) made, "
+              f"{cached} taken from the cache", highlight=False)
+    for name, counts in (judge.get("suites") or {}).items():
+        degenerate = counts.get("degenerate") or {}
+        out.print(f"  {escape(name)}: {counts['wins']} won, {counts['losses']} lost, {counts['ties']} tied of "
+                  f"{counts['examples']}; {counts['flipped']} of {counts['judged_pairs']} judged pair(s) flipped with "
+                  f"the order; {degenerate.get('candidate', 0)} answer(s) addressed the judge (lost)", highlight=False)
+    for flag in judge.get("flags") or []:
+        out.print(f"[yellow]flag[/]: {escape(flag)}")
+
+
 def _render_report(result) -> None:
     from mint.contract.served import engine_text
 
@@ -160,6 +185,8 @@ def _render_report(result) -> None:
         for plan in (drawn.get("underpowered") or []) if isinstance(drawn, dict) else []:
             out.print(f"[yellow]under-powered[/]: {escape(plan['metric'])} {escape(plan['rule'])} on "
                       f"{plan['examples']} example(s): {escape(plan['reads'])}")
+    if isinstance(report.extra.get("judge"), dict):
+        _render_judge(report.extra["judge"])
     verdict = "[green]pass[/]" if result.passed else "[red]fail[/]"
     out.print(f"verdict: {verdict}  report: {escape(result.report_path)}")
     if result.baseline_evaluated:

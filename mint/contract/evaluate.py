@@ -22,6 +22,9 @@ from typing import Callable
 
 from mint import tracking as trackers
 from mint.contract.gates import apply_gates
+from mint.contract.judge import JudgeSession, open_judge
+from mint.contract.judge_pairs import Judged, judge_answers, judge_delta
+from mint.contract.judge_schema import JUDGE_METRICS, PAIRWISE_METRICS
 from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
 from mint.contract.precision import DecodingPrecision, decoding_precision, report_precision
@@ -76,8 +79,8 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
         from mint.contract.schema import contract_sha256
 
         same_file = any(v == contract.version and sha == contract_sha256(
-            contract.path, [s.data for s in contract.suites if not s.live], contract.settings.catalog)
-            for v, sha in rows)
+            contract.path, [s.data for s in contract.suites if not s.live], contract.settings.catalog,
+            judge=contract.judge) for v, sha in rows)
         why = (f"its v{contract.version} reports were gated under gate rules 1 (no_regression failed only when the "
                f"whole interval lay beyond -TOL) and it now reads as gate rules {contract.gate_rules}; bump "
                "`version`, or set `gate_rules: 1` and bump it to keep the old reading") if same_file else \
@@ -192,19 +195,24 @@ def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, o
     loaded: dict = {}
     # a served engine is asked first: one that does not answer, or serves another base, is refused before anything
     served = open_engine(resolve_engine(engine), base_name)
+    judge = None
     try:
+        judge = open_judge(ws, contract, base_name)     # calibrated, or refused, before anything is decoded
         return _evaluate_on(ws, refs, contract, candidates, base_name, suites, live_suites, loaded, served, started,
                             out_dir=out_dir, progress=progress, measure_on=measure_on, reuse=reuse,
-                            stop_when_decided=stop_when_decided)
+                            stop_when_decided=stop_when_decided, judge=judge)
     finally:
         if served is not None:
             served.close()
+        if judge is not None:
+            judge.close()
 
 
 def _evaluate_on(ws: Workspace, refs: list[str], contract: Contract, candidates: list[Subject], base_name: str,
                  suites, live_suites, loaded: dict, served, started: float, *, out_dir, progress, measure_on,
-                 reuse: bool, stop_when_decided: bool) -> list[EvalResult]:
-    """``_evaluate_generated`` once the engine is chosen: ``served`` (a ServedEngineSession), or None for mint's."""
+                 reuse: bool, stop_when_decided: bool, judge: JudgeSession | None = None) -> list[EvalResult]:
+    """``_evaluate_generated`` once the engine is chosen: ``served`` (a ServedEngineSession), or None for mint's;
+    ``judge``: the contract's calibrated judge, which judges every answer before any report is written."""
     revision = next((c.revision for c in candidates if c.revision is not None and c.revision.base_fingerprint), None)
     precision = served.precision(contract) if served is not None else \
         _precision(ws, contract, base_name, revision, suites, loaded)
@@ -235,6 +243,7 @@ def _evaluate_on(ws: Workspace, refs: list[str], contract: Contract, candidates:
                                     rest, served).items():
         decoded[key] = _merged(decoded[key], more) if key in decoded else more
     restricted.update(decided)
+    judged = _judge_subjects(contract, judge, order, own_suites, decoded, baseline_of, known)
     results: dict[str, EvalResult] = {}
     for subject in order:            # each baseline before the reports compared with it
         mine = own_suites[subject.key]
@@ -252,7 +261,7 @@ def _evaluate_on(ws: Workspace, refs: list[str], contract: Contract, candidates:
             ws, contract, subject, mine, live_suites, keys, examples_sha256, precision, outputs, latencies,
             generation, baseline, base_name, fingerprint, started, out_dir=own_dir, source="generated",
             baseline_evaluated=reference in results, measured_only=measured_only,
-            measured_on=restricted.get(subject.key), prompts=prompts)
+            measured_on=restricted.get(subject.key), prompts=prompts, judged=judged.get(subject.key))
     return [results[c.key] for c in candidates]
 
 
@@ -316,8 +325,9 @@ def _decided(contract: Contract, order: list[Subject], candidates: list[Subject]
         else:
             continue
         paired = paired_deltas(contract, rows, baseline_rows)
+        # the judge has not judged yet: its gates are checked once every suite is decoded
         failed = [gate for gate in (check_gate(contract, g, metrics, baseline_metrics, paired.get(g.metric))
-                                    for g in contract.gates if g.suite in first)
+                                    for g in contract.gates if g.suite in first and not _judge_metric(g.metric))
                   if not gate.passed]
         if failed:
             decided[candidate.key] = (names, f"{failed[0].metric} failed ({failed[0].rule}), so the verdict is fail "
@@ -386,24 +396,77 @@ def _evaluate_predictions(ws: Workspace, ref: str | None, contract: Contract, *,
     # known without loading anything more: the revision records it, and the base was loaded if it was measured
     fingerprint = subject.revision.base_fingerprint if subject.revision else \
         (loaded[base_name].fingerprint if base_name in loaded else None)
+    judged = _judge_predictions(ws, contract, base_name, suites, keys, outputs, baseline)
     return _write_report(ws, contract, subject, suites, live_suites, keys, examples_sha256, precision, outputs,
                          latencies, None, baseline, base_name, fingerprint, started, out_dir=out_dir,
-                         source="predictions", baseline_evaluated=False)
+                         source="predictions", baseline_evaluated=False, judged=judged)
+
+
+def _judge_predictions(ws: Workspace, contract: Contract, base_name: str, suites, keys: dict, outputs: dict,
+                       baseline: "Baseline") -> Judged | None:
+    """Outputs made elsewhere judged against their baseline's answers (none: no baseline to judge against)."""
+    judge = open_judge(ws, contract, base_name)
+    if judge is None:
+        return None
+    try:
+        if not baseline.rows:
+            return None
+        return judge_answers(judge, contract, suites, keys, outputs, _answers_by_key(baseline.rows))
+    finally:
+        judge.close()
+
+
+def _judge_subjects(contract: Contract, judge: JudgeSession | None, order: list[Subject], own_suites: dict,
+                    decoded: dict, baseline_of: dict, known: dict) -> dict[str, Judged]:
+    """Each subject's answers judged against its baseline's, by key, all before any report is written: a judge
+    that fails leaves nothing registered. The bare base is its own baseline (every pair the same answer, so
+    nothing is asked); a champion measured only as a baseline is not judged."""
+    if judge is None:
+        return {}
+    judged = {}
+    for subject in order:
+        mine = own_suites[subject.key]
+        keys = {suite.name: example_keys(records) for suite, records in mine}
+        reference = baseline_of.get(subject.key, subject.key if subject.key == BASE else None)
+        if reference is None:
+            continue
+        theirs = known[reference].rows if reference in known else \
+            _decoded_rows(own_suites[reference], decoded[reference][0])
+        judged[subject.key] = judge_answers(judge, contract, mine, keys, decoded[subject.key][0],
+                                            _answers_by_key(theirs))
+    return judged
+
+
+def _decoded_rows(suites, outputs: dict) -> list[dict]:
+    """The (suite, key, outputs) rows of answers decoded now, as a report's predictions hold them."""
+    return [{"suite": suite.name, "key": key, "outputs": outs} for suite, records in suites
+            for key, outs in zip(example_keys(records), outputs[suite.name])]
+
+
+def _answers_by_key(rows: list[dict]) -> dict[tuple[str, str], list]:
+    return {(row["suite"], row["key"]): row["outputs"] for row in rows if isinstance(row.get("outputs"), list)}
+
+
+def _judge_metric(metric: str) -> bool:
+    return metric.partition(".")[2] in JUDGE_METRICS
 
 
 def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, live_suites, keys: dict,
                   examples_sha256: str, precision, outputs: dict, latencies: dict, generation: dict | None,
                   baseline: "Baseline | None", base_name: str, fingerprint: str | None, started: float, *,
                   out_dir: Path | None, source: str, baseline_evaluated: bool, measured_only: bool = False,
-                  measured_on: tuple | None = None, prompts: dict | None = None) -> EvalResult:
+                  measured_on: tuple | None = None, prompts: dict | None = None,
+                  judged: Judged | None = None) -> EvalResult:
     """Score ``subject``'s outputs, gate them against ``baseline`` (None: the base, its own), write the report
     and its predictions atomically and register it. ``measured_only``: a champion measured as another's baseline,
     whose report has no gates and no verdict of its own ("measured"); ``measured_on``: (suites, why) when the
     subject was decoded on some suites only; ``prompts``: each record's prompt digest, by suite, so a later
-    evaluation takes the answer instead of decoding it again."""
+    evaluation takes the answer instead of decoding it again; ``judged``: the judge's verdicts on its answers."""
     revision = subject.revision
     is_base = subject.key == BASE and source == "generated"
     metrics, rows = _score(contract, suites, keys, outputs, latencies, prompts)
+    if judged is not None:
+        metrics, rows = judged.applied(metrics, rows)
     if is_base:     # generation 0 is its own baseline: every delta is 0
         baseline = Baseline(None, "base", None, metrics, rows, examples_sha256)
     if measured_only:
@@ -445,7 +508,8 @@ def _write_report(ws: Workspace, contract: Contract, subject: Subject, suites, l
         # what the harness says beside its metrics (the router's: its confusion matrix, the held-out distribution)
         extra={**contract.harness().report_fields([r for _suite, records in suites for r in records],
                                                   [o for suite, _records in suites for o in outputs[suite.name]]),
-               **({"measured_on": {"suites": list(measured_on[0]), "why": measured_on[1]}} if measured_on else {})})
+               **({"measured_on": {"suites": list(measured_on[0]), "why": measured_on[1]}} if measured_on else {}),
+               **({"judge": judged.facts} if judged is not None else {})})
     if out_dir is not None:
         target = out_dir
     elif is_base and not _base_dir(ws, contract, fingerprint, examples_sha256, precision.used).exists():
@@ -537,7 +601,13 @@ def statistics_text(contract: Contract) -> str:
     return (f"Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "
             f"metric's delta (candidate - baseline) has a {contract.confidence:.0%} interval: exact McNemar "
             f"(Clopper-Pearson on the discordant pairs) for pass/fail metrics, a seeded paired bootstrap (2000 "
-            f"resamples) otherwise. " + rules_text(contract))
+            f"resamples) otherwise. " + rules_text(contract) + (JUDGE_STATISTICS if contract.judge else ""))
+
+
+JUDGE_STATISTICS = (" judge_win_rate: each example won (1), tied (0.5) or lost (0) against the baseline's answer to it, "
+                    "judged in both orders (a verdict that changes with the order is a tie, counted in "
+                    "judge_flip_rate); its delta is (wins - losses) / n, with the exact sign test's interval on the "
+                    "examples won or lost.")
 
 
 @dataclass(frozen=True)
@@ -585,6 +655,9 @@ def paired_deltas(contract: Contract, rows: list[dict], baseline_rows: list[dict
     for gate in contract.gates:
         suite_name, _, metric = gate.metric.partition(".")
         if suite_name == "latency" or gate.metric in deltas:
+            continue
+        if metric in PAIRWISE_METRICS:     # the judge compared the two answers itself: a sign test on its verdicts
+            deltas[gate.metric] = judge_delta(rows, suite_name, contract.confidence)
             continue
         candidate, reference = [], []
         for row in rows:

@@ -14,13 +14,22 @@ from mint.errors import BadInput
 from mint.harness import HarnessSettings, harness_for, specialists
 from mint.generation.precision import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
+from mint.contract.judge_schema import (
+    JUDGE_METRICS,
+    PAIRWISE_METRICS,
+    JudgeSpec,
+    judge_hash_lines,
+    judge_summary,
+    judge_warnings,
+    load_judge,
+)
 from mint.registry.refs import check_name
 from mint.registry.report import metric_suite
 from mint.text import closest
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, is_file, load_yaml
 
 TOP_KEYS = ("contract", "version", "specialist", "harness", "suites", "gates", "promotion", "gate_rules", "confidence",
-            "power")
+            "power", "judge")
 HARNESS_KEYS = ("name", "system", "template", "tools", "decoding", "timeout_s", "catalog")
 DECODING_KEYS = ("max_new_tokens", "temperature", "top_p", "samples", "batch_size", "precision",
                  "stop_at_answer_end", "prompt_lookup")
@@ -116,6 +125,7 @@ class Contract:
     gate_rules: int = DEFAULT_GATE_RULES
     confidence: float = 0.95
     power: Power = field(default_factory=Power)
+    judge: JudgeSpec | None = None      # a model judge (the `judge:` block), where the contract names one
 
     def harness(self) -> Harness:
         return harness_for(self.harness_name, self.settings)
@@ -189,7 +199,11 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     if settings.samples > 1 and settings.temperature == 0:
         raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
     scorer = harness_for(harness_name, settings)
-    available = scorer.metrics
+    judge = load_judge(doc, data["judge"], path) if "judge" in data else None
+    # a judge reads the request and two answers: it measures every suite, served traffic included
+    judged = JUDGE_METRICS if judge is not None else ()
+    available = scorer.metrics + judged
+    request_metrics = scorer.request_metrics + judged
 
     raw_suites = data["suites"]
     if not isinstance(raw_suites, list) or not raw_suites:
@@ -215,11 +229,12 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
                 raise doc.error(f"{where}.data", f"expected {TRAFFIC_PREFIX}WINDOW with a window of "
                                                  f"{', '.join(TRAFFIC_WINDOWS)}, got {data_text!r}"
                                 + closest(traffic, TRAFFIC_WINDOWS))
-            if not scorer.request_metrics:
+            if not request_metrics:
                 able = [n for n in known if harness_for(n, settings).request_metrics]
                 raise doc.error(f"{where}.data", f"the {harness_name} harness cannot score a request without a "
                                                  f"reference answer, and served traffic has none (traffic suites: "
-                                                 f"{', '.join(able)}); use a suite file")
+                                                 f"{', '.join(able)}, or any contract with a `judge:`); use a suite "
+                                                 "file")
         elif data_text.startswith(LIVE_PREFIX):
             match = _LIVE_REF.match(data_text)
             if match is None:
@@ -234,17 +249,20 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             data_path = (path.parent / data_text).resolve()
             if not is_file(data_path):
                 raise doc.error(f"{where}.data", f"no such file: {data_path}")
-        metrics = raw.get("metrics", list(scorer.request_metrics if traffic is not None else available))
+        metrics = raw.get("metrics", list(request_metrics if traffic is not None else available))
         if not isinstance(metrics, list) or not metrics:
             raise doc.error(f"{where}.metrics", "expected a non-empty list of metric names")
         for j, metric in enumerate(metrics):
-            if not isinstance(metric, str) or not scorer.knows_metric(metric):
+            if metric in JUDGE_METRICS and judge is None:
+                raise doc.error(f"{where}.metrics[{j}]", f"{metric} is a model judge's verdict: name the judge in a "
+                                                         "`judge:` block (docs/contracts.md, \"A model judge\")")
+            if not isinstance(metric, str) or not (scorer.knows_metric(metric) or metric in judged):
                 raise doc.error(f"{where}.metrics[{j}]", f"the {harness_name} harness has no metric {metric!r}"
                                 + closest(str(metric), available, listing="expected one of"))
-            if traffic is not None and metric not in scorer.request_metrics:
+            if traffic is not None and metric not in request_metrics:
                 raise doc.error(f"{where}.metrics[{j}]", f"{metric} compares with a reference answer, and served "
                                                          "traffic has none; a traffic suite measures "
-                                                         f"{', '.join(scorer.request_metrics)}")
+                                                         f"{', '.join(request_metrics)}")
         limit = raw.get("limit")
         if limit is not None:
             check_number(doc, limit, f"{where}.limit", minimum=1, integer=True)
@@ -290,6 +308,9 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         if relative and metric in LATENCY_METRICS:
             key = next(iter(relative))
             raise doc.error(f"{where}.{key}", "latency is not compared example by example; gate it with max")
+        if relative and metric.partition(".")[2] in JUDGE_METRICS and metric.partition(".")[2] not in PAIRWISE_METRICS:
+            key = next(iter(relative))
+            raise doc.error(f"{where}.{key}", "the judge's flip rate has no baseline to compare with; gate it with max")
         if "non_inferior" in relative and gate_rules < 2:
             raise doc.error(f"{where}.non_inferior", "non_inferior needs gate_rules: 2")
         if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
@@ -315,8 +336,8 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
 
     contract = Contract(name, version, specialist, harness_name, settings, tuple(suites), tuple(gates), min_examples,
                         auto, path.absolute(), contract_sha256(path, [s.data for s in suites if not s.live], catalog,
-                                                               gate_rules=gate_rules),
-                        doc, gate_rules, confidence, power)
+                                                               gate_rules=gate_rules, judge=judge),
+                        doc, gate_rules, confidence, power, judge)
     if check_data:
         for suite in contract.suites:
             if not suite.live:      # a live suite's data exists only in a workspace: read when evaluated
@@ -324,10 +345,13 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
     return contract
 
 
-def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None, *, gate_rules: int = 1) -> str:
+def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None, *, gate_rules: int = 1,
+                    judge: JudgeSpec | None = None) -> str:
     """One hash over the YAML, every suite file and the catalog: editing any of them makes a new contract. Gate
     rules past 1 are hashed too, so a file written before the rules changed, read under today's default, is a
-    new contract: its earlier reports, gated under rules 1, are never mixed with reports gated under 2."""
+    new contract: its earlier reports, gated under rules 1, are never mixed with reports gated under 2. A judge's
+    identity (its model, rubric, decoding, how mint prompts it) and its calibration file's bytes are hashed too:
+    a report made under another judge is another contract's."""
     digest = hashlib.sha256()
     named = [("contract", path)] + [(f"suite {i}", f) for i, f in enumerate(suite_files)] + \
         ([("catalog", catalog)] if catalog is not None else [])
@@ -335,6 +359,8 @@ def contract_sha256(path: Path, suite_files: list[Path], catalog: Path | None, *
         digest.update(f"{role}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
     if gate_rules != 1:
         digest.update(f"gate_rules\0{gate_rules}\n".encode())
+    for line in judge_hash_lines(judge) if judge is not None else []:
+        digest.update(line)
     return digest.hexdigest()
 
 
@@ -403,6 +429,7 @@ class ContractCheck:
     confidence: float = 0.95
     plans: list = field(default_factory=list)   # mint.contract.planner.GatePlan per paired gate
     warnings: list[str] = field(default_factory=list)
+    judge: dict | None = None       # the model judge, where the contract names one
 
 
 def check_contract(path: Path) -> ContractCheck:
@@ -432,6 +459,8 @@ def check_contract(path: Path) -> ContractCheck:
     if contract.gate_rules < 2 and any(g.no_regression for g in contract.gates):
         warnings.append("gate_rules 1: no_regression fails only when the whole interval lies beyond -TOL, so a "
                         "significant loss far beyond TOL can pass; gate_rules: 2 fails it")
+    if contract.judge is not None:
+        warnings += judge_warnings(contract.judge, sorted(contract.produced_metrics()))
     isolation = None
     if contract.harness_name == "coding":
         from mint.harness.sandbox import describe_isolation
@@ -440,4 +469,4 @@ def check_contract(path: Path) -> ContractCheck:
     return ContractCheck(contract.name, contract.version, contract.specialist, contract.harness_name,
                          contract.sha256, suites, list(contract.gates), contract.min_examples,
                          isolation, gate_rules=contract.gate_rules, confidence=contract.confidence, plans=plans,
-                         warnings=warnings)
+                         warnings=warnings, judge=judge_summary(contract.judge) if contract.judge else None)

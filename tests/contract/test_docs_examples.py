@@ -37,6 +37,7 @@ def test_each_contract_example_in_the_docs_passes_contract_check(name, block, tm
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "contracts").mkdir()
     (tmp_path / "contracts" / "suites").symlink_to(ROOT / "contracts" / "suites")
+    (tmp_path / "contracts" / "judges").symlink_to(ROOT / "contracts" / "judges")
     path = tmp_path / "contracts" / "example.yaml"
     path.write_text(block, encoding="utf-8")
     assert main(["contract", "check", str(path)]) == 0, f"{name}: {capsys.readouterr().err}"
