@@ -1,9 +1,10 @@
 """Running `mint serve`: the socket bound before anything loads, the backend opened, uvicorn with slow clients cut
 off, and the workspace told what serves while it runs.
 
-``run`` is what `mint serve` calls: it checks the options and binds the port first (a port in use or a
-non-loopback address without an API key is bad input before the model loads), opens the backend (the local
-mixture, or with an upstream the gateway), tells ``ready`` what serves where, and serves until interrupted.
+``run`` is what `mint serve` calls: it checks the options and binds the port first (a port in use, a
+non-loopback address without an API key or an unknown base is bad input before the model loads), tells
+``started``, opens the backend (the local mixture, or with an upstream the gateway), tells ``ready`` what serves
+where, and serves until interrupted.
 ``start_background`` serves an app from a thread (the loop's serve step, and tests).
 """
 from __future__ import annotations
