@@ -1,5 +1,8 @@
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -333,3 +336,57 @@ def test_a_mistyped_choice_gets_a_did_you_mean(ws, capsys, args, says):
     store.open_store(ws).close()
     assert main(args) == 2
     assert says in capsys.readouterr().err
+
+
+# --- a command that loads a model answers a mistake before it imports torch, and says its device line after ---
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "trl", "peft", "datasets")
+DEVICE_LINE = "(--device or MINT_DEVICE chooses the training device)"
+TINY_PROJECT = "base: tiny-random\nspecialists:\n  chat: {keywords: [hi]}\n  genui: {keywords: [form]}\n"
+
+
+def run_child(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in a child process of this checkout, which prints its exit code and the heavy packages it imported."""
+    probe = ("import sys; from mint.cli import main; code = main(sys.argv[1:]); "
+             f"print(code, [m for m in {HEAVY!r} if m in sys.modules])")
+    return subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "genui:v9", "--contract", str(ROOT / "contracts" / "genui-smoke.yaml")], "genui:v9: no such revision"),
+    (["eval", "base", "--contract", "nope.yaml"], "nope.yaml: no such file"),
+    (["chat", "hi", "--specialist", "codng"], "unknown specialist 'codng'"),
+    (["chat", "hi", "--base", "tiny-randm"], "unknown base 'tiny-randm'"),
+    (["serve", "--port", "0", "--max-batch", "0"], "--max-batch >= 1"),
+    (["serve", "--port", "0", "--base", "tiny-randm"], "unknown base 'tiny-randm'"),
+    (["loop", "missing.yaml"], "missing.yaml: no such file"),
+    (["loop", "bad.yaml"], "bad.yaml:3: invalid YAML"),
+])
+def test_a_mistake_is_answered_before_torch_is_imported_and_without_the_device_line(ws, args, message):
+    (ws.home.parent / "mint.yaml").write_text(TINY_PROJECT)
+    (ws.home.parent / "bad.yaml").write_text("recipe: bad\nsteps: [\n")
+    child = run_child(args, ws.home.parent)
+    assert child.stdout.split("\n")[-2] == "2 []", child.stdout + child.stderr
+    assert message in child.stderr and "Traceback" not in child.stderr, child.stderr
+    assert DEVICE_LINE not in child.stderr, child.stderr
+
+
+def test_chat_says_its_device_line_first_once_its_checks_pass(ws):
+    (ws.home.parent / "mint.yaml").write_text(TINY_PROJECT)
+    child = run_child(["chat", "hi there", "--max-new-tokens", "2"], ws.home.parent)
+    assert child.stdout.split("\n")[-2].startswith("0 "), child.stdout + child.stderr
+    lines = child.stderr.splitlines()
+    assert lines[0].startswith("decoding on cpu") and lines[0].endswith(DEVICE_LINE), child.stderr
+    assert sum(DEVICE_LINE in line for line in lines) == 1
+
+
+def test_a_loop_says_its_device_line_first_once_the_recipe_is_checked(ws):
+    (ws.home.parent / "mint.yaml").write_text(TINY_PROJECT)
+    (ws.home.parent / "r.yaml").write_text("recipe: r\nbase: tiny-random\ndataset: d\nsteps:\n"
+                                           f"  - ingest: {{sources: [{ROOT / 'examples' / 'logs'}]}}\n")
+    child = run_child(["loop", "r.yaml", "--dry-run"], ws.home.parent)
+    assert child.stdout.split("\n")[-2].startswith("0 "), child.stdout + child.stderr
+    lines = child.stderr.splitlines()
+    assert lines and lines[0].startswith("training on cpu") and DEVICE_LINE in lines[0], child.stderr

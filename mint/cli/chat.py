@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, err, out, print_json, quiet_transformers, ws
+from mint.cli.common import DEVICE_OPT, JSON_OPT, after_checks, app, choose_device, err, out, print_json, ws
 
 
 def _print_piece(text: str) -> None:
@@ -42,14 +42,15 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
       mint chat "Make a signup form with name and email"
       mint chat "Weather in Paris?" --tools examples/tools/weather.json
     """
+    from mint.base import check_base_name
     from mint.errors import BadInput
     from mint.mol.chat import ChatSession, chat_once, read_tools
     from mint.mol.mixture import Mixture
     from mint.project import load_project
     from mint.text import closest
 
-    choose_device(device, "decode", json_out)
-    quiet_transformers()
+    choose_device(device, "decode", json_out, say=False)    # said once the request's checks have passed
+    checked = after_checks("decode", json_out)
     project = load_project()
     if specialist is not None and specialist not in project.names:
         raise BadInput(f"unknown specialist {specialist!r}{closest(specialist, project.names)} "
@@ -57,14 +58,17 @@ def chat(prompt: Optional[str] = typer.Argument(None, help="The user's message; 
     tool_list = read_tools(tools) if tools is not None else []
     if prompt is not None:
         reply = chat_once(prompt, base=base, system=system, max_new_tokens=max_new_tokens, specialist=specialist,
-                          ws=ws(writes=True), project=project, tools=tool_list)
+                          ws=ws(writes=True), project=project, tools=tool_list, started=checked)
         if json_out:
             return print_json(reply)
         out.print(f"[bold]user:[/] {escape(reply.prompt)}", highlight=False)
         return _render_reply(reply)
     if max_new_tokens < 1:
         raise BadInput("must be at least 1", field="--max-new-tokens")
-    session = ChatSession(Mixture.open(ws(writes=True), project, base=base), system=system, max_new_tokens=max_new_tokens,
+    workspace = ws(writes=True)
+    check_base_name(base or project.base)
+    checked()
+    session = ChatSession(Mixture.open(workspace, project, base=base), system=system, max_new_tokens=max_new_tokens,
                           specialist=specialist, tools=tool_list)
     revisions = ", ".join(f"{k} {v}" for k, v in session.mixture.revisions().items())
     err.print(f"serving: {escape(revisions)}  (/help for commands, /quit to leave)")

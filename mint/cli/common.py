@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -194,6 +194,21 @@ def say_device(role: str, json_out: bool = False) -> None:
     training_device()
     if not json_out and not quiet() and in_project():
         err.print(device_line(role), highlight=False, markup=False)
+
+
+def after_checks(role: str, json_out: bool = False) -> Callable[[], None]:
+    """What a command that loads a model does once its request has passed its checks, at most once however often
+    the returned function is called: say the device line (``say_device``) and quiet transformers' own output
+    (``quiet_transformers``). Both import torch or transformers, which takes seconds, so a mistake said before
+    them is answered at once, and without a device line for a run that never starts."""
+    done: list[bool] = []
+
+    def checked() -> None:
+        if not done:
+            done.append(True)
+            say_device(role, json_out)
+            quiet_transformers()
+    return checked
 
 
 def verbose() -> bool:

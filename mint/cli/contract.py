@@ -11,13 +11,13 @@ from mint.cli.common import (
     DEVICE_OPT,
     JSON_OPT,
     ProgressLines,
+    after_checks,
     app,
     baseline_description,
     choose_device,
     err,
     out,
     print_json,
-    quiet_transformers,
     report_table,
     sub_app,
     ws,
@@ -118,24 +118,29 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
     from mint.contract.evaluate import evaluate, evaluate_many
     from mint.errors import BadInput
 
-    choose_device(device, "decode", json_out)
-    quiet_transformers()
+    choose_device(device, "decode", json_out, say=False)    # said once the request's checks have passed
+    checked = after_checks("decode", json_out)
     refs = list(refs or [])
     if len(refs) > 1 and (predictions is not None or out_dir is not None):
         raise BadInput("--predictions and --out take one revision; evaluate several without them",
                        field="--predictions" if predictions is not None else "--out")
     workspace = ws(writes=True)
     with ProgressLines(enabled=not json_out) as bars:
-        if not bars.live and bars.enabled:   # a log shows what runs before its first finished example
-            err.print(f"evaluating {' '.join(refs) or 'base'} under {contract} ...", highlight=False, markup=False)
+        def started() -> None:
+            checked()
+            if not bars.live and bars.enabled:   # a log shows what runs before its first finished example
+                err.print(f"evaluating {' '.join(refs) or 'base'} under {contract} ...", highlight=False,
+                          markup=False)
+
         if len(refs) > 1:
             results = evaluate_many(workspace, refs, contract, limit=limit, base=base, progress=bars.update,
-                                    reuse=not no_reuse, stop_when_decided=stop_when_decided, engine=engine)
+                                    reuse=not no_reuse, stop_when_decided=stop_when_decided, engine=engine,
+                                    started=started)
         else:
             results = [evaluate(workspace, refs[0] if refs else None, contract, out_dir=out_dir, limit=limit,
                                 predictions=predictions, base=base, progress=bars.update,
                                 baseline_predictions=baseline_predictions, reuse=not no_reuse,
-                                stop_when_decided=stop_when_decided, engine=engine)]
+                                stop_when_decided=stop_when_decided, engine=engine, started=started)]
     shown = [{**r.report.to_dict(), "report_path": r.report_path, "predictions_path": r.predictions_path}
              for r in results]
     if json_out:

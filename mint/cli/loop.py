@@ -1,7 +1,6 @@
 """mint loop and mint recipe: run the self-improvement loop a recipe describes."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mint.cli.common import DEVICE_OPT, choose_device, JSON_OPT, app, err, out, print_json, quiet_transformers, sub_app, ws
+from mint.cli.common import DEVICE_OPT, JSON_OPT, after_checks, app, choose_device, err, out, print_json, sub_app, ws
 from mint.reporting.numbers import SUMMARY_DIGITS, delta_with_interval, value
 
 recipe_app = sub_app("recipe", "Recipes: YAML chains of ingest, experience, train, eval, promote and route.\n\n"
@@ -65,13 +64,15 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
     Example:
       mint loop recipes/demo.yaml --iterations 2 --requests my-requests.jsonl
     """
+    from mint.loop.heartbeat import Heartbeat
     from mint.loop.runner import run_loop
 
-    choose_device(device, "both", json_out)
-    quiet_transformers()
-    said: dict[tuple, float] = {}    # when each running step's heartbeat was last printed
+    choose_device(device, "both", json_out, say=False)    # said once the recipe's checks have passed
+    checked = after_checks("both", json_out)
+    heartbeat = Heartbeat()
 
     def events(event: dict) -> None:
+        checked()                    # the loop's first event comes once the recipe and its inputs are checked
         if json_out:
             return
         if event["event"] == "estimate":
@@ -81,10 +82,8 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
             expected = f" (estimated {_duration(event['estimated_s'])})" if event.get("estimated_s") else ""
             err.print(f"[dim]iteration {event['iteration']}[/] {escape(event['step'])} …{expected}", highlight=False)
         elif event["event"] == "progress":
-            key, now = (event["iteration"], event["step"]), time.monotonic()
-            if key in said and now - said[key] < HEARTBEAT_S:
+            if not heartbeat.due(event):
                 return
-            said[key] = now
             count = f" {event['done']}/{event['total']}" if event.get("total") else \
                 f" {event['done']}" if event.get("done") else ""
             if event.get("share") is not None:     # a batch's rows finish near its end: say how far it decoded
@@ -105,6 +104,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
 
     result = run_loop(ws(writes=True), recipe, iterations=iterations, resume=resume, dry_run=dry_run,
                       events=events, requests=requests)
+    checked()                        # a run that told nothing on its way (a dry run, nothing new) says it now
     if json_out:
         print_json(result)
     elif result.status == "dry run":
@@ -128,10 +128,6 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
             out.print(f"[yellow]warning (mint monitor):[/] {escape(alert)}")
     if result.exit_code:
         raise typer.Exit(result.exit_code)
-
-
-# a running step says what it is doing at most this often (and at least once a minute while it reports progress)
-HEARTBEAT_S = 30.0
 
 
 def _duration(seconds: float) -> str:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from mint.cli.common import DEVICE_OPT, choose_device, app, err, quiet_transformers, ws
+from mint.cli.common import DEVICE_OPT, after_checks, app, choose_device, err, ws
 from mint.serve.admission import Limits
 
 
@@ -66,8 +66,7 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
     """
     from mint.serve.server import ServeOptions, run
 
-    choose_device(device, "decode")
-    quiet_transformers()
+    choose_device(device, "decode", say=False)    # said once the options' checks have passed
     limits = Limits(max_body_bytes=max_body_bytes, max_messages=max_messages, max_queue=max_queue,
                     max_per_key=max_per_key)
     options = ServeOptions(host=host, port=port, base=base, max_rank=max_rank, window_ms=window_ms,
@@ -75,7 +74,7 @@ def serve_command(host: str = typer.Option("127.0.0.1", "--host", help="Address 
                            allowed_hosts=tuple(allowed_hosts or ()), limits=limits, retention_days=retention_days,
                            scrub_logs=scrub_logs, max_loras=max_loras, upstream=upstream, upstream_key=upstream_key,
                            upstream_timeout=upstream_timeout, config=config)
-    run(ws(writes=True), options, _render_serving)
+    run(ws(writes=True), options, _render_serving, started=after_checks("decode"))
 
 
 def _render_serving(serving) -> None:

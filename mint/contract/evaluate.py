@@ -51,6 +51,8 @@ from mint.workspace import Workspace, atomic_dir
 # progress(label, done, total, share=None): ``done`` of ``total`` answers of one suite (of one revision), and where
 # known the share of the decoding stream's token budget spent, which tells the time left better than ``done``
 EvalProgress = Callable[..., None]
+# started(): the request passed its checks and its work begins (nothing heavy was loaded before it)
+Started = Callable[[], None]
 REPORT_FILE = "report.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 
@@ -92,7 +94,8 @@ def check_not_stale(ws: Workspace, contract: Contract) -> None:
 def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Path | None = None,
              limit: int | None = None, predictions: Path | None = None, base: str | None = None,
              progress: EvalProgress | None = None, baseline_predictions: Path | None = None,
-             reuse: bool = True, stop_when_decided: bool = False, engine: str | None = None) -> EvalResult:
+             reuse: bool = True, stop_when_decided: bool = False, engine: str | None = None,
+             started: Started | None = None) -> EvalResult:
     """Measure ``ref`` (a revision, ``base``, or outputs from ``predictions``) and gate it against its baseline:
     the champion, or the bare base when there is none (generation 0) or ``ref`` is the champion.
 
@@ -100,7 +103,8 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
     base is taken from it (``reuse`` False: every answer decoded again). With ``predictions`` nothing is generated: the baseline is ``baseline_predictions`` scored the same way,
     else the champion's registered report on the same examples, else none (gates that compare with a
     baseline then fail, saying so). ``stop_when_decided``: see ``evaluate_many``. ``engine``: where answers are
-    decoded, ``local`` or a server's URL (default: mint.yaml's ``engine``; mint.contract.served)."""
+    decoded, ``local`` or a server's URL (default: mint.yaml's ``engine``; mint.contract.served). ``started`` is
+    told once every input has passed its checks, before a model is loaded."""
     if baseline_predictions is not None and predictions is None:
         raise BadInput("a baseline's predictions are scored only beside --predictions", field="--baseline-predictions")
     if limit is not None and limit < 1:
@@ -115,22 +119,24 @@ def evaluate(ws: Workspace, ref: str | None, contract_path: Path, *, out_dir: Pa
     trackers.check(_tracking())    # a tracker that cannot be reached is bad input before any decoding
     if predictions is not None:
         return _evaluate_predictions(ws, ref, contract, out_dir=out_dir, limit=limit, predictions=predictions,
-                                     base=base, baseline_predictions=baseline_predictions)
+                                     base=base, baseline_predictions=baseline_predictions, started=started)
     return _evaluate_generated(ws, [ref], contract, out_dir=out_dir, limit=limit, base=base, progress=progress,
-                               reuse=reuse, stop_when_decided=stop_when_decided, engine=engine)[0]
+                               reuse=reuse, stop_when_decided=stop_when_decided, engine=engine, started=started)[0]
 
 
 def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit: int | None = None,
                   base: str | None = None, progress: EvalProgress | None = None,
                   measure_on: dict[str, tuple[tuple[str, ...], str]] | None = None,
-                  reuse: bool = True, stop_when_decided: bool = False, engine: str | None = None) -> list[EvalResult]:
+                  reuse: bool = True, stop_when_decided: bool = False, engine: str | None = None,
+                  started: Started | None = None) -> list[EvalResult]:
     """Measure every revision of ``refs`` (or ``base``) under one contract, decoded as one mixed-adapter stream;
     each gets the report it gets evaluated alone (see ``evaluate``), in the order given. ``measure_on[ref]``:
     (the suites it is decoded on, why): a control that answers one question needs no other suite, and its
     report says so. ``stop_when_decided``: the suites a candidate must gain on (``deciding_suites``) are decoded
     first, with its baseline's; a candidate that fails a gate there has failed whatever the other suites say, so
     they are not decoded for it (its report names the gate, and those suites' gates read "not decoded"). The
-    verdict is the one a complete evaluation gives: only decoding that cannot change it is skipped."""
+    verdict is the one a complete evaluation gives: only decoding that cannot change it is skipped. ``started``:
+    see ``evaluate``."""
     if not refs:
         raise BadInput("give the revisions (or `base`) to evaluate", field="REF")
     if limit is not None and limit < 1:
@@ -145,7 +151,7 @@ def evaluate_many(ws: Workspace, refs: list[str], contract_path: Path, *, limit:
                            field="measure_on")
     return _evaluate_generated(ws, list(refs), contract, out_dir=None, limit=limit, base=base, progress=progress,
                                measure_on=measure_on or {}, reuse=reuse, stop_when_decided=stop_when_decided,
-                               engine=engine)
+                               engine=engine, started=started)
 
 
 
@@ -171,12 +177,13 @@ def _subject(ws: Workspace, ref: str, contract: Contract) -> Subject:
 
 def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, out_dir, limit, base,
                         progress, measure_on: dict | None = None, reuse: bool = True,
-                        stop_when_decided: bool = False, engine: str | None = None) -> list[EvalResult]:
+                        stop_when_decided: bool = False, engine: str | None = None,
+                        started: Started | None = None) -> list[EvalResult]:
     """Decode ``refs`` and every baseline they need that has no report yet in one stream, then write and register
     the reports, each baseline's before the reports compared with it. Answers a registered report of the same
     subject already holds for the same prompt, decoding settings, precision and base are taken from it, not
     decoded again."""
-    started = time.perf_counter()
+    began = time.perf_counter()
     candidates = [_subject(ws, ref, contract) for ref in refs]
     seen: dict[str, str] = {}
     for ref, subject in zip(refs, candidates):
@@ -198,7 +205,9 @@ def _evaluate_generated(ws: Workspace, refs: list[str], contract: Contract, *, o
     judge = None
     try:
         judge = open_judge(ws, contract, base_name)     # calibrated, or refused, before anything is decoded
-        return _evaluate_on(ws, refs, contract, candidates, base_name, suites, live_suites, loaded, served, started,
+        if started is not None:
+            started()
+        return _evaluate_on(ws, refs, contract, candidates, base_name, suites, live_suites, loaded, served, began,
                             out_dir=out_dir, progress=progress, measure_on=measure_on, reuse=reuse,
                             stop_when_decided=stop_when_decided, judge=judge)
     finally:
@@ -380,25 +389,27 @@ def _plan(ws: Workspace, contract: Contract, candidates: list[Subject], examples
 
 
 def _evaluate_predictions(ws: Workspace, ref: str | None, contract: Contract, *, out_dir, limit, predictions: Path,
-                          base, baseline_predictions: Path | None) -> EvalResult:
+                          base, baseline_predictions: Path | None, started: Started | None) -> EvalResult:
     """Outputs made elsewhere, scored and gated without generating anything, not even a baseline."""
-    started = time.perf_counter()
+    began = time.perf_counter()
     subject = _subject(ws, ref, contract) if ref is not None else Subject("predictions", "predictions")
     suites, live_suites = read_suites(ws, contract, limit)
     keys = {suite.name: example_keys(records) for suite, records in suites}
     examples_sha256 = examples_digest(suites)
     base_name = base or (subject.revision.base if subject.revision else None) or _project_base()
-    loaded: dict = {}
-    precision = _precision(ws, contract, base_name, subject.revision, suites, loaded)
+    outputs, latencies = _read_predictions(predictions, suites)
     baseline = _predictions_baseline(ws, contract, suites, keys, examples_sha256, _champion(ws, contract),
                                      baseline_predictions)
-    outputs, latencies = _read_predictions(predictions, suites)
+    if started is not None:     # both files read: what is left may load the base, to measure its precision
+        started()
+    loaded: dict = {}
+    precision = _precision(ws, contract, base_name, subject.revision, suites, loaded)
     # known without loading anything more: the revision records it, and the base was loaded if it was measured
     fingerprint = subject.revision.base_fingerprint if subject.revision else \
         (loaded[base_name].fingerprint if base_name in loaded else None)
     judged = _judge_predictions(ws, contract, base_name, suites, keys, outputs, baseline)
     return _write_report(ws, contract, subject, suites, live_suites, keys, examples_sha256, precision, outputs,
-                         latencies, None, baseline, base_name, fingerprint, started, out_dir=out_dir,
+                         latencies, None, baseline, base_name, fingerprint, began, out_dir=out_dir,
                          source="predictions", baseline_evaluated=False, judged=judged)
 
 

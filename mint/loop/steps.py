@@ -590,6 +590,7 @@ class Route(StepKind):
 
     def run(self, context, step):
         from mint.contract.identity import contract_identity
+        from mint.loop.heartbeat import training_progress
         from mint.registry.promotion import promote, reject
         from mint.train.kinds import default_contract, train_specialist
 
@@ -599,8 +600,10 @@ class Route(StepKind):
             folder = context.project.path.parent if context.project.path else Path.cwd()
             contract = default_contract(router, folder)
         contract = context.recipe.path.parent / contract
+        # its phases as they begin (loading the base, encoding the requests, fitting the probe, evaluating it)
         result = train_specialist(context.ws, context.project, router, data=context.recipe.dataset,
-                                  base=context.base, contract=contract if contract.is_file() else None)
+                                  base=context.base, contract=contract if contract.is_file() else None,
+                                  progress=training_progress(context.progress, what=""))
         verdict = result.metrics.get("verdict")
         action = reason = None
         if verdict == "pass":

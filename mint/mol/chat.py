@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from mint.base import check_base_name
 from mint.errors import BadInput, MintError
 from mint.mol.mixture import Answer, Mixture, Turn
 from mint.mol.runtime import Decoding
@@ -88,9 +89,10 @@ def chat_turn(text: str, *, system: str | None = None, history: Sequence[dict] =
 
 def chat_once(prompt: str, *, base: str | None = None, system: str | None = None, max_new_tokens: int = 64,
               specialist: str | None = None, ws: Workspace | None = None, project: Project | None = None,
-              tools: list[dict] | None = None) -> ChatReply:
+              tools: list[dict] | None = None, started: Callable[[], None] | None = None) -> ChatReply:
     """Route ``prompt``, answer it greedily with the chosen specialist's champion, and log the turn; ``tools``
-    (OpenAI tool definitions) are shown to the model and send the turn to the tool-use specialist."""
+    (OpenAI tool definitions) are shown to the model and send the turn to the tool-use specialist. ``started`` is
+    told once the request has passed its checks, before the base is loaded."""
     from mint.project import load_project
 
     _check_prompt(prompt)
@@ -98,6 +100,9 @@ def chat_once(prompt: str, *, base: str | None = None, system: str | None = None
     if max_new_tokens < 1:
         raise BadInput("must be at least 1", field="--max-new-tokens")
     project = project or load_project()
+    check_base_name(base or project.base)
+    if started is not None:
+        started()
     mixture = Mixture.open(ws or workspace(), project, base=base)
     answer = mixture.answer([chat_turn(prompt, system=system, tools=tools, specialist=specialist,
                                        max_new_tokens=max_new_tokens)], keep_for_feedback=False)[0]

@@ -1,9 +1,10 @@
 """Running `mint serve`: the socket bound before anything loads, the backend opened, uvicorn with slow clients cut
 off, and the workspace told what serves while it runs.
 
-``run`` is what `mint serve` calls: it checks the options and binds the port first (a port in use or a
-non-loopback address without an API key is bad input before the model loads), opens the backend (the local
-mixture, or with an upstream the gateway), tells ``ready`` what serves where, and serves until interrupted.
+``run`` is what `mint serve` calls: it checks the options and binds the port first (a port in use, a
+non-loopback address without an API key or an unknown base is bad input before the model loads), tells
+``started``, opens the backend (the local mixture, or with an upstream the gateway), tells ``ready`` what serves
+where, and serves until interrupted.
 ``start_background`` serves an app from a thread (the loop's serve step, and tests).
 """
 from __future__ import annotations
@@ -177,8 +178,12 @@ class Serving:
     layers_held: tuple[int, int] | None = None   # the gateway's decoder layers held, of the base's
 
 
-def run(ws: Workspace, options: ServeOptions, ready: Callable[[Serving], None]) -> None:
-    """Serve as ``options`` say until interrupted: bind, open the backend, ``ready(what serves)``, serve."""
+def run(ws: Workspace, options: ServeOptions, ready: Callable[[Serving], None],
+        started: Callable[[], None] | None = None) -> None:
+    """Serve as ``options`` say until interrupted: bind, check the options, ``started()`` (nothing is loaded yet),
+    open the backend, ``ready(what serves)``, serve."""
+    from mint.base import check_base_name
+    from mint.generation.upstream import Upstream
     from mint.mol.turnlog import TurnLog
     from mint.project import load_project
 
@@ -196,12 +201,22 @@ def run(ws: Workspace, options: ServeOptions, ready: Callable[[Serving], None]) 
                            "--api-key (or MINT_API_KEY), or --insecure to serve anyone who reaches the port",
                            field="--host")
         project = load_project(options.config)
+        upstream = None
+        if options.upstream is not None:
+            upstream = Upstream(options.upstream, options.upstream_key, options.upstream_timeout)
+            if options.max_rank is not None and options.max_rank < 1:
+                raise BadInput("must be 1 or more", field="--max-rank")
+        elif options.max_loras < 0:
+            raise BadInput("must be 0 or more", field="--max-loras")
+        check_base_name(options.base or project.base)
         log = TurnLog(ws, retention_days=options.retention_days, heldout=project.traffic_heldout,
                       heldout_at=project.traffic_at)
+        if started is not None:
+            started()
         log.forget_expired()
         url = f"http://{f'[{options.host}]' if ':' in options.host else options.host}:{port}/v1"
-        if options.upstream is not None:
-            backend, serving = _gateway(ws, project, options, log, url, not keys)
+        if upstream is not None:
+            backend, serving = _gateway(ws, project, options, upstream, log, url, not keys)
         else:
             backend, serving = _local(ws, project, options, log, url, not keys)
         ready(serving)
@@ -214,8 +229,6 @@ def _local(ws: Workspace, project, options: ServeOptions, log, url: str, keyless
     from mint.mol.mixture import Mixture
     from mint.serve.local import LocalBackend
 
-    if options.max_loras < 0:
-        raise BadInput("must be 0 or more", field="--max-loras")
     mixture = Mixture.open(ws, project, base=options.base, max_rank=options.max_rank, log=log,
                            scrub_logs=options.scrub_logs, named_slots=options.max_loras)
     warnings = [f"{name}'s champion is not loaded: {problem}" for name, problem in mixture.runtime.sync_errors.items()]
@@ -223,13 +236,9 @@ def _local(ws: Workspace, project, options: ServeOptions, log, url: str, keyless
     return backend, Serving(url, mixture.revisions(), keyless, warnings)
 
 
-def _gateway(ws: Workspace, project, options: ServeOptions, log, url: str, keyless: bool):
+def _gateway(ws: Workspace, project, options: ServeOptions, upstream, log, url: str, keyless: bool):
     from mint.serve.gateway import Gateway, GatewayBackend
-    from mint.generation.upstream import Upstream
 
-    upstream = Upstream(options.upstream, options.upstream_key, options.upstream_timeout)
-    if options.max_rank is not None and options.max_rank < 1:
-        raise BadInput("must be 1 or more", field="--max-rank")
     gateway = Gateway.open(ws, project, upstream, base=options.base, max_rank=options.max_rank, log=log,
                            scrub_logs=options.scrub_logs)
     warnings = []

@@ -66,10 +66,11 @@ def _plan_adapter(ws, project: Project, specialist: str, *, data=None, method=No
 
 
 def _train_probe(ws, project: Project, specialist: str, *, data=None, base=None, sets=None, contract=None,
-                 **_request):
+                 progress=None, **_request):
     from mint.train.router import train_router
 
-    return train_router(ws, data=data, base=base, sets=list(sets or []), project=project, contract_file=contract)
+    return train_router(ws, data=data, base=base, sets=list(sets or []), project=project, contract_file=contract,
+                        progress=progress)
 
 
 def _plan_probe(ws, project: Project, specialist: str, *, data=None, base=None, sets=None, contract=None,

@@ -34,6 +34,7 @@ from mint.routing.router import DEFAULT_L2, PROMPT, fit_probe, last_user_text, o
     score_routes
 from mint.project import Project
 from mint.train.run import TrainResult, checked_dataset
+from mint.train.rundir import TrainProgress, phase
 from mint.workspace import Workspace
 
 DEFAULT_CONTRACT = Path("contracts/router.yaml")
@@ -244,10 +245,13 @@ def check_router_request(ws: Workspace, *, data: str | None, base: str | None, s
 
 
 def train_router(ws: Workspace, *, data: str | None, base: str | None = None, sets: list[str] | None = None,
-                 project: Project | None = None, contract_file: Path | None = None) -> TrainResult:
+                 project: Project | None = None, contract_file: Path | None = None,
+                 progress: TrainProgress | None = None) -> TrainResult:
     """Fit the probe on ``data``'s labelled episodes, register it as the next revision of the project's router,
     and evaluate it under its contract (``mint eval``'s path: report, gates, registration): ``contract_file`` where
-    given, else ``contract=FILE`` in ``sets``, else contracts/router.yaml here."""
+    given, else ``contract=FILE`` in ``sets``, else contracts/router.yaml here. ``progress`` hears each phase by
+    name once the request has passed its checks (loading the base, encoding the requests, fitting, evaluating),
+    as a generator's run tells its start-up phases."""
     from mint.base import load_base
     from mint.contract.evaluate import evaluate
     from mint.routing.router import Probe
@@ -261,10 +265,13 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
     training = router_training_set(ws, data, project, contract, augment=settings["augment"])
     texts, labels = training.texts, training.labels
     base_name = base or project.base
+    phase(progress, f"loading base {base_name}")
     loaded = load_base(base_name)
     layers = settings["layers"] or probe_layers(loaded.model)
     started = time.perf_counter()
+    phase(progress, f"encoding {len(texts):,} requests")
     features = probe_features(loaded.model, loaded.tokenizer, [one_turn(text) for text in texts], layers, PROMPT)
+    phase(progress, "fitting the probe")
     probe: Probe = fit_probe(features, labels, project.names, layers[-1], l2=settings["l2"], shallower=layers[:-1],
                              example_weights=training.weights, tools=training.tools,
                              tool_specialist=project.tool_specialist, reads=PROMPT)
@@ -284,6 +291,7 @@ def train_router(ws: Workspace, *, data: str | None, base: str | None = None, se
         revision = register(ws, Path(tmp), specialist=project.router, parent=champion, base=base_name,
                             base_fingerprint=loaded.fingerprint, dataset=data, method="probe", metrics=metrics)
     if contract is not None:
+        phase(progress, f"evaluating {revision.ref} under {contract.path.name}")
         result = evaluate(ws, revision.ref, contract.path, base=base_name)
         metrics.update(result.report.metrics, verdict=result.report.verdict, report=result.report_path)
     return TrainResult(revision.ref, revision.id, "", str(ws.adapters / revision.id), "probe", 1, len(texts),

@@ -219,6 +219,20 @@ def test_the_route_step_trains_the_router_once_per_set_of_labels(ws, tmp_path, c
     assert output["action"] in ("promoted", "rejected", "refused")
 
 
+def test_the_route_step_tells_each_phase_of_its_work_through_the_progress_channel(ws, tmp_path):
+    path = tmp_path / "route.yaml"
+    path.write_text(f"recipe: route\nbase: tiny-random\ndataset: routed\nsteps:\n"
+                    f"  - ingest: {{sources: [{ROOT / 'examples' / 'logs'}]}}\n"
+                    f"  - route: {{contract: {ROOT / 'contracts' / 'router.yaml'}}}\n")
+    events: list[dict] = []
+    result = run_loop(ws, path, events=events.append)
+    [route] = [s for s in result.steps if s.label == "route"]
+    told = [e for e in events if e["event"] == "progress" and e["step"] == "route"]
+    assert [e["what"] for e in told] == ["loading base tiny-random", f"encoding {route.output['examples']:,} requests",
+                                         "fitting the probe", "evaluating router:v1 under router.yaml"]
+    assert all(e["iteration"] == 1 and e["seconds"] >= 0 and e["left_s"] >= 0 for e in told)
+
+
 def test_another_recipes_malformed_state_stops_the_loop_before_it_trains(ws, tmp_path, capsys):
     other = ws.home / "loops" / "nightly" / "state.json"       # the summary reads every recipe's generations
     other.parent.mkdir(parents=True)
