@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from mint.errors import BadInput, Refused
-from mint.loop.guards import SUITE_TOLERANCE, ForgettingGuard, PromoteGuards, PromoteSettings, RewardHackingGuard
+from mint.loop.guards import SUITE_TOLERANCE, ForgettingGuard, PromoteSettings, RewardHackingGuard
 from mint.loop.results import Decision, EvalOutput, ExperienceResult, IngestOutput, RouteOutput, TrainOutput
 from mint.serve.replay import ReplayResult
 from mint.text import closest
