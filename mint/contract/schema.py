@@ -397,7 +397,7 @@ class ContractCheck:
     suites: list[SuiteCheck]
     gates: list[Gate]
     min_examples: int
-    isolation: dict | None = None   # how untrusted programs run (the coding harness only)
+    isolation: dict | None = None   # how untrusted programs run (a harness that runs the answers' code)
     ok: bool = True
     gate_rules: int = 2
     confidence: float = 0.95
@@ -433,7 +433,7 @@ def check_contract(path: Path) -> ContractCheck:
         warnings.append("gate_rules 1: no_regression fails only when the whole interval lies beyond -TOL, so a "
                         "significant loss far beyond TOL can pass; gate_rules: 2 fails it")
     isolation = None
-    if contract.harness_name == "coding":
+    if contract.harness().runs_untrusted_code:
         from mint.harness.sandbox import describe_isolation
 
         isolation = describe_isolation()

@@ -234,9 +234,12 @@ def _check_order(doc: YamlDoc, steps: list[Step]) -> None:
 
 def check_recipe(path: Path) -> dict:
     """What `mint recipe check` prints: the recipe's plan, validated, without running anything."""
+    from mint.harness import check_harnesses
     from mint.project import load_project
 
-    recipe = load_recipe(path, specialists=load_project(_project_file(path)).names)
+    project = load_project(_project_file(path))
+    check_harnesses(project)
+    recipe = load_recipe(path, specialists=project.names)
     return {"recipe": recipe.name, "description": recipe.description, "path": str(recipe.path), "sha256": recipe.sha256, "base": recipe.base,
             "dataset": recipe.dataset, "iterations": recipe.iterations, "specialists": list(recipe.specialists),
             "traffic": {"heldout": recipe.traffic_heldout} if recipe.traffic_heldout is not None else None,

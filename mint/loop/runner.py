@@ -187,11 +187,13 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     """Run ``recipe_path``; see the module docstring. Exit code 1 only when a fatal step failed its contract.
     ``requests``: a JSONL of chat requests every serve step sends instead of the recipe's (checked, and routed,
     before the first step runs)."""
+    from mint.harness import check_harnesses
     from mint.project import load_project
 
     recipe_path = Path(recipe_path)
     project_file = _project_file(recipe_path)
     project = load_project(project_file)
+    check_harnesses(project)
     recipe = load_recipe(recipe_path, specialists=project.all_names)
     if iterations is not None and iterations < 1:
         raise BadInput("must be at least 1", field="--iterations")
