@@ -9,7 +9,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mint.errors import BadInput
@@ -34,14 +34,22 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
 
 @dataclass(frozen=True)
 class SpecialistEntry:
-    """A specialist as mint.yaml declares it: its name, what it is for and how turns reach it (keywords, tool
-    use, rules). How its answers are scored, verified and rewarded is its registered mint.harness.Specialist."""
+    """A generator specialist as mint.yaml declares it: its name, what it is for, how turns reach it (keywords,
+    tool use, rules) and its harness: the registered mint.harness.Specialist that scores, verifies and rewards
+    its answers (``harness:``, by default the one of its own name), so a project may call its coding specialist
+    ``code``. Its kind is the project's (``Project.kind_of``): a router is no entry."""
     name: str
     description: str
     keywords: tuple[str, ...]
     tool_use: bool = False     # episodes with tool calls or tool definitions go to this specialist
     patterns: tuple[str, ...] = ()   # regexes (any case) that send a turn here outright (the router's rules)
-    kind: str = GENERATOR
+    harness: str | None = None  # None: the harness of its own name
+    # where mint.yaml names the harness (file, line, field), for the error when no registered harness has the name
+    harness_at: tuple = field(default=(None, None, None), compare=False)
+
+    @property
+    def harness_name(self) -> str:
+        return self.harness or self.name
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,16 @@ class Project:
     def tool_specialist(self) -> str | None:
         """The specialist marked ``tool_use: true`` (the first, if several are), else None."""
         return next((s.name for s in self.specialists if s.tool_use), None)
+
+    def harness_of(self, name: str) -> str:
+        """The harness of the specialist ``name`` (a registered mint.harness.Specialist's name): the one mint.yaml
+        names for it, else the one of its own name (as for a name mint.yaml does not declare, or the router)."""
+        return next((s.harness_name for s in self.specialists if s.name == name), name)
+
+    def specialist_with_harness(self, harness: str) -> str | None:
+        """The project's generator whose harness is ``harness`` (the first, if several are), else None: what a
+        kind of request (a coding task, a tool call) is labelled with in this project, whatever it is called."""
+        return next((s.name for s in self.specialists if s.harness_name == harness), None)
 
 
 DEFAULT_SPECIALISTS = (
@@ -163,6 +181,9 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
         "# it matches; a turn that matches none, or those of two specialists, goes to the learned probe.",
         "# Each specialist has a `kind`: `generator` (the default: a LoRA adapter that answers) or",
         "# `router` (the one that picks among the generators; without one, it is named `router`).",
+        "# A generator's `harness` scores, verifies and rewards its answers: one of mint's registered",
+        "# specialists (chat, agent, coding, genui, or one you add), by default the one of its own name,",
+        "# so a specialist renamed (`code:`) keeps its behaviour with `harness: coding`.",
         f"base: {project.base}",
         f"fallback: {project.fallback}",
         "specialists:",
@@ -170,6 +191,8 @@ def render_project_yaml(project: Project = DEFAULT_PROJECT) -> str:
     for s in project.specialists:
         out.append(f"  {s.name}:")
         out.append(f"    description: {_yaml_str(s.description)}")
+        if s.harness:
+            out.append(f"    harness: {s.harness}")
         if s.tool_use:
             out.append("    tool_use: true")
         out.append("    keywords: [" + ", ".join(_yaml_str(k) for k in s.keywords) + "]")
@@ -228,7 +251,7 @@ def load_project(path: Path | None = None) -> Project:
         if kind not in KINDS:
             raise doc.error(f"{where}.kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
         check_keys(doc, spec, where, ("kind", "description") if kind == ROUTER_KIND else
-                   ("kind", "description", "keywords", "tool_use", "patterns"))
+                   ("kind", "description", "keywords", "tool_use", "patterns", "harness"))
         description = spec.get("description", "")
         if not isinstance(description, str):
             raise doc.error(f"{where}.description", "expected a string")
@@ -251,8 +274,10 @@ def load_project(path: Path | None = None) -> Project:
         keywords = spec.get("keywords", [])
         if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
             raise doc.error(f"{where}.keywords", "expected a list of non-empty strings")
+        harness = check_string(doc, spec["harness"], f"{where}.harness") if "harness" in spec else None
         specialists.append(SpecialistEntry(name, description, tuple(k.strip().lower() for k in keywords), tool_use,
-                                      tuple(patterns)))
+                                      tuple(patterns), harness,
+                                      (str(path), doc.line(f"{where}.harness"), f"{where}.harness")))
     if not specialists:
         raise doc.error("specialists", "expected at least one specialist of kind generator")
     router, router_description = routers[0] if routers else (DEFAULT_ROUTER, ROUTER_DESCRIPTION)

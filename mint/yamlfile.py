@@ -7,7 +7,10 @@ marks, so the document is composed once more to map each field path
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,3 +158,110 @@ def exists(path: Path) -> bool:
         return path.exists()
     except OSError:
         return False
+
+
+# --- typed settings ---------------------------------------------------------------------------------
+# A block of settings is declared once, as a frozen dataclass whose fields are made with ``setting``: its default,
+# what it means and its bounds. ``check_settings`` reads a YAML mapping into it, every error at file:line: field.
+
+def setting(default, what: str, *, minimum=None, maximum=None, exclusive: bool = False):
+    """A field of a settings model: its ``default``, ``what`` it decides (said in the plan and the docs) and, for a
+    number, its bounds. A field whose type admits None is turned off by ``off``, ``false`` or ``null``; a block
+    (a nested model) by the same, and turned on with its defaults by ``on`` or ``true``."""
+    return field(default=default, metadata={"what": what, "minimum": minimum, "maximum": maximum,
+                                            "exclusive": exclusive})
+
+
+def _alternatives(kind) -> tuple:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return tuple(a for arg in typing.get_args(kind) for a in _alternatives(arg))
+    return (kind,)
+
+
+def _expected(alternatives: tuple, meta: dict) -> str:
+    said = []
+    for kind in alternatives:
+        if kind is bool:
+            said.append("true or false")
+        elif kind in (int, float):
+            bounds = [f"{'greater than' if meta.get('exclusive') else 'at least'} {meta['minimum']}"
+                      if meta.get("minimum") is not None else "",
+                      f"at most {meta['maximum']}" if meta.get("maximum") is not None else ""]
+            said.append(f"{'an integer' if kind is int else 'a number'} {' and '.join(b for b in bounds if b)}".strip())
+        elif typing.get_origin(kind) is typing.Literal:
+            said.append(", ".join(map(str, typing.get_args(kind))))
+        elif dataclasses.is_dataclass(kind):
+            said.append(f"a mapping of {', '.join(f.name for f in dataclasses.fields(kind))}, or on")
+        elif kind is type(None):
+            said.append("off")
+    return "expected " + ", or ".join(said)
+
+
+def _setting_value(doc: YamlDoc, value, kind, meta: dict, where: str):
+    alternatives = _alternatives(kind)
+    can_be_off = type(None) in alternatives
+    if value is None or (value is False and can_be_off and bool not in alternatives):
+        if can_be_off:
+            return None
+        raise doc.error(where, _expected(alternatives, meta))
+    for alternative in alternatives:
+        if isinstance(alternative, type) and dataclasses.is_dataclass(alternative):
+            if value is True:
+                return alternative()
+            if isinstance(value, dict):
+                return check_settings(doc, alternative, value, where)
+        elif alternative is bool and isinstance(value, bool):
+            return value
+        elif alternative in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = check_number(doc, value, where, minimum=meta.get("minimum"), maximum=meta.get("maximum"),
+                                  integer=alternative is int, exclusive=meta.get("exclusive", False))
+            return float(number) if alternative is float else number
+        elif typing.get_origin(alternative) is typing.Literal and isinstance(value, str) \
+                and value in typing.get_args(alternative):
+            return value
+    choices = [str(c) for a in alternatives if typing.get_origin(a) is typing.Literal for c in typing.get_args(a)]
+    hint = closest(value, choices) if isinstance(value, str) and choices else ""
+    raise doc.error(where, _expected(alternatives, meta) + (f", got {value!r}" if not hint else "") + hint)
+
+
+def check_settings(doc: YamlDoc, model: type, value, where: str):
+    """``value``, a YAML mapping, as an instance of the settings ``model`` (a frozen dataclass of ``setting``
+    fields); a key the model lacks, or a value outside its type and bounds, is BadInput at ``where.KEY`` (with the
+    closest key)."""
+    fields = {f.name: f for f in dataclasses.fields(model)}
+    given = check_keys(doc, value if value is not None else {}, where, tuple(fields))
+    types = typing.get_type_hints(model)
+    return model(**{name: _setting_value(doc, raw, types[name], dict(fields[name].metadata),
+                                         f"{where}.{name}" if where else name) for name, raw in given.items()})
+
+
+def settings_dict(settings) -> dict:
+    """A settings model as plain data (a block turned off is None), as a recipe would write it."""
+    return dataclasses.asdict(settings)
+
+
+def setting_names(model: type) -> tuple[str, ...]:
+    """The keys a settings model takes."""
+    return tuple(f.name for f in dataclasses.fields(model))
+
+
+@dataclass(frozen=True)
+class SettingLine:
+    """One setting of a model as a plan shows it: its dotted path, its value as a recipe writes it, what it
+    decides, and whether it is turned off."""
+    path: str
+    value: Any
+    what: str
+    off: bool = False
+
+
+def setting_lines(settings, prefix: str = "") -> list[SettingLine]:
+    """Every setting of ``settings`` (a settings model), nested blocks walked; a block turned off is one line."""
+    lines = []
+    for f in dataclasses.fields(settings):
+        value, path, what = getattr(settings, f.name), f"{prefix}{f.name}", f.metadata.get("what", "")
+        if dataclasses.is_dataclass(value):
+            lines += setting_lines(value, f"{path}.")
+        else:
+            lines.append(SettingLine(path, value, what, off=value is None))
+    return lines

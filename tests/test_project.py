@@ -99,3 +99,40 @@ def test_the_fallback_specialist_is_the_first_unless_mint_yaml_names_one(tmp_pat
     with pytest.raises(BadInput, match=r"mint.yaml:5: fallback: 'codin' is not a generator specialist of this file "
                                        r"\(did you mean coding\?\)"):
         load_project(tmp_path / "mint.yaml")
+
+
+RENAMED = """\
+base: tiny-random
+specialists:
+  talk: {harness: chat, keywords: [hello]}
+  tools: {harness: agent, tool_use: true, keywords: [book]}
+  code: {harness: coding, keywords: [python]}
+  poetry: {keywords: [poem]}
+"""
+
+
+def test_a_specialist_names_its_harness_and_is_found_by_it_whatever_it_is_called(tmp_path):
+    (tmp_path / "mint.yaml").write_text(RENAMED)
+    project = load_project(tmp_path / "mint.yaml")
+    assert [project.harness_of(n) for n in project.names] == ["chat", "agent", "coding", "poetry"]
+    assert project.specialist_with_harness("coding") == "code" and project.specialist_with_harness("genui") is None
+    assert project.tool_specialist == "tools" and project.kind_of("code") == "generator"
+    # without `harness:` a specialist has the harness of its own name
+    assert [DEFAULT_PROJECT.harness_of(n) for n in DEFAULT_PROJECT.names] == list(DEFAULT_PROJECT.names)
+
+
+def test_a_harness_no_specialist_registers_is_exit_2_at_its_line(tmp_path, capsys):
+    from mint.cli import main
+    from mint.harness import check_harnesses
+
+    (tmp_path / "mint.yaml").write_text(RENAMED.replace("harness: coding", "harness: codng"))
+    project = load_project(tmp_path / "mint.yaml")
+    with pytest.raises(BadInput) as info:
+        check_harnesses(project)
+    assert str(info.value).startswith(f"{tmp_path / 'mint.yaml'}:5: specialists.code.harness: no harness named "
+                                      "'codng' (did you mean coding?)")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("recipe: r\nsteps:\n  - ingest: {sources: [mint.yaml]}\n")
+    assert main(["recipe", "check", str(recipe)]) == 2
+    assert "specialists.code.harness: no harness named 'codng'" in capsys.readouterr().err
+    check_harnesses(DEFAULT_PROJECT)      # the defaults name none: each has the harness of its own name

@@ -38,6 +38,10 @@ def recipe_check(path: Path = typer.Argument(..., help="The recipe YAML."), json
             (f" (until iteration {step['until_iteration']})" if step["until_iteration"] else "") + \
             (" [fatal]" if step["fatal"] else "")
         out.print(f"  {step['index'] + 1}. {step['kind']}: {escape(detail)}{extra}")
+    for setting in summary["settings"]:
+        if setting["off"]:
+            out.print(f"[yellow]  {setting['step'] + 1}. {escape(setting['label'])}: {escape(setting['setting'])} "
+                      f"is off (line {setting['line']})[/]")
 
 
 @app.command("loop")
@@ -114,6 +118,7 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
         for row in result.plan:
             table.add_row(str(row["iteration"]), escape(row["label"]), row["will"])
         out.print(table)
+        _render_settings(result)
         if result.message:
             out.print(result.message)
     else:
@@ -124,6 +129,8 @@ def loop_command(recipe: Path = typer.Argument(..., help="The recipe YAML (see r
             _render_step_times(result)
         for wait in result.waiting:
             out.print(f"[yellow]iteration {wait['iteration']}, {escape(wait['message'])}[/]")
+        for message in result.turned_off:
+            out.print(f"[yellow]{escape(message)}[/]")
         for alert in result.alerts:
             out.print(f"[yellow]warning (mint monitor):[/] {escape(alert)}")
     if result.exit_code:
@@ -136,6 +143,22 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+def _render_settings(result) -> None:
+    """What each step decides (guards and their thresholds, early stop, backward transfer), and each one the
+    recipe turned off, in yellow."""
+    if not result.settings:
+        return
+    table = Table(title="what the steps decide")
+    for column in ("step", "setting", "value", "what it does"):
+        table.add_column(column, overflow="fold")
+    for s in result.settings:
+        value = f"[yellow]{s.shown}[/]" if s.off else escape(s.shown)
+        table.add_row(f"{s.step + 1}. {escape(s.label)}", escape(s.setting), value, escape(s.what))
+    out.print(table)
+    for message in result.turned_off:
+        out.print(f"[yellow]{escape(message)}[/]")
 
 
 def _render_step_times(result) -> None:

@@ -133,6 +133,24 @@ def backward_transfer(ws: Workspace, contract: Contract, revision_ref: str, repo
     return results
 
 
+def at_tolerance(results: list[dict], contract: Contract, tolerance: float, *, source: str) -> list[dict]:
+    """``results`` (``backward_transfer``'s rows, as ``source`` recorded them) judged again with ``tolerance`` on
+    every earlier suite instead of each suite's own, under ``contract``'s gate rules (the candidate's)."""
+    from mint.registry.report import PairedDelta
+
+    judged = []
+    for row in results:
+        if "delta" not in row:          # a suite that was gone: nothing to judge
+            judged.append(row)
+            continue
+        delta = PairedDelta.from_dict(row["delta"], file=source, field_name=f"backward_transfer.{row['metric']}")
+        metric = str(row["metric"]).partition(".")[2]
+        judged.append({**row, "tolerance": tolerance,
+                       "regressed": regressed(contract, delta, tolerance,
+                                              lower_is_better=lower_is_better(contract, metric))})
+    return judged
+
+
 def forgetting_reason(results: list[dict]) -> str | None:
     """Why to reject a candidate for forgetting, or None."""
     regressed = [r for r in results if r.get("regressed")]

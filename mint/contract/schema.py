@@ -423,7 +423,7 @@ class ContractCheck:
     suites: list[SuiteCheck]
     gates: list[Gate]
     min_examples: int
-    isolation: dict | None = None   # how untrusted programs run (the coding harness only)
+    isolation: dict | None = None   # how untrusted programs run (a harness that runs the answers' code)
     ok: bool = True
     gate_rules: int = 2
     confidence: float = 0.95
@@ -462,7 +462,7 @@ def check_contract(path: Path) -> ContractCheck:
     if contract.judge is not None:
         warnings += judge_warnings(contract.judge, sorted(contract.produced_metrics()))
     isolation = None
-    if contract.harness_name == "coding":
+    if contract.harness().runs_untrusted_code:
         from mint.harness.sandbox import describe_isolation
 
         isolation = describe_isolation()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from mint.errors import BadInput
 from mint.harness.base import Harness, HarnessSettings
 from mint.harness.specialist import LoggedAnswer, Specialist
 
@@ -44,6 +45,26 @@ def specialist_names() -> tuple[str, ...]:
     return tuple(specialists())
 
 
+def check_harnesses(project) -> None:
+    """Every ``harness:`` a project's mint.yaml names is a registered specialist's: else BadInput at its line, with
+    the closest name."""
+    from mint.text import closest
+
+    known = specialist_names()
+    for entry in project.specialists:
+        if entry.harness is not None and entry.harness not in known:
+            file, line, field = entry.harness_at
+            raise BadInput(f"no harness named {entry.harness!r}" + closest(entry.harness, known, listing="harnesses:"),
+                           file=file, line=line, field=field)
+
+
+def project_harness(project, name: str) -> Specialist | None:
+    """The registered specialist whose harness scores, verifies and rewards the project's specialist ``name``
+    (mint.yaml's ``harness:``, by default the one of its own name); None where no harness is registered for it."""
+    check_harnesses(project)
+    return specialist(project.harness_of(name))
+
+
 def harness_for(name: str, settings: HarnessSettings) -> Harness:
     """The harness of the specialist called ``name`` with a contract's settings (KeyError: none is registered)."""
     return specialists()[name].make_harness(settings)
@@ -56,5 +77,5 @@ def answer_ends(name: str, settings: HarnessSettings) -> tuple[str, ...]:
     return spec.answer_end(settings) if spec is not None else ()
 
 
-__all__ = ["answer_ends", "SPECIALISTS", "Harness", "HarnessSettings", "LoggedAnswer", "Specialist", "harness_for", "specialist",
-           "specialist_names", "specialists"]
+__all__ = ["answer_ends", "check_harnesses", "SPECIALISTS", "Harness", "HarnessSettings", "LoggedAnswer", "Specialist",
+           "harness_for", "project_harness", "specialist", "specialist_names", "specialists"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from mint.generation.settings import HarnessSettings
 from mint.render import conversation
@@ -77,6 +77,8 @@ class Harness:
     # the metrics it scores from the request alone, without a reference answer: what a suite drawn from served
     # traffic, where nobody wrote one, can measure (none: such a suite is refused for this harness)
     request_metrics: tuple[str, ...] = field(default=())
+    # it runs the answers' code (in mint.harness.sandbox): `mint contract check` says how that code is isolated
+    runs_untrusted_code: ClassVar[bool] = False
 
     def knows_metric(self, metric: str) -> bool:
         """Whether a suite may name ``metric``."""

@@ -62,6 +62,7 @@ def prompt_context(prompt: str, code: str, entry: str) -> str:
 class CodingHarness(Harness):
     name: str = "coding"
     metrics: tuple[str, ...] = ("pass_at_1", "pass_at_k")
+    runs_untrusted_code = True      # each answer's code runs against the record's tests (mint.harness.sandbox)
 
     def check_record(self, record: dict) -> None:
         super().check_record(record)

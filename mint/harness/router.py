@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from mint.harness.base import Harness, RecordProblem
 from mint.harness.specialist import Specialist
-from mint.project import ROUTER_KIND
 
 RECALL = "recall."
 _RECALL_METRIC = re.compile(r"^recall\.[a-z][a-z0-9_-]{0,63}\Z")
@@ -87,4 +86,4 @@ class RouterHarness(Harness):
         return [route.specialist for route in routes]
 
 
-SPECIALIST = Specialist("router", RouterHarness, kind=ROUTER_KIND)
+SPECIALIST = Specialist("router", RouterHarness)

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mint.project import GENERATOR
-
 
 @dataclass(frozen=True)
 class LoggedAnswer:
@@ -30,9 +28,9 @@ class LoggedAnswer:
 @dataclass(frozen=True)
 class Specialist:
     name: str
-    # scores a suite record's answers: a contract's ``harness:`` names the specialist whose harness it uses
+    # scores a suite record's answers: a contract's ``harness:`` names the specialist whose harness it uses, and a
+    # project's specialist uses the harness mint.yaml names (by default the one of its own name: mint.project)
     harness: type
-    kind: str = GENERATOR
     # ``verify(request, answer) -> (passed, detail)``: an answer judged without a reference, by the metric its
     # contract gates; the loop's experience keeps only what passes. None: judged by the reward instead
     verify: Callable[[Any, str], tuple[bool, Any]] | None = None

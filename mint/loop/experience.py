@@ -149,12 +149,12 @@ def request_family(harness, specialist: str, prompt: ExperiencePrompt) -> str:
     return family or specialist
 
 
-def _family_reader(harness: str | None, specialist: str):
-    """The harness whose ``family`` names the families of the step's requests; None for a specialist without a
-    harness of its own."""
+def _family_reader(harness: str):
+    """The harness whose ``family`` names the families of the step's requests; None where no harness of the name is
+    registered."""
     from mint.harness import HarnessSettings, specialist as registered
 
-    own = registered(harness or specialist)
+    own = registered(harness)
     return own.make_harness(HarnessSettings()) if own is not None else None
 
 
@@ -447,14 +447,15 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
         candidates += found
         if why:
             skipped[_source_label(source)] = why
-    harness = _harness_name(contracts)
-    own = registered(harness or specialist)
+    # the contract's harness, else the one mint.yaml names for the specialist (by default the one of its name)
+    harness = _harness_name(contracts) or project.harness_of(specialist)
+    own = registered(harness)
     repair_answer = own.repair if repair and own is not None else None
-    family_reader = _family_reader(harness, specialist)
+    family_reader = _family_reader(harness)
     chosen, per_source = eligible_prompts(candidates, heldout=excluded_keys(list(contracts or [])),
                                           answered=answered, limit=prompts, held=heldout_rule(ws))
     # said, not silently ignored: this harness's answers have no repair
-    repair_skipped = f"the {harness or specialist} harness has no repair for its answers" \
+    repair_skipped = f"the {harness} harness has no repair for its answers" \
         if repair and repair_answer is None else None
     drawn = ExperienceResult(prompts=len(chosen), served_by=served_by, pool=pool_statistics([], samples),
                              logged_examples=_logged_examples(episodes), sources=per_source,
@@ -466,12 +467,12 @@ def gather_experience(ws: Workspace, *, dataset: str, specialist: str, base: str
     chosen = sorted(chosen, key=lambda prompt: prompt.key)
     shapes = _answer_shapes(contracts, chosen) if constrained else None
     if constrained and not any(shapes):
-        raise BadInput(f"the {harness or specialist} harness gives its answers no one shape to decode inside",
+        raise BadInput(f"the {harness} harness gives its answers no one shape to decode inside",
                        field="constrained")
     used_precision, precision_reason = sampling_precision(precision)
     answers = _sample(ws, champion, base, specialist, chosen, samples=samples, temperature=temperature,
                       max_new_tokens=max_new_tokens, seed=seed, shapes=shapes, precision=used_precision,
-                      rows=sample_rows, progress=progress)
+                      rows=sample_rows, progress=progress, harness=harness)
     kept, unverified, passes, total, pairs, repaired, outcomes = [], [], [], 0.0, 0, 0, []
     for prompt, outs in zip(chosen, answers):
         verdicts = verify_answers(specialist, prompt, outs, threshold, harness)
@@ -732,8 +733,10 @@ def _sampler(ws: Workspace, specialist: str, base: str, ref: str | None = None):
 
 def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePrompt], *, samples: int,
             temperature: float, max_new_tokens: int, seed: int, shapes: list[dict | None] | None = None,
-            precision: str = "fp32", rows: int | None = None, progress: StepProgress | None = None
-            ) -> list[list[str]]:
+            precision: str = "fp32", rows: int | None = None, progress: StepProgress | None = None,
+            harness: str | None = None) -> list[list[str]]:
+    """``samples`` answers to each prompt from the champion (the bare base before one), each ending where an answer
+    of ``harness`` (the specialist's: by default the one of its name) is complete."""
     from mint.base import load_base
     from mint.generation.engine import BASE_SLOT, generate_batches
     from mint.generation.slots import attach_adapters
@@ -763,7 +766,8 @@ def _sample(ws, champion, base: str, specialist: str, chosen: list[ExperiencePro
 
     answers, _latency = generate_batches(loaded.model, loaded.tokenizer, [prompt_as_trained(p) for p in chosen],
                                          settings, progress=heard if progress is not None else None,
-                                         answer_end=answer_ends(specialist, settings), slot=slot, shapes=shapes)
+                                         answer_end=answer_ends(harness or specialist, settings), slot=slot,
+                                         shapes=shapes)
     return answers
 
 

@@ -19,6 +19,7 @@ Every step is one mapping with one key, its kind. Paths are relative to the reci
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ from typing import Any
 from mint.errors import BadInput
 from mint.loop.steps import STEPS
 from mint.text import closest
-from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, load_yaml
+from mint.yamlfile import YamlDoc, check_keys, check_number, check_settings, check_string, load_yaml, \
+    setting_lines, setting_names
 
 TOP_KEYS = ("recipe", "description", "base", "dataset", "loop", "steps", "traffic")
 TRAFFIC_KEYS = ("heldout",)
@@ -45,6 +47,8 @@ class Step:
     from_iteration: int = 1         # run only from this iteration on (e.g. experience needs a champion)
     until_iteration: int | None = None   # and up to this one (e.g. a longer first training)
     fatal: bool = False             # a failed contract at this step makes the loop exit 1
+    # what the step decides for the loop, as its kind's settings model reads its options (None: it has none)
+    settings: Any = None
 
     @property
     def specialist(self) -> str | None:
@@ -81,6 +85,42 @@ class Recipe:
             if step.specialist and step.specialist not in seen:
                 seen.append(step.specialist)
         return tuple(seen)
+
+
+@dataclass(frozen=True)
+class StepSetting:
+    """One decision a step makes for the loop, as its recipe sets it or leaves it at its default: what the plan
+    shows, so a reader sees every guard and threshold, and every one turned off."""
+    step: int                       # the step's position in `steps`
+    label: str                      # "promote genui"
+    setting: str                    # its dotted path among the step's options: guards.reward_hacking.length_growth
+    value: Any                      # as a recipe writes it (None: off)
+    what: str                       # what it decides
+    off: bool
+    line: int | None                # where the recipe sets it (the step's line when it is left at its default)
+
+    @property
+    def shown(self) -> str:
+        """The value as a recipe writes it."""
+        return "off" if self.off else "true" if self.value is True else "false" if self.value is False \
+            else f"{self.value:g}" if isinstance(self.value, float) else str(self.value)
+
+    def turned_off(self, recipe_file: str) -> str:
+        """What the loop says of a setting the recipe turned off."""
+        return f"{self.label}: {self.setting} is off ({recipe_file}:{self.line}); on, it {self.what}"
+
+
+def step_settings(recipe: Recipe) -> list[StepSetting]:
+    """Every decision of every step, in the recipe's order (steps without a settings model have none)."""
+    out = []
+    for step in recipe.steps:
+        if step.settings is None:
+            continue
+        for line in setting_lines(step.settings):
+            at = f"steps[{step.index}].{step.kind}.{line.path}"
+            out.append(StepSetting(step.index, step.label, line.path, line.value, line.what, line.off,
+                                   recipe.doc.line(at) if recipe.doc is not None else step.line))
+    return out
 
 
 def _check_specialist(doc: YamlDoc, value, where: str, known: tuple[str, ...] | None) -> str:
@@ -126,8 +166,11 @@ def load_recipe(path: Path, *, specialists: tuple[str, ...] | None = None, check
         if not isinstance(fatal, bool):
             raise doc.error(f"{at}.fatal", "expected true or false")
         _check_step(doc, path, kind, options, at, specialists, check_contracts)
+        model = STEPS[kind].settings_model
+        settings = check_settings(doc, model, {k: v for k, v in options.items() if k in setting_names(model)}, at) \
+            if model is not None else None
         steps.append(Step(kind, i, options, doc.line(at), from_iteration=from_iteration,
-                          until_iteration=until_iteration, fatal=fatal))
+                          until_iteration=until_iteration, fatal=fatal, settings=settings))
     _check_order(doc, steps)
     traffic = check_keys(doc, data.get("traffic") or {}, "traffic", TRAFFIC_KEYS)
     heldout = None
@@ -171,6 +214,15 @@ def _check_order(doc: YamlDoc, steps: list[Step]) -> None:
             done.add(("experience control", step.specialist))
         if step.kind == "train" and step.options.get("plan"):
             done.add(("train plan", step.specialist))
+    for step in steps:     # the forgetting guard judges what an eval step of its specialist measures
+        guard = step.settings.guards.forgetting if step.kind == "promote" else None
+        unmeasured = next((s for s in steps if s.kind == "eval" and s.specialist == step.specialist
+                           and s.settings.backward_transfer is None), None)
+        if guard is not None and unmeasured is not None:
+            raise doc.error(f"steps[{unmeasured.index}].eval.backward_transfer",
+                            f"steps[{step.index}]'s forgetting guard judges the backward transfer this step measures: "
+                            "measure it (passed or always), or turn the guard off there "
+                            "(`guards: {forgetting: off}`)")
     for step in steps:     # an experience step's controls are trained and measured by a controls step
         if step.kind == "experience" and step.options.get("control") and not any(
                 later.kind == "controls" and later.specialist == step.specialist and later.index > step.index
@@ -182,15 +234,18 @@ def _check_order(doc: YamlDoc, steps: list[Step]) -> None:
 
 def check_recipe(path: Path) -> dict:
     """What `mint recipe check` prints: the recipe's plan, validated, without running anything."""
+    from mint.harness import check_harnesses
     from mint.project import load_project
 
-    recipe = load_recipe(path, specialists=load_project(_project_file(path)).names)
+    project = load_project(_project_file(path))
+    check_harnesses(project)
+    recipe = load_recipe(path, specialists=project.names)
     return {"recipe": recipe.name, "description": recipe.description, "path": str(recipe.path), "sha256": recipe.sha256, "base": recipe.base,
             "dataset": recipe.dataset, "iterations": recipe.iterations, "specialists": list(recipe.specialists),
             "traffic": {"heldout": recipe.traffic_heldout} if recipe.traffic_heldout is not None else None,
             "steps": [{"index": s.index, "kind": s.kind, "line": s.line, "from_iteration": s.from_iteration,
                        "until_iteration": s.until_iteration, "fatal": s.fatal, **s.options} for s in recipe.steps],
-            "ok": True}
+            "settings": [dataclasses.asdict(s) for s in step_settings(recipe)], "ok": True}
 
 
 def _project_file(recipe_path: Path) -> Path | None:
@@ -201,4 +256,4 @@ def _project_file(recipe_path: Path) -> Path | None:
     return None
 
 
-__all__ = ["Recipe", "Step", "load_recipe", "check_recipe", "STEP_KINDS", "BadInput"]
+__all__ = ["Recipe", "Step", "StepSetting", "load_recipe", "check_recipe", "step_settings", "STEP_KINDS", "BadInput"]

@@ -23,7 +23,7 @@ from mint.errors import BadInput, Refused
 from mint.faults import checkpoint as fault_point
 from mint.loop.estimate import Done, Estimate
 from mint.loop.history import generation_records, read_state, state_path
-from mint.loop.recipe import Recipe, Step, load_recipe
+from mint.loop.recipe import Recipe, Step, StepSetting, load_recipe, step_settings
 from mint.loop.steps import STEPS, LoopContext, content_key
 from mint.registry.locks import RegistryLock
 from mint.workspace import Workspace, atomic_write_json
@@ -88,6 +88,10 @@ class LoopResult:
     estimate_basis: str = ""
     # the ETA against what happened, at the start and after each step (mint.loop.estimate.eta_record)
     eta: list[dict] = field(default_factory=list)
+    # what each step decides (guards, their thresholds, early stop, backward transfer), as the recipe sets it
+    settings: list[StepSetting] = field(default_factory=list)
+    # what the loop says of each one the recipe turned off (StepSetting.turned_off)
+    turned_off: list[str] = field(default_factory=list)
 
 
 # --- the workspace lock --------------------------------------------------------------------------
@@ -183,11 +187,13 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     """Run ``recipe_path``; see the module docstring. Exit code 1 only when a fatal step failed its contract.
     ``requests``: a JSONL of chat requests every serve step sends instead of the recipe's (checked, and routed,
     before the first step runs)."""
+    from mint.harness import check_harnesses
     from mint.project import load_project
 
     recipe_path = Path(recipe_path)
     project_file = _project_file(recipe_path)
     project = load_project(project_file)
+    check_harnesses(project)
     recipe = load_recipe(recipe_path, specialists=project.all_names)
     if iterations is not None and iterations < 1:
         raise BadInput("must be at least 1", field="--iterations")
@@ -196,6 +202,8 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
     context = _Context(ws, recipe, project, emit, requests=Path(requests).absolute() if requests else None)
     check_traffic(context)
     generation_records(ws)   # the summary reads every recipe's state after training: a bad one is exit 2 now
+    settings = step_settings(recipe)
+    turned_off = [s.turned_off(recipe_path.name) for s in settings if s.off]
 
     if dry_run:
         state = LoopState(ws, recipe)
@@ -205,11 +213,14 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                  "will": "wait" if not s.runs_in(it) else ("skip: nothing new" if unchanged else "run")}
                 for it in range(1, total + 1) for s in recipe.steps]
         return LoopResult(recipe.name, "dry run", total, 0, plan=plan, state_file=str(state.path),
-                          message="nothing new since the last completed run" if unchanged else "")
+                          message="nothing new since the last completed run" if unchanged else "",
+                          settings=settings, turned_off=turned_off)
 
     with LoopLock(ws):
         if recipe.description:
             emit({"event": "note", "message": recipe.description})
+        for message in turned_off:
+            emit({"event": "note", "message": message})
         if context.project.engine is not None:
             emit({"event": "note", "message": f"mint.yaml names the engine at {context.project.engine.url}: "
                                               "`mint eval` decodes there; the loop decodes every answer of a "
@@ -220,7 +231,8 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
         if not resume and state.last_run.get("finished") and state.last_run.get("end") == start:
             return LoopResult(recipe.name, "nothing new", 0, 0, state_file=str(state.path),
                               message="the recipe, its sources and the champions are as the last completed run "
-                                      "left them: nothing to do", alerts=routing_alerts(ws, project))
+                                      "left them: nothing to do", alerts=routing_alerts(ws, project),
+                              settings=settings, turned_off=turned_off)
         started_at: dict
         champions_at: dict
         first, started_at, champions_at = 1, {}, {}
@@ -267,7 +279,7 @@ def run_loop(ws: Workspace, recipe_path: Path, *, iterations: int | None = None,
                           state_file=str(state.path), alerts=routing_alerts(ws, project),
                           progress=generation_progress(ws, specialists=recipe.specialists),
                           waiting=context.waiting, estimated_s=estimate, estimate_basis=context.estimate_basis,
-                          eta=eta_record(estimate, outcomes))
+                          eta=eta_record(estimate, outcomes), settings=settings, turned_off=turned_off)
 
 
 def check_traffic(context: "_Context") -> None:

@@ -12,16 +12,19 @@ import dataclasses
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from mint.errors import BadInput, Refused
+from mint.loop.guards import SUITE_TOLERANCE, ForgettingGuard, PromoteSettings, RewardHackingGuard
 from mint.loop.results import Decision, EvalOutput, ExperienceResult, IngestOutput, RouteOutput, TrainOutput
 from mint.serve.replay import ReplayResult
 from mint.text import closest
 from mint.train.examples import METHODS
 from mint.workspace import Workspace
-from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file
+from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, exists, is_file, setting, setting_names, \
+    settings_dict
 
 
 def content_key(*parts: Any) -> str:
@@ -119,6 +122,9 @@ class StepKind(abc.ABC):
     after: tuple[str, str] | None = None    # the kind an earlier step of its specialist must be, and why
     judged: bool = False                    # an output whose verdict is "fail" is a failed step
     result: type[Any]                       # what ``run`` returns (mint.loop.results): to_dict, from_dict
+    # the options that decide something for the loop, declared once as a settings model (mint.yamlfile.setting):
+    # read into ``Step.settings`` with their defaults, and shown in the plan; their keys are among ``options``
+    settings_model: type | None = None
 
     def check(self, doc: YamlDoc, recipe_path: Path, options: dict, at: str, check_contracts: bool) -> None:
         """Refuse bad options at ``file:line: field`` before anything runs (the common keys are checked)."""
@@ -372,12 +378,23 @@ class Train(StepKind):
             context.candidates[step.specialist] = output
 
 
+@dataclass(frozen=True)
+class EvalSettings:
+    """The eval step's decisions: how much of a candidate it decodes, and when it measures backward transfer."""
+    early_stop: bool = setting(True, "stops decoding a candidate once its verdict is decided (a gate on a suite it "
+                                     "must gain on failed); false: every suite is decoded")
+    backward_transfer: Literal["passed", "always"] | None = setting(
+        "passed", "measures the candidate again on every earlier champion's retention suites, which the promote "
+                  "step's forgetting guard judges: for a candidate that passed its contract, or always")
+
+
 class Eval(StepKind):
     """The candidate under its contract, then on every earlier generation's retention suites."""
 
     name = "eval"
     result = EvalOutput
-    options = ("specialist", "contract", "limit", "complete")
+    settings_model = EvalSettings
+    options = ("specialist", "contract", "limit", *setting_names(EvalSettings))
     after = ("train", "eval evaluates its candidate")
     judged = True
 
@@ -396,8 +413,6 @@ class Eval(StepKind):
                                        f"not {options['specialist']}'s")
         if "limit" in options:
             check_number(doc, options["limit"], f"{at}.limit", minimum=1, integer=True)
-        if "complete" in options and not isinstance(options["complete"], bool):
-            raise doc.error(f"{at}.complete", "must be true or false")
 
     def traffic(self, context: LoopContext, step) -> list:
         """What the contract's suites drawn from the served traffic read now (none: it has no such suite)."""
@@ -418,9 +433,10 @@ class Eval(StepKind):
             return None
         contract = context.recipe.path.parent / step.options["contract"]
         traffic = self.traffic(context, step)
+        # settings as the defaults leave them keep the key a loop recorded before they were options
         return content_key("eval", candidate.revision_id, hashlib.sha256(contract.read_bytes()).hexdigest(),
                            step.options.get("limit"), *([traffic] if traffic else []),
-                           *(["complete"] if step.options.get("complete") else []))
+                           *([settings_dict(step.settings)] if step.settings != EvalSettings() else []))
 
     def run(self, context, step):
         from mint.contract.evaluate import evaluate_many
@@ -428,21 +444,20 @@ class Eval(StepKind):
         from mint.loop.heartbeat import labelled
         from mint.contract.schema import load_contract
 
+        settings = step.settings
         candidate = context.candidates[step.specialist]
         contract_path = context.recipe.path.parent / step.options["contract"]
         contract = load_contract(contract_path)
-        complete = step.options.get("complete", False)
-        # unless the step asks for every suite, the candidate stops being decoded once its verdict is decided (a
-        # gate it must gain on failed), and a failed candidate gets no backward transfer (it feeds the promotion
-        # guard)
         result = evaluate_many(context.ws, [candidate.revision], contract_path, limit=step.options.get("limit"),
-                               stop_when_decided=not complete, progress=labelled(context.progress, "decoding "),
-                               engine=LOOP_ENGINE)[0]
+                               stop_when_decided=settings.early_stop,
+                               progress=labelled(context.progress, "decoding "), engine=LOOP_ENGINE)[0]
         report = result.report
+        measure = settings.backward_transfer == "always" or \
+            (settings.backward_transfer == "passed" and report.verdict == "pass")
         transfer = backward_transfer(context.ws, contract, candidate.revision, Path(result.report_path),
                                      base=context.base,
                                      progress=labelled(context.progress, "decoding earlier retention suite ")) \
-            if complete or report.verdict == "pass" else []
+            if measure else []
         return EvalOutput(candidate.revision, candidate.revision_id, result.report_path, report.verdict,
                           report.metrics, report.baseline, report.gates, transfer, report.live_suites)
 
@@ -512,9 +527,13 @@ class Controls(StepKind):
 
 
 class Promote(StepKind):
+    """``mint promote`` of the candidate whose report passed and that no guard (``guards``: mint.loop.guards)
+    rejects; else ``mint reject`` with the reason."""
+
     name = "promote"
     result = Decision
-    options = ("specialist",)
+    settings_model = PromoteSettings
+    options = ("specialist", *setting_names(PromoteSettings))
     after = ("eval", "promote needs its report")
     judged = True
 
@@ -522,19 +541,22 @@ class Promote(StepKind):
         evaluation = context.evaluations.get(step.specialist)
         if evaluation is None:
             return None
-        return content_key("promote", evaluation.revision_id, evaluation.report)
+        # guards as the defaults leave them keep the key a loop recorded before they were options
+        return content_key("promote", evaluation.revision_id, evaluation.report,
+                           *([settings_dict(step.settings)] if step.settings != PromoteSettings() else []))
 
     def run(self, context, step):
         from mint.contract.identity import contract_identity
         from mint.registry.promotion import promote, reject
 
+        guards = step.settings.guards
         evaluation = context.evaluations[step.specialist]
         ref = evaluation.revision
-        hacked = self.guard(context, step.specialist, evaluation) if evaluation.verdict == "pass" else None
-        if hacked is None and evaluation.verdict == "pass":
-            from mint.contract.forgetting import forgetting_reason
-
-            hacked = forgetting_reason(evaluation.backward_transfer)
+        hacked = None
+        if evaluation.verdict == "pass" and guards.reward_hacking is not None:
+            hacked = self.guard(context, step.specialist, evaluation, guards.reward_hacking)
+        if hacked is None and evaluation.verdict == "pass" and guards.forgetting is not None:
+            hacked = self.forgetting(evaluation, guards.forgetting)
         if hacked:
             reject(context.ws, ref, why=hacked)
             return Decision("rejected", ref, "fail", hacked, context.champion_ref(step.specialist))
@@ -550,7 +572,25 @@ class Promote(StepKind):
             return Decision("refused", ref, "fail", str(exc), context.champion_ref(step.specialist))
         return Decision("promoted", ref, "pass", None, context.champion_ref(step.specialist))
 
-    def guard(self, context: LoopContext, specialist: str, evaluation: EvalOutput) -> str | None:
+    @staticmethod
+    def forgetting(evaluation: EvalOutput, guard: ForgettingGuard) -> str | None:
+        """The forgetting guard on the backward transfer the eval step measured, at the guard's tolerance."""
+        from mint.contract.forgetting import at_tolerance, forgetting_reason
+        from mint.contract.schema import load_contract
+        from mint.registry.report import read_report
+
+        rows = evaluation.backward_transfer
+        if guard.tolerance != SUITE_TOLERANCE and rows:
+            # judged under the gate rules of the contract the candidate was evaluated under
+            contract_path = read_report(Path(evaluation.report)).contract.path
+            if not contract_path:
+                raise BadInput("the report names no contract file to judge forgetting by", file=evaluation.report)
+            rows = at_tolerance(rows, load_contract(Path(contract_path), check_data=False), float(guard.tolerance),
+                                source=evaluation.report)
+        return forgetting_reason(rows)
+
+    def guard(self, context: LoopContext, specialist: str, evaluation: EvalOutput,
+              settings: RewardHackingGuard) -> str | None:
         """The reward-hacking guard on the candidate's training run and its answers against the baseline's."""
         from mint.loop.guards import reward_hacking
         from mint.registry.queries import newest_predictions
@@ -565,7 +605,8 @@ class Promote(StepKind):
         baseline_id = evaluation.baseline.revision_id
         baseline_predictions = newest_predictions(context.ws, baseline_id) if baseline_id else None
         return reward_hacking(metric=metric, value=evaluation.metrics.get(metric), baseline=baseline_value,
-                              run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions)
+                              run_dir=run_dir, predictions=predictions, baseline_predictions=baseline_predictions,
+                              guard=settings)
 
     def absorb(self, context, step, output):
         context.decisions[step.specialist] = output

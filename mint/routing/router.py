@@ -8,8 +8,8 @@ listing; no second model). Adapters that leave those layers untouched (``lora.fr
 probe's layer) let the mixture route inside the turn's own prefill; otherwise it runs the prompt's first layers
 once more on the bare base. Probes saved before that read the last user message alone (``reads: turn``). A turn matching the patterns of several specialists is one of theirs: the probe chooses among those.
 Without a ``router`` champion the keyword counts of ``mint.yaml`` decide, and a turn with no keyword goes to
-the starter probe, fitted on mint's plain turns for the specialists of the default names
-(``starter_probe``), or else to the first specialist.
+the starter probe, fitted on mint's plain turns for the specialists with their harnesses (chat, agent,
+coding, genui, whatever mint.yaml calls them: ``starter_probe``), or else to the first specialist.
 
 A probe is stored as a registry revision of the project's router (the specialist of kind ``router`` in
 mint.yaml, by default named ``router``): ``adapter_model.safetensors``
@@ -560,12 +560,12 @@ def starter_router(project: Project, router: Router, model, features_fn) -> Rout
 
 PLAIN_TURNS = Path(__file__).parent / "plain_turns"
 STARTER = "starter"      # the revision a route decided by the starter probe reports
-_starters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # model -> {specialist names: Probe}
+_starters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # model -> {(name, harness)...: Probe}
 
 
 @functools.lru_cache(maxsize=1)
 def _all_plain_turns() -> tuple[tuple[str, str], ...]:
-    """(specialist, turn) of every file in PLAIN_TURNS, read once per process (package data)."""
+    """(harness, turn) of every file in PLAIN_TURNS, read once per process (package data)."""
     turns = []
     for path in sorted(PLAIN_TURNS.glob("*.jsonl")):
         with open(path, encoding="utf-8") as f:
@@ -583,17 +583,24 @@ def one_turn(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-def plain_turns(names, heldout_texts: list[str]) -> list[tuple[str, str]]:
+def plain_turns(project: Project, heldout_texts: list[str]) -> list[tuple[str, str]]:
     """(specialist, turn) of mint's plain turns (``plain_turns/``: 414 requests typed the way people type them,
-    "whats big O of binary search", "wake me at 6:30 tomorrow") for the specialists among ``names``, less any
-    turn that appears in ``heldout_texts``."""
+    "whats big O of binary search", "wake me at 6:30 tomorrow"), less any turn that appears in ``heldout_texts``.
+    Each file labels its turns with the harness they are requests for (chat, agent, coding, genui); a turn goes
+    to the project's specialist with that harness (mint.yaml's ``harness:``, whatever it calls the specialist),
+    and is left out where the project has none."""
     held = set(heldout_texts)
-    return [(specialist, text) for specialist, text in _all_plain_turns() if specialist in names and text not in held]
+    turns = []
+    for harness, text in _all_plain_turns():
+        specialist = project.specialist_with_harness(harness)
+        if specialist is not None and text not in held:
+            turns.append((specialist, text))
+    return turns
 
 
 def starter_probe(model, project: Project, features_fn) -> Probe | None:
     """The probe of a project that has no router champion yet: fitted on mint's plain turns alone, for its
-    specialists of the default names (None unless two or more have some). ``features_fn(conversations,
+    specialists with their harnesses (None unless two or more have some). ``features_fn(conversations,
     layers, reads)`` is ``probe_features`` on ``model`` with no adapter active. About 2 s on SmolLM2, once per model and process.
 
     Without it a new project routes by keywords, and turns in everyday words ("how do i undo my last commit")
@@ -605,16 +612,18 @@ def starter_probe(model, project: Project, features_fn) -> Probe | None:
     if not has_starter(project):
         return None
     fitted = _starters.setdefault(model, {})
-    if project.names not in fitted:
-        turns = plain_turns(project.names, [])
+    # the probe depends on the names and on the harness each has (which plain turns it learns)
+    key = tuple((name, project.harness_of(name)) for name in project.names)
+    if key not in fitted:
+        turns = plain_turns(project, [])
         layers = probe_layers(model)
         features = features_fn([one_turn(text) for _, text in turns], layers[0] if len(layers) == 1 else layers,
                                PROMPT)
-        fitted[project.names] = fit_probe(features, [specialist for specialist, _ in turns], project.names,
-                                          layers[-1], shallower=layers[:-1], reads=PROMPT)
-    return fitted[project.names]
+        fitted[key] = fit_probe(features, [specialist for specialist, _ in turns], project.names,
+                                layers[-1], shallower=layers[:-1], reads=PROMPT)
+    return fitted[key]
 
 
 def has_starter(project: Project) -> bool:
     """Whether ``project`` gets a starter probe: two or more of its specialists have plain turns."""
-    return len({specialist for specialist, _ in plain_turns(project.names, [])}) >= 2
+    return len({specialist for specialist, _ in plain_turns(project, [])}) >= 2

@@ -190,8 +190,9 @@ def load_environment(name: str) -> type[Any]:
     return cls
 
 
-def recorded(cls: type, rollouts: Path) -> type:
-    """``cls`` with every tool call logged and each finished rollout written as a canonical episode."""
+def recorded(cls: type, rollouts: Path, specialist: str) -> type:
+    """``cls`` with every tool call logged and each finished rollout written as a canonical episode of
+    ``specialist``, the one the run trains (its answers, whatever the project calls it)."""
 
     def wrap(name, method):
         @functools.wraps(method)
@@ -219,7 +220,7 @@ def recorded(cls: type, rollouts: Path) -> type:
             messages.append({"role": "assistant", "content": "", "tool_calls": [
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]})
             messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": str(result)})
-        episode = Episode(tuple(Message.from_dict(m) for m in messages), specialist="agent", served_by="grpo-rollout",
+        episode = Episode(tuple(Message.from_dict(m) for m in messages), specialist=specialist, served_by="grpo-rollout",
                           feedback=Feedback(score_rating(max(0.0, min(1.0, reward)))))
         with open(rollouts, "a", encoding="utf-8") as f:
             f.write(episode.line())

@@ -1,5 +1,4 @@
-"""What each kind of specialist is: what it trains from, how it is trained, which harness scores it and what
-its artifact is. ``mint.yaml`` gives every specialist a kind (mint.project); training, evaluation, promotion
+"""What each kind of specialist is: what it trains from, how it is trained and what its artifact is. ``mint.yaml`` gives every specialist a kind (mint.project); training, evaluation, promotion
 and the loop ask this table instead of asking for a name.
 
 - ``generator``: a LoRA adapter on the base that answers turns; trained from its own episodes of a dataset
@@ -27,7 +26,6 @@ class SpecialistKind:
     name: str
     trains_from: str                    # what ``--data`` is read for
     artifact: str                       # what a revision's directory holds
-    harness: Callable[[str], str]       # the harness that scores a specialist of this name, by default
     train: Callable                     # (ws, project, specialist, **request) -> TrainResult
     plan: Callable                      # (ws, project, specialist, **request) -> TrainPreview (--dry-run)
 
@@ -85,10 +83,10 @@ def _plan_probe(ws, project: Project, specialist: str, *, data=None, base=None, 
 
 KINDS = {
     GENERATOR: SpecialistKind(GENERATOR, "the specialist's own episodes of a dataset", "LoRA adapter (PEFT)",
-                              lambda name: name, _train_adapter, _plan_adapter),
+                              _train_adapter, _plan_adapter),
     ROUTER_KIND: SpecialistKind(ROUTER_KIND, "every specialist's labelled episodes of a dataset",
                                 "probe on the base's hidden states (peft_type MINT_ROUTER_PROBE)",
-                                lambda _name: "router", _train_probe, _plan_probe),
+                                _train_probe, _plan_probe),
 }
 
 

@@ -20,13 +20,14 @@ def load_reward(spec: str) -> Callable:
     return function
 
 
-def reward_functions(specialist: str, specs: tuple[str, ...]) -> list[Callable]:
-    """The specialist's own reward (mint.harness.Specialist.reward), where it has one, then those ``specs`` name."""
+def reward_functions(specialist: str, specs: tuple[str, ...], harness: str | None = None) -> list[Callable]:
+    """The reward of the specialist's harness (mint.harness.Specialist.reward; ``harness``: the one mint.yaml names
+    for it, by default the one of its own name), where it has one, then those ``specs`` name."""
     functions = [load_reward(s) for s in specs]
-    own = registered(specialist)
+    own = registered(harness or specialist)
     if own is not None and own.reward is not None:
         functions.insert(0, own.reward)
     if not functions:
-        raise BadInput(f"no default reward for specialist {specialist!r}: give one with rewards: [module:function]",
-                       field="rewards")
+        raise BadInput(f"no default reward for specialist {specialist!r} (harness {harness or specialist}): give one "
+                       "with rewards: [module:function]", field="rewards")
     return functions

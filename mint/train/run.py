@@ -31,6 +31,7 @@ from mint.base import SMOLLM2, TINY, check_base_name, load_tokenizer, training_c
 from mint.data.datasets import heldout_rule, iter_episodes, list_names, resolve_version
 from mint.errors import BadInput, MintError
 from mint.hardware import joins_rows_uncut
+from mint.harness import check_harnesses
 from mint.project import load_project
 from mint.registry.artifacts import load_revision, register
 from mint.registry.refs import check_name
@@ -75,6 +76,7 @@ class TrainPlan:
     parent_id: str | None
     parent_ref: str | None
     parent_dir: str | None
+    harness: str | None = None    # the specialist's harness (mint.yaml's ``harness:``): its default GRPO reward
 
 
 @dataclass
@@ -220,6 +222,7 @@ def check_request(ws: Workspace, request: TrainRequest, *, dry_run: bool = False
         raise BadInput(f"--env {request.env} brings no tasks(): which dataset? DATASET or DATASET@VERSION",
                        field="--data")
     project = load_project()
+    check_harnesses(project)
     # a specialist of mint.yaml, or one the dataset's episodes are labelled with (ingested under another project)
     specialists = sorted({*project.names, *in_dataset})
     if request.specialist and request.specialist not in specialists:
@@ -246,7 +249,7 @@ def check_request(ws: Workspace, request: TrainRequest, *, dry_run: bool = False
         base = project.base
     check_base_name(base)
     return TrainPlan(request.specialist, request.method, dataset, request.env, user, base, parent_id, parent_ref,
-                     parent_dir)
+                     parent_dir, project.harness_of(request.specialist) if request.specialist else None)
 
 
 def checked_dataset(ws: Workspace, data: str) -> tuple[str, dict]:
@@ -333,7 +336,7 @@ def prepare_run(ws: Workspace, plan: TrainPlan) -> Path:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         if template is not None:
             (tmp / TEMPLATE_FILE).write_text(template, encoding="utf-8")
-        record = {"run": run_dir.name, "specialist": plan.specialist,
+        record = {"run": run_dir.name, "specialist": plan.specialist, "harness": plan.harness,
                   "dataset": plan.dataset or f"env:{plan.env}", "env": plan.env, "method": plan.method,
                   "base": plan.base, "parent": plan.parent_id, "parent_ref": plan.parent_ref,
                   "examples": len(rows), "settings": asdict(settings), "config_hash": settings.digest(),

@@ -187,14 +187,15 @@ def build_trainer(run_dir: Path, run: dict, model, tokenizer, rows: list[dict],
         from mint.train.envs import load_environment, recorded
         from mint.train.rewards import load_reward
         _add_tool_response_parser(tokenizer)
-        factory = recorded(load_environment(run["env"]), run_dir / "rollouts.jsonl")
+        factory = recorded(load_environment(run["env"]), run_dir / "rollouts.jsonl", run["specialist"])
         extra = [load_reward(r) for r in settings.rewards]
         trainer = GRPOTrainer(reward_funcs=extra or None, environment_factory=factory, **common)
     else:
         from trl import GRPOTrainer
 
         from mint.train.rewards import reward_functions
-        trainer = GRPOTrainer(reward_funcs=reward_functions(run["specialist"], settings.rewards), **common)
+        trainer = GRPOTrainer(reward_funcs=reward_functions(run["specialist"], settings.rewards, run.get("harness")),
+                              **common)
     trainer.mint_frozen_weights = frozen_weights_at_compute_precision(trainer) if method == "sft" else None
     for noisy in (PrinterCallback, ProgressCallback):   # mint reports progress itself; stdout stays clean
         trainer.remove_callback(noisy)

@@ -193,3 +193,22 @@ def test_a_router_suite_line_without_its_label_names_the_line(tmp_path, capsys):
         "data: turns.jsonl}", "data: turns.jsonl, metrics: [accuracy, recall.chat]}"))
     assert main(["contract", "check", str(tmp_path / "router.yaml")]) == 2
     assert "turns.jsonl:2: specialist: expected the name of the specialist" in capsys.readouterr().err
+
+
+def test_contract_check_asks_the_harness_whether_it_runs_code_not_its_name(tmp_path, monkeypatch):
+    """A harness registered under another name that runs the answers' code is said to run them isolated; one that
+    runs none (GenUI's) is not."""
+    from pathlib import Path
+
+    import mint.harness
+    from mint.contract.schema import check_contract
+
+    monkeypatch.setattr(mint.harness, "SPECIALISTS", [*mint.harness.SPECIALISTS, "tests.contract.doctests_harness"])
+    monkeypatch.setenv("MINT_SANDBOX_ISOLATION", "rlimits")
+    repo = Path(__file__).resolve().parents[2]
+    path = tmp_path / "code.yaml"
+    path.write_text("contract: code\nversion: 1\nspecialist: code\nharness: {name: doctests}\n"
+                    f"suites:\n  - {{name: core, data: {repo / 'examples' / 'heldout' / 'coding.jsonl'}, limit: 4}}\n"
+                    "gates:\n  - {metric: core.pass_at_1, min: 0.0}\n")
+    assert check_contract(path).isolation["isolation"] == "rlimits+audit"
+    assert check_contract(repo / "contracts" / "genui.yaml").isolation is None

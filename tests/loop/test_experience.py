@@ -1,6 +1,8 @@
 """The experience step: the champion answers logged prompts under the prompt it was trained with."""
 import json
 
+import pytest
+
 from mint.harness.agent import AgentHarness
 from mint.harness.base import HarnessSettings
 
@@ -11,15 +13,29 @@ USER = {"role": "user", "content": "Weather in Paris?"}
 CORRECTION = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
 
-def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_stops_after_the_call(ws, project, tmp_path, monkeypatch):
+def renamed_tool_specialist(project, name: str):
+    """``project`` with its agent called ``name`` (harness: agent)."""
+    from dataclasses import replace
+
+    return replace(project, specialists=tuple(replace(s, name=name, harness="agent") if s.name == "agent" else s
+                                              for s in project.specialists))
+
+
+@pytest.mark.parametrize("name", ["agent", "tools"])
+def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_stops_after_the_call(
+        ws, project, tmp_path, monkeypatch, name):
+    """Whatever the project calls its specialist with the agent harness (`tools` here), with no contract to name
+    the harness, experience verifies, stops and repairs its answers as the agent harness does."""
     from mint.data.ingest import ingest
     from mint.loop.experience import gather_experience
     from mint.generation import engine as generate
 
+    project = renamed_tool_specialist(project, name)
+
     log = tmp_path / "app.jsonl"
     # thumbs-down answers corrected to the call: requests without an accepted answer, so experience draws them
     log.write_text("".join(json.dumps({"messages": [user, {"role": "assistant", "content": "I cannot say."}],
-                                       "tools": TOOLS, "specialist": "agent",
+                                       "tools": TOOLS, "specialist": name,
                                        "feedback": {"rating": -1, "correction": CORRECTION}}) + "\n"
                            for user in (USER, {"role": "user", "content": "And in Rome?"})))
     ingest(ws, [log], dataset="logs", project=project)
@@ -33,7 +49,7 @@ def test_an_agent_answers_its_logged_prompts_seeing_the_tools_it_may_call_and_st
                                                                   else "Paris"}})] for c in conversations], [0.0]
 
     monkeypatch.setattr(generate, "generate_batches", answer_with_the_call)
-    result = gather_experience(ws, dataset="logs", specialist="agent", base="tiny-random", project=project,
+    result = gather_experience(ws, dataset="logs", specialist=name, base="tiny-random", project=project,
                                samples=1, prompts=2, max_new_tokens=4, repair=True)
     listing = AgentHarness(HarnessSettings()).system({"messages": [USER], "tools": TOOLS})
     assert [{"role": "system", "content": listing}, USER] in shown and len(shown) == 2

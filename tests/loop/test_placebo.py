@@ -220,7 +220,8 @@ def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_steps_
         ws, tmp_path, monkeypatch, complete):
     """The controls tell only whether a gain came from the verified experience: a generation that showed none
     (here: a gain the tiny base cannot make, on core) is rejected without training or decoding them, and without
-    its retention suite; ``complete: true`` measures everything anyway, to the same verdict."""
+    its retention suite; ``early_stop: false, backward_transfer: always`` on the eval step and ``complete: true`` on
+    the controls step measure everything anyway, to the same verdict."""
     (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
                                                      for p in ("Show a signup form.", "Show a weather card for Oslo.")))
     text = SMOKE_CONTRACT.read_text().replace("contract: genui-smoke", "contract: genui-gain")
@@ -234,7 +235,7 @@ def test_a_generation_that_fails_its_contract_gets_no_controls_unless_the_steps_
     (tmp_path / "gain.yaml").write_text(gained)
     # generation 1 under the smoke contract (promoted), generation 2 under the one that asks for a gain
     second = f"specialist: genui, contract: {tmp_path / 'gain.yaml'}, from_iteration: 2" + \
-        (", complete: true" if complete else "")
+        (", early_stop: false, backward_transfer: always" if complete else "")
     (tmp_path / "twin.yaml").write_text(RECIPE.format(
         logs=LOGS, contract=f"{SMOKE_CONTRACT}, until_iteration: 1}}\n  - eval: {{{second}",
         controls=", complete: true" if complete else ""))

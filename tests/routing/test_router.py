@@ -244,7 +244,7 @@ def test_no_everyday_turn_is_a_training_turn():
     def key(text):
         return " ".join(text.lower().split())
 
-    trained = {key(text) for _, text in plain_turns(DEFAULT_PROJECT.names, [])}
+    trained = {key(text) for _, text in plain_turns(DEFAULT_PROJECT, [])}
     assert len(trained) >= 400
     for path in EVERYDAY_FILES:
         turns = [key(text) for _, text in read_everyday(path)]

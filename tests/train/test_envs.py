@@ -73,7 +73,7 @@ def test_an_empty_goal_is_not_met_by_doing_something():
 
 
 def test_recorded_environment_writes_each_rollout_as_an_episode(tmp_path):
-    env_class = recorded(OrdersCalendar, tmp_path / "rollouts.jsonl")
+    env_class = recorded(OrdersCalendar, tmp_path / "rollouts.jsonl", "agent")
     row = OrdersCalendar.tasks(1)[0]
     env = env_class()
     env.reset(**row)
@@ -82,6 +82,16 @@ def test_recorded_environment_writes_each_rollout_as_an_episode(tmp_path):
     (episode,) = [json.loads(l) for l in open(tmp_path / "rollouts.jsonl")]
     assert episode["messages"][-2]["tool_calls"][0]["function"]["name"] == "list_orders"
     assert episode["messages"][-1]["role"] == "tool" and "feedback" in episode
+
+
+def test_a_rollout_is_an_episode_of_the_specialist_the_run_trains_whatever_it_is_called(tmp_path):
+    env_class = recorded(OrdersCalendar, tmp_path / "rollouts.jsonl", "tools")
+    env = env_class()
+    env.reset(**OrdersCalendar.tasks(1)[0])
+    env.list_orders()
+    env.get_reward()
+    (episode,) = [json.loads(line) for line in open(tmp_path / "rollouts.jsonl")]
+    assert episode["specialist"] == "tools"
 
 
 def test_unknown_environment_is_bad_input():
@@ -138,7 +148,7 @@ class Counter:
 def test_a_rollout_is_a_canonical_episode_rated_by_its_reward(tmp_path):
     from mint.data.schema import Episode
 
-    env_class = recorded(OrdersCalendar, tmp_path / "rollouts.jsonl")
+    env_class = recorded(OrdersCalendar, tmp_path / "rollouts.jsonl", "agent")
     env = env_class()
     env.reset(**OrdersCalendar.tasks(1)[0])
     env.list_orders()

@@ -38,7 +38,8 @@ def test_each_kind_says_what_it_trains_from_how_it_is_scored_and_what_it_makes()
     assert set(KINDS) == {"generator", "router"}
     router, coding = kind_of(DEFAULT_PROJECT, DEFAULT_PROJECT.router), kind_of(DEFAULT_PROJECT, "coding")
     assert (router.name, coding.name) == ("router", "generator")
-    assert router.harness(DEFAULT_PROJECT.router) == "router" and coding.harness("coding") == "coding"
+    # the harness that scores each is the project's to say (mint.yaml's harness:, by default its own name's)
+    assert DEFAULT_PROJECT.harness_of(DEFAULT_PROJECT.router) == "router" and DEFAULT_PROJECT.harness_of("coding") == "coding"
     assert "probe" in router.artifact and "LoRA" in coding.artifact
 
 

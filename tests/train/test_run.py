@@ -363,3 +363,20 @@ def test_an_fp32_run_keeps_its_frozen_weights_as_they_are(ws, uneven_dataset):
     _run, trainer = _prepared_trainer(ws, FAST + ["bf16=false"])
     assert trainer.mint_frozen_weights is None
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+
+
+def test_a_renamed_specialists_run_records_its_harness_and_trains_with_that_harnesss_reward(ws):
+    """A project whose coding specialist is called `code` and whose tool specialist is `tools`: the run records
+    the harness mint.yaml names, and GRPO's default reward is that harness's (the specialist's name has none)."""
+    from mint.harness import specialist as registered
+    from mint.train.rewards import reward_functions
+
+    (ws.home.parent / "mint.yaml").write_text(
+        "base: tiny-random\nspecialists:\n  talk: {harness: chat, keywords: [hello]}\n"
+        "  tools: {harness: agent, tool_use: true, keywords: [book]}\n  code: {harness: coding, keywords: [python]}\n")
+    plan = check_request(ws, TrainRequest(specialist="tools", method="grpo", env="orders", base="tiny-random"))
+    run = json.load(open(prepare_run(ws, plan) / RUN_FILE))
+    assert (run["specialist"], run["harness"]) == ("tools", "agent")
+    assert reward_functions("code", (), "coding") == [registered("coding").reward]
+    with pytest.raises(BadInput, match="no default reward for specialist 'code'"):
+        reward_functions("code", ())
