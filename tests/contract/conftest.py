@@ -33,8 +33,10 @@ def words(text: str) -> set[str]:
 
 class FactJudge:
     """An OpenAI-compatible judge: ``mode`` "facts" prefers the answer with more of the reference's facts (its
-    words that the conversation does not already say; a tie when both hold as many), "first" always prefers
-    answer A; after ``fail_after`` calls it answers 503s, and ``garbage`` makes it answer no verdict."""
+    words that the conversation does not already say; a tie when both hold as many) and rates one answer by the
+    share of them it holds, from the scale's lowest to its highest; "first" always prefers answer A and rates
+    every answer highest. After ``fail_after`` calls it answers 503s; ``garbage`` makes it answer no verdict, and
+    ``rating_reply`` (text) is its reply to every request for a rating."""
 
     def __init__(self) -> None:
         from fastapi import FastAPI
@@ -43,6 +45,7 @@ class FactJudge:
         from mint.serve.server import start_background
 
         self.mode, self.fail_after, self.garbage = "facts", None, False
+        self.rating_reply: str | None = None
         self.asked: list[list[dict]] = []
         self.keys: set = set()
         app = FastAPI()
@@ -54,7 +57,12 @@ class FactJudge:
             if self.fail_after is not None and len(self.asked) >= self.fail_after:
                 return JSONResponse({"error": {"message": "the judge is overloaded"}}, 503)
             self.asked.append(body["messages"])
-            reply = "I think both are fine." if self.garbage else json.dumps({"verdict": self.verdict(body)})
+            if self.garbage:
+                reply = "I think both are fine."
+            elif section(body["messages"][-1]["content"], "ANSWER") is not None:
+                reply = self.rating_reply if self.rating_reply is not None else json.dumps({"score": self.score(body)})
+            else:
+                reply = json.dumps({"verdict": self.verdict(body)})
             return {"choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": reply}}]}
 
@@ -71,6 +79,16 @@ class FactJudge:
         second = len(facts & words(section(prompt, "ANSWER B") or ""))
         return "A" if first > second else "B" if second > first else "tie"
 
+    def score(self, body: dict) -> int:
+        low, high = map(int, re.search(r"from (-?\d+) \(worst\) to (-?\d+) \(best\)",
+                                       body["messages"][0]["content"]).groups())
+        if self.mode == "first":
+            return high
+        prompt = body["messages"][-1]["content"]
+        facts = words(section(prompt, "REFERENCE ANSWER") or "") - words(section(prompt, "CONVERSATION") or "")
+        found = len(facts & words(section(prompt, "ANSWER") or ""))
+        return low + round((high - low) * found / len(facts)) if facts else (low + high) // 2
+
 
 @pytest.fixture(scope="module")
 def judge_server():
@@ -85,6 +103,7 @@ def judge(judge_server, monkeypatch):
     from mint.contract import judge as judge_module
 
     judge_server.mode, judge_server.fail_after, judge_server.garbage = "facts", None, False
+    judge_server.rating_reply = None
     judge_server.asked.clear()
     judge_server.keys.clear()
     monkeypatch.setenv(KEY_ENV, KEY)

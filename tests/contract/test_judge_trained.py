@@ -65,8 +65,9 @@ def trained(trained_home, tmp_path, monkeypatch):
     return workspace(home)
 
 
-def facts_contract(tmp_path: Path, url: str) -> Path:
-    """The judged chat contract: the trained requests, each with its one-sentence reference."""
+def facts_contract(tmp_path: Path, url: str, *, rated: bool = False) -> Path:
+    """The judged chat contract: the trained requests, each with its one-sentence reference (``rated``: the judge
+    also rates each answer from 1 to 10, and a gate asks for a higher rating than the baseline's)."""
     rows = [{"id": country.lower(), "messages": [{"role": "user", "content": request(country)}],
              "reference": fact(country, city)} for country, city in FACTS]
     (tmp_path / "facts-suite.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -80,11 +81,13 @@ judge:
   endpoint: {{url: "{url}", model: fact-judge, api_key_env: {KEY_ENV}}}
   rubric: "Prefer the answer that states the reference's facts."
   calibration: {CALIBRATION}
+{"  score: {scale: [1, 10]}" if rated else ""}
 suites:
-  - {{name: core, data: facts-suite.jsonl, metrics: [judge_win_rate, judge_flip_rate]}}
+  - {{name: core, data: facts-suite.jsonl, metrics: [judge_win_rate, judge_flip_rate{", judge_score" if rated else ""}]}}
 gates:
   - {{metric: core.judge_win_rate, improve: 0.0}}
   - {{metric: core.judge_flip_rate, max: 0.2}}
+{"  - {metric: core.judge_score, improve: 0.0}" if rated else ""}
 """)
     return path
 
@@ -116,6 +119,21 @@ def test_a_chat_candidate_trained_on_the_reference_facts_wins_significantly_and_
     assert main(["promote", "chat:v1", "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)
     assert moved["action"] == "promote" and champion(trained) == revision.id
+
+
+def test_the_trained_candidate_is_rated_above_the_bare_base_and_both_ratings_are_reported(trained, judge, tmp_path,
+                                                                                        capsys):
+    contract = facts_contract(tmp_path, judge.url, rated=True)
+    assert main(["eval", "chat:v1", "--contract", str(contract), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [gate] = [g for g in report["gates"] if g["metric"] == "core.judge_score"]
+    assert gate["passed"] and gate["delta"]["method"] == "paired-bootstrap" and gate["delta"]["low"] > 0
+    assert report["metrics"]["core.judge_score"] > report["baseline"]["metrics"]["core.judge_score"]
+    # the bare base, decoded beside the candidate as its baseline, was rated too, and its report keeps the ratings
+    [base] = [json.loads(p.read_text()) for p in trained.reports.rglob("report.json")
+              if json.loads(p.read_text())["revision"] == "base"]
+    assert base["metrics"]["core.judge_score"] == report["baseline"]["metrics"]["core.judge_score"]
+    assert base["judge"]["ratings"]["calls"]["made"] == 8
 
 
 def test_an_untrained_chat_candidate_ties_the_base_and_is_not_promoted(ws, adapter_dir, judge, tmp_path, capsys):
