@@ -177,3 +177,20 @@ def test_a_champion_decoded_as_the_baseline_is_rated_too(ws, candidate, judge, t
     [measured] = [json.loads(p.read_text()) for p in ws.reports.rglob("report.json")
                   if json.loads(p.read_text())["revision_id"] == champion.id]
     assert measured["metrics"]["core.judge_score"] == report.metrics["core.judge_score"]
+
+
+def test_mint_eval_says_the_ratings_and_their_calibration(ws, judge, tmp_path, capsys):
+    contract = rated_contract(tmp_path, judge.url)
+    assert main(["eval", "--contract", str(contract), "--predictions", str(facts(tmp_path)), "--baseline-predictions",
+                 str(unsure(tmp_path))]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "calibration better answer rated higher 100% on 24 pairs" in said
+    assert "core: rated 10.00 on average (1 to 10) over 12 example(s); 0 answer(s) addressed the judge" in said
+
+
+def test_contract_check_warns_of_a_scale_no_suite_measures(tmp_path, capsys):
+    contract = rated_contract(tmp_path, "http://127.0.0.1:9/v1", metrics="[judge_win_rate]",
+                              gates="  - {metric: core.judge_win_rate, improve: 0.0}\n")
+    assert main(["contract", "check", str(contract)]) == 0
+    assert "judge.score: no suite measures judge_score, so no answer is rated" in " ".join(
+        capsys.readouterr().out.split())
