@@ -4,8 +4,9 @@ tests/contract/conftest.py, `mint promote`.
 
 The tiny base (2 layers, hidden 64, random) learns nothing it is not shown, so the contract's suite is the requests
 it was trained on: what is measured is that training put the facts into its answers, where the bare base says
-none. On this suite it answers every request with its fact after 200 steps; the sign test needs 6 of the 8
-examples won (and none lost) to call the gain significant.
+none. Measured on a 2-core host: after 200 steps it said the fact to all 8 requests (after 120, to 6); the sign
+test needs 6 of the 8 examples won (and none lost) to call the gain significant. Asked in other words ("Name the
+capital of France.") after training on two phrasings, it said 5 of 8: too few to test on held-out phrasings.
 """
 from __future__ import annotations
 
