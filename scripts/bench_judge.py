@@ -1,5 +1,6 @@
 """A contract's model judge on its calibration set: the agreement and flip rate `mint eval` measures before the
-judge's verdicts count, and whether it is refused; with --local, the evaluation's base as the judge (mint's
+judge's verdicts count (and the score agreement, where the contract's judge rates answers), and whether it is
+refused; with --local, the evaluation's base as the judge (mint's
 engine, greedy, held to the verdict's JSON shape), whatever endpoint the contract names.
 
 Run:   python scripts/bench_judge.py --local --base smollm2-135m          (contracts/chat-judged.yaml's pairs)
@@ -68,7 +69,7 @@ def main() -> None:
         if isinstance(asker, LocalJudge):
             asker.loaded       # loaded before the clock starts
         started = time.perf_counter()
-        calibration = calibrate(session)
+        calibration = calibrate(session, rates=spec.scale is not None)
         seconds = time.perf_counter() - started
         keys = [session.call_key(p) for p in calibration_prompts(spec)]
         said = [session.cache.get(k) for k in keys]

@@ -71,9 +71,11 @@ def _render_check(path: Path, summary) -> None:
         where = summary.judge["endpoint"]
         who = "the evaluation's base on mint's engine" if where == "local" else f"{where['model']} at {where['url']}"
         floor = summary.judge["floor"]
+        scale = (summary.judge.get("score") or {}).get("scale")
+        rates = f"; rates each answer from {scale[0]} to {scale[1]} (judge_score)" if scale else ""
         out.print(f"  judge: {escape(who)}; calibrated on {summary.judge['pairs']} pairs of "
                   f"{escape(summary.judge['calibration'])} (floor: agreement {floor['agreement']:g}, flips "
-                  f"{floor['flips']:g}) before each evaluation", highlight=False)
+                  f"{floor['flips']:g}) before each evaluation{rates}", highlight=False)
     for warning in summary.warnings:
         out.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.isolation:
@@ -155,17 +157,28 @@ def eval_command(refs: Optional[list[str]] = typer.Argument(
 def _render_judge(judge: dict) -> None:
     """The judge's lines under an evaluation's table: its calibration, calls, verdicts per suite and flags."""
     calibration = judge.get("calibration") or {}
-    calls = judge.get("calls") or {}
-    made = calls.get("made", 0) + (calibration.get("calls") or {}).get("made", 0)
-    cached = calls.get("cached", 0) + (calibration.get("calls") or {}).get("cached", 0)
-    out.print(f"judge: {escape(str(judge.get('endpoint')))}; calibration agreement {calibration.get('agreement', 0):.0%}, "
-              f"flips {calibration.get('flip_rate', 0):.0%} on {calibration.get('pairs')} pairs; {made} call(s) made, "
-              f"{cached} taken from the cache", highlight=False)
+    ratings = judge.get("ratings") or {}
+    counted = [judge.get("calls") or {}, ratings.get("calls") or {}, calibration.get("calls") or {}]
+    made = sum(calls.get("made", 0) for calls in counted)
+    cached = sum(calls.get("cached", 0) for calls in counted)
+    measured = []
+    if "agreement" in calibration:
+        measured.append(f"agreement {calibration['agreement']:.0%}, flips {calibration.get('flip_rate', 0):.0%}")
+    if "score_agreement" in calibration:
+        measured.append(f"better answer rated higher {calibration['score_agreement']:.0%}")
+    out.print(f"judge: {escape(str(judge.get('endpoint')))}; calibration {', '.join(measured)} on "
+              f"{calibration.get('pairs')} pairs; {made} call(s) made, {cached} taken from the cache", highlight=False)
     for name, counts in (judge.get("suites") or {}).items():
         degenerate = counts.get("degenerate") or {}
         out.print(f"  {escape(name)}: {counts['wins']} won, {counts['losses']} lost, {counts['ties']} tied of "
                   f"{counts['examples']}; {counts['flipped']} of {counts['judged_pairs']} judged pair(s) flipped with "
                   f"the order; {degenerate.get('candidate', 0)} answer(s) addressed the judge (lost)", highlight=False)
+    scale = ratings.get("scale") or ["?", "?"]
+    for name, counts in (ratings.get("suites") or {}).items():
+        mean = f"{counts['mean']:.2f}" if counts.get("mean") is not None else "none"
+        out.print(f"  {escape(name)}: rated {mean} on average ({scale[0]} to {scale[1]}) over {counts['examples']} "
+                  f"example(s); {counts['degenerate']} answer(s) addressed the judge (rated {scale[0]})",
+                  highlight=False)
     for flag in judge.get("flags") or []:
         out.print(f"[yellow]flag[/]: {escape(flag)}")
 

@@ -24,7 +24,8 @@ from mint import tracking as trackers
 from mint.contract.gates import apply_gates
 from mint.contract.judge import JudgeSession, open_judge
 from mint.contract.judge_pairs import Judged, judge_answers, judge_delta
-from mint.contract.judge_schema import JUDGE_METRICS, PAIRWISE_METRICS
+from mint.contract.judge_schema import COMPARISON_METRICS, JUDGE_METRICS, PAIRWISE_METRICS, SCORE
+from mint.contract.judge_scores import rate_answers
 from mint.contract.live import read_suites
 from mint.contract.paired import PairedDelta, compare
 from mint.contract.precision import DecodingPrecision, decoding_precision, report_precision
@@ -407,44 +408,82 @@ def _evaluate_predictions(ws: Workspace, ref: str | None, contract: Contract, *,
     # known without loading anything more: the revision records it, and the base was loaded if it was measured
     fingerprint = subject.revision.base_fingerprint if subject.revision else \
         (loaded[base_name].fingerprint if base_name in loaded else None)
-    judged = _judge_predictions(ws, contract, base_name, suites, keys, outputs, baseline)
+    judged, baseline = _judge_predictions(ws, contract, base_name, suites, keys, outputs, baseline)
     return _write_report(ws, contract, subject, suites, live_suites, keys, examples_sha256, precision, outputs,
                          latencies, None, baseline, base_name, fingerprint, began, out_dir=out_dir,
                          source="predictions", baseline_evaluated=False, judged=judged)
 
 
 def _judge_predictions(ws: Workspace, contract: Contract, base_name: str, suites, keys: dict, outputs: dict,
-                       baseline: "Baseline") -> Judged | None:
-    """Outputs made elsewhere judged against their baseline's answers (none: no baseline to judge against)."""
+                       baseline: "Baseline") -> tuple[Judged | None, "Baseline"]:
+    """Outputs made elsewhere judged against their baseline's answers (none: no baseline to judge against) and
+    rated; the baseline, with ratings of the answers its rows hold none for (predictions given as the baseline)."""
     judge = open_judge(ws, contract, base_name)
     if judge is None:
-        return None
+        return None, baseline
     try:
-        if not baseline.rows:
-            return None
-        return judge_answers(judge, contract, suites, keys, outputs, _answers_by_key(baseline.rows))
+        judged = judge_answers(judge, contract, suites, keys, outputs, _answers_by_key(baseline.rows)) \
+            if baseline.rows and _compares(contract) else None
+        if _rates(contract):
+            rated = rate_answers(judge, contract, suites, outputs)
+            judged = rated if judged is None else judged.beside(rated)
+            baseline = _rated_baseline(judge, contract, suites, baseline)
+        return judged, baseline
     finally:
         judge.close()
 
 
+def _rated_baseline(judge: JudgeSession, contract: Contract, suites, baseline: "Baseline") -> "Baseline":
+    """``baseline`` with the judge's rating of each answer where its rows hold none (a report registered under
+    this contract holds them already)."""
+    rows = [row for row in baseline.rows if isinstance(row.get("outputs"), list)]
+    if not rows or all(SCORE in row["scores"] for row in rows if _rated_suite(contract, row["suite"])):
+        return baseline
+    by_suite = {suite.name: (suite, records) for suite, records in suites}
+    outputs: dict[str, list[list]] = {name: [[] for _ in records] for name, (_suite, records) in by_suite.items()}
+    for row in rows:
+        if row["suite"] in outputs and row["index"] < len(outputs[row["suite"]]):
+            outputs[row["suite"]][row["index"]] = row["outputs"]
+    rated = rate_answers(judge, contract, suites, outputs)
+    metrics, rows = rated.applied(dict(baseline.metrics), [dict(row) for row in baseline.rows])
+    return Baseline(baseline.revision_id, baseline.label, baseline.report_id, metrics, rows, baseline.examples_sha256)
+
+
+def _rated_suite(contract: Contract, name: str) -> bool:
+    return any(suite.name == name and SCORE in suite.metrics for suite in contract.suites)
+
+
+def _compares(contract: Contract) -> bool:
+    """Whether some suite measures the judge's comparison of two answers."""
+    return any(m in COMPARISON_METRICS for suite in contract.suites for m in suite.metrics)
+
+
+def _rates(contract: Contract) -> bool:
+    """Whether some suite measures the judge's rating of each answer."""
+    return any(SCORE in suite.metrics for suite in contract.suites)
+
+
 def _judge_subjects(contract: Contract, judge: JudgeSession | None, order: list[Subject], own_suites: dict,
                     decoded: dict, baseline_of: dict, known: dict) -> dict[str, Judged]:
-    """Each subject's answers judged against its baseline's, by key, all before any report is written: a judge
-    that fails leaves nothing registered. The bare base is its own baseline (every pair the same answer, so
-    nothing is asked); a champion measured only as a baseline is not judged."""
+    """Each subject's answers judged against its baseline's, by key, and rated, all before any report is written:
+    a judge that fails leaves nothing registered. The bare base is its own baseline (every pair the same answer,
+    so nothing is asked); a champion measured only as a baseline is not compared, but rated, as every subject
+    is: its ratings are what its candidate's are compared with."""
     if judge is None:
         return {}
-    judged = {}
+    judged: dict[str, Judged] = {}
     for subject in order:
         mine = own_suites[subject.key]
         keys = {suite.name: example_keys(records) for suite, records in mine}
         reference = baseline_of.get(subject.key, subject.key if subject.key == BASE else None)
-        if reference is None:
-            continue
-        theirs = known[reference].rows if reference in known else \
-            _decoded_rows(own_suites[reference], decoded[reference][0])
-        judged[subject.key] = judge_answers(judge, contract, mine, keys, decoded[subject.key][0],
-                                            _answers_by_key(theirs))
+        if reference is not None and _compares(contract):
+            theirs = known[reference].rows if reference in known else \
+                _decoded_rows(own_suites[reference], decoded[reference][0])
+            judged[subject.key] = judge_answers(judge, contract, mine, keys, decoded[subject.key][0],
+                                                _answers_by_key(theirs))
+        if _rates(contract):
+            rated = rate_answers(judge, contract, mine, decoded[subject.key][0])
+            judged[subject.key] = judged[subject.key].beside(rated) if subject.key in judged else rated
     return judged
 
 
@@ -612,13 +651,16 @@ def statistics_text(contract: Contract) -> str:
     return (f"Candidate and baseline are scored on the same examples, matched by suite and example id. Each gated "
             f"metric's delta (candidate - baseline) has a {contract.confidence:.0%} interval: exact McNemar "
             f"(Clopper-Pearson on the discordant pairs) for pass/fail metrics, a seeded paired bootstrap (2000 "
-            f"resamples) otherwise. " + rules_text(contract) + (JUDGE_STATISTICS if contract.judge else ""))
+            f"resamples) otherwise. " + rules_text(contract) + (JUDGE_STATISTICS if _compares(contract) else "")
+            + (RATING_STATISTICS if _rates(contract) else ""))
 
 
 JUDGE_STATISTICS = (" judge_win_rate: each example won (1), tied (0.5) or lost (0) against the baseline's answer to it, "
                     "judged in both orders (a verdict that changes with the order is a tie, counted in "
                     "judge_flip_rate); its delta is (wins - losses) / n, with the exact sign test's interval on the "
                     "examples won or lost.")
+RATING_STATISTICS = (" judge_score: the judge's rating of each answer alone on the contract's scale (the mean of an "
+                     "example's samples), the candidate's and the baseline's; its delta is the paired bootstrap's.")
 
 
 @dataclass(frozen=True)

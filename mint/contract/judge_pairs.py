@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from mint.contract.judge import A, B, TIE, JudgeSession, judge_messages
-from mint.contract.judge_schema import FLIP_RATE, JUDGE_METRICS, WIN_RATE
+from mint.contract.judge_schema import COMPARISON_METRICS, FLIP_RATE, JUDGE_METRICS, WIN_RATE
 from mint.contract.paired import PairedDelta, mcnemar
 from mint.contract.schema import Contract
 
@@ -61,21 +61,33 @@ def addresses_judge(answer: str) -> str | None:
 
 @dataclass
 class Judged:
-    """One subject's judged answers: per suite, per example, the scores and the verdicts (None where the
-    baseline has no answer to that example); the judge's metrics; what the report says of the judge."""
+    """One subject's judged answers: per suite, per example, the judge's scores (its metrics) and what decided
+    them (None where it did not judge that example: the baseline has no answer to it); the judge's metrics; what
+    the report says of the judge."""
     examples: dict[str, list[dict | None]]
     metrics: dict[str, float]
     facts: dict = field(default_factory=dict)
 
     def applied(self, metrics: dict, rows: list[dict]) -> tuple[dict, list[dict]]:
-        """``metrics`` and the predictions ``rows`` with the judge's scores and verdicts added."""
+        """``metrics`` and the predictions ``rows`` with the judge's scores added to each row's ``scores``, and
+        what decided them (``judge``, ``judge_rating``) beside."""
         for row in rows:
             found = self.examples.get(row["suite"])
             judged = found[row["index"]] if found is not None and row["index"] < len(found) else None
             if judged is not None:
-                row["scores"] = {**row["scores"], WIN_RATE: judged[WIN_RATE], FLIP_RATE: judged[FLIP_RATE]}
-                row["judge"] = judged["judge"]
+                row["scores"] = {**row["scores"], **{k: v for k, v in judged.items() if k in JUDGE_METRICS}}
+                row.update({k: v for k, v in judged.items() if k not in JUDGE_METRICS})
         return {**metrics, **self.metrics}, rows
+
+    def beside(self, other: Judged) -> Judged:
+        """These judgements and ``other``'s (of other metrics) of the same answers, as one."""
+        examples = {name: [_merged(a, b) for a, b in zip(self.examples.get(name) or [None] * len(rows), rows)]
+                    for name, rows in other.examples.items()}
+        return Judged({**self.examples, **examples}, {**self.metrics, **other.metrics}, {**self.facts, **other.facts})
+
+
+def _merged(first: dict | None, second: dict | None) -> dict | None:
+    return second if first is None else first if second is None else {**first, **second}
 
 
 @dataclass
@@ -98,7 +110,7 @@ def judge_answers(session: JudgeSession, contract: Contract, suites, keys: dict[
     prompts: list[list[dict]] = []
     planned: dict[str, list[list[_Pair] | None]] = {}
     for suite, records in suites:
-        if not any(m in JUDGE_METRICS for m in suite.metrics):
+        if not any(m in COMPARISON_METRICS for m in suite.metrics):
             continue
         planned[suite.name] = []
         for index, record in enumerate(records):
@@ -116,7 +128,7 @@ def judge_answers(session: JudgeSession, contract: Contract, suites, keys: dict[
                                 judge_messages(spec.rubric, conversation, reference, pair.baseline, pair.candidate)]
             planned[suite.name].append(pairs)
     asked = session.verdicts(prompts)
-    examples = {name: [_example(pairs, asked.verdicts) if pairs else None for pairs in rows]
+    examples = {name: [_example(pairs, asked.said) if pairs else None for pairs in rows]
                 for name, rows in planned.items()}
     judged = Judged(examples, _metrics(contract, examples))
     judged.facts = {"endpoint": session.label, "calibration": session.calibration.to_dict()

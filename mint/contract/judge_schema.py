@@ -8,6 +8,7 @@ judge:
   decoding: {max_tokens: 256, temperature: 0.0}
   calibration: judges/chat-calibration.jsonl
   floor: {agreement: 0.8, flips: 0.1}
+  score: {scale: [1, 10]}       # optional: the judge also rates each answer alone (a suite's judge_score)
 ```
 
 ``endpoint`` is ``local`` (the evaluation's own base decodes the judge prompt greedily on mint's engine) or an
@@ -28,7 +29,8 @@ from pathlib import Path
 from mint.errors import BadInput
 from mint.yamlfile import YamlDoc, check_keys, check_number, check_string, is_file
 
-JUDGE_KEYS = ("endpoint", "rubric", "decoding", "calibration", "floor")
+JUDGE_KEYS = ("endpoint", "rubric", "decoding", "calibration", "floor", "score")
+SCORE_KEYS = ("scale",)
 ENDPOINT_KEYS = ("url", "model", "api_key_env", "timeout_s")
 JUDGE_DECODING_KEYS = ("max_tokens", "temperature")
 FLOOR_KEYS = ("agreement", "flips")
@@ -39,8 +41,11 @@ DEFAULT_FLOOR = {"agreement": 0.8, "flips": 0.1}
 DEFAULT_TIMEOUT_S = 60.0
 # the judge's metrics, per suite: the candidate's share of examples won against its baseline's answer (a win 1,
 # a tie 0.5, a loss 0), and the share of judged pairs whose verdict changed when the answers swapped places
-WIN_RATE, FLIP_RATE = "judge_win_rate", "judge_flip_rate"
-JUDGE_METRICS = (WIN_RATE, FLIP_RATE)
+# (both from comparing two answers); and, where the contract declares a scale, the mean of the judge's rating of
+# each answer alone (mint.contract.judge_scores)
+WIN_RATE, FLIP_RATE, SCORE = "judge_win_rate", "judge_flip_rate", "judge_score"
+COMPARISON_METRICS = (WIN_RATE, FLIP_RATE)
+JUDGE_METRICS = (WIN_RATE, FLIP_RATE, SCORE)
 # the pairwise metric, gated like a pass/fail one: a sign test on the examples won or lost (mint.contract.paired)
 PAIRWISE_METRICS = (WIN_RATE,)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -81,15 +86,21 @@ class JudgeSpec:
     pairs: tuple[CalibrationPair, ...] = field(repr=False)
     agreement_floor: float = DEFAULT_FLOOR["agreement"]
     flip_floor: float = DEFAULT_FLOOR["flips"]
+    scale: tuple[int, int] | None = None    # the lowest and highest rating of ``score:``; None: no ratings
     file: str = ""                  # the contract, and the lines of the fields an evaluation's errors name
     lines: dict = field(default_factory=dict, compare=False, repr=False)
 
     def identity(self) -> dict:
         """What decides the judge's verdicts, as the contract's hash and the call cache key it: the kind of
         endpoint and the model (not its URL, whose host or credentials say nothing of the verdicts, nor its
-        key), the rubric, the decoding and how mint words its prompt. The calibration file is hashed by its bytes beside it."""
+        key), the rubric, the decoding and how mint words its prompt. The calibration file is hashed by its bytes
+        beside it. (A rating's scale is in the contract's YAML, and in the words of every rating prompt.)"""
         return {"kind": self.endpoint.kind, "model": self.endpoint.model, "rubric": self.rubric,
                 "max_tokens": self.max_tokens, "temperature": self.temperature, "prompt": PROMPT_VERSION}
+
+    def metrics(self) -> tuple[str, ...]:
+        """What this judge measures: the comparison's metrics, and the rating where a scale is declared."""
+        return COMPARISON_METRICS + ((SCORE,) if self.scale else ())
 
     def error(self, name: str, message: str) -> BadInput:
         """BadInput at the contract's line of ``judge.NAME`` (an evaluation's error: a key not set, a judge down)."""
@@ -117,9 +128,24 @@ def load_judge(doc: YamlDoc, raw, path: Path) -> JudgeSpec:
     calibration = (path.parent / check_string(doc, block["calibration"], "judge.calibration")).resolve()
     if not is_file(calibration):
         raise doc.error("judge.calibration", f"no such file: {calibration}")
+    scale = _scale(doc, block["score"]) if "score" in block else None
     lines = {name: doc.line(f"judge.{name}") for name in ("endpoint", "endpoint.url", "endpoint.api_key_env")}
     return JudgeSpec(endpoint, rubric, int(max_tokens), float(temperature), calibration,
-                     read_calibration(calibration), float(agreement), float(flips), str(doc.path), lines)
+                     read_calibration(calibration), float(agreement), float(flips), scale, str(doc.path), lines)
+
+
+def _scale(doc: YamlDoc, raw) -> tuple[int, int]:
+    """``score: {scale: [LOW, HIGH]}``: two whole numbers, the lowest rating first."""
+    block = check_keys(doc, raw, "judge.score", SCORE_KEYS)
+    if "scale" not in block:
+        raise doc.error("judge.score", "missing required field `scale` (the lowest and highest rating, e.g. [1, 10])")
+    scale = block["scale"]
+    if not isinstance(scale, list) or len(scale) != 2 or not all(
+            isinstance(end, int) and not isinstance(end, bool) for end in scale):
+        raise doc.error("judge.score.scale", f"expected [LOW, HIGH], two whole numbers such as [1, 10], got {scale!r}")
+    if scale[0] >= scale[1]:
+        raise doc.error("judge.score.scale", f"the lowest rating comes first and is below the highest, got {scale!r}")
+    return int(scale[0]), int(scale[1])
 
 
 def _endpoint(doc: YamlDoc, raw) -> JudgeEndpoint:
@@ -214,7 +240,8 @@ def judge_summary(judge: JudgeSpec) -> dict:
     return {"endpoint": LOCAL if endpoint.kind == LOCAL else {"model": endpoint.model, "url": public_url(endpoint.url or ""),
                                                               "api_key_env": endpoint.api_key_env},
             "calibration": str(judge.calibration), "pairs": len(judge.pairs),
-            "floor": {"agreement": judge.agreement_floor, "flips": judge.flip_floor}}
+            "floor": {"agreement": judge.agreement_floor, "flips": judge.flip_floor},
+            **({"score": {"scale": list(judge.scale)}} if judge.scale else {})}
 
 
 def judge_warnings(judge: JudgeSpec, metrics: list[str]) -> list[str]:
@@ -222,8 +249,11 @@ def judge_warnings(judge: JudgeSpec, metrics: list[str]) -> list[str]:
     import os
 
     warnings = []
-    if not any(m.partition(".")[2] in JUDGE_METRICS for m in metrics):
-        warnings.append("judge: no suite measures judge_win_rate or judge_flip_rate, so the judge is never asked")
+    measured = {m.partition(".")[2] for m in metrics}
+    if not measured & set(JUDGE_METRICS):
+        warnings.append(f"judge: no suite measures {', '.join(judge.metrics())}, so the judge is never asked")
+    elif judge.scale and SCORE not in measured:
+        warnings.append("judge.score: no suite measures judge_score, so no answer is rated")
     env = judge.endpoint.api_key_env
     if env and not os.environ.get(env):
         warnings.append(f"judge.endpoint.api_key_env: {env} is not set here; `mint eval` needs it")

@@ -15,8 +15,9 @@ from mint.harness import HarnessSettings, harness_for, specialists
 from mint.generation.precision import PRECISIONS
 from mint.harness.base import Harness, RecordProblem
 from mint.contract.judge_schema import (
+    FLIP_RATE,
     JUDGE_METRICS,
-    PAIRWISE_METRICS,
+    SCORE,
     JudgeSpec,
     judge_hash_lines,
     judge_summary,
@@ -200,8 +201,9 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         raise doc.error("harness.decoding.samples", "several samples need temperature > 0 (greedy repeats itself)")
     scorer = harness_for(harness_name, settings)
     judge = load_judge(doc, data["judge"], path) if "judge" in data else None
-    # a judge reads the request and two answers: it measures every suite, served traffic included
-    judged = JUDGE_METRICS if judge is not None else ()
+    # a judge reads the request and two answers (or one, to rate it): it measures every suite, served traffic
+    # included
+    judged = judge.metrics() if judge is not None else ()
     available = scorer.metrics + judged
     request_metrics = scorer.request_metrics + judged
 
@@ -256,6 +258,9 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
             if metric in JUDGE_METRICS and judge is None:
                 raise doc.error(f"{where}.metrics[{j}]", f"{metric} is a model judge's verdict: name the judge in a "
                                                          "`judge:` block (docs/contracts.md, \"A model judge\")")
+            if metric == SCORE and judge is not None and judge.scale is None:
+                raise doc.error(f"{where}.metrics[{j}]", "judge_score is the judge's rating of each answer: declare "
+                                                         "its scale in the judge block, e.g. `score: {scale: [1, 10]}`")
             if not isinstance(metric, str) or not (scorer.knows_metric(metric) or metric in judged):
                 raise doc.error(f"{where}.metrics[{j}]", f"the {harness_name} harness has no metric {metric!r}"
                                 + closest(str(metric), available, listing="expected one of"))
@@ -308,7 +313,7 @@ def load_contract(path: Path, *, check_data: bool = True) -> Contract:
         if relative and metric in LATENCY_METRICS:
             key = next(iter(relative))
             raise doc.error(f"{where}.{key}", "latency is not compared example by example; gate it with max")
-        if relative and metric.partition(".")[2] in JUDGE_METRICS and metric.partition(".")[2] not in PAIRWISE_METRICS:
+        if relative and metric.partition(".")[2] == FLIP_RATE:
             key = next(iter(relative))
             raise doc.error(f"{where}.{key}", "the judge's flip rate has no baseline to compare with; gate it with max")
         if "non_inferior" in relative and gate_rules < 2:

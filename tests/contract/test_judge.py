@@ -1,7 +1,8 @@
-"""A model judge in a contract, against a test judge served in-process: a small deterministic OpenAI-compatible
-server that prefers the answer holding more of the request's reference facts (or, biased, always the first
-answer shown). Candidates are scored from fixed answers (`mint eval --predictions`), which say the facts or not at
-will; the evaluation's own decoding path is exercised on the tiny base at the end."""
+"""A model judge in a contract, against the test judge of tests/contract/conftest.py (FactJudge): a small
+deterministic OpenAI-compatible server that prefers the answer holding more of the request's reference facts (or,
+biased, always the first answer shown). Candidates are scored from fixed answers (`mint eval --predictions`), which
+say the facts or not at will; the evaluation's own decoding path is exercised on the tiny base at the end, and a
+trained candidate in test_judge_trained.py."""
 from __future__ import annotations
 
 import json
@@ -10,90 +11,21 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from fastapi import Request   # at module level: FastAPI resolves the fake's (postponed) annotations here
 
 from mint.cli import main
-from mint.contract import judge as judge_module
 from mint.contract.evaluate import evaluate
 from mint.contract.judge import CACHE_FILE, parse_verdict
 from mint.contract.judge_pairs import addresses_judge
 from mint.contract.schema import load_contract
 from mint.errors import BadInput, Refused
 from mint.registry import store
+from tests.contract.conftest import KEY, KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION = ROOT / "contracts" / "judges" / "chat-calibration.jsonl"
-KEY_ENV, KEY = "MINT_TEST_JUDGE_KEY", "sk-test-judge-0001"
 FACTS = [("France", "Paris"), ("Japan", "Tokyo"), ("Kenya", "Nairobi"), ("Canada", "Ottawa"), ("Peru", "Lima"),
          ("Norway", "Oslo"), ("Egypt", "Cairo"), ("Chile", "Santiago"), ("Italy", "Rome"), ("Spain", "Madrid"),
          ("Ghana", "Accra"), ("Cuba", "Havana")]
-STOP = {"a", "an", "the", "of", "and", "or", "to", "in", "is", "it", "for", "with", "by", "on", "at", "my", "your"}
-
-
-def section(text: str, name: str) -> str | None:
-    found = re.search(rf"<<<{name}>>>\n(.*?)\n<<<END {name}>>>", text, re.S)
-    return found.group(1) if found else None
-
-
-def words(text: str) -> set[str]:
-    return set(re.findall(r"\w+", text.lower())) - STOP
-
-
-class FactJudge:
-    """An OpenAI-compatible judge: ``mode`` "facts" prefers the answer with more of the reference's words (a tie
-    when both hold as many), "first" always prefers answer A; after ``fail_after`` calls it answers 500s, and
-    ``garbage`` makes it answer no verdict."""
-
-    def __init__(self) -> None:
-        from fastapi import FastAPI
-        from fastapi.responses import JSONResponse
-
-        from mint.serve.server import start_background
-
-        self.mode, self.fail_after, self.garbage = "facts", None, False
-        self.asked: list[list[dict]] = []
-        self.keys: set = set()
-        app = FastAPI()
-
-        @app.post("/v1/chat/completions")
-        async def completions(request: Request):
-            body = await request.json()
-            self.keys.add(request.headers.get("authorization"))
-            if self.fail_after is not None and len(self.asked) >= self.fail_after:
-                return JSONResponse({"error": {"message": "the judge is overloaded"}}, 503)
-            self.asked.append(body["messages"])
-            reply = "I think both are fine." if self.garbage else json.dumps({"verdict": self.verdict(body)})
-            return {"choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": reply}}]}
-
-        self.running = start_background(app, start_limit_s=60)
-        self.url = f"http://127.0.0.1:{self.running.port}/v1"
-
-    def verdict(self, body: dict) -> str:
-        if self.mode == "first":
-            return "A"
-        prompt = body["messages"][-1]["content"]
-        facts = words(section(prompt, "REFERENCE ANSWER") or "")
-        first = len(facts & words(section(prompt, "ANSWER A") or ""))
-        second = len(facts & words(section(prompt, "ANSWER B") or ""))
-        return "A" if first > second else "B" if second > first else "tie"
-
-
-@pytest.fixture(scope="module")
-def server():
-    fake = FactJudge()
-    yield fake
-    fake.running.stop()
-
-
-@pytest.fixture
-def judge(server, monkeypatch):
-    server.mode, server.fail_after, server.garbage = "facts", None, False
-    server.asked.clear()
-    server.keys.clear()
-    monkeypatch.setenv(KEY_ENV, KEY)
-    monkeypatch.setattr(judge_module, "RETRY_WAITS_S", (0.0, 0.0))
-    return server
 
 
 def judged_contract(tmp_path: Path, url: str, *, calibration: Path = CALIBRATION, judge: str | None = None,
